@@ -1,0 +1,1 @@
+"""Benchmarks of sktensor_fast (run ``python -m benchmarks --help``)."""

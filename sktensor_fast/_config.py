@@ -1,0 +1,53 @@
+"""Build and runtime configuration report."""
+import platform
+import sys
+
+import numpy as np
+
+__all__ = ["show_config", "get_config"]
+
+
+def get_config():
+    """What this installation can do, as a dict: version, OpenMP, threads, kernels, devices."""
+    from . import __version__
+    from .backends import list_devices
+    from .backends.cpu import backend as cpu
+    from .formats import FORMATS
+    cfg = {
+        "version": __version__,
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "cpu_kernels": cpu._kernels is not None,
+        "openmp": bool(cpu._kernels.HAVE_OPENMP) if cpu._kernels is not None else False,
+        "threads": cpu.get_num_threads() if cpu._kernels is not None else 0,
+        "formats": [f for f in FORMATS if f != "auto"],
+    }
+    try:
+        import pyopencl
+        cfg["pyopencl"] = pyopencl.VERSION_TEXT
+    except ImportError:
+        cfg["pyopencl"] = None
+    cfg["opencl_devices"] = list_devices()
+    return cfg
+
+
+def show_config(file=None):
+    """Print which kernels, threads and devices this installation provides."""
+    cfg = get_config()
+    out = file or sys.stdout
+    print(f"sktensor_fast {cfg['version']} (Python {cfg['python']}, NumPy {cfg['numpy']})", file=out)
+    print(f"  platform      : {cfg['platform']}", file=out)
+    print(f"  CPU kernels   : {'compiled' if cfg['cpu_kernels'] else 'MISSING (package not built)'}",
+          file=out)
+    print(f"  OpenMP        : {'yes' if cfg['openmp'] else 'no (serial kernels)'}", file=out)
+    print(f"  threads       : {cfg['threads']}", file=out)
+    print(f"  formats       : {', '.join(cfg['formats'])}", file=out)
+    if cfg["pyopencl"] is None:
+        print("  OpenCL        : PyOpenCL not installed (pip install 'sktensor_fast[gpu]')", file=out)
+    else:
+        print(f"  OpenCL        : PyOpenCL {cfg['pyopencl']}, {len(cfg['opencl_devices'])} device(s)",
+              file=out)
+        for d in cfg["opencl_devices"]:
+            print(f"    {d['device']}: {d['name']} [{d['type']}] on {d['platform']}, "
+                  f"fp64={'yes' if d['fp64'] else 'no'}", file=out)

@@ -1,0 +1,248 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False
+"""Compiled CPU kernels (Cython, OpenMP).
+
+Every function here trusts its inputs: indices are validated by :class:`SparseTensor` and the
+shapes of the factor matrices by the Python layer (``backends/cpu/backend.py``) before any
+call.  The functions release the GIL and run their loops with ``prange``.
+
+Output rows are accumulated without atomics.  The nonzeros are visited in the order of the
+output mode (through a permutation array, as in GenTen's permuted MTTKRP) and cut into
+fixed-size partitions.  A partition owns every row that starts and ends inside it and stores
+those plainly; only its first and last row may be shared with neighbouring partitions, and
+those go to small private buffers that are added in partition order after the parallel loop.
+The partition size does not depend on the number of threads, so results are bitwise identical
+whatever the thread count.
+"""
+cimport cython
+from cython.parallel cimport prange, parallel
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+from libc.math cimport fabs
+from libc.stdint cimport int64_t
+
+import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #ifdef _OPENMP
+    #include <omp.h>
+    #define SKTF_HAVE_OPENMP 1
+    static int sktf_max_threads(void) { return omp_get_max_threads(); }
+    #else
+    #define SKTF_HAVE_OPENMP 0
+    static int sktf_max_threads(void) { return 1; }
+    #endif
+    """
+    int SKTF_HAVE_OPENMP
+    int sktf_max_threads() nogil
+
+ctypedef fused floating:
+    float
+    double
+
+#: Whether the extension was compiled with OpenMP.
+HAVE_OPENMP = bool(SKTF_HAVE_OPENMP)
+
+
+def max_threads():
+    """Threads OpenMP would use by default (honours OMP_NUM_THREADS and threadpoolctl)."""
+    return sktf_max_threads()
+
+
+cdef inline void _krp_row(floating* pi, const int64_t* sub, floating** fac, int nmodes,
+                          int skip, Py_ssize_t R) noexcept nogil:
+    """pi[r] = prod_{k != skip} fac[k][sub[k], r]  (the Khatri-Rao row of one nonzero)."""
+    cdef int k, first = 1
+    cdef Py_ssize_t r
+    cdef const floating* a
+    for k in range(nmodes):
+        if k == skip:
+            continue
+        a = fac[k] + sub[k] * R
+        if first:
+            for r in range(R):
+                pi[r] = a[r]
+            first = 0
+        else:
+            for r in range(R):
+                pi[r] *= a[r]
+    if first:  # a 1-way tensor: the Khatri-Rao product of nothing is a row of ones
+        for r in range(R):
+            pi[r] = 1
+
+
+cdef int _fill_pointers(list factors, floating** fac, floating dummy) except -1:
+    cdef Py_ssize_t k
+    cdef floating[:, ::1] F
+    cdef const floating[:, ::1] Fc
+    for k in range(len(factors)):
+        Fc = factors[k]
+        if Fc.shape[0] == 0:
+            fac[k] = NULL
+        else:
+            fac[k] = <floating*> &Fc[0, 0]
+    return 0
+
+
+def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
+                      const int64_t[::1] perm, const int64_t[::1] part_ptr,
+                      list factors, int mode, floating[:, ::1] out,
+                      object B=None, double eps=0.0, int num_threads=1):
+    """MTTKRP (``B is None``) or the CP-APR Φ kernel (``B`` given) for one mode.
+
+    Parameters
+    ----------
+    subs, vals : the tensor in COO form (coordinates of nonzero ``j`` in ``subs[j]``).
+    perm : nonzeros sorted by their coordinate in ``mode`` (stable); empty means identity.
+    part_ptr : partition boundaries into ``perm`` (length nparts + 1, first 0, last nnz).
+    factors : list of C-contiguous (I_k x R) arrays of the same dtype as ``vals``.
+    out : (I_mode x R) output, overwritten.
+    B : (I_mode x R) array or None.  With B, each nonzero contributes
+        ``x / max(<B[i], pi>, eps) * pi`` (Φ); without, ``x * pi`` (MTTKRP).
+    """
+    cdef Py_ssize_t nnz = vals.shape[0]
+    cdef int nmodes = subs.shape[1]
+    cdef Py_ssize_t R = out.shape[1]
+    cdef Py_ssize_t I = out.shape[0]
+    cdef Py_ssize_t nparts = part_ptr.shape[0] - 1
+    cdef bint use_perm = perm.shape[0] > 0
+    cdef bint phi = B is not None
+    cdef floating** fac = <floating**> malloc(nmodes * sizeof(floating*))
+    cdef floating* bnd = NULL
+    cdef int64_t* bnd_row = NULL
+    cdef const floating[:, ::1] Bv
+    cdef const floating* bptr = NULL
+    cdef floating dummy = 0
+    cdef Py_ssize_t p, j, r, i, s, e, nz, row, cur, first_row, last_row
+    cdef floating* pi
+    cdef floating* acc
+    cdef floating* dst
+    cdef floating w, dot
+    if fac == NULL:
+        raise MemoryError()
+    try:
+        _fill_pointers(factors, fac, dummy)
+        if phi:
+            Bv = B
+            if I > 0:
+                bptr = &Bv[0, 0]
+        if I > 0:
+            with nogil:
+                memset(&out[0, 0], 0, I * R * sizeof(floating))
+        if nnz == 0 or nparts <= 0 or R == 0:
+            return
+        bnd = <floating*> malloc(2 * nparts * R * sizeof(floating))
+        bnd_row = <int64_t*> malloc(2 * nparts * sizeof(int64_t))
+        if bnd == NULL or bnd_row == NULL:
+            raise MemoryError()
+        with nogil, parallel(num_threads=num_threads):
+            pi = <floating*> malloc(2 * R * sizeof(floating))
+            acc = pi + R
+            for p in prange(nparts, schedule='dynamic'):
+                s = part_ptr[p]
+                e = part_ptr[p + 1]
+                bnd_row[2 * p] = -1
+                bnd_row[2 * p + 1] = -1
+                if s >= e:
+                    continue
+                nz = perm[s] if use_perm else s
+                first_row = subs[nz, mode]
+                nz = perm[e - 1] if use_perm else e - 1
+                last_row = subs[nz, mode]
+                cur = first_row
+                for r in range(R):
+                    acc[r] = 0
+                for j in range(s, e):
+                    nz = perm[j] if use_perm else j
+                    row = subs[nz, mode]
+                    if row != cur:
+                        # flush the finished run of row `cur`
+                        if cur == first_row:
+                            dst = bnd + (2 * p) * R
+                            bnd_row[2 * p] = cur
+                        else:
+                            dst = &out[cur, 0]
+                        for r in range(R):
+                            dst[r] = acc[r]
+                            acc[r] = 0
+                        cur = row
+                    _krp_row(pi, &subs[nz, 0], fac, nmodes, mode, R)
+                    if phi:
+                        dot = 0
+                        for r in range(R):
+                            dot = dot + bptr[row * R + r] * pi[r]
+                        if dot < eps:
+                            dot = eps
+                        w = vals[nz] / dot
+                    else:
+                        w = vals[nz]
+                    for r in range(R):
+                        acc[r] += w * pi[r]
+                # the last run of the partition
+                if cur == first_row:
+                    dst = bnd + (2 * p) * R
+                    bnd_row[2 * p] = cur
+                else:
+                    dst = bnd + (2 * p + 1) * R
+                    bnd_row[2 * p + 1] = cur
+                for r in range(R):
+                    dst[r] = acc[r]
+            free(pi)
+        # merge the shared rows in partition order (deterministic)
+        with nogil:
+            for p in range(2 * nparts):
+                row = bnd_row[p]
+                if row >= 0:
+                    dst = &out[row, 0]
+                    for r in range(R):
+                        dst[r] += bnd[p * R + r]
+    finally:
+        free(fac)
+        free(bnd)
+        free(bnd_row)
+
+
+def kruskal_values(const int64_t[:, ::1] subs, const floating[::1] weights, list factors,
+                   floating[::1] out, int num_threads=1):
+    """out[j] = sum_r weights[r] * prod_k factors[k][subs[j, k], r]."""
+    cdef Py_ssize_t nnz = subs.shape[0]
+    cdef int nmodes = subs.shape[1]
+    cdef Py_ssize_t R = weights.shape[0]
+    cdef floating** fac = <floating**> malloc(nmodes * sizeof(floating*))
+    cdef floating dummy = 0
+    cdef Py_ssize_t j, r
+    cdef floating* pi
+    cdef floating s
+    if fac == NULL:
+        raise MemoryError()
+    try:
+        _fill_pointers(factors, fac, dummy)
+        if nnz == 0:
+            return
+        if R == 0:
+            out[:] = 0
+            return
+        with nogil, parallel(num_threads=num_threads):
+            pi = <floating*> malloc(R * sizeof(floating))
+            for j in prange(nnz, schedule='static'):
+                _krp_row(pi, &subs[j, 0], fac, nmodes, -1, R)
+                s = 0
+                for r in range(R):
+                    s = s + weights[r] * pi[r]
+                out[j] = s
+            free(pi)
+    finally:
+        free(fac)
+
+
+def stream_triad(double[::1] a, const double[::1] b, const double[::1] c, double scalar,
+                 int num_threads=1):
+    """a = b + scalar * c (STREAM triad), parallel."""
+    cdef Py_ssize_t n = a.shape[0], i
+    with nogil:
+        for i in prange(n, schedule='static', num_threads=num_threads):
+            a[i] = b[i] + scalar * c[i]

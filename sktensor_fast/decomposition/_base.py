@@ -1,0 +1,249 @@
+"""The scikit-learn skin shared by every CP estimator.
+
+Samples are mode-0 slices: a tensor of shape (I_0, I_1, ..., I_{N-1}) holds I_0 samples, each
+an (I_1 x ... x I_{N-1}) array, exactly as a 2-D matrix holds rows.  ``fit`` learns the Kruskal
+model; ``fit_transform`` returns the mode-0 loadings (factor times weights, n_samples x rank);
+``transform(X_new)`` fits the mode-0 loadings of new slices with the other factors held fixed;
+``score`` is the estimator's own goodness of fit on X after that refit (greater is better);
+``inverse_transform(W)`` returns the Kruskal model with loadings ``W``.
+
+Subclasses implement three methods:
+
+- ``_fit_model(backend, T, X, init, rng)`` -> dict(weights, factors, n_iter, loss_history, ...)
+- ``_solve_mode0(backend, T, X, factors)`` -> loadings (n_samples x rank), NumPy
+- ``_score_loadings(backend, T, X, W, factors)`` -> float
+"""
+import sys
+import time
+from abc import abstractmethod
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Integral, Interval, Real, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from ..backends import get_backend, parse_device
+from ..formats import FORMATS
+from ..kruskal import KruskalTensor
+from ..tensor import as_sparse_tensor
+from ._init import initialize_factors
+
+__all__ = ["BaseCP"]
+
+
+class _DeviceConstraint:
+    """Parameter constraint for ``device`` strings."""
+
+    hidden = False
+
+    def is_satisfied_by(self, val):
+        try:
+            parse_device(val)
+        except (TypeError, ValueError):
+            return False
+        return True
+
+    def __str__(self):
+        return "a device string: 'cpu', 'gpu', 'opencl' or 'opencl:P:D'"
+
+
+class _InitConstraint:
+    """``init``: 'random', 'nvecs', a KruskalTensor or a list of factor matrices."""
+
+    hidden = False
+
+    def __init__(self, strings):
+        self.strings = strings
+
+    def is_satisfied_by(self, val):
+        if isinstance(val, str):
+            return val in self.strings
+        return isinstance(val, (KruskalTensor, list, tuple))
+
+    def __str__(self):
+        return (f"a str among {sorted(self.strings)}, a KruskalTensor or a list of factor "
+                f"matrices")
+
+
+class BaseCP(TransformerMixin, BaseEstimator):
+    """Base class of the CP estimators (not for direct use)."""
+
+    _init_strings = {"random", "nvecs"}
+
+    _parameter_constraints = {
+        "rank": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "random_state": ["random_state"],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "device": [_DeviceConstraint()],
+        "format": [StrOptions(set(FORMATS))],
+        "verbose": ["verbose"],
+    }
+
+    # ------------------------------------------------------------------ hooks
+    @abstractmethod
+    def _fit_model(self, backend, T, X, init, rng):
+        """Run the algorithm from ``init`` (a list of NumPy factors); return a result dict."""
+
+    @abstractmethod
+    def _solve_mode0(self, backend, T, X, factors):
+        """Mode-0 loadings of the slices of ``X`` with ``factors[1:]`` fixed (NumPy array)."""
+
+    @abstractmethod
+    def _score_loadings(self, backend, T, X, W, factors):
+        """Goodness of fit of ``X`` given loadings ``W`` and ``factors[1:]`` (greater is better)."""
+
+    def _check_data(self, X):
+        """Estimator-specific checks of validated data (e.g. counts for Poisson)."""
+        return X
+
+    def _result_key(self, result):
+        """Larger is better: used to keep the best of ``n_init`` runs."""
+        return result["score"]
+
+    def _init_options(self):
+        return self._init_strings
+
+    # ------------------------------------------------------------------ input handling
+    def _validate_input(self, X, reset):
+        name = type(self).__name__
+        X = as_sparse_tensor(X)
+        if X.ndim < 2:
+            raise ValueError(f"{name} needs a tensor with at least 2 modes, got {X.ndim}")
+        if reset:
+            if X.nnz == 0:
+                raise ValueError(f"{name} cannot fit an empty tensor (nnz = 0): every entry "
+                                 f"is zero")
+            self.tensor_shape_ = tuple(X.shape)
+            self.n_features_in_ = int(np.prod(X.shape[1:], dtype=np.int64))
+        else:
+            fitted = self.tensor_shape_
+            if X.ndim != len(fitted) or tuple(X.shape[1:]) != tuple(fitted[1:]):
+                if X.ndim == 2 and len(fitted) == 2:
+                    raise ValueError(f"X has {X.shape[1]} features, but {name} is expecting "
+                                     f"{fitted[1]} features as input.")
+                raise ValueError(
+                    f"X has shape {X.shape}; modes 1 and up must match the fitted tensor, "
+                    f"which had shape {fitted} (so X must be (n_samples, "
+                    f"{', '.join(str(s) for s in fitted[1:])})), but {name} got "
+                    f"{X.shape[1:]} in those modes")
+        return self._check_data(X)
+
+    def _backend(self):
+        return get_backend(self.device)
+
+    def _log(self, msg):
+        if self.verbose:
+            print(f"[{type(self).__name__}] {msg}", file=sys.stderr, flush=True)
+
+    # ------------------------------------------------------------------ public API
+    def fit(self, X, y=None):
+        """Fit the CP model to the tensor ``X``.
+
+        Parameters
+        ----------
+        X : SparseTensor, ndarray (2 or more modes), sparse.COO, scipy.sparse matrix
+            The data; samples are mode-0 slices.
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        X = self._validate_input(X, reset=True)
+        self._fit_impl(X)
+        return self
+
+    def _fit_impl(self, X):
+        backend = self._backend()
+        t0 = time.perf_counter()
+        T = backend.prepare(X, self.format)
+        self._log(f"tensor {X.shape}, nnz={X.nnz}, prepared for {backend.name} "
+                  f"({type(T).__name__}) in {time.perf_counter() - t0:.3f}s")
+        rng = check_random_state(self.random_state)
+        best = None
+        init_param = self.init
+        for trial in range(self.n_init):
+            factors0 = initialize_factors(init_param, X, self.rank, rng, self._init_options(),
+                                          dtype=X.dtype)
+            t1 = time.perf_counter()
+            result = self._fit_model(backend, T, X, factors0, rng)
+            result["time"] = time.perf_counter() - t1
+            if self.n_init > 1:
+                self._log(f"init {trial + 1}/{self.n_init}: score {self._result_key(result):.6g}")
+            if best is None or self._result_key(result) > self._result_key(best):
+                best = result
+            if not isinstance(init_param, str):
+                break  # a given start gives the same result every time
+        self.weights_ = np.asarray(best["weights"], dtype=np.float64)
+        self.factors_ = [np.asarray(f) for f in best["factors"]]
+        self.n_iter_ = int(best["n_iter"])
+        self.loss_history_ = np.asarray(best["loss_history"], dtype=np.float64)
+        for key, val in best.get("attributes", {}).items():
+            setattr(self, key, val)
+        return best
+
+    @property
+    def model_(self):
+        """The fitted model as a :class:`KruskalTensor`."""
+        check_is_fitted(self, "factors_")
+        return KruskalTensor(self.weights_, self.factors_)
+
+    def fit_transform(self, X, y=None):
+        """Fit the model and return the mode-0 loadings (factor times weights).
+
+        Returns
+        -------
+        W : ndarray of shape (n_samples, rank)
+        """
+        self.fit(X, y)
+        return np.asarray(self.factors_[0] * self.weights_[None, :])
+
+    def transform(self, X):
+        """Mode-0 loadings of the slices of ``X`` with the other factors held fixed.
+
+        Parameters
+        ----------
+        X : tensor of shape (n_samples, I_1, ..., I_{N-1})
+            Modes 1 and up must match the fitted tensor.
+
+        Returns
+        -------
+        W : ndarray of shape (n_samples, rank)
+        """
+        check_is_fitted(self, "factors_")
+        X = self._validate_input(X, reset=False)
+        backend = self._backend()
+        T = backend.prepare(X, self.format)
+        return self._solve_mode0(backend, T, X, self.factors_)
+
+    def score(self, X, y=None):
+        """Goodness of fit of ``X`` after refitting its mode-0 loadings (greater is better)."""
+        check_is_fitted(self, "factors_")
+        X = self._validate_input(X, reset=False)
+        backend = self._backend()
+        T = backend.prepare(X, self.format)
+        W = self._solve_mode0(backend, T, X, self.factors_)
+        return float(self._score_loadings(backend, T, X, W, self.factors_))
+
+    def inverse_transform(self, W):
+        """The Kruskal model whose mode-0 loadings are ``W`` (other factors fitted)."""
+        check_is_fitted(self, "factors_")
+        W = np.asarray(W, dtype=np.float64)
+        if W.ndim != 2 or W.shape[1] != self.rank_:
+            raise ValueError(f"W must have shape (n_samples, {self.rank_}), got {W.shape}")
+        return KruskalTensor(np.ones(self.rank_), [W] + [f.copy() for f in self.factors_[1:]])
+
+    @property
+    def rank_(self):
+        return self.factors_[0].shape[1]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.input_tags.two_d_array = True
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags

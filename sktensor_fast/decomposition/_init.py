@@ -1,0 +1,86 @@
+"""Initial guesses for the CP algorithms."""
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import eigsh
+
+from ..kruskal import KruskalTensor
+
+__all__ = ["initialize_factors", "nvecs"]
+
+
+def nvecs(X, mode, rank, rng):
+    """Leading ``rank`` left singular vectors of the mode-``mode`` unfolding of ``X``.
+
+    Computed as eigenvectors of X_(n) X_(n)ᵀ built sparse (the unfolding's columns are the
+    distinct coordinate tuples of the other modes, so nothing of the size of the dense tensor
+    is formed).  When ``rank`` >= the mode length the missing columns are random.
+    """
+    n_rows = X.shape[mode]
+    other = [k for k in range(X.ndim) if k != mode]
+    if other:
+        _, cols = np.unique(X.subs[:, other], axis=0, return_inverse=True)
+        cols = cols.reshape(-1)
+        ncols = int(cols.max()) + 1 if cols.size else 1
+    else:
+        cols = np.zeros(X.nnz, dtype=np.int64)
+        ncols = 1
+    M = sp.csr_matrix((X.vals.astype(np.float64), (X.subs[:, mode], cols)),
+                      shape=(n_rows, ncols))
+    G = (M @ M.T).toarray() if n_rows <= 4000 else (M @ M.T)
+    k = min(rank, n_rows)
+    if sp.issparse(G) and k < n_rows - 1:
+        w, V = eigsh(G, k=k, which="LA", v0=rng.uniform(size=n_rows))
+    else:
+        G = G.toarray() if sp.issparse(G) else G
+        w, V = np.linalg.eigh(G)
+    order = np.argsort(w)[::-1][:k]
+    V = V[:, order]
+    # sign convention: largest-magnitude entry of each column positive
+    signs = np.sign(V[np.argmax(np.abs(V), axis=0), np.arange(V.shape[1])])
+    signs[signs == 0] = 1
+    V = V * signs
+    if k < rank:
+        V = np.hstack([V, rng.uniform(size=(n_rows, rank - k))])
+    return np.ascontiguousarray(V)
+
+
+def initialize_factors(init, X, rank, rng, allowed=("random", "nvecs"), dtype=np.float64):
+    """Factor matrices to start from, as a list of C-contiguous arrays.
+
+    ``init`` is ``"random"`` (uniform on [0, 1), as the Tensor Toolbox does), ``"nvecs"``, a
+    :class:`KruskalTensor` (its weights are absorbed into the first factor) or a list of factor
+    matrices, which must match the tensor's shape and the rank.
+    """
+    if isinstance(init, str):
+        if init not in allowed:
+            raise ValueError(f"init must be one of {sorted(allowed)}, a KruskalTensor or a list "
+                             f"of factor matrices; got {init!r}")
+        if init == "random":
+            return [np.ascontiguousarray(rng.uniform(size=(s, rank)), dtype=dtype)
+                    for s in X.shape]
+        if init == "nvecs":
+            return [np.ascontiguousarray(nvecs(X, n, rank, rng), dtype=dtype)
+                    for n in range(X.ndim)]
+        raise ValueError(f"unsupported init {init!r}")  # pragma: no cover
+    if isinstance(init, KruskalTensor):
+        factors = [np.array(f, dtype=np.float64) for f in init.factors]
+        factors[0] = factors[0] * np.asarray(init.weights, dtype=np.float64)[None, :]
+    elif isinstance(init, (list, tuple)):
+        try:
+            factors = [np.array(f, dtype=np.float64) for f in init]
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"init factor matrices must be numeric arrays: {exc}") from exc
+    else:
+        raise TypeError(f"init must be a string, a KruskalTensor or a list of factor matrices, "
+                        f"got {type(init).__name__}")
+    if len(factors) != X.ndim:
+        raise ValueError(f"init has {len(factors)} factor matrices but the tensor has "
+                         f"{X.ndim} modes")
+    for n, f in enumerate(factors):
+        if f.shape != (X.shape[n], rank):
+            raise ValueError(f"init factor {n} has shape {f.shape}, expected "
+                             f"({X.shape[n]}, {rank}) for a tensor of shape {X.shape} and rank "
+                             f"{rank}")
+        if not np.all(np.isfinite(f)):
+            raise ValueError(f"init factor {n} holds NaN or infinite values")
+    return [np.ascontiguousarray(f, dtype=dtype) for f in factors]

@@ -1,0 +1,209 @@
+"""CP decomposition by alternating least squares (CP-ALS)."""
+import time
+
+import numpy as np
+from sklearn.utils._param_validation import Interval, Real
+
+from ._base import BaseCP, _InitConstraint
+
+__all__ = ["CPALS"]
+
+
+def _hadamard_except(grams, skip):
+    R = grams[0].shape[0]
+    Y = np.ones((R, R))
+    for k, G in enumerate(grams):
+        if k != skip:
+            Y = Y * G
+    return Y
+
+
+def _inverse_gram(Y):
+    """Y⁻¹ for the symmetric positive semidefinite R x R matrix Y (pseudo-inverse if singular)."""
+    R = Y.shape[0]
+    if not np.all(np.isfinite(Y)):
+        raise FloatingPointError("the Gram matrix holds NaN or infinite values; the iteration "
+                                 "diverged")
+    try:
+        inv = np.linalg.solve(Y, np.eye(R))
+        if np.all(np.isfinite(inv)) and np.linalg.cond(Y) < 1e12:
+            return inv
+    except np.linalg.LinAlgError:
+        pass
+    return np.linalg.pinv(Y, hermitian=True)
+
+
+class CPALS(BaseCP):
+    """CP decomposition by alternating least squares.
+
+    Fits ``X ≈ Σ_r λ_r a⁽⁰⁾_r ∘ a⁽¹⁾_r ∘ … ∘ a⁽ᴺ⁻¹⁾_r`` minimising the sum of squared errors over
+    all entries (zeros included), with the sparse MTTKRP as the only pass over the data.  The
+    fit ``1 − ‖X − M‖ / ‖X‖`` is computed without forming the dense tensor, from
+    ``‖X‖² − 2⟨X, M⟩ + ‖M‖²``.
+
+    Parameters
+    ----------
+    rank : int, default=2
+        Number of components R.
+    max_iter : int, default=100
+        Maximum number of outer iterations (one update of every factor).
+    tol : float, default=1e-4
+        Stop when the change in fit between two iterations is below ``tol`` (Tensor Toolbox
+        semantics).
+    init : {"random", "nvecs"}, KruskalTensor or list of ndarray, default="random"
+        Initial guess: uniform random factors, leading singular vectors of each unfolding, or a
+        given model.
+    random_state : int, RandomState instance or None
+        Seed for the random initialisation.
+    n_init : int, default=1
+        Number of random starts; the model with the best fit is kept.
+    device : str, default="cpu"
+        ``"cpu"`` (Cython/OpenMP) or an OpenCL device (``"gpu"``, ``"opencl"``,
+        ``"opencl:P:D"``).
+    format : {"auto", "coo"}, default="auto"
+        Storage format of the tensor for the kernels.
+    verbose : int, default=0
+        Print progress (iteration, fit, change, time) to stderr.
+
+    Attributes
+    ----------
+    weights_ : ndarray of shape (rank,)
+        Component weights λ (columns of the factors have unit 2-norm), in decreasing order.
+    factors_ : list of ndarray
+        Factor matrices, ``factors_[n]`` of shape (I_n, rank).
+    fit_ : float
+        ``1 − ‖X − M‖ / ‖X‖`` at the end of the fit.
+    n_iter_ : int
+        Iterations run.
+    loss_history_ : ndarray
+        Fit after every iteration.
+    n_features_in_ : int
+        Number of entries of a mode-0 slice (I_1 ⋯ I_{N-1}).
+    tensor_shape_ : tuple
+        Shape of the fitted tensor.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sktensor_fast import CPALS, KruskalTensor
+    >>> rng = np.random.default_rng(0)
+    >>> truth = KruskalTensor(None, [rng.random((10, 3)), rng.random((8, 3)), rng.random((6, 3))])
+    >>> model = CPALS(rank=3, tol=1e-10, max_iter=500, random_state=0).fit(truth.full())
+    >>> round(model.fit_, 4)
+    1.0
+    >>> model.transform(truth.full()[:2]).shape
+    (2, 3)
+    """
+
+    _parameter_constraints = {
+        **BaseCP._parameter_constraints,
+        "init": [_InitConstraint({"random", "nvecs"})],
+    }
+
+    def __init__(self, rank=2, *, max_iter=100, tol=1e-4, init="random", random_state=None,
+                 n_init=1, device="cpu", format="auto", verbose=0):
+        self.rank = rank
+        self.max_iter = max_iter
+        self.tol = tol
+        self.init = init
+        self.random_state = random_state
+        self.n_init = n_init
+        self.device = device
+        self.format = format
+        self.verbose = verbose
+
+    def _fit_model(self, backend, T, X, init, rng):
+        N = X.ndim
+        U = [backend.asarray(f) for f in init]
+        grams = [backend.gram(u) for u in U]
+        norm_x2 = backend.tensor_norm_sq(T)
+        norm_x = np.sqrt(norm_x2)
+        fit = 0.0
+        history = []
+        weights = np.ones(self.rank)
+        t0 = time.perf_counter()
+        n_iter = 0
+        for it in range(self.max_iter):
+            fit_old = fit
+            for n in range(N):
+                M = backend.mttkrp(T, U, n)
+                Y = _hadamard_except(grams, n)
+                Unew = backend.matmul_small(M, _inverse_gram(Y))
+                if it == 0:
+                    weights = backend.column_norms(Unew, 2)
+                else:
+                    weights = np.maximum(backend.column_norms(Unew, np.inf), 1.0)
+                scale = np.where(weights > 0, 1.0 / np.where(weights > 0, weights, 1), 1.0)
+                backend.scale_columns(Unew, scale)
+                U[n] = Unew
+                grams[n] = backend.gram(Unew)
+            # ⟨X, M⟩ from the last MTTKRP; ‖M‖² from the Gram matrices
+            iprod = float(np.dot(backend.inner(U[N - 1], M), weights))
+            norm_m2 = float(weights @ _hadamard_except(grams, -1) @ weights)
+            residual = np.sqrt(abs(norm_x2 + norm_m2 - 2.0 * iprod))
+            fit = 1.0 - residual / norm_x
+            history.append(fit)
+            n_iter = it + 1
+            if not np.isfinite(fit):
+                raise FloatingPointError(
+                    f"CPALS diverged at iteration {n_iter} (fit is {fit}); try a smaller rank or "
+                    "init='nvecs'")
+            change = abs(fit_old - fit)
+            if self.verbose and (self.verbose > 1 or it % 10 == 0):
+                self._log(f"iter {n_iter:4d}  fit {fit:.8f}  change {change:.2e}  "
+                          f"{time.perf_counter() - t0:.2f}s")
+            if it > 0 and change < self.tol:
+                break
+        self._log(f"done: {n_iter} iterations, fit {fit:.8f}, {time.perf_counter() - t0:.2f}s")
+        host = [np.asarray(backend.to_numpy(u), dtype=np.float64) for u in U]
+        weights, host = _arrange(weights, host)
+        return {"weights": weights, "factors": host, "n_iter": n_iter, "loss_history": history,
+                "score": fit, "attributes": {"fit_": float(fit)}}
+
+    def _solve_mode0(self, backend, T, X, factors):
+        U = [backend.asarray(np.empty((X.shape[0], self.rank_), dtype=X.dtype))]
+        U += [backend.asarray(f, dtype=X.dtype) for f in factors[1:]]
+        grams = [np.ones((self.rank_, self.rank_))] + [backend.gram(u) for u in U[1:]]
+        M = backend.mttkrp(T, U, 0)
+        W = backend.matmul_small(M, _inverse_gram(_hadamard_except(grams, 0)))
+        return np.asarray(backend.to_numpy(W), dtype=np.float64)
+
+    def _score_loadings(self, backend, T, X, W, factors):
+        R = W.shape[1]
+        U = [backend.asarray(W, dtype=X.dtype)]
+        U += [backend.asarray(f, dtype=X.dtype) for f in factors[1:]]
+        grams = [backend.gram(u) for u in U]
+        M = backend.mttkrp(T, U, 0)
+        iprod = float(np.sum(backend.inner(U[0], M)))
+        norm_m2 = float(np.ones(R) @ _hadamard_except(grams, -1) @ np.ones(R))
+        norm_x2 = backend.tensor_norm_sq(T)
+        residual = np.sqrt(abs(norm_x2 + norm_m2 - 2.0 * iprod))
+        if norm_x2 == 0:
+            return 1.0 if residual == 0 else -float(residual)
+        return 1.0 - residual / np.sqrt(norm_x2)
+
+
+def _arrange(weights, factors):
+    """Unit 2-norm columns, weights absorbed and sorted in decreasing order, signs fixed."""
+    weights = np.asarray(weights, dtype=np.float64).copy()
+    factors = [f.copy() for f in factors]
+    for f in factors:
+        norms = np.linalg.norm(f, axis=0)
+        safe = np.where(norms > 0, norms, 1.0)
+        f /= safe[None, :]
+        weights *= norms
+    # sign convention: in every mode but the last, the entry of largest magnitude is positive
+    for f in factors[:-1]:
+        if f.shape[0] == 0:
+            continue
+        idx = np.argmax(np.abs(f), axis=0)
+        s = np.sign(f[idx, np.arange(f.shape[1])])
+        s[s == 0] = 1
+        f *= s[None, :]
+        factors[-1] *= s[None, :]
+    neg = weights < 0
+    if neg.any():
+        weights[neg] *= -1
+        factors[-1][:, neg] *= -1
+    order = np.argsort(-weights, kind="stable")
+    return weights[order], [np.ascontiguousarray(f[:, order]) for f in factors]

@@ -1,0 +1,48 @@
+"""Plain NumPy references and random test tensors shared by the kernel tests."""
+import numpy as np
+
+from sktensor_fast.tensor import SparseTensor
+
+
+def random_sparse(shape, nnz, rng, skew=1.5, dtype=np.float64, counts=False):
+    """A random sparse tensor with Zipf-skewed, repeated coordinates (duplicates get summed)."""
+    cols = []
+    for s in shape:
+        if skew and s > 1:
+            p = 1.0 / np.arange(1, s + 1) ** skew
+            p /= p.sum()
+            idx = rng.choice(s, size=nnz, p=p)
+            idx = rng.permutation(s)[idx]  # the heavy rows are not always the first ones
+        else:
+            idx = rng.integers(0, s, size=nnz)
+        cols.append(idx)
+    subs = np.stack(cols, axis=1)
+    if counts:
+        vals = rng.poisson(2.0, size=nnz).astype(dtype) + 1
+    else:
+        vals = rng.standard_normal(nnz).astype(dtype)
+    return SparseTensor(subs, vals, shape, dtype=dtype)
+
+
+def mttkrp_ref(X, factors, mode):
+    R = factors[0].shape[1]
+    out = np.zeros((X.shape[mode], R))
+    krp = np.repeat(X.vals.astype(np.float64)[:, None], R, axis=1)
+    for k, f in enumerate(factors):
+        if k != mode:
+            krp = krp * f[X.subs[:, k]]
+    np.add.at(out, X.subs[:, mode], krp)
+    return out
+
+
+def phi_ref(X, factors, mode, B, eps):
+    R = factors[0].shape[1]
+    pi = np.ones((X.nnz, R))
+    for k, f in enumerate(factors):
+        if k != mode:
+            pi = pi * f[X.subs[:, k]]
+    denom = np.maximum(np.sum(B[X.subs[:, mode]] * pi, axis=1), eps)
+    w = X.vals / denom
+    out = np.zeros((X.shape[mode], R))
+    np.add.at(out, X.subs[:, mode], w[:, None] * pi)
+    return out

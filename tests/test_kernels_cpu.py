@@ -1,0 +1,111 @@
+"""CPU kernels against plain NumPy references."""
+import numpy as np
+import pytest
+
+from sktensor_fast.backends import get_backend
+from sktensor_fast.backends.cpu import num_threads
+from sktensor_fast.formats import CooFormat, partition_pointers
+
+from _reference import mttkrp_ref, phi_ref, random_sparse
+
+SHAPES = [(40, 7), (30, 20, 10), (12, 5, 9, 7), (6, 5, 4, 3, 5)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("rank", [1, 3, 16, 64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mttkrp_matches_numpy(shape, rank, threads):
+    rng = np.random.default_rng(hash((shape, rank)) % 2**32)
+    X = random_sparse(shape, 3000, rng)
+    T = CooFormat(X)
+    factors = [rng.standard_normal((s, rank)) for s in shape]
+    be = get_backend("cpu")
+    with num_threads(threads):
+        for mode in range(len(shape)):
+            got = be.mttkrp(T, factors, mode)
+            np.testing.assert_allclose(got, mttkrp_ref(X, factors, mode), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mttkrp_float32(threads):
+    rng = np.random.default_rng(1)
+    X = random_sparse((50, 40, 30), 5000, rng, dtype=np.float32)
+    assert X.dtype == np.float32
+    T = CooFormat(X)
+    factors = [rng.standard_normal((s, 8)).astype(np.float32) for s in X.shape]
+    be = get_backend("cpu")
+    with num_threads(threads):
+        for mode in range(3):
+            got = be.mttkrp(T, factors, mode)
+            assert got.dtype == np.float32
+            ref = mttkrp_ref(X, [f.astype(np.float64) for f in factors], mode)
+            np.testing.assert_allclose(got, ref, rtol=2e-4, atol=2e-4 * np.abs(ref).max())
+
+
+def test_mttkrp_many_partitions_and_heavy_rows():
+    """More nonzeros than one partition holds; a single row carries most of them."""
+    rng = np.random.default_rng(2)
+    n = 60000
+    subs = np.stack([np.where(rng.random(n) < 0.7, 3, rng.integers(0, 50, n)),
+                     rng.integers(0, 40, n), rng.integers(0, 30, n)], axis=1)
+    from sktensor_fast import SparseTensor
+    X = SparseTensor(subs, rng.random(n), (50, 40, 30))
+    T = CooFormat(X)
+    assert len(T.part_ptr) > 3
+    factors = [rng.random((s, 5)) for s in X.shape]
+    be = get_backend("cpu")
+    for threads in (1, 2):
+        with num_threads(threads):
+            for mode in range(3):
+                np.testing.assert_allclose(be.mttkrp(T, factors, mode),
+                                           mttkrp_ref(X, factors, mode), rtol=1e-11)
+
+
+def test_results_identical_across_thread_counts():
+    rng = np.random.default_rng(3)
+    X = random_sparse((300, 200, 100), 50000, rng)
+    T = CooFormat(X)
+    factors = [rng.random((s, 10)) for s in X.shape]
+    be = get_backend("cpu")
+    outs = []
+    for threads in (1, 2):
+        with num_threads(threads):
+            outs.append([be.mttkrp(T, factors, m) for m in range(3)])
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("rank", [1, 4, 33])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_phi_matches_numpy(shape, rank, threads):
+    rng = np.random.default_rng(7 + rank)
+    X = random_sparse(shape, 2500, rng, counts=True)
+    T = CooFormat(X)
+    factors = [rng.random((s, rank)) for s in shape]
+    be = get_backend("cpu")
+    with num_threads(threads):
+        for mode in range(len(shape)):
+            B = rng.random((shape[mode], rank))
+            B[0] = 0.0  # forces the eps floor for the nonzeros of row 0
+            got = be.phi(T, factors, mode, B, 1e-10)
+            np.testing.assert_allclose(got, phi_ref(X, factors, mode, B, 1e-10), rtol=1e-11)
+
+
+def test_model_values():
+    rng = np.random.default_rng(4)
+    X = random_sparse((20, 10, 8), 500, rng)
+    T = CooFormat(X)
+    factors = [rng.random((s, 3)) for s in X.shape]
+    w = rng.random(3)
+    got = get_backend("cpu").model_values(T, w, factors)
+    ref = np.einsum("r,nr,nr,nr->n", w, *(f[X.subs[:, k]] for k, f in enumerate(factors)))
+    np.testing.assert_allclose(got, ref, rtol=1e-13)
+
+
+def test_partition_pointers():
+    assert partition_pointers(0).tolist() == [0]
+    p = partition_pointers(10)
+    assert p[0] == 0 and p[-1] == 10
+    p = partition_pointers(10**7)
+    assert p[-1] == 10**7 and np.all(np.diff(p) > 0) and len(p) - 1 <= 4096
