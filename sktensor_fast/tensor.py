@@ -111,7 +111,7 @@ class SparseTensor:
             if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
                 raise TypeError(f"dtype must be float32 or float64, got {dtype}")
         if vals.dtype.kind == "c":
-            raise TypeError("complex values are not supported")
+            raise ValueError("Complex data not supported: the values are complex")
         if vals.dtype.kind not in "iufb":
             try:
                 vals = vals.astype(np.float64)
@@ -160,7 +160,7 @@ class SparseTensor:
         """Build from a dense ndarray (any number of modes >= 1)."""
         array = np.asarray(array)
         if array.dtype.kind == "c":
-            raise TypeError("complex values are not supported")
+            raise ValueError("Complex data not supported: the values are complex")
         if array.dtype.kind not in "iufb":
             try:
                 array = array.astype(np.float64)
@@ -398,7 +398,7 @@ def as_sparse_tensor(X, *, allow_nd=True, dtype=None, name="X"):
         import scipy.sparse as sp
         if sp.issparse(X):
             if X.dtype.kind == "c":
-                raise TypeError("complex values are not supported")
+                raise ValueError("Complex data not supported: the values are complex")
             return SparseTensor.from_scipy(X, dtype=dtype)
     except ImportError:  # pragma: no cover
         pass
@@ -425,16 +425,21 @@ def as_sparse_tensor(X, *, allow_nd=True, dtype=None, name="X"):
         try:
             arr = arr.astype(np.float64)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name} must hold numbers: argument must be a string or a real "
-                             f"number ({exc})") from exc
+            raise TypeError(f"{name} must hold numbers: {exc}") from exc
     if arr.dtype.kind in "USV":
         raise ValueError(f"{name} must hold numbers, got dtype {arr.dtype}")
     if arr.dtype.kind == "c":
-        raise ValueError(f"{name} holds complex values, which are not supported")
+        raise ValueError(f"Complex data not supported: {name} holds complex values")
     if arr.ndim < 2:
         raise ValueError(f"Expected a tensor with at least 2 modes (a 2D array or more), got a "
                          f"{arr.ndim}-d array of shape {arr.shape}. Reshape your data, e.g. "
                          f"array.reshape(-1, 1) if it is a single feature.")
+    if arr.shape[0] == 0:
+        raise ValueError(f"Found array with 0 sample(s) (shape={arr.shape}) while a minimum of 1 "
+                         f"is required: mode 0 of {name} is empty")
+    if 0 in arr.shape:
+        raise ValueError(f"Found array with 0 feature(s) (shape={arr.shape}) while a minimum of 1 "
+                         f"is required: mode {arr.shape.index(0)} of {name} is empty")
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or infinity")
     if dtype is None and arr.dtype != np.float32:

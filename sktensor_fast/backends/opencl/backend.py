@@ -1,0 +1,355 @@
+"""The OpenCL backend: the same primitives as the CPU backend, run by PyOpenCL kernels.
+
+The tensor is uploaded once by :meth:`OpenCLBackend.prepare`: for every mode one copy of the
+nonzeros sorted by that mode's coordinate (row-major int32 coordinates and the values), so the
+kernels read the nonzeros of a mode contiguously and reduce runs of equal output rows in
+registers.  Factor matrices live on the device as ``pyopencl.array.Array``; only R x R matrices,
+length-R vectors and scalars cross to the host during a fit.
+"""
+import os
+
+import numpy as np
+
+from ..base import Backend
+
+__all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError"]
+
+_KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+
+INSTALL_HINT = (
+    "Install a GPU driver with OpenCL support (NVIDIA, AMD ROCm, Intel compute runtime) or, to run "
+    "on the CPU, PoCL: `pip install pocl-binary-distribution`. `sktensor_fast.list_devices()` "
+    "shows what PyOpenCL sees.")
+
+
+class NoDeviceError(RuntimeError):
+    """No OpenCL device matches the requested ``device`` string."""
+
+
+def _import_cl():
+    try:
+        import pyopencl as cl
+        import pyopencl.array  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            "device='gpu'/'opencl' needs PyOpenCL: `pip install 'sktensor_fast[gpu]'` "
+            f"(or `pip install pyopencl`). {INSTALL_HINT}") from exc
+    return cl
+
+
+def _platform_summary(cl):
+    try:
+        plats = cl.get_platforms()
+    except Exception as exc:  # no ICD loader / no platform
+        return f"no OpenCL platform could be listed ({exc})"
+    if not plats:
+        return "no OpenCL platform is installed"
+    parts = []
+    for p, plat in enumerate(plats):
+        try:
+            devs = [f"{d}: {dev.name} [{cl.device_type.to_string(dev.type)}]"
+                    for d, dev in enumerate(plat.get_devices())]
+        except Exception:
+            devs = []
+        parts.append(f"platform {p} '{plat.name}': " + (", ".join(devs) or "no devices"))
+    return "; ".join(parts)
+
+
+def select_device(selector):
+    """Pick a ``pyopencl.Device`` for ``'gpu'``, ``'opencl'`` or a (platform, device) pair."""
+    cl = _import_cl()
+    try:
+        plats = cl.get_platforms()
+    except Exception:
+        plats = []
+    if isinstance(selector, tuple):
+        p, d = selector
+        if p >= len(plats):
+            raise NoDeviceError(f"OpenCL platform index {p} is out of range: "
+                                f"{_platform_summary(cl)}. {INSTALL_HINT}")
+        devs = plats[p].get_devices()
+        if d >= len(devs):
+            raise NoDeviceError(f"OpenCL device index {d} is out of range for platform {p} "
+                                f"'{plats[p].name}' ({len(devs)} device(s)): {_platform_summary(cl)}")
+        return devs[d]
+    want_gpu = selector == "gpu"
+    for plat in plats:
+        try:
+            devs = plat.get_devices(device_type=cl.device_type.GPU if want_gpu
+                                    else cl.device_type.ALL)
+        except Exception:
+            continue
+        if devs:
+            return devs[0]
+    what = "GPU" if want_gpu else "device"
+    raise NoDeviceError(f"device={selector!r}: no OpenCL {what} found ({_platform_summary(cl)}). "
+                        f"{INSTALL_HINT}")
+
+
+class OpenCLTensor:
+    """A sparse tensor uploaded to an OpenCL device, one mode-sorted copy per mode."""
+
+    def __init__(self, backend, X):
+        import pyopencl.array as cla
+        self.shape = tuple(X.shape)
+        self.ndim = X.ndim
+        self.nnz = X.nnz
+        self.dtype = X.dtype
+        v64 = X.vals.astype(np.float64)
+        self.norm_sq = float(np.dot(v64, v64))
+        q = backend.queue
+        self.subs = []
+        self.vals = []
+        idx_dtype = backend.index_dtype(self.shape)
+        for n in range(self.ndim):
+            order = (np.arange(self.nnz) if n == 0
+                     else np.argsort(X.subs[:, n], kind="stable"))
+            self.subs.append(cla.to_device(q, np.ascontiguousarray(X.subs[order], dtype=idx_dtype)))
+            self.vals.append(cla.to_device(q, np.ascontiguousarray(X.vals[order])))
+        self.idx_dtype = idx_dtype
+
+    @property
+    def nbytes(self):
+        return sum(a.nbytes for a in self.subs) + sum(a.nbytes for a in self.vals)
+
+
+class OpenCLBackend(Backend):
+    """Kernels written in OpenCL C, run through PyOpenCL on any vendor's device."""
+
+    name = "opencl"
+
+    def __init__(self, selector="opencl"):
+        cl = _import_cl()
+        self.cl = cl
+        self.device = select_device(selector)
+        self.ctx = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.ctx)
+        self.fp64 = bool(self.device.double_fp_config)
+        self.is_gpu = bool(self.device.type & cl.device_type.GPU)
+        self.max_wg = int(self.device.max_work_group_size)
+        self._knls = {}
+        self._progs = {}
+        # nonzeros per work-item: short chunks on GPUs (many work-items), long on CPUs
+        self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 16 if self.is_gpu else 256))
+        self.name = f"opencl:{self.device.name.strip()}"
+
+    # ------------------------------------------------------------------ helpers
+    def _check_dtype(self, dtype):
+        dtype = np.dtype(dtype)
+        if dtype == np.float64 and not self.fp64:
+            raise ValueError(f"the OpenCL device '{self.device.name}' has no double precision "
+                             f"(fp64); convert the tensor to float32 "
+                             f"(X.astype(np.float32)) to run on it")
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise TypeError(f"OpenCL kernels support float32 and float64, got {dtype}")
+        return dtype
+
+    def index_dtype(self, shape):
+        if max(shape) >= 2 ** 31 - 1:
+            raise ValueError(f"a mode of length {max(shape)} exceeds the 32-bit coordinates of "
+                             f"the OpenCL kernels (at most {2 ** 31 - 2}); use device='cpu'")
+        return np.int32
+
+    def _header(self, dtype, nmodes=None, idx="int", extra=()):
+        lines = []
+        if np.dtype(dtype) == np.float64:
+            lines += ["#define USE_FP64 1", "#define VAL_T double"]
+        else:
+            lines += ["#define VAL_T float"]
+        lines.append(f"#define IDX_T {idx}")
+        if nmodes is not None:
+            lines.append(f"#define NMODES {nmodes}")
+            params = ", ".join(f"__global const VAL_T* F{k}" for k in range(nmodes))
+            names = ", ".join(f"F{k}" for k in range(nmodes))
+            lines.append(f"#define FACTOR_PARAMS {params}")
+            lines.append(f"#define FACTOR_ARRAY __global const VAL_T* F[NMODES] = {{{names}}};")
+        lines += list(extra)
+        return "\n".join(lines) + "\n"
+
+    def _source(self, name):
+        with open(os.path.join(_KERNEL_DIR, name)) as f:
+            return f.read()
+
+    def _kernel(self, dtype, nmodes, phi, name):
+        """Compiled kernel ``name`` of cp.cl (or dense.cl when ``nmodes`` is None), cached."""
+        key = (np.dtype(dtype).str, nmodes, phi, name)
+        knl = self._knls.get(key)
+        if knl is None:
+            if nmodes is None:
+                src = self._header(dtype) + self._source("dense.cl")
+            else:
+                src = self._header(dtype, nmodes, extra=["#define PHI 1"] if phi else ()) \
+                    + self._source("cp.cl")
+            pkey = (np.dtype(dtype).str, nmodes, phi)
+            prog = self._progs.get(pkey)
+            if prog is None:
+                prog = self.cl.Program(self.ctx, src).build()
+                self._progs[pkey] = prog
+            knl = self.cl.Kernel(prog, name)
+            self._knls[key] = knl
+        return knl
+
+    def _check_memory(self, X):
+        idx = 4
+        need = X.ndim * X.nnz * (X.ndim * idx + X.vals.itemsize)
+        total = int(self.device.global_mem_size)
+        max_alloc = int(self.device.max_mem_alloc_size)
+        per_copy = X.nnz * X.ndim * idx
+        if need > 0.9 * total or per_copy > max_alloc:
+            raise MemoryError(
+                f"the tensor needs {need / 2**30:.2f} GiB on the device ({X.ndim} mode-sorted "
+                f"copies of {X.nnz} nonzeros; one coordinate array is {per_copy / 2**30:.2f} GiB) "
+                f"but '{self.device.name}' has {total / 2**30:.2f} GiB with at most "
+                f"{max_alloc / 2**30:.2f} GiB per allocation")
+
+    # ------------------------------------------------------------------ data placement
+    def prepare(self, X, format="auto"):
+        from ...formats import FORMATS
+        if format not in FORMATS:
+            raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+        self._check_dtype(X.dtype)
+        self.index_dtype(X.shape)
+        self._check_memory(X)
+        try:
+            return OpenCLTensor(self, X)
+        except self.cl.MemoryError as exc:
+            raise MemoryError(f"out of device memory while uploading a tensor with {X.nnz} "
+                              f"nonzeros to '{self.device.name}': {exc}") from exc
+
+    def asarray(self, a, dtype=None):
+        import pyopencl.array as cla
+        if isinstance(a, cla.Array):
+            return a if dtype is None or a.dtype == dtype else a.astype(dtype)
+        arr = np.ascontiguousarray(a, dtype=dtype)
+        self._check_dtype(arr.dtype)
+        return cla.to_device(self.queue, arr)
+
+    def to_numpy(self, a):
+        import pyopencl.array as cla
+        if isinstance(a, cla.Array):
+            return a.get()
+        return np.asarray(a)
+
+    def zeros(self, shape, dtype):
+        import pyopencl.array as cla
+        return cla.zeros(self.queue, shape, dtype=self._check_dtype(dtype))
+
+    # ------------------------------------------------------------------ sparse kernels
+    def _launch_accumulate(self, T, factors, mode, B, eps, out):
+        facs = [self.asarray(f, dtype=T.dtype) for f in factors]
+        R = int(facs[0].shape[1])
+        I = T.shape[mode]
+        if out is None:
+            out = self.zeros((I, R), T.dtype)
+        else:
+            out.fill(0)
+        if T.nnz == 0 or R == 0:
+            return out
+        knl = self._kernel(T.dtype, T.ndim, B is not None, "accumulate")
+        RP = 1
+        while RP < R:
+            RP *= 2
+        RP = min(RP, self.max_wg)
+        if RP < R:
+            raise ValueError(f"rank {R} exceeds the device's work-group size {self.max_wg}")
+        LG = max(1, min(256, self.max_wg) // RP)
+        nchunks = -(-T.nnz // self.chunk)
+        ngroups = -(-nchunks // LG)
+        gsize = (RP, ngroups * LG)
+        lsize = (RP, LG)
+        dt = np.dtype(T.dtype).type
+        args = [np.int64(T.nnz), np.int32(R), np.int32(mode), np.int32(self.chunk),
+                T.subs[mode].data, T.vals[mode].data] + [f.data for f in facs]
+        if B is not None:
+            Bd = self.asarray(B, dtype=T.dtype)
+            args += [Bd.data, dt(eps), out.data,
+                     self.cl.LocalMemory(RP * LG * np.dtype(T.dtype).itemsize)]
+        else:
+            args += [out.data, dt(0), out.data]  # B unused: any buffer
+        knl(self.queue, gsize, lsize, *args)
+        return out
+
+    def mttkrp(self, T, factors, mode, out=None):
+        return self._launch_accumulate(T, factors, mode, None, 0.0, out)
+
+    def phi(self, T, factors, mode, B, eps, out=None):
+        return self._launch_accumulate(T, factors, mode, B, eps, out)
+
+    def model_values(self, T, weights, factors):
+        facs = [self.asarray(f, dtype=T.dtype) for f in factors]
+        w = self.asarray(np.asarray(weights), dtype=T.dtype)
+        out = self.zeros((T.nnz,), T.dtype)
+        if T.nnz:
+            knl = self._kernel(T.dtype, T.ndim, False, "kruskal_values")
+            knl(self.queue, (T.nnz,), None, np.int64(T.nnz),
+                                np.int32(w.shape[0]), T.subs[0].data, w.data,
+                                *[f.data for f in facs], out.data)
+        return out
+
+    # ------------------------------------------------------------------ small dense steps
+    def _blocks(self, I):
+        nblocks = int(min(max(1, I // 64), 256))
+        return nblocks, -(-I // nblocks)
+
+    def _finish(self, partial, nblocks, K, op, dtype):
+        out = self.zeros((K,), dtype)
+        self._kernel(dtype, None, False, "finish_partial")(self.queue, (K,), None, np.int32(nblocks), np.int32(K), np.int32(op),
+                            partial.data, out.data)
+        return out.get().astype(np.float64)
+
+    def _cross(self, A, C):
+        I, R = A.shape
+        nblocks, rpb = self._blocks(I)
+        partial = self.zeros((nblocks, R * R), A.dtype)
+        if I:
+            self._kernel(A.dtype, None, False, "cross_partial")(self.queue, (R * R, nblocks), None, np.int64(I), np.int32(R),
+                               np.int64(rpb), A.data, C.data, partial.data)
+        return self._finish(partial, nblocks, R * R, 0, A.dtype).reshape(R, R)
+
+    def gram(self, A):
+        return self._cross(A, A)
+
+    def _column(self, A, C, op):
+        I, R = A.shape
+        nblocks, rpb = self._blocks(I)
+        partial = self.zeros((nblocks, R), A.dtype)
+        if I:
+            self._kernel(A.dtype, None, False, "column_partial")(self.queue, (R, nblocks), None, np.int64(I), np.int32(R),
+                                np.int64(rpb), np.int32(op), A.data, C.data, partial.data)
+        return self._finish(partial, nblocks, R, op, A.dtype)
+
+    def column_norms(self, A, ord=2):
+        if ord == 2:
+            return np.sqrt(self._column(A, A, 0))
+        if ord == np.inf:
+            return self._column(A, A, 1)
+        raise ValueError(f"unsupported norm order {ord!r} (2 or inf)")
+
+    def inner(self, A, B):
+        return self._column(A, B, 0)
+
+    def matmul_small(self, A, M):
+        I, R = A.shape
+        M = np.ascontiguousarray(M, dtype=A.dtype)
+        Q = M.shape[1]
+        out = self.zeros((I, Q), A.dtype)
+        if I:
+            Md = self.asarray(M)
+            self._kernel(A.dtype, None, False, "matmul_small")(
+                self.queue, (Q, I), None, np.int64(I), np.int32(R), np.int32(Q), A.data, Md.data,
+                out.data)
+        return out
+
+    def scale_columns(self, A, s):
+        I, R = A.shape
+        if I:
+            sd = self.asarray(np.asarray(s), dtype=A.dtype)
+            self._kernel(A.dtype, None, False, "scale_columns")(
+                self.queue, (R, I), None, np.int64(I), np.int32(R), A.data, sd.data)
+        return A
+
+    def info(self):
+        d = self.device
+        return {"name": self.name, "device": d.name.strip(), "platform": d.platform.name.strip(),
+                "fp64": self.fp64, "gpu": self.is_gpu, "chunk": self.chunk}
+

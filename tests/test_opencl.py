@@ -1,0 +1,137 @@
+"""OpenCL backend (run on PoCL in CI) against the NumPy references and the CPU backend."""
+import numpy as np
+import pytest
+
+from sktensor_fast import CPALS
+from sktensor_fast.backends import get_backend, list_devices, parse_device
+
+from _reference import mttkrp_ref, phi_ref, random_sparse
+
+cl = pytest.importorskip("pyopencl")
+
+
+def _opencl_backend():
+    try:
+        return get_backend("opencl")
+    except Exception as exc:  # no platform at all
+        pytest.skip(f"no OpenCL device: {exc}")
+
+
+@pytest.fixture(scope="module")
+def be():
+    return _opencl_backend()
+
+
+@pytest.mark.parametrize("shape", [(40, 7), (30, 20, 10), (12, 5, 9, 7), (6, 5, 4, 3, 5)])
+@pytest.mark.parametrize("rank", [1, 5, 16, 33])
+def test_kernels_fp64(be, shape, rank):
+    rng = np.random.default_rng(rank + len(shape))
+    X = random_sparse(shape, 2000, rng, counts=True)
+    T = be.prepare(X)
+    f = [rng.random((s, rank)) for s in shape]
+    for m in range(len(shape)):
+        np.testing.assert_allclose(be.to_numpy(be.mttkrp(T, f, m)), mttkrp_ref(X, f, m),
+                                   rtol=1e-12)
+        B = rng.random((shape[m], rank))
+        B[0] = 0
+        np.testing.assert_allclose(be.to_numpy(be.phi(T, f, m, B, 1e-10)),
+                                   phi_ref(X, f, m, B, 1e-10), rtol=1e-11)
+    w = rng.random(rank)
+    ref = np.einsum("r,nr->n", w, np.prod([f[k][X.subs[:, k]] for k in range(len(shape))], 0))
+    np.testing.assert_allclose(be.to_numpy(be.model_values(T, w, f)), ref, rtol=1e-12)
+
+
+@pytest.mark.parametrize("rank", [3, 16])
+def test_kernels_fp32(be, rank):
+    rng = np.random.default_rng(0)
+    X = random_sparse((50, 30, 20), 4000, rng, dtype=np.float32, counts=True)
+    T = be.prepare(X)
+    f = [rng.random((s, rank)).astype(np.float32) for s in X.shape]
+    f64 = [a.astype(np.float64) for a in f]
+    for m in range(3):
+        got = be.to_numpy(be.mttkrp(T, f, m))
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, mttkrp_ref(X, f64, m), rtol=1e-4)
+        B = rng.random((X.shape[m], rank)).astype(np.float32)
+        np.testing.assert_allclose(be.to_numpy(be.phi(T, f, m, B, 1e-10)),
+                                   phi_ref(X, f64, m, B.astype(np.float64), 1e-10), rtol=1e-4)
+
+
+def test_heavy_row_spanning_many_chunks(be):
+    """One output row owns most nonzeros: the chunk-boundary atomics carry the sum."""
+    rng = np.random.default_rng(1)
+    from sktensor_fast import SparseTensor
+    n = 20000
+    subs = np.stack([np.where(rng.random(n) < 0.8, 2, rng.integers(0, 30, n)),
+                     rng.integers(0, 40, n), rng.integers(0, 50, n)], axis=1)
+    X = SparseTensor(subs, rng.random(n), (30, 40, 50))
+    T = be.prepare(X)
+    f = [rng.random((s, 8)) for s in X.shape]
+    for m in range(3):
+        np.testing.assert_allclose(be.to_numpy(be.mttkrp(T, f, m)), mttkrp_ref(X, f, m),
+                                   rtol=1e-11)
+
+
+def test_dense_steps(be):
+    rng = np.random.default_rng(2)
+    A = rng.standard_normal((300, 7))
+    C = rng.standard_normal((300, 7))
+    M = rng.standard_normal((7, 7))
+    Ad, Cd = be.asarray(A), be.asarray(C)
+    np.testing.assert_allclose(be.gram(Ad), A.T @ A, rtol=1e-12)
+    np.testing.assert_allclose(be.inner(Ad, Cd), np.sum(A * C, 0), rtol=1e-11)
+    np.testing.assert_allclose(be.column_norms(Ad, 2), np.linalg.norm(A, axis=0), rtol=1e-12)
+    np.testing.assert_allclose(be.column_norms(Ad, np.inf), np.abs(A).max(0))
+    np.testing.assert_allclose(be.to_numpy(be.matmul_small(Ad, M)), A @ M, rtol=1e-12)
+    s = rng.random(7)
+    np.testing.assert_allclose(be.to_numpy(be.scale_columns(Ad, s)), A * s, rtol=1e-15)
+
+
+def test_cpals_same_model_as_cpu():
+    _opencl_backend()
+    rng = np.random.default_rng(3)
+    X = random_sparse((40, 30, 20), 5000, rng)
+    init = [rng.random((s, 4)) for s in X.shape]
+    a = CPALS(rank=4, max_iter=15, tol=0, init=[f.copy() for f in init]).fit(X)
+    b = CPALS(rank=4, max_iter=15, tol=0, init=[f.copy() for f in init], device="opencl").fit(X)
+    assert b.fit_ == pytest.approx(a.fit_, rel=1e-9)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-9 * np.abs(fa).max())
+    np.testing.assert_allclose(b.transform(X[:5]), a.transform(X[:5]), rtol=1e-8, atol=1e-10)
+    assert b.score(X) == pytest.approx(a.score(X), rel=1e-9)
+
+
+def test_device_errors():
+    from sktensor_fast.backends.opencl import NoDeviceError
+    has_gpu = any("GPU" in d["type"] for d in list_devices())
+    if not has_gpu:
+        with pytest.raises(NoDeviceError, match="no OpenCL GPU found.*pocl"):
+            get_backend("gpu")
+    with pytest.raises(ValueError, match="unknown device"):
+        parse_device("cuda")
+    with pytest.raises(NoDeviceError, match="out of range"):
+        get_backend("opencl:99:0")
+    with pytest.raises(NoDeviceError, match="out of range"):
+        get_backend("opencl:0:99")
+    X = np.random.default_rng(0).random((5, 4, 3))
+    with pytest.raises(ValueError, match="device"):
+        CPALS(device="cuda").fit(X)
+
+
+def test_too_large_for_device_is_a_clear_error(be):
+    from sktensor_fast import SparseTensor
+    X = SparseTensor([[0, 0, 0]], [1.0], (2 ** 31, 2, 2))
+    with pytest.raises(ValueError, match="32-bit"):
+        be.prepare(X)
+
+
+def test_estimator_with_opencl_in_grid_search():
+    _opencl_backend()
+    from sklearn.base import clone
+    from sklearn.model_selection import GridSearchCV
+    rng = np.random.default_rng(4)
+    X = random_sparse((30, 12, 10), 1500, rng)
+    est = CPALS(device="opencl", max_iter=10, random_state=0)
+    assert clone(est).get_params()["device"] == "opencl"
+    gs = GridSearchCV(est, {"rank": [2, 3]}, cv=3).fit(X)
+    assert gs.best_params_["rank"] in (2, 3)
