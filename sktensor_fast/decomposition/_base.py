@@ -20,7 +20,7 @@ from abc import abstractmethod
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Integral, Interval, Real, StrOptions
+from sklearn.utils._param_validation import Integral, Interval, Options, Real, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ..backends import get_backend, parse_device
@@ -32,10 +32,11 @@ from ._init import initialize_factors
 __all__ = ["BaseCP"]
 
 
-class _DeviceConstraint:
-    """Parameter constraint for ``device`` strings."""
+class _DeviceConstraint(Options):
+    """Parameter constraint for ``device`` strings (validated by ``parse_device``)."""
 
-    hidden = False
+    def __init__(self):
+        super().__init__(str, {"cpu", "gpu", "opencl"})
 
     def is_satisfied_by(self, val):
         try:
@@ -48,13 +49,12 @@ class _DeviceConstraint:
         return "a device string: 'cpu', 'gpu', 'opencl' or 'opencl:P:D'"
 
 
-class _InitConstraint:
-    """``init``: 'random', 'nvecs', a KruskalTensor or a list of factor matrices."""
-
-    hidden = False
+class _InitConstraint(Options):
+    """``init``: one of the named methods, a KruskalTensor or a list of factor matrices."""
 
     def __init__(self, strings):
-        self.strings = strings
+        super().__init__(str, set(strings))
+        self.strings = set(strings)
 
     def is_satisfied_by(self, val):
         if isinstance(val, str):
