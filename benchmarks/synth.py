@@ -23,11 +23,36 @@ def zipf_indices(n, size, rng, a=1.2):
     return rng.permutation(n)[idx]
 
 
-def synthetic_tensor(shape, nnz, seed=0, a=1.2, dtype=np.float64):
-    """A sparse tensor of the given shape with about ``nnz`` nonzeros (duplicates summed)."""
+def synthetic_tensor(shape, nnz, seed=0, a=1.2, dtype=np.float64, exact=True):
+    """A sparse tensor of the given shape with ``nnz`` distinct nonzeros (about ``nnz`` when
+    ``exact`` is False: repeated coordinates are summed).  Values are counts 1..4."""
     rng = np.random.default_rng(seed)
-    subs = np.stack([zipf_indices(s, nnz, rng, a) for s in shape], axis=1)
-    vals = rng.integers(1, 5, size=nnz).astype(dtype)
+    total = 1
+    for s in shape:
+        total *= int(s)
+    if exact and total < 2 ** 62 and nnz <= total // 2:
+        lin = np.zeros(0, dtype=np.int64)
+        factor = 1.3
+        while lin.size < nnz:
+            need = int((nnz - lin.size) * factor) + 1024
+            new = np.zeros(need, dtype=np.int64)
+            for s in shape:
+                new *= s
+                new += zipf_indices(s, need, rng, a)
+            lin = np.concatenate([lin, new])
+            lin.sort()
+            lin = lin[np.concatenate(([True], lin[1:] != lin[:-1]))]
+            factor *= 2
+        if lin.size > nnz:  # drop a random subset, keeping the sorted order
+            keep = np.sort(rng.permutation(lin.size)[:nnz])
+            lin = lin[keep]
+        subs = np.empty((nnz, len(shape)), dtype=np.int64)
+        for k in range(len(shape) - 1, -1, -1):
+            subs[:, k] = lin % shape[k]
+            lin //= shape[k]
+    else:
+        subs = np.stack([zipf_indices(s, nnz, rng, a) for s in shape], axis=1)
+    vals = rng.integers(1, 5, size=subs.shape[0]).astype(dtype)
     return SparseTensor(subs, vals, shape, dtype=dtype, copy=False)
 
 

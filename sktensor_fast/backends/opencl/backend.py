@@ -258,16 +258,46 @@ class OpenCLBackend(Backend):
         gsize = (RP, ngroups * LG)
         lsize = (RP, LG)
         dt = np.dtype(T.dtype).type
+        bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype)
         args = [np.int64(T.nnz), np.int32(R), np.int32(mode), np.int32(self.chunk),
                 T.subs[mode].data, T.vals[mode].data] + [f.data for f in facs]
         if B is not None:
             Bd = self.asarray(B, dtype=T.dtype)
-            args += [Bd.data, dt(eps), out.data,
+            args += [Bd.data, dt(eps), out.data, bnd_row.data, bnd_val.data,
                      self.cl.LocalMemory(RP * LG * np.dtype(T.dtype).itemsize)]
         else:
-            args += [out.data, dt(0), out.data]  # B unused: any buffer
+            args += [out.data, dt(0), out.data, bnd_row.data, bnd_val.data]  # B unused
         knl(self.queue, gsize, lsize, *args)
+        self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out)
         return out
+
+    #: entries of the boundary list per work-item at the reduction levels
+    LEVEL_CHUNK = 64
+
+    def _boundary_buffers(self, nchunks, R, dtype):
+        import pyopencl.array as cla
+        return (cla.empty(self.queue, (2 * nchunks,), np.int64),
+                cla.empty(self.queue, (2 * nchunks, R), dtype))
+
+    def _reduce_boundaries(self, rows, vals, n, R, RP, dtype, out):
+        """Fold the sorted (row, partial sum) boundary list into ``out``, level by level."""
+        knl = self._kernel(dtype, None, False, "reduce_level")
+        while True:
+            chunk = self.LEVEL_CHUNK
+            nch = -(-n // chunk)
+            final = nch == 1
+            LG = max(1, min(256, self.max_wg) // RP)
+            ngroups = -(-nch // LG)
+            if final:
+                nrows, nvals = rows, vals  # unused
+            else:
+                nrows, nvals = self._boundary_buffers(nch, R, dtype)
+            knl(self.queue, (RP, ngroups * LG), (RP, LG), np.int64(n), np.int32(R),
+                np.int32(chunk), np.int32(final), rows.data, vals.data, out.data, nrows.data,
+                nvals.data)
+            if final:
+                return out
+            rows, vals, n = nrows, nvals, 2 * nch
 
     def mttkrp(self, T, factors, mode, out=None):
         return self._launch_accumulate(T, factors, mode, None, 0.0, out)
@@ -323,7 +353,9 @@ class OpenCLBackend(Backend):
             return np.sqrt(self._column(A, A, 0))
         if ord == np.inf:
             return self._column(A, A, 1)
-        raise ValueError(f"unsupported norm order {ord!r} (2 or inf)")
+        if ord == 1:
+            return self._column(A, A, 2)
+        raise ValueError(f"unsupported norm order {ord!r} (1, 2 or inf)")
 
     def inner(self, A, B):
         return self._column(A, B, 0)
@@ -347,6 +379,45 @@ class OpenCLBackend(Backend):
             self._kernel(A.dtype, None, False, "scale_columns")(
                 self.queue, (R, I), None, np.int64(I), np.int32(R), A.data, sd.data)
         return A
+
+    # --- CP-APR primitives ------------------------------------------------------------
+    def _vec_reduce(self, op, A, C, p, n):
+        """Reduce ``n`` entries with kernel ``vec_partial`` (sum for ops 0/2, max for 1)."""
+        G = int(min(max(1, n), 16384 if self.is_gpu else 256))
+        partial = self.zeros((G,), A.dtype)
+        self._kernel(A.dtype, None, False, "vec_partial")(
+            self.queue, (G,), None, np.int64(n), np.int32(op), A.data, C.data,
+            A.dtype.type(p), partial.data)
+        part = partial.get().astype(np.float64)
+        return float(part.max() if op == 1 else part.sum())
+
+    def apr_shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+        n = A.size
+        if n == 0:
+            return 0
+        count = int(round(self._vec_reduce(2, A, Phi, kappa_tol, n)))
+        if count:
+            self._kernel(A.dtype, None, False, "apr_shift")(
+                self.queue, (n,), None, np.int64(n), A.data, Phi.data, A.dtype.type(kappa_tol),
+                A.dtype.type(kappa))
+        return count
+
+    def apr_kkt_violation(self, B, Phi):
+        if B.size == 0:
+            return 0.0
+        return self._vec_reduce(1, B, Phi, 0.0, B.size)
+
+    def multiply_(self, B, Phi):
+        if B.size:
+            self._kernel(B.dtype, None, False, "multiply_inplace")(
+                self.queue, (B.size,), None, np.int64(B.size), B.data, Phi.data)
+        return B
+
+    def poisson_data_term(self, T, m, eps=0.0):
+        if T.nnz == 0:
+            return 0.0
+        # T.vals[0] is in the order of T.subs[0], the order model_values uses
+        return self._vec_reduce(0, T.vals[0], m, eps, T.nnz)
 
     def info(self):
         d = self.device

@@ -13,41 +13,26 @@
  */
 #ifdef USE_FP64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
 #endif
-
-/* Atomic add through compare-and-swap: portable where the device has no floating atomics. */
-inline void atomic_add_val(volatile __global VAL_T* addr, VAL_T v)
-{
-#ifdef USE_FP64
-    union { ulong u; double f; } old, upd;
-    do {
-        old.f = *addr;
-        upd.f = old.f + v;
-    } while (atom_cmpxchg((volatile __global ulong*)addr, old.u, upd.u) != old.u);
-#else
-    union { uint u; float f; } old, upd;
-    do {
-        old.f = *addr;
-        upd.f = old.f + v;
-    } while (atomic_cmpxchg((volatile __global uint*)addr, old.u, upd.u) != old.u);
-#endif
-}
 
 /* MTTKRP (PHI undefined) or CP-APR's Phi (PHI defined) for one mode.
  *
  * Work-item (lane r, chunk c): lane r owns column r; chunk c is `chunk` consecutive nonzeros in
  * the order of the output mode.  A lane accumulates a run of equal output rows in a register
  * and touches global memory once per run: a plain store for rows that start and end inside the
- * chunk (owned), an atomic add for the chunk's first and last rows (maybe shared).
- * Local size (RP, LG): RP >= R lanes for the columns, LG chunks per work-group.
+ * chunk (owned); the chunk's first and last rows (maybe shared with neighbouring chunks) go to
+ * the boundary list (bnd_row[2c], bnd_val[2c]) and (bnd_row[2c+1], bnd_val[2c+1]), which is
+ * sorted by row and is reduced by `reduce_level` the same way, level after level.  No atomics:
+ * a row owning millions of nonzeros (power-law data) costs no contention, and the result is
+ * deterministic.  Local size (RP, LG): RP >= R lanes for the columns, LG chunks per group.
  * `out` must be zero on entry.
  */
 __kernel void accumulate(const long nnz, const int R, const int mode, const int chunk,
                          __global const IDX_T* subs, __global const VAL_T* vals,
                          FACTOR_PARAMS,
                          __global const VAL_T* B, const VAL_T eps,
-                         __global VAL_T* out
+                         __global VAL_T* out, __global long* bnd_row,
+                         __global VAL_T* bnd_val
 #ifdef PHI
                          , __local VAL_T* pi_loc
 #endif
@@ -98,7 +83,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
 #endif
         if (valid && active) {
             if (row != cur) {
-                if (cur == first_row) atomic_add_val(&out[cur * R + r], acc);
+                if (cur == first_row) bnd_val[(2 * c) * R + r] = acc;
                 else out[cur * R + r] = acc;
                 acc = 0;
                 cur = row;
@@ -107,8 +92,16 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         }
     }
     if (active) {
-        if (cur == first_row || cur == last_row) atomic_add_val(&out[cur * R + r], acc);
-        else out[cur * R + r] = acc;
+        if (cur == first_row) {
+            bnd_val[(2 * c) * R + r] = acc;
+            bnd_val[(2 * c + 1) * R + r] = 0;
+        } else {
+            bnd_val[(2 * c + 1) * R + r] = acc;
+        }
+        if (r == 0) {
+            bnd_row[2 * c] = first_row;
+            bnd_row[2 * c + 1] = last_row;
+        }
     }
 }
 

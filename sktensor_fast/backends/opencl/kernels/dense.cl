@@ -19,7 +19,7 @@ __kernel void cross_partial(const long I, const int R, const long rows_per_block
     partial[b * R * R + rs] = acc;
 }
 
-/* per-column partial reductions: op 0 = sum A*C, op 1 = max |A| */
+/* per-column partial reductions: op 0 = sum A*C, op 1 = max |A|, op 2 = sum |A| */
 __kernel void column_partial(const long I, const int R, const long rows_per_block, const int op,
                              __global const VAL_T* A, __global const VAL_T* C,
                              __global VAL_T* partial)
@@ -32,13 +32,15 @@ __kernel void column_partial(const long I, const int R, const long rows_per_bloc
     VAL_T acc = 0;
     if (op == 0) {
         for (long i = i0; i < i1; ++i) acc += A[i * R + r] * C[i * R + r];
-    } else {
+    } else if (op == 1) {
         for (long i = i0; i < i1; ++i) acc = fmax(acc, fabs(A[i * R + r]));
+    } else {
+        for (long i = i0; i < i1; ++i) acc += fabs(A[i * R + r]);
     }
     partial[b * R + r] = acc;
 }
 
-/* out[k] = sum (op 0) or max (op 1) over b of partial[b, k] */
+/* out[k] = sum (op 0, 2) or max (op 1) over b of partial[b, k] */
 __kernel void finish_partial(const int nblocks, const int K, const int op,
                              __global const VAL_T* partial, __global VAL_T* out)
 {
@@ -47,7 +49,7 @@ __kernel void finish_partial(const int nblocks, const int K, const int op,
     VAL_T acc = 0;
     for (int b = 0; b < nblocks; ++b) {
         const VAL_T v = partial[(long)b * K + k];
-        acc = op == 0 ? acc + v : fmax(acc, v);
+        acc = op == 1 ? fmax(acc, v) : acc + v;
     }
     out[k] = acc;
 }
@@ -71,4 +73,79 @@ __kernel void scale_columns(const long I, const int R, __global VAL_T* A, __glob
     const long i = get_global_id(1);
     if (r >= R || i >= I) return;
     A[i * R + r] *= s[r];
+}
+
+/* Grid-stride partial reductions over n entries (one partial per work-item):
+ *   op 0: sum A[i] * log(max(C[i], p))           (Poisson data term, A = counts, C = model)
+ *   op 1: max |min(A[i], 1 - C[i])|               (CP-APR KKT violation, A = B, C = Phi)
+ *   op 2: count of (C[i] > 1 and A[i] < p)        (CP-APR inadmissible zeros, A = A, C = Phi)
+ */
+__kernel void vec_partial(const long n, const int op, __global const VAL_T* A,
+                          __global const VAL_T* C, const VAL_T p, __global VAL_T* partial)
+{
+    const long g = get_global_id(0);
+    const long G = get_global_size(0);
+    VAL_T acc = 0;
+    for (long i = g; i < n; i += G) {
+        if (op == 0) acc += A[i] * log(fmax(C[i], p));
+        else if (op == 1) acc = fmax(acc, fabs(fmin(A[i], (VAL_T)1 - C[i])));
+        else acc += (C[i] > 1 && A[i] < p) ? 1 : 0;
+    }
+    partial[g] = acc;
+}
+
+/* CP-APR: A[i] += kappa where Phi[i] > 1 and A[i] < tol (inadmissible zeros) */
+__kernel void apr_shift(const long n, __global VAL_T* A, __global const VAL_T* Phi,
+                        const VAL_T tol, const VAL_T kappa)
+{
+    const long i = get_global_id(0);
+    if (i < n && Phi[i] > 1 && A[i] < tol) A[i] += kappa;
+}
+
+/* B[i] *= Phi[i] */
+__kernel void multiply_inplace(const long n, __global VAL_T* B, __global const VAL_T* Phi)
+{
+    const long i = get_global_id(0);
+    if (i < n) B[i] *= Phi[i];
+}
+
+/* One level of the boundary reduction: the same run-by-run scheme over a list of (row, R-vector)
+ * entries sorted by row.  With `final` (a single chunk covers the list) every run is stored. */
+__kernel void reduce_level(const long n, const int R, const int chunk, const int final,
+                           __global const long* rows, __global const VAL_T* vals,
+                           __global VAL_T* out, __global long* bnd_row, __global VAL_T* bnd_val)
+{
+    const int r = get_local_id(0);
+    const long c = get_global_id(1);
+    const long s = c * (long)chunk;
+    const long e = min(s + (long)chunk, n);
+    if (r >= R || s >= e) return;
+    const long first_row = rows[s];
+    const long last_row = rows[e - 1];
+    long cur = first_row;
+    VAL_T acc = 0;
+    for (long j = s; j < e; ++j) {
+        const long row = rows[j];
+        if (row != cur) {
+            if (cur == first_row && !final) bnd_val[(2 * c) * R + r] = acc;
+            else out[cur * R + r] = acc;
+            acc = 0;
+            cur = row;
+        }
+        acc += vals[j * R + r];
+    }
+    if (final) {
+        out[cur * R + r] = acc;
+        return;
+    }
+    if (cur == first_row) {
+        bnd_val[(2 * c) * R + r] = acc;
+        bnd_val[(2 * c + 1) * R + r] = 0;
+    } else {
+        bnd_val[(2 * c + 1) * R + r] = acc;
+    }
+    if (r == 0) {
+        bnd_row[2 * c] = first_row;
+        bnd_row[2 * c + 1] = last_row;
+    }
 }
