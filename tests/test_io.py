@@ -1,0 +1,384 @@
+import gzip
+import io
+import time
+
+import numpy as np
+import pytest
+
+from sktensor_fast import io as tns_io
+from sktensor_fast.io import load_tns, read_labels, save_tns, write_labels
+from sktensor_fast.tensor import SparseTensor
+
+
+def random_tensor(shape=(5, 7, 3), nnz=40, seed=0, integral=False):
+    rng = np.random.default_rng(seed)
+    subs = np.column_stack([rng.integers(0, s, nnz) for s in shape])
+    vals = rng.integers(1, 50, nnz).astype(float) if integral else rng.standard_normal(nnz)
+    return SparseTensor(subs, vals, shape)
+
+
+def load_text(text, **kwargs):
+    return load_tns(io.BytesIO(text.encode()), **kwargs)
+
+
+def reference_parse(text, index_base=1):
+    """Slow, obvious parser used to check the vectorised one."""
+    subs, vals = [], []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        *coords, value = line.split()
+        subs.append([int(c) - index_base for c in coords])
+        vals.append(float(value))
+    return np.array(subs, dtype=np.int64), np.array(vals)
+
+
+# ---------------------------------------------------------------------------- round trips
+@pytest.mark.parametrize("name", ["x.tns", "x.tns.gz", "x.tns.bz2", "x.tns.xz"])
+@pytest.mark.parametrize("integral", [False, True])
+def test_roundtrip(tmp_path, name, integral):
+    X = random_tensor(integral=integral)
+    path = tmp_path / name
+    save_tns(path, X)
+    Y = load_tns(path, shape=X.shape)
+    assert Y == X  # exact: values are written with round-trip precision
+    if name.endswith(".gz"):
+        assert path.read_bytes()[:2] == b"\x1f\x8b"
+        text = gzip.decompress(path.read_bytes()).decode()
+    elif name.endswith(".tns"):
+        text = path.read_text()
+    else:
+        return
+    assert len(text.splitlines()) == X.nnz
+    if integral:
+        assert "." not in text
+
+
+def test_roundtrip_str_path_and_stream(tmp_path):
+    X = random_tensor(seed=1)
+    save_tns(str(tmp_path / "a.tns"), X)
+    assert load_tns(str(tmp_path / "a.tns"), shape=X.shape) == X
+    buf = io.BytesIO()
+    save_tns(buf, X)
+    assert load_tns(io.BytesIO(buf.getvalue()), shape=X.shape) == X
+
+
+def test_saved_text_format(tmp_path):
+    X = SparseTensor([[0, 2, 1], [3, 0, 0]], [2.0, -7.0], shape=(4, 3, 2))
+    save_tns(tmp_path / "i.tns", X)
+    assert (tmp_path / "i.tns").read_text() == "1 3 2 2\n4 1 1 -7\n"
+    Y = SparseTensor([[0, 0], [1, 1]], [0.1, 1 / 3])
+    save_tns(tmp_path / "f.tns", Y)
+    assert (tmp_path / "f.tns").read_text() == "1 1 0.1\n2 2 0.3333333333333333\n"
+    save_tns(tmp_path / "p.tns", Y, precision=3)
+    assert (tmp_path / "p.tns").read_text() == "1 1 0.1\n2 2 0.333\n"
+    with pytest.raises(ValueError, match="precision"):
+        save_tns(tmp_path / "q.tns", Y, precision=0)
+
+
+def test_save_accepts_dense(tmp_path):
+    D = np.zeros((2, 3))
+    D[1, 2] = 4
+    save_tns(tmp_path / "d.tns", D)
+    assert (tmp_path / "d.tns").read_text() == "2 3 4\n"
+
+
+def test_gzip_detected_by_content(tmp_path):
+    X = random_tensor(seed=2)
+    save_tns(tmp_path / "x.tns.gz", X)
+    (tmp_path / "x.tns.gz").rename(tmp_path / "renamed.txt")
+    assert load_tns(tmp_path / "renamed.txt", shape=X.shape) == X
+
+
+def test_corrupt_gzip(tmp_path):
+    path = tmp_path / "x.tns.gz"
+    path.write_bytes(gzip.compress(b"1 1 1\n" * 1000)[:-30])
+    with pytest.raises(ValueError, match="cannot read the file"):
+        load_tns(path)
+
+
+def test_float32(tmp_path):
+    X = random_tensor(seed=3)
+    save_tns(tmp_path / "x.tns", X)
+    Y = load_tns(tmp_path / "x.tns", shape=X.shape, dtype=np.float32)
+    assert Y.dtype == np.float32
+    np.testing.assert_array_equal(Y.vals, X.vals.astype(np.float32))
+
+
+# ---------------------------------------------------------------------------- parsing
+def test_comments_blank_lines_and_whitespace():
+    text = ("# a FROSTT file\n"
+            "\n"
+            "   # indented comment\n"
+            "1 2 3 1.5\r\n"
+            "\t2  1\t1   -2\n"
+            "   \n"
+            "#1 1 1 1\n"
+            "3 3 3 +4e-1")  # no final line break
+    X = load_text(text)
+    assert X.shape == (3, 3, 3)
+    np.testing.assert_array_equal(X.subs, [[0, 1, 2], [1, 0, 0], [2, 2, 2]])
+    np.testing.assert_array_equal(X.vals, [1.5, -2.0, 0.4])
+
+
+def test_shape_given_vs_inferred():
+    text = "1 2 5\n3 1 1\n"
+    assert load_text(text).shape == (3, 2)
+    X = load_text(text, shape=(10, 4))
+    assert X.shape == (10, 4)
+    np.testing.assert_array_equal(X.to_dense()[:3, :2], [[0, 5], [0, 0], [1, 0]])
+
+
+def test_index_base_zero():
+    X = load_text("0 0 1\n2 1 2\n", index_base=0)
+    assert X.shape == (3, 2)
+    np.testing.assert_array_equal(X.subs, [[0, 0], [2, 1]])
+
+
+def test_duplicates_summed_and_zeros_dropped():
+    X = load_text("1 1 2\n2 2 0\n1 1 3\n2 1 1\n")
+    np.testing.assert_array_equal(X.subs, [[0, 0], [1, 0]])
+    np.testing.assert_array_equal(X.vals, [5.0, 1.0])
+    assert X.shape == (2, 2)
+
+
+def test_unsorted_file():
+    X = load_text("3 1 1\n1 2 2\n2 2 3\n")
+    np.testing.assert_array_equal(X.subs, [[0, 1], [1, 1], [2, 0]])
+    np.testing.assert_array_equal(X.vals, [2.0, 3.0, 1.0])
+
+
+@pytest.mark.parametrize("token, expected", [
+    ("7", 7.0), ("-7", -7.0), ("+7", 7.0), ("0.5", 0.5), (".5", 0.5), ("5.", 5.0),
+    ("-0.001", -0.001), ("1e3", 1000.0), ("-2.5E-2", -0.025), ("1234567890123456", 1234567890123456.0),
+    ("0.12345678901234567", 0.12345678901234567), ("123456789012345678901", 1.2345678901234568e20),
+    ("00012", 12.0), ("3.141592653589793", 3.141592653589793),
+])
+def test_value_tokens(token, expected):
+    X = load_text(f"1 1 {token}\n")
+    assert X.vals[0] == expected
+
+
+def test_decimal_values_exact():
+    # the vectorised decimal path must give the same doubles as float()
+    rng = np.random.default_rng(4)
+    n = 3000
+    digits = rng.integers(1, 16, n)
+    tokens = []
+    for d in digits:
+        s = "".join(rng.choice(list("0123456789"), d))
+        dot = rng.integers(0, d + 1)
+        sign = rng.choice(["", "-", "+"])
+        tokens.append(sign + s[:dot] + "." + s[dot:])
+    text = "".join(f"{i + 1} {t}\n" for i, t in enumerate(tokens))
+    X = load_text(text, shape=(n,))
+    expected = np.array([float(t) for t in tokens])
+    dense = np.zeros(n)
+    dense[X.subs[:, 0]] = X.vals
+    np.testing.assert_array_equal(dense, expected)
+
+
+def test_coordinate_tokens():
+    # whole numbers written as floats are accepted; long integers take the slow path
+    X = load_text("2.0 1 1\n1e0 +3 2\n")
+    np.testing.assert_array_equal(X.subs, [[0, 2], [1, 0]])
+    Y = load_text("12345678901234567 1 1\n")
+    assert Y.shape == (12345678901234567, 1)
+
+
+@pytest.mark.parametrize("block_bytes", [7, 64, 1000])
+def test_against_reference_parser(monkeypatch, block_bytes):
+    """Small blocks: lines, comments and tokens meet the block ends everywhere."""
+    monkeypatch.setattr(tns_io, "_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(block_bytes)
+    lines = []
+    for _ in range(300):
+        r = rng.random()
+        if r < 0.05:
+            lines.append("# comment " + "x" * int(rng.integers(0, 30)))
+        elif r < 0.1:
+            lines.append(" " * int(rng.integers(0, 3)))
+        else:
+            coords = [str(int(c)) for c in rng.integers(1, [9, 200, 12345])]
+            value = rng.choice([str(int(rng.integers(-9, 1000))),
+                                repr(float(rng.standard_normal())),
+                                f"{rng.random():.4f}", f"{rng.random():.3e}"])
+            sep = rng.choice([" ", "  ", "\t"])
+            lines.append(sep.join(coords + [value]))
+    text = "\n".join(lines) + rng.choice(["", "\n", "\r\n"])
+    subs, vals = reference_parse(text)
+    expected = SparseTensor(subs, vals, (9, 200, 12345))
+    assert load_text(text, shape=(9, 200, 12345)) == expected
+
+
+# ---------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("text, match", [
+    ("1 2 3\n1 2 3\n1 2\n", r"line 3: expected 3 columns \(as on line 1\) but found 2"),
+    ("# c\n\n1 2 3\n1 2 3 4\n", r"line 4: expected 3 columns \(as on line 3\) but found 4"),
+    ("1 2 3\nx 2 3\n", r"line 2: 'x' is not a number"),
+    ("1 2 3\n1 2 abc\n", r"line 2: 'abc' is not a number"),
+    ("1 2 3\n1 2 3.0.1\n", r"line 2: '3.0.1' is not a number"),
+    ("1 2 3\n1 2 1,5\n", r"line 2: '1,5' is not a number"),
+    ("1 2 3\n1 2 3\n0 2 3\n", r"line 3: coordinate '0' in mode 1 is not a positive integer"),
+    ("1 2 3\n1 -2 3\n", r"line 2: coordinate '-2' in mode 2 is not a positive integer"),
+    ("1 2 3\n1 2.5 3\n", r"line 2: coordinate '2.5' in mode 2 is not a positive integer"),
+    ("1 2 3\n1 2 nan\n", r"line 2: value 'nan' is not finite"),
+    ("1 2 3\n1 2 -inf\n", r"line 2: value '-inf' is not finite"),
+    ("1 2 3\n1 2 1e999\n", r"line 2: value '1e999' is not finite"),
+    ("7\n", r"line 1: found 1 column"),
+])
+def test_errors_name_the_line(text, match):
+    with pytest.raises(ValueError, match=match):
+        load_text(text)
+
+
+def test_error_reports_earliest_line():
+    with pytest.raises(ValueError, match="line 2: 'x' is not a number"):
+        load_text("1 1 1\n1 1 x\n1 1\n")
+    with pytest.raises(ValueError, match="line 2: coordinate '0'"):
+        load_text("1 1 1\n0 1 1\n1 1 zz\n")
+
+
+def test_error_names_the_file(tmp_path):
+    path = tmp_path / "bad.tns"
+    path.write_text("1 1 1\n1 1\n")
+    with pytest.raises(ValueError, match=r"bad\.tns, line 2"):
+        load_tns(path)
+
+
+def test_error_line_numbers_across_blocks(monkeypatch):
+    monkeypatch.setattr(tns_io, "_BLOCK_BYTES", 16)
+    text = "".join(f"{i} 1 1\n" for i in range(1, 50)) + "1 1 oops\n"
+    with pytest.raises(ValueError, match="line 50: 'oops' is not a number"):
+        load_text(text)
+
+
+def test_coordinate_beyond_shape():
+    with pytest.raises(ValueError, match=r"line 2: coordinate 4 in mode 2 is beyond the mode "
+                                         r"length 3"):
+        load_text("1 1 1\n1 4 1\n", shape=(2, 3))
+    with pytest.raises(ValueError, match=r"line 1: found 2 coordinates but `shape`"):
+        load_text("1 1 1\n", shape=(2, 3, 4))
+
+
+def test_index_base_zero_rejects_negative():
+    with pytest.raises(ValueError, match=r"line 1: coordinate '-1' in mode 1 is not an integer "
+                                         r">= 0"):
+        load_text("-1 0 1\n", index_base=0)
+
+
+def test_empty_file():
+    with pytest.raises(ValueError, match="no nonzeros"):
+        load_text("")
+    with pytest.raises(ValueError, match="no nonzeros"):
+        load_text("# only a comment\n\n")
+    X = load_text("# nothing\n", shape=(2, 3))
+    assert X.shape == (2, 3) and X.nnz == 0
+
+
+def test_float32_overflow():
+    with pytest.raises(ValueError, match="line 2: value 1e39 is too large for float32"):
+        load_text("1 1 1\n2 2 1e39\n", dtype=np.float32)
+    assert load_text("1 1 1\n2 2 1e39\n").vals[1] == 1e39
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(TypeError, match="float32 or float64"):
+        load_text("1 1 1\n", dtype=np.int64)
+    with pytest.raises(ValueError, match="index_base"):
+        load_text("1 1 1\n", index_base=-1)
+    with pytest.raises(TypeError, match="with_labels"):
+        load_tns(io.BytesIO(b"1 1 1\n"), with_labels=True)
+    with pytest.raises(FileNotFoundError):
+        load_tns(tmp_path / "missing.tns")
+
+
+# ---------------------------------------------------------------------------- labels
+def write_maps(folder, maps):
+    for name, lines in maps.items():
+        (folder / name).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+
+
+def test_labels_from_map_files(tmp_path):
+    X = SparseTensor([[0, 1, 0], [2, 0, 1]], [1.0, 2.0], shape=(3, 2, 2))
+    save_tns(tmp_path / "t.tns.gz", X)
+    write_maps(tmp_path, {"mode-1-city.map": ["Paris", "Rome", "Zürich"],
+                          "mode-3-year.map": ["2020", "2021"]})
+    Y, labels = load_tns(tmp_path / "t.tns.gz", with_labels=True)
+    assert Y == X
+    assert labels == [["Paris", "Rome", "Zürich"], None, ["2020", "2021"]]
+
+
+def test_longer_map_extends_inferred_shape(tmp_path):
+    (tmp_path / "t.tns").write_text("1 1 1\n2 1 1\n")
+    write_maps(tmp_path, {"mode-1-a.map": ["a", "b", "c", "d"]})
+    X, labels = load_tns(tmp_path / "t.tns", with_labels=True)
+    assert X.shape == (4, 1)
+    assert labels == [["a", "b", "c", "d"], None]
+    # with a given shape the extra labels are dropped
+    X, labels = load_tns(tmp_path / "t.tns", shape=(3, 1), with_labels=True)
+    assert labels == [["a", "b", "c"], None]
+
+
+def test_short_map_is_an_error(tmp_path):
+    (tmp_path / "t.tns").write_text("1 1 1\n3 1 1\n")
+    write_maps(tmp_path, {"mode-1-a.map": ["a", "b"]})
+    with pytest.raises(ValueError, match=r"mode-1-a\.map has 2 lines but mode 1 has length 3"):
+        load_tns(tmp_path / "t.tns", with_labels=True)
+
+
+def test_two_maps_for_one_mode(tmp_path):
+    (tmp_path / "t.tns").write_text("1 1 1\n")
+    write_maps(tmp_path, {"mode-1-a.map": ["a"], "mode-1-b.map": ["b"]})
+    with pytest.raises(ValueError, match="several label files for mode 1"):
+        load_tns(tmp_path / "t.tns", with_labels=True)
+
+
+def test_map_with_crlf_and_blank_label(tmp_path):
+    (tmp_path / "mode-1-x.map").write_bytes(b"a\r\n\r\nc\r\n")
+    assert read_labels(tmp_path, (3,)) == [["a", "", "c"]]
+
+
+def test_write_labels_roundtrip(tmp_path):
+    paths = write_labels(tmp_path / "maps", [["x", "y"], None, ["p"]],
+                         names=["letters", "none", "single"])
+    assert [p.rsplit("/", 1)[-1] for p in paths] == ["mode-1-letters.map", "mode-3-single.map"]
+    assert read_labels(tmp_path / "maps", (2, 5, 1)) == [["x", "y"], None, ["p"]]
+    with pytest.raises(ValueError, match="line break"):
+        write_labels(tmp_path, [["a\nb"]])
+    with pytest.raises(ValueError, match="mode names"):
+        write_labels(tmp_path, [["a"]], names=["a", "b"])
+
+
+def test_shared_flights_routes(shared_data):
+    X, labels = load_tns(shared_data / "flights-routes" / "tensor.tns.gz", with_labels=True)
+    assert X.shape == (3, 105, 16, 20, 7)
+    assert X.nnz == 15188
+    assert X.sum() == 336776
+    assert X.vals.max() == 106
+    assert [len(lab) for lab in labels] == list(X.shape)
+    assert labels[0] == ["EWR", "JFK", "LGA"]
+
+
+def test_shared_mode_without_map(shared_data):
+    X, labels = load_tns(shared_data / "rails-commits" / "tensor.tns.gz", with_labels=True)
+    assert X.shape == (6682, 12971, 944)
+    assert X.nnz == 148286 and X.sum() == 181363
+    assert labels[0] is None
+    assert len(labels[1]) == 12971 and len(labels[2]) == 944
+
+
+# ---------------------------------------------------------------------------- speed
+def test_load_one_million_lines_quickly(tmp_path):
+    rng = np.random.default_rng(5)
+    n = 1_000_000
+    shape = (5000, 3000, 200)
+    subs = np.column_stack([rng.integers(0, s, n) for s in shape])
+    X = SparseTensor(subs, rng.integers(1, 20, n), shape)
+    path = tmp_path / "big.tns"
+    save_tns(path, X)
+    start = time.perf_counter()
+    Y = load_tns(path, shape=shape)
+    elapsed = time.perf_counter() - start
+    assert Y == X
+    assert elapsed < 10, f"loading {X.nnz} lines took {elapsed:.1f} s"
