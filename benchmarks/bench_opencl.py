@@ -88,6 +88,9 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--als-iters", type=int, default=10)
     p.add_argument("--apr-iters", type=int, default=5)
+    p.add_argument("--chunks", type=int, nargs="*", default=[],
+                   help="also time the kernels with these nonzeros-per-work-item values and "
+                        "use the fastest for the rest of the run")
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU whole-fit comparison")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--out", default="bench_out/opencl.json")
@@ -109,6 +112,19 @@ def main(argv=None):
     dfac = [be.asarray(f) for f in factors]
     out = [be.zeros((s, args.rank), X.dtype) for s in X.shape]
     finish = be.queue.finish
+    sweep = {}
+    for chunk in args.chunks:
+        be.chunk = chunk
+        sweep[chunk] = {
+            "mttkrp_ms": [timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish, args.repeat)
+                          * 1e3 for m in range(X.ndim)],
+            "phi_ms": [timed(lambda: be.phi(T, dfac, m, dfac[m], 1e-10, out=out[m]), finish,
+                             args.repeat) * 1e3 for m in range(X.ndim)]}
+        print(f"chunk {chunk:4d}: MTTKRP " + " ".join(f"{x:.3f}" for x in sweep[chunk]["mttkrp_ms"])
+              + " | Φ " + " ".join(f"{x:.3f}" for x in sweep[chunk]["phi_ms"]), flush=True)
+    if sweep:
+        be.chunk = min(sweep, key=lambda c: sum(sweep[c]["mttkrp_ms"]) + sum(sweep[c]["phi_ms"]))
+        print(f"using chunk {be.chunk}", flush=True)
     mttkrp_ms, phi_ms = [], []
     for m in range(X.ndim):
         mttkrp_ms.append(timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish, args.repeat) * 1e3)
@@ -123,7 +139,7 @@ def main(argv=None):
     err_phi = float(np.max(np.abs(be.to_numpy(be.phi(T, dfac, 1, dfac[1], 1e-10)) - ref_phi))
                     / np.max(np.abs(ref_phi)))
     bytes_per_nnz = X.ndim * 4 + X.vals.itemsize
-    row = {"upload_s": t_up, "mttkrp_ms": mttkrp_ms, "phi_ms": phi_ms,
+    row = {"upload_s": t_up, "chunk": be.chunk, "chunk_sweep": sweep, "mttkrp_ms": mttkrp_ms, "phi_ms": phi_ms,
            "max_rel_err_vs_cpu": {"mttkrp": err, "phi": err_phi},
            "tensor_stream_GBs": [X.nnz * bytes_per_nnz / (ms * 1e-3) / 1e9 for ms in mttkrp_ms]}
     print("MTTKRP ms/mode: " + " ".join(f"{x:.3f}" for x in mttkrp_ms)
@@ -152,6 +168,9 @@ def main(argv=None):
             sktensor_fast.CPAPR(rank=args.rank, max_iter=2, random_state=0, device=dev).fit(warm)
     fits = {}
     for dev in [args.device] + ([] if args.no_cpu else ["cpu"]):
+        t = time.perf_counter()
+        get_backend(dev).prepare(X)
+        fits[f"prepare_{dev}_s"] = time.perf_counter() - t  # included in every fit below
         est = CPALS(rank=args.rank, max_iter=args.als_iters, tol=0, random_state=0, device=dev)
         t = time.perf_counter()
         est.fit(X)

@@ -12,6 +12,17 @@ MIN_PART = 2048
 MAX_PARTS = 4096
 
 
+def mode_order(coords, length):
+    """Stable order of the nonzeros by one mode's coordinates.
+
+    NumPy sorts keys of 16 bits or less with a radix sort (linear time), so modes of length
+    <= 65536 — most modes of real tensors — are sorted through a uint16 key.
+    """
+    if length <= 1 << 16:
+        return np.argsort(coords.astype(np.uint16), kind="stable").astype(np.int64)
+    return np.argsort(coords, kind="stable").astype(np.int64)
+
+
 def partition_pointers(nnz, min_part=MIN_PART, max_parts=MAX_PARTS):
     """Boundaries of equal-size partitions of ``nnz`` items (length nparts + 1)."""
     if nnz == 0:
@@ -45,9 +56,39 @@ class CooFormat:
         self.vals = np.ascontiguousarray(X.vals)
         self.perms = [np.zeros(0, dtype=np.int64)]
         for n in range(1, self.ndim):
-            self.perms.append(np.argsort(self.subs[:, n], kind="stable").astype(np.int64))
+            self.perms.append(mode_order(self.subs[:, n], self.shape[n]))
         self.part_ptr = partition_pointers(self.nnz)
         self.norm_sq = float(np.dot(self.vals.astype(np.float64), self.vals.astype(np.float64)))
+
+    def row_ptr(self, mode):
+        """(I_mode + 1) offsets: the nonzeros of row ``i`` of the mode-``mode`` unfolding are
+        ``perms[mode][ptr[i]:ptr[i + 1]]`` (``ptr[i]:ptr[i + 1]`` for mode 0).  Built on first
+        use and cached."""
+        cache = self.__dict__.setdefault("_row_ptr", {})
+        if mode not in cache:
+            counts = np.bincount(self.subs[:, mode], minlength=self.shape[mode])
+            ptr = np.zeros(self.shape[mode] + 1, dtype=np.int64)
+            np.cumsum(counts, out=ptr[1:])
+            cache[mode] = ptr
+        return cache[mode]
+
+    def linear_index(self):
+        """Sorted int64 linear indices of the nonzeros (mode 0 slowest, i.e. in the order of
+        ``subs``), or ``None`` when the product of the shape does not fit in int64.  Used by
+        GCP's samplers to decide whether a coordinate is a nonzero.  Built on first use and
+        cached."""
+        if "_linear_index" not in self.__dict__:
+            size = 1
+            for s in self.shape:
+                size *= int(s)
+            lin = None
+            if size < 2 ** 63:
+                lin = np.zeros(self.nnz, dtype=np.int64)
+                for k in range(self.ndim):
+                    lin *= self.shape[k]
+                    lin += self.subs[:, k]
+            self._linear_index = lin
+        return self._linear_index
 
     @property
     def nbytes(self):

@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from ..base import Backend
+from ...formats.coo import mode_order
 
 __all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError"]
 
@@ -102,8 +103,7 @@ class OpenCLTensor:
         self.vals = []
         idx_dtype = backend.index_dtype(self.shape)
         for n in range(self.ndim):
-            order = (np.arange(self.nnz) if n == 0
-                     else np.argsort(X.subs[:, n], kind="stable"))
+            order = (np.arange(self.nnz) if n == 0 else mode_order(X.subs[:, n], X.shape[n]))
             self.subs.append(cla.to_device(q, np.ascontiguousarray(X.subs[order], dtype=idx_dtype)))
             self.vals.append(cla.to_device(q, np.ascontiguousarray(X.vals[order])))
         self.idx_dtype = idx_dtype
