@@ -91,6 +91,8 @@ def main(argv=None):
     p.add_argument("--chunks", type=int, nargs="*", default=[],
                    help="also time the kernels with these nonzeros-per-work-item values and "
                         "use the fastest for the rest of the run")
+    p.add_argument("--phi-variants", nargs="*", default=[], choices=["local", "redundant"],
+                   help="Φ variants to sweep with --chunks (the fastest is kept)")
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU whole-fit comparison")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--out", default="bench_out/opencl.json")
@@ -113,18 +115,26 @@ def main(argv=None):
     out = [be.zeros((s, args.rank), X.dtype) for s in X.shape]
     finish = be.queue.finish
     sweep = {}
+    variants = args.phi_variants or [be.phi_variant]
     for chunk in args.chunks:
         be.chunk = chunk
-        sweep[chunk] = {
-            "mttkrp_ms": [timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish, args.repeat)
-                          * 1e3 for m in range(X.ndim)],
-            "phi_ms": [timed(lambda: be.phi(T, dfac, m, dfac[m], 1e-10, out=out[m]), finish,
-                             args.repeat) * 1e3 for m in range(X.ndim)]}
-        print(f"chunk {chunk:4d}: MTTKRP " + " ".join(f"{x:.3f}" for x in sweep[chunk]["mttkrp_ms"])
-              + " | Φ " + " ".join(f"{x:.3f}" for x in sweep[chunk]["phi_ms"]), flush=True)
+        entry = {"mttkrp_ms": [timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish,
+                                     args.repeat) * 1e3 for m in range(X.ndim)]}
+        for var in variants:
+            be.phi_variant = var
+            entry[f"phi_{var}_ms"] = [timed(lambda: be.phi(T, dfac, m, dfac[m], 1e-10,
+                                                           out=out[m]), finish, args.repeat)
+                                      * 1e3 for m in range(X.ndim)]
+        sweep[chunk] = entry
+        print(f"chunk {chunk:4d}: " + " | ".join(
+            f"{k[:-3]} " + " ".join(f"{x:.3f}" for x in v) for k, v in entry.items()), flush=True)
     if sweep:
-        be.chunk = min(sweep, key=lambda c: sum(sweep[c]["mttkrp_ms"]) + sum(sweep[c]["phi_ms"]))
-        print(f"using chunk {be.chunk}", flush=True)
+        be.chunk = min(sweep, key=lambda c: sum(sweep[c]["mttkrp_ms"]))
+        best_phi = min(((c, v) for c in sweep for v in variants),
+                       key=lambda cv: sum(sweep[cv[0]][f"phi_{cv[1]}_ms"]))
+        be.phi_variant = best_phi[1]
+        print(f"using chunk {be.chunk} for MTTKRP; fastest Φ: chunk {best_phi[0]}, "
+              f"{best_phi[1]} (the whole fits use one chunk: {be.chunk})", flush=True)
     mttkrp_ms, phi_ms = [], []
     for m in range(X.ndim):
         mttkrp_ms.append(timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish, args.repeat) * 1e3)

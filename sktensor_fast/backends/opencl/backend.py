@@ -99,13 +99,23 @@ class OpenCLTensor:
         v64 = X.vals.astype(np.float64)
         self.norm_sq = float(np.dot(v64, v64))
         q = backend.queue
-        self.subs = []
-        self.vals = []
         idx_dtype = backend.index_dtype(self.shape)
-        for n in range(self.ndim):
-            order = (np.arange(self.nnz) if n == 0 else mode_order(X.subs[:, n], X.shape[n]))
-            self.subs.append(cla.to_device(q, np.ascontiguousarray(X.subs[order], dtype=idx_dtype)))
-            self.vals.append(cla.to_device(q, np.ascontiguousarray(X.vals[order])))
+        # upload once (mode-0 order), then build the other modes' copies on the device
+        subs0 = cla.to_device(q, np.ascontiguousarray(X.subs, dtype=idx_dtype))
+        vals0 = cla.to_device(q, np.ascontiguousarray(X.vals))
+        self.subs = [subs0]
+        self.vals = [vals0]
+        gather = backend._kernel(self.dtype, None, False, "gather_nonzeros")
+        for n in range(1, self.ndim):
+            order = cla.to_device(q, mode_order(X.subs[:, n], X.shape[n]))
+            sn = cla.empty(q, subs0.shape, idx_dtype)
+            vn = cla.empty(q, vals0.shape, vals0.dtype)
+            if self.nnz:
+                gather(q, (self.nnz,), None, np.int64(self.nnz), np.int32(self.ndim), order.data,
+                       subs0.data, vals0.data, sn.data, vn.data)
+            self.subs.append(sn)
+            self.vals.append(vn)
+            del order
         self.idx_dtype = idx_dtype
 
     @property
@@ -131,6 +141,11 @@ class OpenCLBackend(Backend):
         self._progs = {}
         # nonzeros per work-item: short chunks on GPUs (many work-items), long on CPUs
         self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 16 if self.is_gpu else 256))
+        # how Φ forms <B[row], π>: "local" (lanes share π through local memory, two barriers
+        # per nonzero) or "redundant" (each lane recomputes the whole dot, no barriers)
+        self.phi_variant = os.environ.get("SKTENSOR_FAST_OCL_PHI", "local")
+        if self.phi_variant not in ("local", "redundant"):
+            raise ValueError("SKTENSOR_FAST_OCL_PHI must be 'local' or 'redundant'")
         self.name = f"opencl:{self.device.name.strip()}"
 
     # ------------------------------------------------------------------ helpers
@@ -178,8 +193,12 @@ class OpenCLBackend(Backend):
             if nmodes is None:
                 src = self._header(dtype) + self._source("dense.cl")
             else:
-                src = self._header(dtype, nmodes, extra=["#define PHI 1"] if phi else ()) \
-                    + self._source("cp.cl")
+                extra = []
+                if phi:
+                    extra.append("#define PHI 1")
+                if phi == "redundant":
+                    extra.append("#define PHI_REDUNDANT 1")
+                src = self._header(dtype, nmodes, extra=extra) + self._source("cp.cl")
             pkey = (np.dtype(dtype).str, nmodes, phi)
             prog = self._progs.get(pkey)
             if prog is None:
@@ -191,7 +210,8 @@ class OpenCLBackend(Backend):
 
     def _check_memory(self, X):
         idx = 4
-        need = X.ndim * X.nnz * (X.ndim * idx + X.vals.itemsize)
+        # the mode-sorted copies plus the permutation uploaded while building them
+        need = X.ndim * X.nnz * (X.ndim * idx + X.vals.itemsize) + 8 * X.nnz
         total = int(self.device.global_mem_size)
         max_alloc = int(self.device.max_mem_alloc_size)
         per_copy = X.nnz * X.ndim * idx
@@ -245,7 +265,8 @@ class OpenCLBackend(Backend):
             out.fill(0)
         if T.nnz == 0 or R == 0:
             return out
-        knl = self._kernel(T.dtype, T.ndim, B is not None, "accumulate")
+        knl = self._kernel(T.dtype, T.ndim, self.phi_variant if B is not None else False,
+                           "accumulate")
         RP = 1
         while RP < R:
             RP *= 2
@@ -422,5 +443,6 @@ class OpenCLBackend(Backend):
     def info(self):
         d = self.device
         return {"name": self.name, "device": d.name.strip(), "platform": d.platform.name.strip(),
-                "fp64": self.fp64, "gpu": self.is_gpu, "chunk": self.chunk}
+                "fp64": self.fp64, "gpu": self.is_gpu, "chunk": self.chunk,
+                "phi_variant": self.phi_variant}
 

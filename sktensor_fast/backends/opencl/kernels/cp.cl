@@ -67,7 +67,22 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
                 }
             }
         }
-#ifdef PHI
+#if defined(PHI) && defined(PHI_REDUNDANT)
+        /* every lane computes <B[row], pi> itself: no barriers, the factor rows it reads are
+         * the ones its neighbours read (cache broadcasts) */
+        VAL_T w = 0;
+        if (valid && r < R) {
+            VAL_T dot = 0;
+            for (int q = 0; q < R; ++q) {
+                VAL_T pq = B[row * R + q];
+                for (int m = 0; m < NMODES; ++m) {
+                    if (m != mode) pq *= F[m][(long)subs[j * NMODES + m] * R + q];
+                }
+                dot += pq;
+            }
+            w = vals[j] / (dot < eps ? eps : dot);
+        }
+#elif defined(PHI)
         /* <B[row], pi> reduced across the lanes of this chunk through local memory */
         pi_loc[g * RP + r] = pi;
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -149,3 +149,16 @@ __kernel void reduce_level(const long n, const int R, const int chunk, const int
         bnd_row[2 * c + 1] = last_row;
     }
 }
+
+/* dst[j] = src[order[j]] for the nonzeros (coordinates row-major, ncols per nonzero): builds a
+ * mode-sorted copy of the tensor on the device from the uploaded one */
+__kernel void gather_nonzeros(const long n, const int ncols, __global const long* order,
+                              __global const IDX_T* src_subs, __global const VAL_T* src_vals,
+                              __global IDX_T* dst_subs, __global VAL_T* dst_vals)
+{
+    const long j = get_global_id(0);
+    if (j >= n) return;
+    const long o = order[j];
+    for (int k = 0; k < ncols; ++k) dst_subs[j * ncols + k] = src_subs[o * ncols + k];
+    dst_vals[j] = src_vals[o];
+}
