@@ -139,8 +139,8 @@ class OpenCLBackend(Backend):
         self.max_wg = int(self.device.max_work_group_size)
         self._knls = {}
         self._progs = {}
-        # nonzeros per work-item: short chunks on GPUs (many work-items), long on CPUs
-        self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 16 if self.is_gpu else 256))
+        # nonzeros per work-item; 128 was fastest of 8..512 on an H100 (benchmarks/README.md)
+        self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 128 if self.is_gpu else 256))
         # how Φ forms <B[row], π>: "local" (lanes share π through local memory, two barriers
         # per nonzero) or "redundant" (each lane recomputes the whole dot, no barriers)
         self.phi_variant = os.environ.get("SKTENSOR_FAST_OCL_PHI", "local")
