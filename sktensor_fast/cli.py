@@ -7,6 +7,7 @@ weight and the top entries of every mode, with labels when ``mode-N-*.map`` file
 import argparse
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -38,6 +39,8 @@ def build_parser():
     f.add_argument("--max-iter", type=int, default=None, help="maximum outer iterations")
     f.add_argument("--tol", type=float, default=None, help="stopping tolerance")
     f.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    f.add_argument("--n-init", type=int, default=1,
+                   help="random starts; the best model is kept (default 1)")
     f.add_argument("--device", default="cpu", help="cpu, gpu, opencl or opencl:P:D")
     f.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     f.add_argument("--top", type=int, default=5, help="entries shown per mode (default 5)")
@@ -88,7 +91,7 @@ def _cmd_fit(args):
     print(f"Tensor: {source}")
     print(f"  shape {X.shape}, {X.nnz} nonzeros, sum {X.sum():.6g}")
     params = {"rank": args.rank, "random_state": args.seed, "device": args.device,
-              "verbose": 0 if args.quiet else 1}
+              "n_init": args.n_init, "verbose": 0 if args.quiet else 1}
     if args.max_iter is not None:
         params["max_iter"] = args.max_iter
     if args.tol is not None:
@@ -96,7 +99,9 @@ def _cmd_fit(args):
     est = methods[method](**params)
     ctx = num_threads(args.threads) if args.threads else contextlib.nullcontext()
     t0 = time.perf_counter()
-    with ctx:
+    with ctx, warnings.catch_warnings():
+        # a model that is zero at a nonzero is reported in the summary line instead
+        warnings.filterwarnings("ignore", message=".*fitted model is zero", category=UserWarning)
         est.fit(X)
     elapsed = time.perf_counter() - t0
     summary = f"{type(est).__name__}(rank={args.rank}) on {args.device}: {est.n_iter_} iterations " \
@@ -105,6 +110,10 @@ def _cmd_fit(args):
         summary += f", fit {est.fit_:.4f}"
     if hasattr(est, "log_likelihood_"):
         summary += f", log-likelihood {est.log_likelihood_:.6g}"
+        if not np.isfinite(est.log_likelihood_):
+            summary += (" (the model is exactly zero at some nonzero of the data: every "
+                        "component vanished there; --n-init 3 or another --seed usually finds "
+                        "a model without this)")
     if hasattr(est, "loss_"):
         summary += f", loss {est.loss_:.6g}"
     print(summary)
