@@ -182,8 +182,11 @@ class OpenCLBackend(Backend):
         return "\n".join(lines) + "\n"
 
     def _source(self, name):
-        with open(os.path.join(_KERNEL_DIR, name)) as f:
-            return f.read()
+        parts = []
+        for fn in ("common.cl", name):
+            with open(os.path.join(_KERNEL_DIR, fn)) as f:
+                parts.append(f.read())
+        return "\n".join(parts)
 
     def _kernel(self, dtype, nmodes, phi, name):
         """Compiled kernel ``name`` of cp.cl (or dense.cl when ``nmodes`` is None), cached."""

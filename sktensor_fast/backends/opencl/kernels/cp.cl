@@ -106,18 +106,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
             acc += w * pi;
         }
     }
-    if (active) {
-        if (cur == first_row) {
-            bnd_val[(2 * c) * R + r] = acc;
-            bnd_val[(2 * c + 1) * R + r] = 0;
-        } else {
-            bnd_val[(2 * c + 1) * R + r] = acc;
-        }
-        if (r == 0) {
-            bnd_row[2 * c] = first_row;
-            bnd_row[2 * c + 1] = last_row;
-        }
-    }
+    if (active) close_chunk(c, R, r, cur, first_row, last_row, acc, bnd_row, bnd_val);
 }
 
 /* values of the Kruskal model at the nonzeros: out[j] = sum_r w[r] prod_m F[m][subs[j,m], r] */

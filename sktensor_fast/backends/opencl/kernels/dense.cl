@@ -138,16 +138,7 @@ __kernel void reduce_level(const long n, const int R, const int chunk, const int
         out[cur * R + r] = acc;
         return;
     }
-    if (cur == first_row) {
-        bnd_val[(2 * c) * R + r] = acc;
-        bnd_val[(2 * c + 1) * R + r] = 0;
-    } else {
-        bnd_val[(2 * c + 1) * R + r] = acc;
-    }
-    if (r == 0) {
-        bnd_row[2 * c] = first_row;
-        bnd_row[2 * c + 1] = last_row;
-    }
+    close_chunk(c, R, r, cur, first_row, last_row, acc, bnd_row, bnd_val);
 }
 
 /* dst[j] = src[order[j]] for the nonzeros (coordinates row-major, ncols per nonzero): builds a
