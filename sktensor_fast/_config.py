@@ -23,6 +23,14 @@ def get_config():
         "threads": cpu.get_num_threads() if cpu._kernels is not None else 0,
         "formats": [f for f in FORMATS if f != "auto"],
     }
+    if "alto" in FORMATS:
+        from .formats.alto import MAX_BITS
+        cfg["alto_max_bits"] = MAX_BITS
+        try:
+            from .backends.cpu import _alto
+            cfg["alto_decoder"] = _alto.get_decoder()
+        except ImportError:
+            cfg["alto_decoder"] = None
     try:
         import pyopencl
         cfg["pyopencl"] = pyopencl.VERSION_TEXT
@@ -43,6 +51,10 @@ def show_config(file=None):
     print(f"  OpenMP        : {'yes' if cfg['openmp'] else 'no (serial kernels)'}", file=out)
     print(f"  threads       : {cfg['threads']}", file=out)
     print(f"  formats       : {', '.join(cfg['formats'])}", file=out)
+    if "alto" in cfg["formats"]:
+        print(f"  ALTO          : index up to {cfg['alto_max_bits']} bits (sum of ceil(log2 I_n)); "
+              f"wider tensors use COO under format='auto'; decoder: {cfg['alto_decoder']}",
+              file=out)
     if cfg["pyopencl"] is None:
         print("  OpenCL        : PyOpenCL not installed (pip install 'sktensor_fast[gpu]')", file=out)
     else:

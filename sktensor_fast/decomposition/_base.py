@@ -163,6 +163,8 @@ class BaseCP(TransformerMixin, BaseEstimator):
         T = backend.prepare(X, self.format)
         self._log(f"tensor {X.shape}, nnz={X.nnz}, prepared for {backend.name} "
                   f"({type(T).__name__}) in {time.perf_counter() - t0:.3f}s")
+        if getattr(T, "note", None):
+            self._log(f"note: {T.note}")
         rng = check_random_state(self.random_state)
         best = None
         init_param = self.init

@@ -3,15 +3,36 @@
 A format is built once per fit and reused for every mode and iteration.
 """
 from .coo import CooFormat, partition_pointers
+from .alto import AltoFormat, alto_support
 
-__all__ = ["CooFormat", "partition_pointers", "FORMATS", "build_format"]
+__all__ = ["CooFormat", "AltoFormat", "partition_pointers", "FORMATS", "build_format",
+           "AUTO_ALTO_MIN_NNZ"]
 
 #: Values accepted by the ``format`` parameter of the estimators.
-FORMATS = ("auto", "coo")
+FORMATS = ("auto", "coo", "alto")
+
+#: ``format="auto"`` picks ALTO from this many nonzeros on (when the index fits in 128 bits).
+AUTO_ALTO_MIN_NNZ = 100_000
 
 
 def build_format(X, format="auto"):
-    """Build the storage format named ``format`` for the validated tensor ``X``."""
+    """Build the storage format named ``format`` for the validated tensor ``X``.
+
+    ``"auto"`` picks ALTO when its linear index fits in 128 bits and the tensor has at least
+    ``AUTO_ALTO_MIN_NNZ`` nonzeros, COO otherwise (rule from ``benchmarks/bench_alto.py``, see
+    :mod:`sktensor_fast.formats.alto`).  When ALTO is ruled out by its width, the COO object
+    carries the reason in ``note``.
+    """
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+    if format == "alto":
+        return AltoFormat(X)
+    if format == "auto":
+        ok, why = alto_support(X.shape)
+        if ok and X.nnz >= AUTO_ALTO_MIN_NNZ:
+            return AltoFormat(X)
+        T = CooFormat(X)
+        if not ok:
+            T.note = why + "; using COO"
+        return T
     return CooFormat(X)

@@ -1,0 +1,997 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False
+"""Compiled CPU kernels over the ALTO format (Cython, OpenMP).
+
+See :mod:`sktensor_fast.formats.alto` for the layout.  A nonzero is stored as one linear index
+(one or two 64-bit words) whose bits interleave the bits of its coordinates, plus its value; the
+nonzeros are sorted by that index and cut into partitions of equal nonzero counts.
+
+Decoding a coordinate gathers the bits of its mode out of the index.  Two decoders:
+
+* ``pext``: one BMI2 parallel-bit-extract per mode and word (x86-64 CPUs with a fast PEXT:
+  Intel since Haswell, AMD since Zen 3; chosen at import, by CPUID).  These kernels are also
+  compiled for AVX2 + FMA, which all such CPUs have;
+* ``generic`` (any CPU): one lookup per index byte in a 256-entry table that moves the byte's
+  bits to a layout where every mode's bits are contiguous (BLCO's re-linearisation, done on the
+  fly), OR-ed together; then one shift and mask per mode.  The tables of a 64-bit index take
+  2 KiB per index byte, so they stay in L1.
+
+Encoding (build time) uses PDEP, or per mode a short list of (word, shift, mask) groups.
+
+The hot loops (one partition of MTTKRP or CP-APR's Φ) are written in C below, once per value
+type, per decoder and per rank class (R = 8, 16, 32 as compile-time constants so the rank loops
+vectorise fully, any other R through a run-time trip count).  Output conflicts between
+partitions are resolved in one of two ways chosen by the caller (see ``formats/alto.py``):
+
+* ``buffer``: every partition accumulates into a private buffer spanning its own row interval of
+  the target mode; a parallel loop over output rows then adds the buffers in partition order.
+  No atomics, and the result does not depend on the number of threads.
+* ``atomic``: partitions add straight into the output; rows that occur in more than one
+  partition (flagged once per mode) are updated with ``omp atomic``, the others plainly.
+
+Like the other kernels these trust their inputs: the Python layer validates shapes and dtypes.
+"""
+cimport cython
+from cython.parallel cimport prange, parallel
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+from libc.stdint cimport int64_t, uint64_t, int32_t, uint8_t
+
+import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #include <stdlib.h>
+    #ifdef _OPENMP
+    #include <omp.h>
+    #endif
+
+    #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(SKTF_NO_BMI2)
+    #include <immintrin.h>
+    #define SKTF_BMI2_BUILD 1
+    #define SKTF_BMI2 __attribute__((target("bmi2")))
+    /* the PEXT kernels also use AVX2 and FMA: every CPU with a fast PEXT has them */
+    #define SKTF_PEXT_KERNEL __attribute__((target("bmi2,avx2,fma")))
+    #else
+    #define SKTF_BMI2_BUILD 0
+    #define SKTF_BMI2
+    #define SKTF_PEXT_KERNEL
+    #endif
+
+    /* Bit layout of the linear index, per mode n (built by formats/alto.py). */
+    typedef struct {
+        int nmodes;
+        int words;                /* 64-bit words per index: 1, or 2 stored as (hi, lo) */
+        const uint64_t *mask_lo;  /* [n] index bits of mode n in the low word */
+        const uint64_t *mask_hi;  /* [n] ... in the high word */
+        const int32_t *lo_bits;   /* [n] popcount(mask_lo[n]) */
+        const int32_t *gptr;      /* [n + 1] shift groups of mode n: gptr[n] .. gptr[n+1] */
+        const int32_t *gword;     /* 0: low word, 1: high word */
+        const int32_t *grs;       /* right shift */
+        const int32_t *gls;       /* left shift */
+        const uint64_t *gmask;    /* coordinate bits of the group (after shifting) */
+        int nbytes;               /* index bytes that hold bits */
+        const uint64_t *tab;      /* [nbytes][256][words]: byte value -> its bits, grouped */
+        const int32_t *goff;      /* [n] offset of mode n in the grouped value */
+        const int32_t *gbits;     /* [n] bits of mode n */
+        const uint64_t *gcmask;   /* [n] (1 << gbits[n]) - 1 */
+    } sktf_codec;
+
+    /* One MTTKRP / Φ call over ALTO. */
+    typedef struct {
+        sktf_codec cd;
+        const uint64_t *lin;
+        const void *vals;
+        void * const *fac;        /* nmodes factor matrices (I_k x R), row-major */
+        int mode;
+        int64_t R;
+        const void *B;            /* NULL for MTTKRP, (I_mode x R) for Φ */
+        double eps;
+        void *out;                /* (I_mode x R) */
+        const uint8_t *shared;    /* atomic path: rows used by more than one partition */
+        int atomic;               /* 0: plain adds everywhere (a single thread) */
+    } sktf_alto_job;
+
+    static int sktf_use_pext = 0;
+
+    static int sktf_has_bmi2(void) {
+    #if SKTF_BMI2_BUILD
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("avx2")
+               && __builtin_cpu_supports("fma");
+    #else
+        return 0;
+    #endif
+    }
+
+    static int sktf_pext_is_fast(void) {
+    #if SKTF_BMI2_BUILD
+        if (!sktf_has_bmi2()) return 0;
+        /* microcoded (slow) PEXT/PDEP on AMD before Zen 3 */
+        if (__builtin_cpu_is("amd") && (__builtin_cpu_is("znver1") || __builtin_cpu_is("znver2")
+                                        || __builtin_cpu_is("bdver4")))
+            return 0;
+        return 1;
+    #else
+        return 0;
+    #endif
+    }
+
+    static inline void sktf_load(const sktf_codec *cd, const uint64_t *lin, int64_t j,
+                                 uint64_t *lo, uint64_t *hi) {
+        if (cd->words == 2) { *hi = lin[2 * j]; *lo = lin[2 * j + 1]; }
+        else { *hi = 0; *lo = lin[j]; }
+    }
+
+    static inline int64_t sktf_decode_gen1(const sktf_codec *cd, uint64_t lo, uint64_t hi, int n) {
+        uint64_t v = 0;
+        for (int g = cd->gptr[n]; g < cd->gptr[n + 1]; ++g) {
+            uint64_t w = cd->gword[g] ? hi : lo;
+            v |= ((w >> cd->grs[g]) << cd->gls[g]) & cd->gmask[g];
+        }
+        return (int64_t) v;
+    }
+
+    /* Generic decoder: regroup the index bits so that each mode's bits are contiguous (one
+       table lookup per index byte), then one shift and mask per mode. */
+    static inline void sktf_decode_tab(const sktf_codec *cd, uint64_t lo, uint64_t hi,
+                                       int64_t *c) {
+        const uint64_t *tab = cd->tab;
+        const int nb = cd->nbytes;
+        if (cd->words == 1) {
+            uint64_t g = 0;
+            for (int k = 0; k < nb; ++k) g |= tab[(k << 8) | ((lo >> (8 * k)) & 255)];
+            for (int n = 0; n < cd->nmodes; ++n)
+                c[n] = cd->gbits[n] ? (int64_t) ((g >> cd->goff[n]) & cd->gcmask[n]) : 0;
+        } else {
+            uint64_t g0 = 0, g1 = 0;
+            for (int k = 0; k < nb; ++k) {
+                uint64_t v = (k < 8 ? lo >> (8 * k) : hi >> (8 * (k - 8))) & 255;
+                const uint64_t *t = tab + 2 * ((k << 8) | v);
+                g0 |= t[0];
+                g1 |= t[1];
+            }
+            for (int n = 0; n < cd->nmodes; ++n) {
+                const int off = cd->goff[n], b = cd->gbits[n];
+                uint64_t v;
+                if (b == 0) v = 0;
+                else if (off >= 64) v = g1 >> (off - 64);
+                else if (off + b <= 64) v = g0 >> off;
+                else v = (g0 >> off) | (g1 << (64 - off));
+                c[n] = (int64_t) (v & cd->gcmask[n]);
+            }
+        }
+    }
+
+    #define SKTF_DECODE_GEN(cd, lo, hi, c) sktf_decode_tab((cd), (lo), (hi), (c));
+
+    #if SKTF_BMI2_BUILD
+    #define SKTF_DECODE_PEXT(cd, lo, hi, c) \
+        if ((cd)->words == 1) { \
+            for (int n_ = 0; n_ < (cd)->nmodes; ++n_) \
+                (c)[n_] = (int64_t) _pext_u64((lo), (cd)->mask_lo[n_]); \
+        } else { \
+            for (int n_ = 0; n_ < (cd)->nmodes; ++n_) \
+                (c)[n_] = (int64_t) (_pext_u64((lo), (cd)->mask_lo[n_]) \
+                          | (_pext_u64((hi), (cd)->mask_hi[n_]) << (cd)->lo_bits[n_])); \
+        }
+    #endif
+
+    /* ---------------------------------------------------------------- encode / decode */
+    static void sktf_encode_gen(const sktf_codec *cd, const int64_t *subs, int64_t s, int64_t e,
+                                uint64_t *lin) {
+        const int N = cd->nmodes;
+        for (int64_t j = s; j < e; ++j) {
+            uint64_t w[2] = {0, 0};   /* lo, hi */
+            for (int n = 0; n < N; ++n) {
+                uint64_t c = (uint64_t) subs[j * N + n];
+                for (int g = cd->gptr[n]; g < cd->gptr[n + 1]; ++g)
+                    w[cd->gword[g]] |= ((c & cd->gmask[g]) >> cd->gls[g]) << cd->grs[g];
+            }
+            if (cd->words == 2) { lin[2 * j] = w[1]; lin[2 * j + 1] = w[0]; }
+            else lin[j] = w[0];
+        }
+    }
+
+    #if SKTF_BMI2_BUILD
+    SKTF_BMI2 static void sktf_encode_pext(const sktf_codec *cd, const int64_t *subs, int64_t s,
+                                           int64_t e, uint64_t *lin) {
+        const int N = cd->nmodes;
+        for (int64_t j = s; j < e; ++j) {
+            uint64_t lo = 0, hi = 0;
+            for (int n = 0; n < N; ++n) {
+                uint64_t c = (uint64_t) subs[j * N + n];
+                lo |= _pdep_u64(c, cd->mask_lo[n]);
+                if (cd->words == 2) hi |= _pdep_u64(c >> cd->lo_bits[n], cd->mask_hi[n]);
+            }
+            if (cd->words == 2) { lin[2 * j] = hi; lin[2 * j + 1] = lo; }
+            else lin[j] = lo;
+        }
+    }
+    SKTF_BMI2 static int64_t sktf_decode_pext1(const sktf_codec *cd, uint64_t lo, uint64_t hi,
+                                               int n) {
+        uint64_t v = _pext_u64(lo, cd->mask_lo[n]);
+        if (cd->words == 2) v |= _pext_u64(hi, cd->mask_hi[n]) << cd->lo_bits[n];
+        return (int64_t) v;
+    }
+    SKTF_BMI2 static void sktf_decode_pext_range(const sktf_codec *cd, const uint64_t *lin,
+                                                 int64_t s, int64_t e, int64_t *subs) {
+        const int N = cd->nmodes;
+        for (int64_t j = s; j < e; ++j) {
+            uint64_t lo, hi;
+            sktf_load(cd, lin, j, &lo, &hi);
+            SKTF_DECODE_PEXT(cd, lo, hi, subs + (j - s) * N)
+        }
+    }
+    #endif
+
+    static void sktf_encode(const sktf_codec *cd, const int64_t *subs, int64_t s, int64_t e,
+                            uint64_t *lin) {
+    #if SKTF_BMI2_BUILD
+        if (sktf_use_pext) { sktf_encode_pext(cd, subs, s, e, lin); return; }
+    #endif
+        sktf_encode_gen(cd, subs, s, e, lin);
+    }
+
+    /* coordinates of the nonzeros s..e; subs points at the row of nonzero s */
+    static void sktf_decode_range(const sktf_codec *cd, const uint64_t *lin, int64_t s, int64_t e,
+                                  int64_t *subs) {
+    #if SKTF_BMI2_BUILD
+        if (sktf_use_pext) { sktf_decode_pext_range(cd, lin, s, e, subs); return; }
+    #endif
+        const int N = cd->nmodes;
+        for (int64_t j = s; j < e; ++j) {
+            uint64_t lo, hi;
+            sktf_load(cd, lin, j, &lo, &hi);
+            SKTF_DECODE_GEN(cd, lo, hi, subs + (j - s) * N)
+        }
+    }
+
+    /* per-mode coordinate intervals of the nonzeros s..e (cmin/cmax of length nmodes);
+       c: scratch for SKTF_IBLOCK * nmodes coordinates */
+    #define SKTF_IBLOCK 256
+    static void sktf_intervals(const sktf_codec *cd, const uint64_t *lin, int64_t s, int64_t e,
+                               int64_t *cmin, int64_t *cmax, int64_t *c) {
+        const int N = cd->nmodes;
+        for (int n = 0; n < N; ++n) { cmin[n] = INT64_MAX; cmax[n] = -1; }
+        for (int64_t b = s; b < e; b += SKTF_IBLOCK) {
+            const int64_t be = (b + SKTF_IBLOCK < e) ? b + SKTF_IBLOCK : e;
+            sktf_decode_range(cd, lin, b, be, c);
+            for (int64_t j = 0; j < be - b; ++j)
+                for (int n = 0; n < N; ++n) {
+                    const int64_t v = c[j * N + n];
+                    if (v < cmin[n]) cmin[n] = v;
+                    if (v > cmax[n]) cmax[n] = v;
+                }
+        }
+    }
+
+    /* shared[i] = 1 when row i of mode n holds nonzeros of more than one partition */
+    static int sktf_shared_rows(const sktf_codec *cd, const uint64_t *lin, const int64_t *ptr,
+                                int64_t nparts, int n, int64_t nrows, uint8_t *shared) {
+        int64_t *last = (int64_t *) malloc((nrows > 0 ? nrows : 1) * sizeof(int64_t));
+        if (last == NULL) return -1;
+        for (int64_t i = 0; i < nrows; ++i) last[i] = -1;
+        memset(shared, 0, (size_t) nrows);
+        for (int64_t p = 0; p < nparts; ++p) {
+            for (int64_t j = ptr[p]; j < ptr[p + 1]; ++j) {
+                uint64_t lo, hi;
+                sktf_load(cd, lin, j, &lo, &hi);
+    #if SKTF_BMI2_BUILD
+                int64_t row = sktf_use_pext ? sktf_decode_pext1(cd, lo, hi, n)
+                                            : sktf_decode_gen1(cd, lo, hi, n);
+    #else
+                int64_t row = sktf_decode_gen1(cd, lo, hi, n);
+    #endif
+                if (last[row] != p) {
+                    if (last[row] >= 0) shared[row] = 1;
+                    last[row] = p;
+                }
+            }
+        }
+        free(last);
+        return 0;
+    }
+
+    /* ---------------------------------------------------------------- one partition */
+    /* The rank loops are short (R values); ask for SIMD explicitly, since after full
+       unrolling of a constant trip count the compiler may otherwise keep them scalar. */
+    #ifdef _OPENMP
+    #define SKTF_SIMD _Pragma("omp simd")
+    #define SKTF_SIMD_SUM_DOT _Pragma("omp simd reduction(+:dot)")
+    #else
+    #define SKTF_SIMD
+    #define SKTF_SIMD_SUM_DOT
+    #endif
+
+    #define SKTF_ALTO_PART(FN, T, RR, ATTR, DECODE, PIDECL)                                   \\
+    ATTR static void FN(const sktf_alto_job *jb, int64_t s, int64_t e, T *buf,                \\
+                        int64_t buf_lo, T *scratch, int64_t *c)                                \\
+    {                                                                                         \\
+        const sktf_codec *cd = &jb->cd;                                                       \\
+        const int64_t R = jb->R;                                                              \\
+        const int N = cd->nmodes, mode = jb->mode;                                            \\
+        T * const *fac = (T * const *) jb->fac;                                               \\
+        const T *vals = (const T *) jb->vals;                                                 \\
+        const T *B = (const T *) jb->B;                                                       \\
+        T *out = (T *) jb->out;                                                               \\
+        const uint8_t *shared = jb->shared;                                                   \\
+        const T eps = (T) jb->eps;                                                            \\
+        PIDECL;                                                                               \\
+        (void) R; (void) scratch;                                                             \\
+        for (int64_t j = s; j < e; ++j) {                                                     \\
+            uint64_t lo, hi;                                                                  \\
+            sktf_load(cd, jb->lin, j, &lo, &hi);                                              \\
+            DECODE(cd, lo, hi, c)                                                             \\
+            int first = 1;                                                                    \\
+            for (int k = 0; k < N; ++k) {                                                     \\
+                if (k == mode) continue;                                                      \\
+                const T *f = fac[k] + c[k] * (RR);                                            \\
+                if (first) { SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) pi[r] = f[r];        \\
+                             first = 0; }                                             \\
+                else { SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) pi[r] *= f[r]; }          \\
+            }                                                                                 \\
+            if (first) { for (int64_t r = 0; r < (RR); ++r) pi[r] = 1; }                      \\
+            const int64_t row = c[mode];                                                      \\
+            T w = vals[j];                                                                    \\
+            if (B) {                                                                          \\
+                const T *b = B + row * (RR);                                                  \\
+                T dot = 0;                                                                    \\
+                SKTF_SIMD_SUM_DOT                                                             \\
+                for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * pi[r];              \\
+                if (dot < eps) dot = eps;                                                     \\
+                w = w / dot;                                                                  \\
+            }                                                                                 \\
+            if (buf) {                                                                        \\
+                T *d = buf + (row - buf_lo) * (RR);                                           \\
+                SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * pi[r];               \\
+            } else if (jb->atomic && (shared == NULL || shared[row])) {                       \\
+                T *d = out + row * (RR);                                                      \\
+                for (int64_t r = 0; r < (RR); ++r) {                                          \\
+                    T v = w * pi[r];                                                          \\
+                    _Pragma("omp atomic")                                                     \\
+                    d[r] += v;                                                                \\
+                }                                                                             \\
+            } else {                                                                          \\
+                T *d = out + row * (RR);                                                      \\
+                SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * pi[r];               \\
+            }                                                                                 \\
+        }                                                                                     \\
+    }
+
+    /* Kruskal model values at the nonzeros s..e (in ALTO order) */
+    #define SKTF_ALTO_VALUES(FN, T, ATTR, DECODE)                                             \\
+    ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_t e,      \\
+                        T *res, T *pi, int64_t *c)                                            \\
+    {                                                                                         \\
+        const sktf_codec *cd = &jb->cd;                                                       \\
+        const int64_t R = jb->R;                                                              \\
+        const int N = cd->nmodes;                                                             \\
+        T * const *fac = (T * const *) jb->fac;                                               \\
+        for (int64_t j = s; j < e; ++j) {                                                     \\
+            uint64_t lo, hi;                                                                  \\
+            sktf_load(cd, jb->lin, j, &lo, &hi);                                              \\
+            DECODE(cd, lo, hi, c)                                                             \\
+            for (int64_t r = 0; r < R; ++r) pi[r] = fac[0][c[0] * R + r];                     \\
+            for (int k = 1; k < N; ++k) {                                                     \\
+                const T *f = fac[k] + c[k] * R;                                               \\
+                for (int64_t r = 0; r < R; ++r) pi[r] *= f[r];                                \\
+            }                                                                                 \\
+            T acc = 0;                                                                        \\
+            for (int64_t r = 0; r < R; ++r) acc = acc + weights[r] * pi[r];                   \\
+            res[j] = acc;                                                                     \\
+        }                                                                                     \\
+    }
+
+    #define SKTF_ALTO_FAMILY(T, SUF)                                                          \\
+    SKTF_ALTO_PART(sktf_gen_##SUF##_rr, T, R, , SKTF_DECODE_GEN, T *pi = scratch)             \\
+    SKTF_ALTO_PART(sktf_gen_##SUF##_8, T, 8, , SKTF_DECODE_GEN, T pi[8])                      \\
+    SKTF_ALTO_PART(sktf_gen_##SUF##_16, T, 16, , SKTF_DECODE_GEN, T pi[16])                   \\
+    SKTF_ALTO_PART(sktf_gen_##SUF##_32, T, 32, , SKTF_DECODE_GEN, T pi[32])                   \\
+    SKTF_ALTO_VALUES(sktf_values_gen_##SUF, T, , SKTF_DECODE_GEN)
+
+    #define SKTF_ALTO_FAMILY_PEXT(T, SUF)                                                     \\
+    SKTF_ALTO_PART(sktf_pext_##SUF##_rr, T, R, SKTF_PEXT_KERNEL, SKTF_DECODE_PEXT,            \\
+                   T *pi = scratch)                                                           \\
+    SKTF_ALTO_PART(sktf_pext_##SUF##_8, T, 8, SKTF_PEXT_KERNEL, SKTF_DECODE_PEXT, T pi[8])    \\
+    SKTF_ALTO_PART(sktf_pext_##SUF##_16, T, 16, SKTF_PEXT_KERNEL, SKTF_DECODE_PEXT, T pi[16]) \\
+    SKTF_ALTO_PART(sktf_pext_##SUF##_32, T, 32, SKTF_PEXT_KERNEL, SKTF_DECODE_PEXT, T pi[32]) \\
+    SKTF_ALTO_VALUES(sktf_values_pext_##SUF, T, SKTF_PEXT_KERNEL, SKTF_DECODE_PEXT)
+
+    SKTF_ALTO_FAMILY(double, f64)
+    SKTF_ALTO_FAMILY(float, f32)
+    #if SKTF_BMI2_BUILD
+    SKTF_ALTO_FAMILY_PEXT(double, f64)
+    SKTF_ALTO_FAMILY_PEXT(float, f32)
+    #endif
+
+    #if SKTF_BMI2_BUILD
+    #define SKTF_PEXT_DISPATCH(SUF)                                                           \\
+        if (sktf_use_pext) {                                                                  \\
+            switch (jb->R) {                                                                  \\
+            case 8: sktf_pext_##SUF##_8(jb, s, e, buf, buf_lo, scratch, c); return;           \\
+            case 16: sktf_pext_##SUF##_16(jb, s, e, buf, buf_lo, scratch, c); return;         \\
+            case 32: sktf_pext_##SUF##_32(jb, s, e, buf, buf_lo, scratch, c); return;         \\
+            default: sktf_pext_##SUF##_rr(jb, s, e, buf, buf_lo, scratch, c); return;         \\
+            }                                                                                 \\
+        }
+    #else
+    #define SKTF_PEXT_DISPATCH(SUF)
+    #endif
+
+    #define SKTF_ALTO_DISPATCH(T, SUF)                                                        \\
+    static void sktf_alto_part_##SUF(const sktf_alto_job *jb, int64_t s, int64_t e, T *buf,   \\
+                                     int64_t buf_lo, T *scratch, int64_t *c)                  \\
+    {                                                                                         \\
+        SKTF_PEXT_DISPATCH(SUF)                                                               \\
+        switch (jb->R) {                                                                      \\
+        case 8: sktf_gen_##SUF##_8(jb, s, e, buf, buf_lo, scratch, c); return;                \\
+        case 16: sktf_gen_##SUF##_16(jb, s, e, buf, buf_lo, scratch, c); return;              \\
+        case 32: sktf_gen_##SUF##_32(jb, s, e, buf, buf_lo, scratch, c); return;              \\
+        default: sktf_gen_##SUF##_rr(jb, s, e, buf, buf_lo, scratch, c); return;              \\
+        }                                                                                     \\
+    }                                                                                         \\
+    static void sktf_alto_values_##SUF(const sktf_alto_job *jb, const T *weights, int64_t s,  \\
+                                       int64_t e, T *res, T *pi, int64_t *c)                  \\
+    {                                                                                         \\
+        SKTF_VALUES_PEXT(SUF)                                                                 \\
+        sktf_values_gen_##SUF(jb, weights, s, e, res, pi, c);                                 \\
+    }
+
+    #if SKTF_BMI2_BUILD
+    #define SKTF_VALUES_PEXT(SUF) \\
+        if (sktf_use_pext) { sktf_values_pext_##SUF(jb, weights, s, e, res, pi, c); return; }
+    #else
+    #define SKTF_VALUES_PEXT(SUF)
+    #endif
+
+    SKTF_ALTO_DISPATCH(double, f64)
+    SKTF_ALTO_DISPATCH(float, f32)
+
+    /* ---------------------------------------------------------------- LSD radix sort */
+    /* Sort n linear indices (words per key, stored (hi, lo)) and carry their values (vsize
+       bytes each) along.  Digits of dbits bits (at most 16) over the low nbits bits; digits
+       that are equal for every key are skipped.  Parallel: each thread histograms and
+       scatters its own chunk, so the sort is stable and its result independent of the
+       thread count. */
+    #define SKTF_DIGIT(K, J)                                                                  \\
+        (straddle ? (((K)[(J) * 2 + 1] >> sh) | ((K)[(J) * 2] << (64 - sh))) & dmask           \\
+                  : ((K)[(J) * words + lo_word] >> sh) & dmask)
+
+    static int sktf_radix_sort(uint64_t *key, void *val, int64_t n, int words, int vsize,
+                               int nbits, int nthreads, int dbits) {
+        if (n <= 1 || nbits <= 0) return 0;
+        if (dbits < 1) dbits = 1;
+        if (dbits > 16) dbits = 16;
+        const int nb = 1 << dbits;
+        const uint64_t dmask = (uint64_t) nb - 1;
+        if (nthreads < 1) nthreads = 1;
+    #ifndef _OPENMP
+        nthreads = 1;
+    #endif
+        uint64_t *k2 = (uint64_t *) malloc((size_t) n * words * sizeof(uint64_t));
+        char *v2 = (char *) malloc((size_t) n * vsize);
+        int64_t *hist = (int64_t *) malloc((size_t) nthreads * nb * sizeof(int64_t));
+        if (k2 == NULL || v2 == NULL || hist == NULL) { free(k2); free(v2); free(hist); return -1; }
+        uint64_t *ksrc = key, *kdst = k2;
+        char *vsrc = (char *) val, *vdst = v2;
+        for (int shift = 0; shift < nbits; shift += dbits) {
+            /* the digit's bits; one that straddles the two words is read as a 128-bit shift */
+            const int sh = shift & 63;
+            const int lo_word = (shift >= 64) ? 0 : words - 1;
+            const int straddle = (words == 2 && shift < 64 && shift + dbits > 64);
+            int skip = 0;
+            int nt_used = nthreads;
+            #pragma omp parallel num_threads(nthreads)
+            {
+                int t = 0, nt = 1;
+    #ifdef _OPENMP
+                t = omp_get_thread_num();
+                nt = omp_get_num_threads();
+    #endif
+                #pragma omp single
+                nt_used = nt;
+                int64_t s = n * t / nt, e = n * (t + 1) / nt;
+                int64_t *h = hist + (int64_t) nb * t;
+                memset(h, 0, nb * sizeof(int64_t));
+                for (int64_t j = s; j < e; ++j) h[SKTF_DIGIT(ksrc, j)]++;
+                #pragma omp barrier
+                #pragma omp single
+                {
+                    int64_t run = 0;
+                    for (int d = 0; d < nb; ++d) {
+                        int64_t tot = 0;
+                        for (int u = 0; u < nt; ++u) tot += hist[(int64_t) nb * u + d];
+                        if (tot == n) skip = 1;
+                        for (int u = 0; u < nt; ++u) {
+                            int64_t cnt = hist[(int64_t) nb * u + d];
+                            hist[(int64_t) nb * u + d] = run;
+                            run += cnt;
+                        }
+                    }
+                }
+                if (!skip) {
+                    for (int64_t j = s; j < e; ++j) {
+                        int64_t d = SKTF_DIGIT(ksrc, j);
+                        int64_t o = h[d]++;
+                        if (words == 2) {
+                            kdst[2 * o] = ksrc[2 * j];
+                            kdst[2 * o + 1] = ksrc[2 * j + 1];
+                        }
+                        else kdst[o] = ksrc[j];
+                        if (vsize == 8) ((uint64_t *) vdst)[o] = ((const uint64_t *) vsrc)[j];
+                        else if (vsize == 4) ((uint32_t *) vdst)[o] = ((const uint32_t *) vsrc)[j];
+                        else memcpy(vdst + o * vsize, vsrc + j * vsize, vsize);
+                    }
+                }
+            }
+            (void) nt_used;
+            if (!skip) {
+                uint64_t *kt = ksrc; ksrc = kdst; kdst = kt;
+                char *vt = vsrc; vsrc = vdst; vdst = vt;
+            }
+        }
+        if (ksrc != key) {
+            memcpy(key, ksrc, (size_t) n * words * sizeof(uint64_t));
+            memcpy(val, vsrc, (size_t) n * vsize);
+        }
+        free(k2); free(v2); free(hist);
+        return 0;
+    }
+    """
+    ctypedef struct sktf_codec:
+        int nmodes
+        int words
+        const uint64_t* mask_lo
+        const uint64_t* mask_hi
+        const int32_t* lo_bits
+        const int32_t* gptr
+        const int32_t* gword
+        const int32_t* grs
+        const int32_t* gls
+        const uint64_t* gmask
+        int nbytes
+        const uint64_t* tab
+        const int32_t* goff
+        const int32_t* gbits
+        const uint64_t* gcmask
+
+    ctypedef struct sktf_alto_job:
+        sktf_codec cd
+        const uint64_t* lin
+        const void* vals
+        void** fac
+        int mode
+        int64_t R
+        const void* B
+        double eps
+        void* out
+        const uint8_t* shared
+        int atomic
+
+    int sktf_use_pext
+    int SKTF_BMI2_BUILD
+    int SKTF_IBLOCK
+    int sktf_pext_is_fast() nogil
+    int sktf_has_bmi2() nogil
+    void sktf_encode(const sktf_codec* cd, const int64_t* subs, int64_t s, int64_t e,
+                     uint64_t* lin) noexcept nogil
+    void sktf_decode_range(const sktf_codec* cd, const uint64_t* lin, int64_t s, int64_t e,
+                           int64_t* subs) noexcept nogil
+    void sktf_intervals(const sktf_codec* cd, const uint64_t* lin, int64_t s, int64_t e,
+                        int64_t* cmin, int64_t* cmax, int64_t* c) noexcept nogil
+    int sktf_shared_rows(const sktf_codec* cd, const uint64_t* lin, const int64_t* ptr,
+                         int64_t nparts, int n, int64_t nrows, uint8_t* shared) noexcept nogil
+    void sktf_alto_part_f64(const sktf_alto_job* jb, int64_t s, int64_t e, double* buf,
+                            int64_t buf_lo, double* scratch, int64_t* c) noexcept nogil
+    void sktf_alto_part_f32(const sktf_alto_job* jb, int64_t s, int64_t e, float* buf,
+                            int64_t buf_lo, float* scratch, int64_t* c) noexcept nogil
+    void sktf_alto_values_f64(const sktf_alto_job* jb, const double* weights, int64_t s,
+                              int64_t e, double* res, double* pi, int64_t* c) noexcept nogil
+    void sktf_alto_values_f32(const sktf_alto_job* jb, const float* weights, int64_t s,
+                              int64_t e, float* res, float* pi, int64_t* c) noexcept nogil
+    int sktf_radix_sort(uint64_t* key, void* val, int64_t n, int words, int vsize, int nbits,
+                        int nthreads, int dbits) noexcept nogil
+
+ctypedef fused floating:
+    float
+    double
+
+sktf_use_pext = sktf_pext_is_fast()
+
+#: Whether this build can use BMI2 PEXT/PDEP (x86-64 with GCC or Clang).
+HAVE_PEXT_BUILD = bool(SKTF_BMI2_BUILD)
+
+
+def pext_available():
+    """True when this CPU has a fast PEXT/PDEP and the build can use it."""
+    return bool(sktf_pext_is_fast())
+
+
+def get_decoder():
+    """The index decoder in use: ``"pext"`` or ``"generic"``."""
+    return "pext" if sktf_use_pext else "generic"
+
+
+def set_decoder(name):
+    """Select the index decoder (``"pext"``, ``"generic"`` or ``"auto"``); returns the old one.
+
+    ``"pext"`` raises ``ValueError`` where the CPU or the build lacks BMI2 (it is allowed on
+    CPUs whose PEXT is slow).  Only for tests and benchmarks: both decoders give identical
+    coordinates.
+    """
+    global sktf_use_pext
+    old = get_decoder()
+    if name == "auto":
+        sktf_use_pext = sktf_pext_is_fast()
+    elif name == "generic":
+        sktf_use_pext = 0
+    elif name == "pext":
+        if not sktf_has_bmi2():
+            raise ValueError("PEXT is not available: this CPU or this build of sktensor_fast "
+                             "lacks BMI2")
+        sktf_use_pext = 1
+    else:
+        raise ValueError(f"unknown decoder {name!r}; use 'pext', 'generic' or 'auto'")
+    return old
+
+
+def _padded(a, dtype):
+    """``a`` flattened to ``dtype`` with one zero appended (so that pointers stay valid)."""
+    a = np.asarray(a, dtype=dtype).reshape(-1)
+    return np.ascontiguousarray(np.concatenate([a, np.zeros(1, dtype=dtype)]))
+
+
+cdef class Codec:
+    """The bit layout of ALTO indices (arrays built by ``formats/alto.py``)."""
+
+    cdef sktf_codec cd
+    cdef readonly object mask_lo, mask_hi, lo_bits, gptr, gword, grs, gls, gmask
+    cdef readonly object tab, goff, gbits, gcmask
+    cdef readonly int nmodes, words
+
+    def __init__(self, int words, mask_lo, mask_hi, lo_bits, gptr, gword, grs, gls, gmask,
+                 tab, goff, gbits):
+        self.mask_lo = np.ascontiguousarray(mask_lo, dtype=np.uint64)
+        self.mask_hi = np.ascontiguousarray(mask_hi, dtype=np.uint64)
+        self.lo_bits = np.ascontiguousarray(lo_bits, dtype=np.int32)
+        self.gptr = np.ascontiguousarray(gptr, dtype=np.int32)
+        # at least one element so that the pointers below are valid
+        self.gword = _padded(gword, np.int32)
+        self.grs = _padded(grs, np.int32)
+        self.gls = _padded(gls, np.int32)
+        self.gmask = _padded(gmask, np.uint64)
+        self.tab = _padded(tab, np.uint64)
+        self.goff = np.ascontiguousarray(goff, dtype=np.int32)
+        self.gbits = np.ascontiguousarray(gbits, dtype=np.int32)
+        self.gcmask = np.array([(1 << int(b)) - 1 for b in self.gbits], dtype=np.uint64)
+        self.nmodes = self.lo_bits.shape[0]
+        if (self.tab.shape[0] - 1) % (256 * words):
+            raise ValueError("the decoding table must hold 256 entries of `words` words per byte")
+        if words not in (1, 2):
+            raise ValueError("an ALTO index has 1 or 2 words")
+        if (self.mask_lo.shape[0] != self.nmodes or self.mask_hi.shape[0] != self.nmodes
+                or self.gptr.shape[0] != self.nmodes + 1):
+            raise ValueError("inconsistent codec arrays")
+        self.words = words
+        self._fill()
+
+    cdef _fill(self):
+        cdef const uint64_t[::1] ml = self.mask_lo
+        cdef const uint64_t[::1] mh = self.mask_hi
+        cdef const int32_t[::1] lb = self.lo_bits
+        cdef const int32_t[::1] gp = self.gptr
+        cdef const int32_t[::1] gw = self.gword
+        cdef const int32_t[::1] rs = self.grs
+        cdef const int32_t[::1] ls = self.gls
+        cdef const uint64_t[::1] gm = self.gmask
+        cdef const uint64_t[::1] tb = self.tab
+        cdef const int32_t[::1] go = self.goff
+        cdef const int32_t[::1] gb = self.gbits
+        cdef const uint64_t[::1] gc = self.gcmask
+        self.cd.nmodes = self.nmodes
+        self.cd.nbytes = (tb.shape[0] - 1) // (256 * self.words)
+        self.cd.tab = &tb[0]
+        if self.nmodes > 0:
+            self.cd.goff = &go[0]
+            self.cd.gbits = &gb[0]
+            self.cd.gcmask = &gc[0]
+        self.cd.words = self.words
+        if self.nmodes > 0:
+            self.cd.mask_lo = &ml[0]
+            self.cd.mask_hi = &mh[0]
+            self.cd.lo_bits = &lb[0]
+        self.cd.gptr = &gp[0]
+        self.cd.gword = &gw[0]
+        self.cd.grs = &rs[0]
+        self.cd.gls = &ls[0]
+        self.cd.gmask = &gm[0]
+
+    def encode(self, const int64_t[:, ::1] subs, int num_threads=1):
+        """Linear indices of coordinate rows: (nnz,) or (nnz, 2) [hi, lo] uint64."""
+        cdef Py_ssize_t nnz = subs.shape[0]
+        cdef Py_ssize_t chunk = 16384
+        cdef Py_ssize_t nchunks = (nnz + chunk - 1) // chunk
+        cdef Py_ssize_t b, s, e
+        if subs.shape[1] != self.nmodes:
+            raise ValueError(f"subs has {subs.shape[1]} columns, the codec {self.nmodes} modes")
+        if self.words == 2:
+            lin = np.empty((nnz, 2), dtype=np.uint64)
+        else:
+            lin = np.empty(nnz, dtype=np.uint64)
+        cdef uint64_t[::1] flat = lin.reshape(-1)
+        if nnz == 0:
+            return lin
+        with nogil:
+            for b in prange(nchunks, schedule='static', num_threads=num_threads):
+                s = b * chunk
+                e = min(s + chunk, nnz)
+                sktf_encode(&self.cd, &subs[0, 0], s, e, &flat[0])
+        return lin
+
+    def decode(self, lin, int num_threads=1):
+        """Coordinates (nnz, nmodes) int64 of linear indices."""
+        cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
+        cdef Py_ssize_t nnz = flat.shape[0] // self.words
+        cdef Py_ssize_t chunk = 16384
+        cdef Py_ssize_t nchunks = (nnz + chunk - 1) // chunk
+        cdef Py_ssize_t b, s, e
+        subs = np.empty((nnz, self.nmodes), dtype=np.int64)
+        cdef int64_t[:, ::1] sv = subs
+        if nnz == 0 or self.nmodes == 0:
+            return subs
+        with nogil:
+            for b in prange(nchunks, schedule='static', num_threads=num_threads):
+                s = b * chunk
+                e = min(s + chunk, nnz)
+                sktf_decode_range(&self.cd, &flat[0], s, e, &sv[s, 0])
+        return subs
+
+    def sort(self, lin, vals, int nbits, int num_threads=1, int digit_bits=8):
+        """Sort ``lin`` (in place) and permute ``vals`` (in place) with it (LSD radix sort
+        with ``digit_bits``-bit digits)."""
+        cdef uint64_t[::1] flat = lin.reshape(-1)
+        cdef cnp.ndarray v = vals
+        cdef Py_ssize_t n = v.shape[0]
+        cdef int rc
+        if not (v.flags.c_contiguous and v.flags.writeable):
+            raise ValueError("vals must be a writeable contiguous array")
+        if n == 0:
+            return
+        with nogil:
+            rc = sktf_radix_sort(&flat[0], cnp.PyArray_DATA(v), n, self.words,
+                                 <int> cnp.PyArray_ITEMSIZE(v), nbits, num_threads,
+                                 digit_bits)
+        if rc != 0:
+            raise MemoryError("not enough memory to sort the ALTO indices")
+
+    def intervals(self, lin, const int64_t[::1] part_ptr, int num_threads=1):
+        """(nparts, nmodes) arrays cmin, cmax: coordinate interval of every partition."""
+        cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
+        cdef Py_ssize_t nparts = part_ptr.shape[0] - 1
+        cdef int N = self.nmodes
+        cmin = np.empty((max(nparts, 0), N), dtype=np.int64)
+        cmax = np.empty((max(nparts, 0), N), dtype=np.int64)
+        cdef int64_t[:, ::1] vmin = cmin
+        cdef int64_t[:, ::1] vmax = cmax
+        cdef Py_ssize_t p
+        cdef int64_t* c
+        if nparts <= 0 or N == 0:
+            return cmin, cmax
+        with nogil, parallel(num_threads=num_threads):
+            c = <int64_t*> malloc(SKTF_IBLOCK * N * sizeof(int64_t))
+            for p in prange(nparts, schedule='dynamic'):
+                sktf_intervals(&self.cd, &flat[0], part_ptr[p], part_ptr[p + 1],
+                               &vmin[p, 0], &vmax[p, 0], c)
+            free(c)
+        return cmin, cmax
+
+    def shared_rows(self, lin, const int64_t[::1] part_ptr, int mode, Py_ssize_t length):
+        """uint8 flags over the rows of ``mode``: 1 where more than one partition has nonzeros."""
+        cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
+        cdef Py_ssize_t nparts = part_ptr.shape[0] - 1
+        flags = np.zeros(length, dtype=np.uint8)
+        cdef uint8_t[::1] fv = flags
+        cdef int rc = 0
+        if nparts <= 0 or length == 0:
+            return flags
+        with nogil:
+            rc = sktf_shared_rows(&self.cd, &flat[0], &part_ptr[0], nparts, mode, length, &fv[0])
+        if rc != 0:
+            raise MemoryError()
+        return flags
+
+
+cdef int _fill_factors(list factors, void** fac) except -1:
+    cdef Py_ssize_t k
+    cdef cnp.ndarray f
+    for k in range(len(factors)):
+        f = factors[k]
+        fac[k] = cnp.PyArray_DATA(f) if f.shape[0] > 0 else NULL
+    return 0
+
+
+def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] part_ptr,
+               const int64_t[:, ::1] pmin, const int64_t[:, ::1] pmax,
+               list factors, int mode, floating[:, ::1] out, object B=None, double eps=0.0,
+               int num_threads=1, bint use_buffer=True, object shared=None, object work=None):
+    """MTTKRP (``B is None``) or CP-APR's Φ (``B`` given) over ALTO, into ``out`` (overwritten).
+
+    Parameters
+    ----------
+    codec : the bit layout; ``lin`` : sorted linear indices; ``vals`` : values in that order.
+    part_ptr : partition boundaries (nparts + 1); ``pmin``/``pmax`` : (nparts, N) intervals.
+    factors : N C-contiguous (I_k x R) arrays of the dtype of ``vals``.
+    use_buffer : private per-partition buffers + merge (True) or atomics (False).
+    shared : for atomics, uint8 flags of the rows of ``mode`` that more than one partition
+        updates (None: every update is atomic).
+    work : optional 1-D array of the dtype of ``vals`` used for the private buffers when it is
+        large enough (the partitions' interval lengths in ``mode`` times R, summed), so
+        that repeated calls reuse the same pages.
+    """
+    cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
+    cdef Py_ssize_t nnz = vals.shape[0]
+    cdef int N = codec.nmodes
+    cdef Py_ssize_t R = out.shape[1]
+    cdef Py_ssize_t I = out.shape[0]
+    cdef Py_ssize_t nparts = part_ptr.shape[0] - 1
+    cdef sktf_alto_job jb
+    cdef void** fac = <void**> malloc((N if N > 0 else 1) * sizeof(void*))
+    cdef const floating[:, ::1] Bv
+    cdef const uint8_t[::1] sv
+    cdef Py_ssize_t* boff = NULL
+    cdef floating* bufs = NULL
+    cdef floating* scratch
+    cdef floating* dst
+    cdef floating* src
+    cdef int64_t* c
+    cdef Py_ssize_t p, r, i, ch, nch, a, b, x, y, lo, hi, total
+    cdef Py_ssize_t CH = 64
+    cdef floating[::1] wv
+    cdef bint own_bufs = True
+    if fac == NULL:
+        raise MemoryError()
+    try:
+        _fill_factors(factors, fac)
+        jb.cd = codec.cd
+        jb.lin = &flat[0] if flat.shape[0] > 0 else NULL
+        jb.vals = &vals[0] if nnz > 0 else NULL
+        jb.fac = fac
+        jb.mode = mode
+        jb.R = R
+        jb.B = NULL
+        jb.eps = eps
+        jb.out = &out[0, 0] if I > 0 and R > 0 else NULL
+        jb.shared = NULL
+        jb.atomic = num_threads > 1
+        if B is not None:
+            Bv = B
+            if I > 0 and R > 0:
+                jb.B = &Bv[0, 0]
+        if I > 0 and R > 0:
+            with nogil:
+                memset(&out[0, 0], 0, I * R * sizeof(floating))
+        if nnz == 0 or nparts <= 0 or R == 0 or I == 0:
+            return out
+        if not use_buffer:
+            if shared is not None:
+                sv = shared
+                jb.shared = &sv[0]
+            with nogil, parallel(num_threads=num_threads):
+                scratch = <floating*> malloc(R * sizeof(floating))
+                c = <int64_t*> malloc(N * sizeof(int64_t))
+                for p in prange(nparts, schedule='dynamic'):
+                    if floating is double:
+                        sktf_alto_part_f64(&jb, part_ptr[p], part_ptr[p + 1], NULL, 0, scratch, c)
+                    else:
+                        sktf_alto_part_f32(&jb, part_ptr[p], part_ptr[p + 1], NULL, 0, scratch, c)
+                free(scratch)
+                free(c)
+            return out
+        # ---- private buffers over each partition's row interval, then a merge over rows
+        boff = <Py_ssize_t*> malloc((nparts + 1) * sizeof(Py_ssize_t))
+        if boff == NULL:
+            raise MemoryError()
+        total = 0
+        for p in range(nparts):
+            boff[p] = total
+            if pmax[p, mode] >= pmin[p, mode]:
+                total += (pmax[p, mode] - pmin[p, mode] + 1) * R
+        boff[nparts] = total
+        if work is not None and total > 0:
+            wv = work
+            if wv.shape[0] >= total:
+                bufs = &wv[0]
+                own_bufs = False
+        if own_bufs:
+            bufs = <floating*> malloc((total if total > 0 else 1) * sizeof(floating))
+        if bufs == NULL:
+            raise MemoryError(f"ALTO's private buffers need {total * sizeof(floating)} bytes")
+        with nogil, parallel(num_threads=num_threads):
+            scratch = <floating*> malloc(R * sizeof(floating))
+            c = <int64_t*> malloc(N * sizeof(int64_t))
+            for p in prange(nparts, schedule='dynamic'):
+                if boff[p + 1] > boff[p]:
+                    memset(bufs + boff[p], 0, (boff[p + 1] - boff[p]) * sizeof(floating))
+                    if floating is double:
+                        sktf_alto_part_f64(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
+                                           pmin[p, mode], scratch, c)
+                    else:
+                        sktf_alto_part_f32(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
+                                           pmin[p, mode], scratch, c)
+            free(scratch)
+            free(c)
+        # merge: blocks of CH rows in parallel, partitions added in order (deterministic)
+        nch = (I + CH - 1) // CH
+        with nogil:
+            for ch in prange(nch, schedule='dynamic', num_threads=num_threads):
+                a = ch * CH
+                b = min(a + CH, I)
+                for p in range(nparts):
+                    if boff[p + 1] == boff[p]:
+                        continue
+                    lo = pmin[p, mode]
+                    hi = pmax[p, mode] + 1
+                    x = max(a, lo)
+                    y = min(b, hi)
+                    if x >= y:
+                        continue
+                    src = bufs + boff[p] + (x - lo) * R
+                    dst = &out[x, 0]
+                    for i in range((y - x) * R):
+                        dst[i] += src[i]
+        return out
+    finally:
+        free(fac)
+        free(boff)
+        if own_bufs:
+            free(bufs)
+
+
+def kruskal_values(Codec codec, lin, const floating[::1] weights, list factors,
+                   floating[::1] res, int num_threads=1):
+    """res[j] = Σ_r weights[r] Π_k factors[k][i_k(j), r] at the nonzeros in ALTO order."""
+    cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
+    cdef Py_ssize_t nnz = res.shape[0]
+    cdef int N = codec.nmodes
+    cdef Py_ssize_t R = weights.shape[0]
+    cdef sktf_alto_job jb
+    cdef void** fac = <void**> malloc((N if N > 0 else 1) * sizeof(void*))
+    cdef Py_ssize_t chunk = 8192
+    cdef Py_ssize_t nchunks = (nnz + chunk - 1) // chunk
+    cdef Py_ssize_t b
+    cdef floating* pi
+    cdef int64_t* c
+    if fac == NULL:
+        raise MemoryError()
+    try:
+        if nnz == 0:
+            return res
+        if R == 0:
+            res[:] = 0
+            return res
+        _fill_factors(factors, fac)
+        jb.cd = codec.cd
+        jb.lin = &flat[0]
+        jb.fac = fac
+        jb.R = R
+        with nogil, parallel(num_threads=num_threads):
+            pi = <floating*> malloc(R * sizeof(floating))
+            c = <int64_t*> malloc(N * sizeof(int64_t))
+            for b in prange(nchunks, schedule='static'):
+                if floating is double:
+                    sktf_alto_values_f64(&jb, &weights[0], b * chunk, min(b * chunk + chunk, nnz),
+                                         &res[0], pi, c)
+                else:
+                    sktf_alto_values_f32(&jb, &weights[0], b * chunk, min(b * chunk + chunk, nnz),
+                                         &res[0], pi, c)
+            free(pi)
+            free(c)
+        return res
+    finally:
+        free(fac)

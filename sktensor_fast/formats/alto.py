@@ -1,0 +1,394 @@
+"""ALTO: the nonzeros in the order of one linearised, bit-interleaved index.
+
+Layout
+------
+Mode ``n`` of length ``I_n`` needs ``b_n = ⌈log₂ I_n⌉`` bits (0 for a mode of length 1).  The
+linear index of a nonzero is built by dealing those bits round-robin, from the least
+significant end: level ``l`` takes bit ``l`` of every mode that still has one, the shortest of
+those modes in the lowest position.  The modes that keep bits longest are the longest modes, so
+they own the most significant bits.  Sorting by this index orders the nonzeros along a
+recursive halving of the index space, longest mode first (ALTO, Helal et al., ICS'21): nonzeros
+close in the tensor are close in memory for every mode at once, and a run of consecutive
+nonzeros spans a small interval of each long mode.
+
+A total of at most 64 bits is stored as one ``uint64`` per nonzero, at most 128 bits as two
+(``lin[:, 0]`` the high word, ``lin[:, 1]`` the low one).  A wider tensor cannot use ALTO:
+``format="alto"`` raises ``ValueError`` and ``format="auto"`` keeps COO.
+
+A coordinate is recovered with one PEXT per mode and word on CPUs with a fast BMI2 PEXT, else
+with a precomputed table of (shift, mask) groups per mode (``backends/cpu/_alto.pyx``).
+
+Partitions and conflict resolution
+----------------------------------
+The sorted nonzeros are cut into ``P`` partitions of equal nonzero counts.  ``P`` depends on the
+number of nonzeros and the machine's cores only, never on the thread setting of a call:
+``P = min(nnz, max(cores, min(⌈nnz / 2¹⁴⌉, max(64, 4·cores))))``.  For each partition the
+interval ``[min, max]`` of its coordinates in every mode is recorded at build time.
+
+The MTTKRP / Φ of mode ``n`` updates output rows that several partitions may share.  Two ways to
+resolve this, chosen per mode (``conflict="auto"``) by the reuse ``nnz / I_n``:
+
+* ``"buffer"`` (high reuse): each partition accumulates into a private buffer over its own row
+  interval of mode ``n``; a parallel loop over output rows then adds the buffers, in partition
+  order.  No atomics; the result is the same for every thread count.  Extra traffic:
+  ``Σ_p (interval_p) · R`` values zeroed, written and merged, small when rows are reused a lot.
+* ``"atomic"`` (low reuse): partitions add straight into the output.  Rows updated by more than
+  one partition (flagged once per mode, on first use) are added with ``omp atomic``, all other
+  rows plainly.  Sums over shared rows may be taken in a different order from run to run.
+
+The switch is at ``REUSE_THRESHOLD`` = 8 nonzeros per row, measured with
+``benchmarks/bench_alto_threshold.py`` (2 threads, R = 16, AMD EPYC Zen 3 with 2 cores shared
+with other jobs, best of 7, two runs): a 3-way tensor of 2²¹ nonzeros whose middle mode sweeps
+lengths 2⁶ … 2²¹.  Time of the atomic path over the buffer path:
+
+==================  =====  =====  =====  =====  =====  =====  =====
+reuse               32704   2048     32     16      8      4      1
+uniform, run 1       2.15   3.45   2.09   1.16   1.16   0.96   0.76
+uniform, run 2       4.26   3.13   3.01   1.26   1.04   1.14   1.05
+==================  =====  =====  =====  =====  =====  =====  =====
+
+and with Zipf(1.2) coordinates (runs 1 / 2) 7.55 / 1.40 at reuse 10580, 4.29 / 1.82 at 63,
+3.31 / 1.68 at 8.3, 1.71 / 1.52 at 2.1, 0.79 / 0.86 at 1.1, 0.66 / 0.67 at 0.5.  Atomics
+cost a compare-and-swap loop per value (R per nonzero, not vectorised), so the buffers win down
+to a few nonzeros per row and lose only when the buffers approach the nonzero count.  From 8 up
+both sweeps favour the buffers in both runs; below it the gain is small or negative and the
+buffers would take more memory than the tensor's own index.  The buffer path is also skipped
+when its buffers would hold more than ``MAX_BUFFER_ROWS_PER_NNZ`` · nnz rows (memory:
+``buffer_rows · R`` values, kept between calls).  With one thread the atomic path adds plainly
+(there is nothing to race with).
+
+Choosing ALTO (``format="auto"``)
+---------------------------------
+``build_format(X, "auto")`` uses ALTO when the index fits in 128 bits and ``X`` has at least
+``AUTO_ALTO_MIN_NNZ`` = 100 000 nonzeros (``sktensor_fast.formats``).  Evidence from
+``benchmarks/bench_alto.py`` (2 threads, R = 16, same machine, three runs with the cores shared
+with other jobs) on FROSTT-shaped synthetic tensors (Uber 3.3M nonzeros, NIPS 3.1M, NELL-2's
+shape with 20M): an MTTKRP sweep over all modes is 2.6–4.4× faster than with COO, Φ 2.2–3.5×,
+a CP-ALS iteration 1.9–3.8×, while building ALTO costs 0.9–1.4 such sweeps.  On Uber's shape,
+build + 10 sweeps cost ALTO 0.25–0.7 of COO from 10⁵ nonzeros up (when the run was not
+dominated by scheduler stalls); below that both take a few milliseconds, and COO keeps results
+bitwise independent of the thread count in every mode.
+
+Memory
+------
+Per nonzero, ALTO's own arrays hold 8 or 16 bytes of index and one value.  ``subs`` and ``vals``
+(original, lexicographic order) are the arrays of the :class:`~sktensor_fast.SparseTensor` the
+format was built from, not copies: kernels that work on coordinates (model values, CP-APR's row
+solvers, GCP's samplers) keep using them, and they cost no memory beyond what the caller
+already holds.  The per-mode permutations of COO (``perms``, ``row_ptr``, ``linear_index``) are
+built only when such a kernel asks for them, through a COO view sharing ``subs`` and ``vals``.
+"""
+import os
+
+import numpy as np
+
+from .coo import CooFormat
+
+__all__ = ["AltoFormat", "alto_bits", "alto_layout", "alto_support", "MAX_BITS",
+           "REUSE_THRESHOLD"]
+
+#: Widest linear index supported (two 64-bit words).
+MAX_BITS = 128
+
+#: Reuse (nonzeros per row of the target mode) from which the private-buffer path is used.
+REUSE_THRESHOLD = 8.0
+
+#: Partitioning: target nonzeros per partition, and the cap on the partition count.
+PART_NNZ = 2 ** 14
+MIN_PART_CAP = 64
+PARTS_PER_CORE = 4
+
+#: The buffer path is not used when its buffers would hold more rows than this times nnz.
+MAX_BUFFER_ROWS_PER_NNZ = 0.5
+
+CONFLICTS = ("auto", "buffer", "atomic")
+
+
+def _cores():
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def alto_bits(shape):
+    """Index bits of every mode: ``⌈log₂ I_n⌉`` (0 for a mode of length 1)."""
+    return [max(int(s) - 1, 0).bit_length() for s in shape]
+
+
+def alto_support(shape):
+    """``(True, "")`` when ALTO can store a tensor of this shape, else ``(False, reason)``."""
+    total = sum(alto_bits(shape))
+    if total > MAX_BITS:
+        return False, (f"ALTO needs {total} index bits for shape {tuple(int(s) for s in shape)} "
+                       f"(the sum of ceil(log2 I_n)), more than the {MAX_BITS} it supports")
+    return True, ""
+
+
+def alto_layout(shape):
+    """Positions of the coordinate bits in the linear index.
+
+    Returns a list ``pos`` with ``pos[n][l]`` the index bit that holds bit ``l`` of the
+    mode-``n`` coordinate.  Bits are dealt level by level from the least significant end; in
+    each level the shortest mode comes first (lowest), ties broken by the higher mode number.
+    """
+    bits = alto_bits(shape)
+    order = sorted(range(len(shape)), key=lambda n: (int(shape[n]), -n))
+    pos = [[] for _ in shape]
+    p = 0
+    for level in range(max(bits, default=0)):
+        for n in order:
+            if bits[n] > level:
+                pos[n].append(p)
+                p += 1
+    return pos
+
+
+def _codec_arrays(shape):
+    """Masks for PEXT/PDEP and the (word, right shift, left shift, mask) groups per mode."""
+    pos = alto_layout(shape)
+    total = sum(len(p) for p in pos)
+    words = 1 if total <= 64 else 2
+    N = len(shape)
+    mask_lo = np.zeros(N, dtype=np.uint64)
+    mask_hi = np.zeros(N, dtype=np.uint64)
+    lo_bits = np.zeros(N, dtype=np.int32)
+    gptr = [0]
+    gword, grs, gls, gmask = [], [], [], []
+    for n, pn in enumerate(pos):
+        groups = {}
+        mlo = mhi = 0
+        for level, p in enumerate(pn):
+            word, q = (0, p) if p < 64 else (1, p - 64)
+            if word == 0:
+                mlo |= 1 << q
+            else:
+                mhi |= 1 << q
+            rs, ls = (q - level, 0) if q >= level else (0, level - q)
+            key = (word, rs, ls)
+            groups[key] = groups.get(key, 0) | (1 << level)
+        mask_lo[n] = mlo
+        mask_hi[n] = mhi
+        lo_bits[n] = bin(mlo).count("1")
+        for (word, rs, ls), m in sorted(groups.items()):
+            gword.append(word)
+            grs.append(rs)
+            gls.append(ls)
+            gmask.append(m)
+        gptr.append(len(gword))
+    # table decoder: byte k of the index -> its bits moved to the mode-contiguous layout
+    gbits = np.array([len(pn) for pn in pos], dtype=np.int32)
+    goff = np.zeros(N, dtype=np.int32)
+    if N:
+        goff[1:] = np.cumsum(gbits)[:-1]
+    nbytes = -(-total // 8)
+    tab = np.zeros((nbytes, 256, words), dtype=np.uint64)
+    byte_vals = np.arange(256, dtype=np.uint64)
+    for n, pn in enumerate(pos):
+        for level, p in enumerate(pn):
+            g = int(goff[n]) + level
+            bit = (byte_vals >> np.uint64(p % 8)) & np.uint64(1)
+            tab[p // 8, :, g // 64] |= bit << np.uint64(g % 64)
+    return dict(words=words, total=total, mask_lo=mask_lo, mask_hi=mask_hi, lo_bits=lo_bits,
+                tab=tab, goff=goff, gbits=gbits,
+                gptr=np.asarray(gptr, dtype=np.int32), gword=np.asarray(gword, dtype=np.int32),
+                grs=np.asarray(grs, dtype=np.int32), gls=np.asarray(gls, dtype=np.int32),
+                gmask=np.asarray(gmask, dtype=np.uint64))
+
+
+def make_codec(shape):
+    """The compiled codec of ``shape`` and its total bit count."""
+    from ..backends.cpu import _alto
+    a = _codec_arrays(shape)
+    codec = _alto.Codec(a["words"], a["mask_lo"], a["mask_hi"], a["lo_bits"], a["gptr"],
+                        a["gword"], a["grs"], a["gls"], a["gmask"], a["tab"], a["goff"],
+                        a["gbits"])
+    return codec, a["total"]
+
+
+def default_partitions(nnz, cores=None):
+    """Partition count for ``nnz`` nonzeros (see the module docstring)."""
+    if nnz <= 0:
+        return 0
+    cores = _cores() if cores is None else cores
+    cap = max(MIN_PART_CAP, PARTS_PER_CORE * cores)
+    return int(min(nnz, max(cores, min(-(-nnz // PART_NNZ), cap))))
+
+
+class AltoFormat:
+    """A sparse tensor in ALTO order for the CPU kernels.
+
+    Parameters
+    ----------
+    X : SparseTensor
+        Validated tensor (coordinates in range); its ``subs`` and ``vals`` are referenced, not
+        copied.
+    n_partitions : int, optional
+        Number of equal-nonzero partitions (default: :func:`default_partitions`).
+    conflict : {"auto", "buffer", "atomic"}, default="auto"
+        How output conflicts between partitions are resolved: per mode by reuse, or forced.
+    num_threads : int, optional
+        Threads for building (default: the CPU kernels' setting).
+
+    Attributes
+    ----------
+    lin : (nnz,) or (nnz, 2) uint64
+        Sorted linear indices (two words: high, low).
+    sorted_vals : (nnz,) values in the order of ``lin``.
+    parts : (P + 1,) int64 partition boundaries into ``lin``.
+    part_min, part_max : (P, N) int64 coordinate interval of every partition in every mode.
+    bits : int, total index bits; ``words`` : 1 or 2.
+    subs, vals : the source tensor's coordinates and values (lexicographic order).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sktensor_fast import SparseTensor
+    >>> from sktensor_fast.formats import AltoFormat
+    >>> X = SparseTensor([[0, 1, 2], [3, 0, 1]], [1.0, 2.0], shape=(4, 2, 3))
+    >>> T = AltoFormat(X)
+    >>> T.bits, T.words
+    (5, 1)
+    >>> T.decode().tolist()
+    [[0, 1, 2], [3, 0, 1]]
+    """
+
+    name = "alto"
+
+    def __init__(self, X, *, n_partitions=None, conflict="auto", num_threads=None):
+        ok, why = alto_support(X.shape)
+        if not ok:
+            raise ValueError(why + "; use format='coo' (format='auto' falls back to COO)")
+        if conflict not in CONFLICTS:
+            raise ValueError(f"conflict must be one of {CONFLICTS}, got {conflict!r}")
+        if num_threads is None:
+            from ..backends.cpu import get_num_threads
+            num_threads = get_num_threads()
+        nt = int(num_threads)
+        self.shape = tuple(int(s) for s in X.shape)
+        self.ndim = len(self.shape)
+        self.nnz = int(X.nnz)
+        self.dtype = X.dtype
+        self.subs = np.ascontiguousarray(X.subs, dtype=np.int64)
+        self.vals = np.ascontiguousarray(X.vals)
+        self.norm_sq = float(np.dot(self.vals.astype(np.float64), self.vals.astype(np.float64)))
+        self.conflict = conflict
+        self.codec, self.bits = make_codec(self.shape)
+        self.words = self.codec.words
+        # encode, then sort the indices carrying the values along (LSD radix sort)
+        self.lin = self.codec.encode(self.subs, nt)
+        self.sorted_vals = self.vals.copy()
+        self.codec.sort(self.lin, self.sorted_vals, self.bits, nt)
+        P = default_partitions(self.nnz) if n_partitions is None else int(n_partitions)
+        if self.nnz > 0 and P < 1:
+            raise ValueError(f"n_partitions must be positive, got {n_partitions!r}")
+        P = min(P, self.nnz)
+        self.parts = (np.arange(P + 1, dtype=np.int64) * self.nnz) // max(P, 1)
+        self.part_min, self.part_max = self.codec.intervals(self.lin, self.parts, nt)
+        self._shared = {}
+        self._coo = None
+        self._work = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n_partitions(self):
+        return len(self.parts) - 1
+
+    @property
+    def nbytes(self):
+        """Bytes of ALTO's own arrays (``subs``/``vals`` belong to the source tensor)."""
+        n = (self.lin.nbytes + self.sorted_vals.nbytes + self.parts.nbytes
+             + self.part_min.nbytes + self.part_max.nbytes)
+        n += sum(f.nbytes for f in self._shared.values())
+        if self._work is not None:
+            n += self._work.nbytes
+        return n
+
+    def reuse(self, mode):
+        """Nonzeros per row of ``mode``."""
+        return self.nnz / max(self.shape[mode], 1)
+
+    def buffer_rows(self, mode):
+        """Rows of the private buffers of the buffer path for ``mode`` (all partitions)."""
+        if self.n_partitions == 0:
+            return 0
+        d = self.part_max[:, mode] - self.part_min[:, mode] + 1
+        return int(np.sum(np.maximum(d, 0)))
+
+    def conflict_for(self, mode):
+        """``"buffer"`` or ``"atomic"``: how :meth:`accumulate` resolves conflicts for ``mode``."""
+        if self.conflict != "auto":
+            return self.conflict
+        if (self.reuse(mode) >= REUSE_THRESHOLD
+                and self.buffer_rows(mode) <= MAX_BUFFER_ROWS_PER_NNZ * self.nnz):
+            return "buffer"
+        return "atomic"
+
+    def shared_rows(self, mode):
+        """uint8 flags over the rows of ``mode``: 1 where several partitions have nonzeros."""
+        if mode not in self._shared:
+            self._shared[mode] = self.codec.shared_rows(self.lin, self.parts, int(mode),
+                                                        self.shape[mode])
+        return self._shared[mode]
+
+    def decode(self, num_threads=1):
+        """Coordinates (nnz, N) in ALTO order (a new array)."""
+        return self.codec.decode(self.lin, int(num_threads))
+
+    # ------------------------------------------------------------------ kernels
+    def accumulate(self, factors, mode, out, B, eps, num_threads, conflict=None):
+        """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``.
+
+        ``conflict`` (``"buffer"`` / ``"atomic"``) overrides :meth:`conflict_for`.  The buffer
+        path keeps its workspace on this object, so two calls on the same object must not run
+        at the same time.
+        """
+        from ..backends.cpu import _alto
+        how = conflict or self.conflict_for(mode)
+        if how not in ("buffer", "atomic"):
+            raise ValueError(f"conflict must be 'buffer' or 'atomic', got {how!r}")
+        shared = self.shared_rows(mode) if how == "atomic" else None
+        work = None
+        if how == "buffer":
+            need = self.buffer_rows(mode) * out.shape[1]
+            work = self._work
+            if work is None or work.dtype != out.dtype or work.shape[0] < need:
+                # kept between calls: the pages of a fresh allocation would fault every time
+                work = self._work = np.empty(need, dtype=out.dtype)
+        _alto.accumulate(self.codec, self.lin, self.sorted_vals, self.parts, self.part_min,
+                         self.part_max, factors, int(mode), out, B, float(eps), int(num_threads),
+                         how == "buffer", shared, work)
+        return out
+
+    def kruskal_values(self, weights, factors, num_threads=1):
+        """Model values at the nonzeros, in ALTO order (aligned with ``sorted_vals``)."""
+        from ..backends.cpu import _alto
+        out = np.empty(self.nnz, dtype=self.dtype)
+        w = np.ascontiguousarray(weights, dtype=self.dtype)
+        facs = [np.ascontiguousarray(f, dtype=self.dtype) for f in factors]
+        _alto.kruskal_values(self.codec, self.lin, w, facs, out, int(num_threads))
+        return out
+
+    # ------------------------------------------------------------------ COO view
+    def _coo_view(self):
+        if self._coo is None:
+            self._coo = CooFormat(self)  # shares subs and vals
+        return self._coo
+
+    @property
+    def perms(self):
+        """Per-mode permutations of ``subs`` (COO's, built on first use)."""
+        return self._coo_view().perms
+
+    def row_ptr(self, mode):
+        """Row offsets of ``mode`` into ``perms[mode]`` (see :meth:`CooFormat.row_ptr`)."""
+        return self._coo_view().row_ptr(mode)
+
+    def linear_index(self):
+        """Row-major linear indices in the order of ``subs`` (see
+        :meth:`CooFormat.linear_index`); unrelated to the ALTO index ``lin``."""
+        return self._coo_view().linear_index()
+
+    def __repr__(self):
+        return (f"AltoFormat(shape={self.shape}, nnz={self.nnz}, bits={self.bits}, "
+                f"partitions={self.n_partitions})")

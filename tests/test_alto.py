@@ -1,0 +1,339 @@
+"""The ALTO format: bit layout, encode/decode, kernels against COO, estimators, bad input."""
+import numpy as np
+import pytest
+
+from sktensor_fast import SparseTensor, num_threads
+from sktensor_fast.backends import get_backend
+from sktensor_fast.backends.cpu import _alto
+from sktensor_fast.formats import (AltoFormat, CooFormat, FORMATS, build_format)
+from sktensor_fast.formats import alto as alto_mod
+from sktensor_fast.formats.alto import alto_bits, alto_layout, make_codec
+
+from _reference import mttkrp_ref, phi_ref, random_sparse
+
+DECODERS = ["generic"] + (["pext"] if _alto.pext_available() else [])
+
+
+@pytest.fixture(params=DECODERS)
+def decoder(request):
+    old = _alto.set_decoder(request.param)
+    yield request.param
+    _alto.set_decoder(old)
+
+
+def _ref_encode(subs, shape):
+    """Bit-by-bit ALTO index as Python ints (the definition, for checking the codec)."""
+    pos = alto_layout(shape)
+    out = []
+    for row in subs.tolist():
+        v = 0
+        for n, c in enumerate(row):
+            for level, p in enumerate(pos[n]):
+                v |= ((c >> level) & 1) << p
+        out.append(v)
+    return out
+
+
+def _as_ints(lin):
+    lin = np.asarray(lin)
+    if lin.ndim == 1:
+        return [int(x) for x in lin]
+    return [(int(h) << 64) | int(lo) for h, lo in lin]
+
+
+def _random_subs(shape, n, rng):
+    cols = []
+    for s in shape:
+        c = rng.integers(0, s, n, dtype=np.int64)
+        c[0], c[-1] = 0, s - 1  # the extremes
+        cols.append(c)
+    return np.ascontiguousarray(np.stack(cols, axis=1))
+
+
+# ---------------------------------------------------------------------- layout and codec
+ROUNDTRIP_SHAPES = [
+    (1, 7, 300),                              # a mode of length 1 (0 bits)
+    (2 ** 40, 3, 5),                          # a mode of length 2^40
+    (9, 17, 33, 2, 1000),                     # 5 modes
+    (3, 5, 7, 11, 13, 2, 70, 129),            # 8 modes
+    (2 ** 21, 2 ** 21, 2 ** 21),              # 63 bits
+    (2 ** 32, 2 ** 32),                       # 64 bits
+    (2 ** 33, 2 ** 32),                       # 65 bits: two words
+    (2 ** 43, 2 ** 42, 2 ** 42),              # 127 bits
+    (2 ** 43, 2 ** 43, 2 ** 42),              # 128 bits
+    (2 ** 63 - 1, 5, 2 ** 20 + 1),            # a 63-bit mode spanning both words
+    (1, 1, 1),                                # no bits at all
+]
+
+
+@pytest.mark.parametrize("shape", ROUNDTRIP_SHAPES)
+def test_encode_decode_roundtrip(shape, decoder):
+    rng = np.random.default_rng(len(shape) * 7 + sum(alto_bits(shape)))
+    subs = _random_subs(shape, 300, rng)
+    codec, total = make_codec(shape)
+    assert total == sum(alto_bits(shape))
+    assert codec.words == (1 if total <= 64 else 2)
+    lin = codec.encode(subs, 2)
+    assert _as_ints(lin) == _ref_encode(subs, shape)
+    np.testing.assert_array_equal(codec.decode(lin, 2), subs)
+    np.testing.assert_array_equal(codec.decode(lin, 1), subs)
+
+
+def test_bit_totals():
+    assert sum(alto_bits((2 ** 21,) * 3)) == 63
+    assert sum(alto_bits((2 ** 32, 2 ** 32))) == 64
+    assert sum(alto_bits((2 ** 33, 2 ** 32))) == 65
+    assert sum(alto_bits((2 ** 43, 2 ** 42, 2 ** 42))) == 127
+    assert alto_bits((1, 2, 3, 4, 5, 2 ** 40, 2 ** 40 + 1)) == [0, 1, 2, 2, 3, 40, 41]
+
+
+def test_layout_interleaves_longest_mode_on_top():
+    shape = (4, 8, 2)  # the 4x8x2 example: bits 2, 3, 1
+    pos = alto_layout(shape)
+    assert sorted(p for pn in pos for p in pn) == list(range(6))
+    assert all(np.all(np.diff(pn) > 0) for pn in pos)
+    # level 0 holds one bit of every mode, shortest lowest; the top bit is the longest mode's
+    assert pos[2] == [0] and pos[0][0] == 1 and pos[1][0] == 2
+    assert pos[1][-1] == 5
+    for shape in [(183, 24, 1140, 1717), (2482, 2862, 14036, 17), (3, 2 ** 40, 7)]:
+        pos = alto_layout(shape)
+        total = sum(len(p) for p in pos)
+        longest = int(np.argmax(shape))
+        assert pos[longest][-1] == total - 1
+
+
+@pytest.mark.parametrize("shape", [(40, 7, 300), (2 ** 33, 2 ** 32), (6, 5, 4, 3, 5)])
+def test_build_sorts_and_partitions(shape, decoder):
+    rng = np.random.default_rng(5)
+    subs = _random_subs(shape, 2000, rng)
+    X = SparseTensor(subs, rng.standard_normal(len(subs)), shape)
+    T = AltoFormat(X, n_partitions=7)
+    ints = _as_ints(T.lin)
+    assert ints == sorted(ints) and len(set(ints)) == X.nnz
+    D = T.decode()
+    # the values travel with their coordinates
+    order = np.lexsort(D.T[::-1])
+    np.testing.assert_array_equal(D[order], X.subs)
+    np.testing.assert_array_equal(T.sorted_vals[order], X.vals)
+    # partitions: equal sizes, intervals cover their coordinates
+    assert T.n_partitions == 7 and T.parts[0] == 0 and T.parts[-1] == X.nnz
+    assert np.ptp(np.diff(T.parts)) <= 1
+    for p in range(T.n_partitions):
+        part = D[T.parts[p]:T.parts[p + 1]]
+        np.testing.assert_array_equal(T.part_min[p], part.min(axis=0))
+        np.testing.assert_array_equal(T.part_max[p], part.max(axis=0))
+    # the source arrays are shared, not copied
+    assert np.shares_memory(T.subs, X.subs) and np.shares_memory(T.vals, X.vals)
+
+
+def test_shared_rows_flags():
+    rng = np.random.default_rng(6)
+    X = random_sparse((30, 20, 10), 1500, rng)
+    T = AltoFormat(X, n_partitions=5)
+    D = T.decode()
+    for mode in range(3):
+        owners = [set() for _ in range(X.shape[mode])]
+        for p in range(T.n_partitions):
+            for r in D[T.parts[p]:T.parts[p + 1], mode]:
+                owners[r].add(p)
+        expected = np.array([len(o) > 1 for o in owners], dtype=np.uint8)
+        np.testing.assert_array_equal(T.shared_rows(mode), expected)
+
+
+def test_default_partitions():
+    assert alto_mod.default_partitions(0) == 0
+    assert alto_mod.default_partitions(1, cores=2) == 1
+    assert alto_mod.default_partitions(10, cores=2) == 2
+    assert alto_mod.default_partitions(10 ** 5, cores=2) == 7
+    assert alto_mod.default_partitions(10 ** 8, cores=2) == 64
+    assert alto_mod.default_partitions(10 ** 8, cores=64) == 256
+    assert alto_mod.default_partitions(10, cores=64) == 10
+
+
+# ---------------------------------------------------------------------- kernels vs COO
+KERNEL_SHAPES = [(40, 7, 300), (12, 5, 9, 7), (6, 5, 4, 3, 5), (2,) * 3 + (32,) * 12]
+
+
+def _close(got, ref, rtol=1e-12):
+    scale = max(np.abs(ref).max(), 1e-300)
+    assert np.abs(got - ref).max() <= rtol * scale, np.abs(got - ref).max() / scale
+
+
+@pytest.mark.parametrize("shape", KERNEL_SHAPES)
+@pytest.mark.parametrize("conflict", ["buffer", "atomic"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mttkrp_and_phi_match_coo(shape, conflict, threads, decoder):
+    rng = np.random.default_rng(len(shape) + 10 * threads)
+    X = random_sparse(shape, 3000, rng, counts=True)
+    C = CooFormat(X)
+    T = AltoFormat(X, n_partitions=7, conflict=conflict)
+    assert T.words == (2 if sum(alto_bits(shape)) > 64 else 1)
+    be = get_backend("cpu")
+    for rank in (3, 16):
+        factors = [rng.random((s, rank)) for s in shape]
+        with num_threads(threads):
+            for mode in range(len(shape)):
+                _close(be.mttkrp(T, factors, mode), be.mttkrp(C, factors, mode))
+                B = rng.random((shape[mode], rank))
+                B[0] = 0.0  # the eps floor
+                _close(be.phi(T, factors, mode, B, 1e-10), be.phi(C, factors, mode, B, 1e-10))
+
+
+@pytest.mark.parametrize("rank", [1, 8, 32, 33])
+def test_rank_fast_paths(rank, decoder):
+    rng = np.random.default_rng(rank)
+    X = random_sparse((50, 40, 30), 4000, rng)
+    T = AltoFormat(X, n_partitions=5)
+    factors = [rng.standard_normal((s, rank)) for s in X.shape]
+    be = get_backend("cpu")
+    with num_threads(2):
+        for mode in range(3):
+            for conflict in ("buffer", "atomic"):
+                out = np.empty((X.shape[mode], rank))
+                T.accumulate(factors, mode, out, None, 0.0, 2, conflict=conflict)
+                _close(out, mttkrp_ref(X, factors, mode), 1e-11)
+            B = rng.random((X.shape[mode], rank))
+            _close(be.phi(T, [np.abs(f) for f in factors], mode, B, 1e-10),
+                   phi_ref(X, [np.abs(f) for f in factors], mode, B, 1e-10), 1e-11)
+
+
+def test_float32():
+    rng = np.random.default_rng(1)
+    X = random_sparse((50, 40, 30), 5000, rng, dtype=np.float32)
+    T = AltoFormat(X, n_partitions=4)
+    factors = [rng.standard_normal((s, 16)).astype(np.float32) for s in X.shape]
+    be = get_backend("cpu")
+    with num_threads(2):
+        for mode in range(3):
+            got = be.mttkrp(T, factors, mode)
+            assert got.dtype == np.float32
+            _close(got, mttkrp_ref(X, [f.astype(np.float64) for f in factors], mode), 2e-5)
+
+
+def test_buffer_path_is_thread_count_independent():
+    rng = np.random.default_rng(3)
+    X = random_sparse((300, 200, 100), 50000, rng)
+    T = AltoFormat(X, conflict="buffer")
+    factors = [rng.random((s, 10)) for s in X.shape]
+    be = get_backend("cpu")
+    outs = []
+    for threads in (1, 2):
+        with num_threads(threads):
+            outs.append([be.mttkrp(T, factors, m) for m in range(3)])
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_conflict_choice_by_reuse():
+    rng = np.random.default_rng(8)
+    X = random_sparse((4, 3000, 20), 6000, rng, skew=0)
+    T = AltoFormat(X, n_partitions=4)
+    assert T.conflict_for(0) == "buffer"      # reuse 1500
+    assert T.conflict_for(1) == "atomic"      # reuse 2
+    T.conflict = "atomic"
+    assert T.conflict_for(0) == "atomic"
+    with pytest.raises(ValueError, match="conflict"):
+        AltoFormat(X, conflict="locks")
+
+
+def test_empty_and_tiny():
+    be = get_backend("cpu")
+    X = SparseTensor(np.zeros((0, 3), dtype=np.int64), np.zeros(0), (3, 4, 5))
+    T = AltoFormat(X)
+    factors = [np.ones((s, 2)) for s in X.shape]
+    np.testing.assert_array_equal(be.mttkrp(T, factors, 1), np.zeros((4, 2)))
+    X = SparseTensor([[2, 0, 1]], [3.0], (3, 1, 2))
+    T = AltoFormat(X, n_partitions=5)
+    assert T.n_partitions == 1
+    factors = [np.full((s, 2), 2.0) for s in X.shape]
+    np.testing.assert_array_equal(be.mttkrp(T, factors, 0), [[0, 0], [0, 0], [12, 12]])
+
+
+def test_model_values_and_coo_view():
+    rng = np.random.default_rng(4)
+    X = random_sparse((20, 10, 8), 500, rng)
+    T = AltoFormat(X, n_partitions=3)
+    C = CooFormat(X)
+    factors = [rng.random((s, 3)) for s in X.shape]
+    w = rng.random(3)
+    be = get_backend("cpu")
+    ref = be.model_values(C, w, factors)
+    np.testing.assert_array_equal(be.model_values(T, w, factors), ref)  # subs order
+    D = T.decode()
+    ref_alto = np.einsum("r,nr,nr,nr->n", w, *(f[D[:, k]] for k, f in enumerate(factors)))
+    np.testing.assert_allclose(T.kruskal_values(w, factors, 2), ref_alto, rtol=1e-13)
+    for mode in range(3):
+        np.testing.assert_array_equal(T.row_ptr(mode), C.row_ptr(mode))
+        np.testing.assert_array_equal(T.perms[mode], C.perms[mode])
+    np.testing.assert_array_equal(T.linear_index(), C.linear_index())
+
+
+# ---------------------------------------------------------------------- estimators
+def _estimators():
+    from sktensor_fast import decomposition as d
+    out = [("CPALS", dict(rank=3, max_iter=8, tol=0.0))]
+    if hasattr(d, "CPAPR"):
+        out.append(("CPAPR", dict(rank=3, max_iter=6, max_inner_iter=5, tol=0.0)))
+        out.append(("CPAPR", dict(rank=3, solver="pdnr", max_iter=3, max_inner_iter=5,
+                                  tol=0.0)))
+    if hasattr(d, "GCP"):
+        out.append(("GCP", dict(rank=3, loss="gaussian", epoch_iters=10, max_iter=3)))
+    return out
+
+
+@pytest.mark.parametrize("name,params", _estimators(),
+                         ids=lambda v: v if isinstance(v, str) else v.get("solver", ""))
+def test_estimators_same_model_alto_and_coo(name, params):
+    from sktensor_fast import decomposition as d
+    rng = np.random.default_rng(11)
+    X = random_sparse((30, 25, 20), 2000, rng, counts=True)
+    models = {}
+    for fmt in ("coo", "alto"):
+        est = getattr(d, name)(random_state=0, format=fmt, **params)
+        with num_threads(2):
+            est.fit(X)
+        models[fmt] = est
+    a, b = models["coo"], models["alto"]
+    assert a.n_iter_ == b.n_iter_
+    np.testing.assert_allclose(b.weights_, a.weights_, rtol=1e-10)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-10, atol=1e-10 * np.abs(fa).max())
+
+
+# ---------------------------------------------------------------------- bad input and auto
+def test_too_many_bits():
+    X = SparseTensor([[0, 0, 0], [5, 2 ** 59, 1000]], [1.0, 2.0], (2 ** 60, 2 ** 60, 2 ** 10))
+    assert sum(alto_bits(X.shape)) == 130
+    with pytest.raises(ValueError, match="130 index bits.*128"):
+        build_format(X, "alto")
+    with pytest.raises(ValueError, match="128"):
+        AltoFormat(X)
+    T = build_format(X, "auto")
+    assert isinstance(T, CooFormat) and "130 index bits" in T.note
+    from sktensor_fast import CPALS
+    with pytest.raises(ValueError, match="128"):
+        CPALS(rank=2, format="alto").fit(X)
+
+
+def test_auto_rule(monkeypatch):
+    import sktensor_fast.formats as formats
+    assert "alto" in FORMATS
+    rng = np.random.default_rng(2)
+    X = random_sparse((30, 20, 10), 500, rng)
+    assert isinstance(build_format(X, "coo"), CooFormat)
+    assert isinstance(build_format(X, "alto"), AltoFormat)
+    monkeypatch.setattr(formats, "AUTO_ALTO_MIN_NNZ", X.nnz + 1)
+    assert isinstance(build_format(X, "auto"), CooFormat)
+    monkeypatch.setattr(formats, "AUTO_ALTO_MIN_NNZ", X.nnz)
+    assert isinstance(build_format(X, "auto"), AltoFormat)
+
+
+def test_decoder_switch():
+    old = _alto.get_decoder()
+    try:
+        assert _alto.set_decoder("generic") == old
+        assert _alto.get_decoder() == "generic"
+        with pytest.raises(ValueError):
+            _alto.set_decoder("fastest")
+    finally:
+        _alto.set_decoder(old)
