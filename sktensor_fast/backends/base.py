@@ -78,6 +78,120 @@ class Backend(ABC):
     def tensor_norm_sq(self, T):
         return T.norm_sq
 
+    # --- CP-APR primitives ------------------------------------------------------------
+    # Element-wise steps of CP-APR on (I x R) backend arrays, and the row subproblem solver of
+    # its Newton variants.  Defaults raise, so a backend only claims CP-APR when it has them.
+    def _apr_missing(self, what):
+        raise NotImplementedError(f"the {self.name!r} backend does not implement the CP-APR "
+                                  f"primitive {what}")
+
+    def apr_shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+        """A[(Phi > 1) & (A < kappa_tol)] += kappa in place (the "inadmissible zeros" of
+        CP-APR MU: entries stuck at zero although the gradient asks them to grow); returns the
+        number of shifted entries."""
+        self._apr_missing("apr_shift_inadmissible")
+
+    def apr_kkt_violation(self, B, Phi):
+        """max |min(B, 1 - Phi)| over all entries, as a float (0.0 for an empty B)."""
+        self._apr_missing("apr_kkt_violation")
+
+    def multiply_(self, B, Phi):
+        """B *= Phi element-wise in place; returns B."""
+        self._apr_missing("multiply_")
+
+    def apr_mu_rows_(self, B, Phi, tol):
+        """B[i] *= Phi[i] in place for the rows whose KKT violation max_r |min(B, 1 - Phi)|
+        is at least ``tol``; returns how many rows were updated (row-wise MU steps, so that a
+        row's result does not depend on the other rows).
+
+        This default takes B and Phi through the host; backends should override it."""
+        Bh = np.array(self.to_numpy(B))
+        Ph = np.asarray(self.to_numpy(Phi))
+        if Bh.size == 0:
+            return 0
+        rows = np.flatnonzero(np.max(np.abs(np.minimum(Bh, 1 - Ph)), axis=1) >= tol)
+        if rows.size:
+            Bh[rows] *= Ph[rows]
+            if hasattr(B, "set"):        # device arrays (pyopencl.array.Array)
+                B.set(np.ascontiguousarray(Bh))
+            else:
+                B[...] = Bh
+        return int(rows.size)
+
+    def poisson_data_term(self, T, m, eps=0.0):
+        """sum over the nonzeros of x * log(max(m, eps)) as a float, ``m`` the model values
+        at the nonzeros (from :meth:`model_values`)."""
+        self._apr_missing("poisson_data_term")
+
+    def apr_row_solve(self, T, factors, mode, B, method, params):
+        """Solve CP-APR's row subproblems of ``mode`` in place in ``B``.
+
+        ``factors[k]`` for k != mode are held fixed, ``B`` (I_mode x R) holds the starting
+        point with the weights folded in.  ``method`` is ``"pdnr"`` (projected damped Newton)
+        or ``"pqnr"`` (projected L-BFGS); ``params`` holds ``tol``, ``max_inner``,
+        ``eps_div_zero``, ``eps_active``, ``mu0`` and ``lbfgs_mem``.  Returns a dict with
+        ``kkt`` (largest KKT violation of a row at its first inner iteration), ``n_inner``
+        (inner iterations summed over rows) and ``n_changed`` (rows that were not converged on
+        entry).
+        """
+        self._apr_missing("apr_row_solve")
+
+    # --- GCP primitives ----------------------------------------------------------------
+    # Generalized CP (decomposition/gcp.py).  ``loss`` is a loss object of
+    # decomposition/losses.py: built-in losses carry an integer ``code`` (and ``param``) for
+    # the kernels, a user-defined loss has code < 0 and is evaluated on the host.  Defaults
+    # raise, so a backend only claims GCP when it has them.
+    def _gcp_missing(self, what):
+        raise NotImplementedError(f"the {self.name!r} backend does not implement the GCP "
+                                  f"primitive {what}")
+
+    def gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
+        """Prepare stochastic GCP on the prepared tensor ``T`` (once per fit); returns a state.
+
+        ``sampler`` is ``"stratified"``, ``"semi-stratified"`` or ``"uniform"``; ``n_grad`` is
+        (samples of nonzeros, samples of other entries) per gradient step (uniform: their sum
+        is drawn from all entries); ``n_loss`` the same for the fixed stratified sample of the
+        loss estimate, drawn here from ``loss_seed``.  ``zero_subs`` (host int array) lists the
+        observed zero entries when only some entries are observed (a mask); by default every
+        entry outside the nonzeros of ``T`` is an observed zero.  The state exposes ``n_grad``,
+        ``n_loss`` (counts actually used) and ``n_entries`` (entries the loss sums over).
+        """
+        self._gcp_missing("gcp_setup")
+
+    def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
+                             active=None, with_loss=False):
+        """Stochastic gradient of Σ f(x, m) w.r.t. every factor, from one fresh sample.
+
+        The sample is a function of (``seed``, ``step``) only, so runs are reproducible and
+        independent of the thread count.  Returns ``(grads, f)``: backend arrays shaped like
+        ``factors`` (``out`` is reused when given; modes with ``active[k]`` false are left
+        untouched) and the sampled loss estimate when ``with_loss`` (else None).
+        """
+        self._gcp_missing("gcp_sampled_gradient")
+
+    def gcp_loss_estimate(self, T, state, weights, factors, loss):
+        """Estimate of Σ f(x, m) over all (observed) entries from the state's fixed sample."""
+        self._gcp_missing("gcp_loss_estimate")
+
+    def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
+                           need_grad=True):
+        """Exact Σ f(x, m) over all entries (``mask``: boolean array, True = observed) and the
+        exact gradient of the modes in ``modes`` (all by default), the MTTKRP of the dense
+        derivative tensor.  Returns ``(float, grads)``; only for tensors small enough to be
+        dense (the estimator checks the size first)."""
+        self._gcp_missing("gcp_full_loss_grad")
+
+    def gcp_optimizer_state(self, solver, factors):
+        """Zero moments of a stochastic solver (``adam``, ``adagrad``, ``sgd``): a dict of lists
+        of backend arrays shaped like ``factors``."""
+        self._gcp_missing("gcp_optimizer_state")
+
+    def gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                           epsilon, active=None):
+        """One Adam / AdaGrad / SGD step in place on ``factors`` (and ``state``), at step ``t``
+        (from 1, for Adam's bias correction), clipping every entry to ``lower``."""
+        self._gcp_missing("gcp_optimizer_step")
+
     def info(self):
         """A dict describing this backend for ``show_config``."""
         return {"name": self.name}

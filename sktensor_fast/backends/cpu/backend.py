@@ -131,6 +131,107 @@ class CpuBackend(Backend):
     def inner(self, A, B):
         return np.einsum("ir,ir->r", A, B).astype(np.float64)
 
+    # --- CP-APR primitives ------------------------------------------------------------
+    def apr_shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+        V = (Phi > 1) & (A < kappa_tol)
+        n = int(np.count_nonzero(V))
+        if n:
+            A[V] += kappa
+        return n
+
+    @staticmethod
+    def _apr_kkt_terms(B, Phi):
+        t = np.subtract(1, Phi)          # one temporary: |min(B, 1 - Phi)|
+        np.minimum(B, t, out=t)
+        return np.abs(t, out=t)
+
+    def apr_kkt_violation(self, B, Phi):
+        if B.size == 0:
+            return 0.0
+        return float(self._apr_kkt_terms(B, Phi).max())
+
+    def multiply_(self, B, Phi):
+        np.multiply(B, Phi, out=B)
+        return B
+
+    def apr_mu_rows_(self, B, Phi, tol):
+        if B.size == 0:
+            return 0
+        rows = np.flatnonzero(self._apr_kkt_terms(B, Phi).max(axis=1) >= tol)
+        if rows.size:
+            B[rows] *= Phi[rows]
+        return int(rows.size)
+
+    def poisson_data_term(self, T, m, eps=0.0):
+        m = np.asarray(m, dtype=np.float64)
+        if eps > 0:
+            m = np.maximum(m, eps)
+        with np.errstate(divide="ignore"):
+            return float(np.dot(T.vals.astype(np.float64, copy=False), np.log(m)))
+
+    _APR_METHODS = {"pdnr": 0, "pqnr": 1}
+
+    def apr_row_solve(self, T, factors, mode, B, method, params):
+        from . import _cpapr
+        if method not in self._APR_METHODS:
+            raise ValueError(f"unknown CP-APR row solver {method!r}; use 'pdnr' or 'pqnr'")
+        row_ptr = getattr(T, "row_ptr", None)
+        if row_ptr is None:
+            raise TypeError(f"the CP-APR row solvers need a format with per-mode row pointers "
+                            f"(coo); got {type(T).__name__}")
+        # the row kernel works in float64; float32 data and factors are converted
+        facs = [np.ascontiguousarray(f, dtype=np.float64) for f in factors]
+        work = B if (B.dtype == np.float64 and B.flags.c_contiguous) else \
+            np.ascontiguousarray(B, dtype=np.float64)
+        facs[mode] = work
+        vals = np.ascontiguousarray(T.vals, dtype=np.float64)
+        I = T.shape[mode]
+        kkt = np.zeros(I)
+        inner = np.zeros(I, dtype=np.int64)
+        changed = np.zeros(I, dtype=np.int8)
+        _cpapr.row_solve(T.subs, vals, T.perms[mode], row_ptr(mode), facs, int(mode), work,
+                         self._APR_METHODS[method], float(params["tol"]),
+                         int(params["max_inner"]), float(params["eps_div_zero"]),
+                         float(params["eps_active"]), float(params.get("mu0", 1e-5)),
+                         int(params.get("lbfgs_mem", 3)), kkt, inner, changed,
+                         max(1, min(get_num_threads(), I)))
+        if work is not B:
+            B[...] = work
+        return {"kkt": float(kkt.max()) if I else 0.0, "n_inner": int(inner.sum()),
+                "n_changed": int(np.count_nonzero(changed))}
+
+    # --- GCP primitives ---------------------------------------------------------------
+    # (implemented in gcp_ops.py; the kernels are in _gcp.pyx)
+    def gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
+        from . import gcp_ops
+        return gcp_ops.setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs,
+                             get_num_threads())
+
+    def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
+                             active=None, with_loss=False):
+        from . import gcp_ops
+        return gcp_ops.sampled_gradient(T, state, weights, factors, loss, seed, step, out,
+                                        active, with_loss, get_num_threads())
+
+    def gcp_loss_estimate(self, T, state, weights, factors, loss):
+        from . import gcp_ops
+        return gcp_ops.loss_estimate(T, state, weights, factors, loss, get_num_threads())
+
+    def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
+                           need_grad=True):
+        from . import gcp_ops
+        return gcp_ops.full_loss_grad(T, weights, factors, loss, mask, modes, need_grad)
+
+    def gcp_optimizer_state(self, solver, factors):
+        from . import gcp_ops
+        return gcp_ops.optimizer_state(solver, factors)
+
+    def gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                           epsilon, active=None):
+        from . import gcp_ops
+        return gcp_ops.optimizer_step(solver, factors, grads, state, lr, t, lower, beta1,
+                                      beta2, epsilon, active, get_num_threads())
+
     def info(self):
         return {"name": self.name, "openmp": bool(_kernels.HAVE_OPENMP),
                 "threads": get_num_threads()}

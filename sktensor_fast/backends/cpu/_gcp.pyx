@@ -1,0 +1,974 @@
+# distutils: extra_compile_args = -fno-math-errno
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False
+# (-fno-math-errno: errno is never read here, and without it GCC cannot vectorise sqrt in the
+# optimiser steps)
+"""Compiled CPU kernels of Generalized CP (Cython, OpenMP): sampling, loss, fused gradient.
+
+The stochastic gradient of GCP is ``G_k = Σ_j y_j · (⊛_{l≠k} A_l[i_l(j), :])`` accumulated into
+row ``i_k(j)`` of mode ``k``, over the samples ``j``, with ``y_j = w_j ∂f/∂m(x_j, m_j)``.
+:func:`gradient` computes it without building the sampled tensor.  Samples are processed in
+blocks of a fixed size; for each block
+
+1. (parallel over samples) draw the sample, read the N factor rows it touches, form the model
+   value from them (suffix products), the weighted loss derivative ``y_j``, and the N
+   contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]`` (prefix × suffix products) into a buffer;
+2. (parallel over modes) stable LSD radix sort of the block's samples by their mode-k row;
+3. (parallel over runs of equal rows) add each run of contributions, in sample order, into its
+   gradient row.  A row is owned by exactly one run, so no atomics and no per-thread copies of
+   the gradient are needed.
+
+This is the "sparse array" variant of GenTen's fused sampling + MTTKRP.  Per-thread private
+gradient buffers would have to be zeroed and merged over every row of every mode at each step
+(Σ I_k · R · threads) and would make the summation order depend on the thread count; with the
+sort, the work per step is proportional to the number of samples, and every gradient row is
+the sum of its contributions in increasing sample order.  On one thread the kernel skips the
+buffer and the sort and adds each contribution straight into its row as the samples come,
+which is the same order: the result is bitwise identical for any thread count (the module is
+compiled without contraction of a*b + c into fused multiply-adds, which would round the two
+paths differently).
+
+Random numbers come from a counter-based generator: the c-th 64-bit word of sample j at step
+key K is ``mix(mix(K ^ (j + 1)·φ) + (c + 1)·φ)`` with splitmix64's finaliser ``mix`` and its
+constant φ — no state is shared between threads, so the samples do not depend on the schedule
+either (and :meth:`GcpSampler.draw` reproduces exactly the samples of the fused kernel).
+
+"Is this sampled coordinate a nonzero?" is a binary search over the sorted linear indices of
+the nonzeros, narrowed first to the bucket of the key's high bits (an offset table with about
+one nonzero per bucket, so a look-up reads two offsets and a few keys); when the product of the
+shape does not fit in int64 the search compares the lexicographically sorted coordinate rows
+themselves.  Like the other kernels, these trust their inputs; the Python layer
+(``backends/cpu/gcp_ops.py``) validates shapes and builds the sampler.
+"""
+from cython.parallel cimport prange, parallel
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+from libc.math cimport log, exp, log1p, expm1, fabs, sqrt, pow, M_PI
+from libc.stdint cimport int64_t, uint64_t, int8_t
+
+import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    /* The serial and the parallel gradient must round identically: no fused multiply-add
+       contraction of a*b + c (GCC contracts across statements by default when the target has
+       FMA, e.g. with -march=native or on aarch64; clang only within an expression). */
+    #if defined(__GNUC__) && !defined(__clang__)
+    #pragma GCC optimize ("fp-contract=off")
+    #endif
+    #include <math.h>
+    /* Optimiser steps on a chunk of entries: plain C loops that the compiler vectorises. */
+    static void sktf_adam_chunk(
+            double* __restrict u, const double* __restrict g, double* __restrict m,
+            double* __restrict v, int64_t n, double beta1, double beta2, double a, double e,
+            double lower) {
+        const double b1 = 1.0 - beta1, b2 = 1.0 - beta2;
+        for (int64_t i = 0; i < n; i++) {
+            double gi = g[i];
+            double mi = beta1 * m[i] + b1 * gi;
+            double vi = beta2 * v[i] + b2 * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            double ui = u[i] - a * mi / (sqrt(vi) + e);
+            u[i] = ui < lower ? lower : ui;
+        }
+    }
+    static void sktf_adagrad_chunk(
+            double* __restrict u, const double* __restrict g, double* __restrict s, int64_t n,
+            double lr, double eps, double lower) {
+        for (int64_t i = 0; i < n; i++) {
+            double gi = g[i];
+            double si = s[i] + gi * gi;
+            s[i] = si;
+            double ui = u[i] - lr * gi / (sqrt(si) + eps);
+            u[i] = ui < lower ? lower : ui;
+        }
+    }
+    #if defined(__GNUC__) || defined(__clang__)
+    #define SKTF_PREFETCH(p) __builtin_prefetch((const void*)(p), 0, 3)
+    #define SKTF_PREFETCH_W(p) __builtin_prefetch((const void*)(p), 1, 3)
+    #else
+    #define SKTF_PREFETCH(p) ((void)0)
+    #define SKTF_PREFETCH_W(p) ((void)0)
+    #endif
+    static void sktf_sgd_chunk(double* __restrict u, const double* __restrict g, int64_t n,
+                               double lr, double lower) {
+        for (int64_t i = 0; i < n; i++) {
+            double ui = u[i] - lr * g[i];
+            u[i] = ui < lower ? lower : ui;
+        }
+    }
+    #define SKTF_PHI 0x9E3779B97F4A7C15ULL
+    static inline uint64_t sktf_mix64(uint64_t z) {
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        return z ^ (z >> 31);
+    }
+    /* key of sample j at a step */
+    static inline uint64_t sktf_sample_key(uint64_t key, int64_t j) {
+        return sktf_mix64(key ^ ((uint64_t)j * SKTF_PHI + SKTF_PHI));
+    }
+    /* c-th random 64-bit word of a sample */
+    static inline uint64_t sktf_rand(uint64_t skey, uint64_t c) {
+        return sktf_mix64(skey + (c + 1) * SKTF_PHI);
+    }
+    /* uniform integer in [0, n) from a random word (n >= 1) */
+    static inline int64_t sktf_below(uint64_t r, int64_t n) {
+    #if defined(__SIZEOF_INT128__)
+        return (int64_t)(((unsigned __int128)r * (uint64_t)n) >> 64);
+    #else
+        double u = (double)(r >> 11) * (1.0 / 9007199254740992.0);
+        int64_t v = (int64_t)(u * (double)n);
+        return v < n ? v : n - 1;
+    #endif
+    }
+    static uint64_t sktf_mix_seed(uint64_t seed, uint64_t step) {
+        return sktf_mix64(sktf_mix64(seed + SKTF_PHI) ^ (step * 0xD1B54A32D192ED03ULL + 1));
+    }
+    """
+    uint64_t sktf_mix64(uint64_t z) nogil
+    uint64_t sktf_sample_key(uint64_t key, int64_t j) nogil
+    uint64_t sktf_rand(uint64_t skey, uint64_t c) nogil
+    int64_t sktf_below(uint64_t r, int64_t n) nogil
+    uint64_t sktf_mix_seed(uint64_t seed, uint64_t step) nogil
+    void sktf_adam_chunk(double* u, const double* g, double* m, double* v, int64_t n,
+                         double beta1, double beta2, double a, double e, double lower) nogil
+    void sktf_adagrad_chunk(double* u, const double* g, double* s, int64_t n, double lr,
+                            double eps, double lower) nogil
+    void sktf_sgd_chunk(double* u, const double* g, int64_t n, double lr, double lower) nogil
+    void SKTF_PREFETCH(const void* p) nogil
+    void SKTF_PREFETCH_W(const void* p) nogil
+
+cdef extern from *:
+    """
+    #define SKTF_EPS 1e-10
+    """
+    double EPS "SKTF_EPS"
+
+cdef enum:
+    # attempts to find a zero by rejection before giving up (a zero is found with probability
+    # 1 - density per attempt; the Python layer lists the zeros explicitly for dense tensors)
+    MAX_ATTEMPTS = 256
+    RADIX_BITS = 11
+    RADIX = 2048
+    # samples per chunk of the loss sum (fixed: sums do not depend on the thread count)
+    LOSS_CHUNK = 1024
+    # samples drawn ahead of the one being processed (their rows are prefetched)
+    LOOKAHEAD = 8
+    # below this much work (samples x modes x rank, or entries) a kernel runs on one thread
+    SERIAL_WORK = 32768
+
+cdef enum:
+    # loss codes, as in sktensor_fast.decomposition.losses (pyttb's Objectives)
+    GAUSSIAN = 0
+    BERNOULLI_ODDS = 1
+    BERNOULLI_LOGIT = 2
+    POISSON = 3
+    POISSON_LOG = 4
+    RAYLEIGH = 5
+    GAMMA = 6
+    HUBER = 7
+    NEGATIVE_BINOMIAL = 8
+    BETA = 9
+    ZT_POISSON = 10
+
+#: Loss codes the kernels evaluate.
+LOSS_CODES = tuple(range(11))
+
+
+def step_key(uint64_t seed, uint64_t step):
+    """The generator key of gradient step ``step`` of a run seeded with ``seed``."""
+    return sktf_mix_seed(seed, step)
+
+
+# ---------------------------------------------------------------------------- losses
+cdef inline double _loss_value(int code, double p, double x, double m) noexcept nogil:
+    cdef double d, me
+    if code == GAUSSIAN:
+        return (x - m) * (x - m)
+    elif code == BERNOULLI_ODDS:
+        return log1p(m) - x * log(m + EPS)
+    elif code == BERNOULLI_LOGIT:
+        if m > 0:
+            return m + log1p(exp(-m)) - x * m
+        return log1p(exp(m)) - x * m
+    elif code == POISSON:
+        return m - x * log(m + EPS)
+    elif code == POISSON_LOG:
+        return exp(m) - x * m
+    elif code == RAYLEIGH:
+        me = m + EPS
+        return 2.0 * log(me) + (M_PI / 4.0) * (x / me) * (x / me)
+    elif code == GAMMA:
+        me = m + EPS
+        return x / me + log(me)
+    elif code == HUBER:
+        d = fabs(x - m)
+        if d < p:
+            return d * d
+        return 2.0 * p * d - p * p
+    elif code == NEGATIVE_BINOMIAL:
+        return (p + x) * log1p(m) - x * log(m + EPS)
+    elif code == BETA:
+        me = m + EPS
+        return pow(me, p) / p - x * pow(me, p - 1.0) / (p - 1.0)
+    elif code == ZT_POISSON:
+        return m - x * log(m + EPS) + log(-expm1(-m) + EPS)
+    return 0.0
+
+
+cdef inline double _loss_deriv(int code, double p, double x, double m) noexcept nogil:
+    cdef double d, me, e
+    if code == GAUSSIAN:
+        return 2.0 * (m - x)
+    elif code == BERNOULLI_ODDS:
+        return 1.0 / (m + 1.0) - x / (m + EPS)
+    elif code == BERNOULLI_LOGIT:
+        e = exp(-fabs(m))
+        if m >= 0:
+            return 1.0 / (1.0 + e) - x
+        return e / (1.0 + e) - x
+    elif code == POISSON:
+        return 1.0 - x / (m + EPS)
+    elif code == POISSON_LOG:
+        return exp(m) - x
+    elif code == RAYLEIGH:
+        me = m + EPS
+        return 2.0 / me - (M_PI / 2.0) * x * x / (me * me * me)
+    elif code == GAMMA:
+        me = m + EPS
+        return 1.0 / me - x / (me * me)
+    elif code == HUBER:
+        d = x - m
+        if fabs(d) < p:
+            return -2.0 * d
+        if d > 0:
+            return -2.0 * p
+        elif d < 0:
+            return 2.0 * p
+        return 0.0
+    elif code == NEGATIVE_BINOMIAL:
+        return (p + x) / (1.0 + m) - x / (m + EPS)
+    elif code == BETA:
+        me = m + EPS
+        return pow(me, p - 1.0) - x * pow(me, p - 2.0)
+    elif code == ZT_POISSON:
+        return 1.0 - x / (m + EPS) + 1.0 / (expm1(m) + EPS)
+    return 0.0
+
+
+def loss_values(int code, double param, const double[::1] x, const double[::1] m,
+                double[::1] value, double[::1] deriv):
+    """f(x, m) and ∂f/∂m as the kernels compute them (for tests)."""
+    cdef Py_ssize_t i, n = x.shape[0]
+    with nogil:
+        for i in range(n):
+            value[i] = _loss_value(code, param, x[i], m[i])
+            deriv[i] = _loss_deriv(code, param, x[i], m[i])
+
+
+# ---------------------------------------------------------------------------- sampling
+cdef struct Src:
+    int nmodes
+    const int64_t* shape
+    const int64_t* strides     # strides of the linear index, NULL when it would overflow
+    const int64_t* subs        # nonzeros (nnz x N), lexicographically sorted
+    const double* vals
+    const int64_t* lin         # sorted linear indices of the nonzeros, or NULL
+    const int64_t* bucket      # lin[bucket[b]:bucket[b+1]] are those with lin >> bshift == b
+    int bshift
+    int64_t nnz
+    const int64_t* zsubs       # explicit list of (observed) zero coordinates
+    int64_t nz
+    int explicit_z             # draw the "other" samples from a list, not the index space
+    int64_t p                  # samples of nonzeros
+    int64_t q                  # other samples
+    double wp
+    double wq
+    int zmode                  # 0: value 0 (no look-up), 1: look the value up, 2: reject nonzeros
+    int include_nz             # explicit list = [nonzeros; zsubs] (1) or zsubs only (0)
+    int correct                # semi-stratified: nonzero samples contribute f(x,m) - f(0,m)
+    uint64_t key
+    # an explicit sample instead of drawing one
+    const int64_t* xsubs
+    const double* xvals
+    const double* xw
+    const int8_t* xcorr
+    const double* xy           # precomputed w (f'(x, m) - corr f'(0, m)), or NULL
+    int64_t xn
+
+
+cdef inline int64_t _find(const Src* S, const int64_t* idx) noexcept nogil:
+    """Position of coordinate ``idx`` among the nonzeros, or -1."""
+    cdef int64_t lo = 0, hi = S.nnz, mid, key = 0
+    cdef int k, N = S.nmodes
+    cdef const int64_t* row
+    cdef int c
+    if S.lin != NULL:
+        for k in range(N):
+            key += idx[k] * S.strides[k]
+        if S.bucket != NULL:  # narrow the search to the bucket of the key's high bits
+            lo = S.bucket[key >> S.bshift]
+            hi = S.bucket[(key >> S.bshift) + 1]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if S.lin[mid] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < S.nnz and S.lin[lo] == key:
+            return lo
+        return -1
+    # no linear index (the shape's product overflows int64): compare coordinate rows
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        row = S.subs + mid * N
+        c = 0
+        for k in range(N):
+            if row[k] != idx[k]:
+                c = -1 if row[k] < idx[k] else 1
+                break
+        if c < 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < S.nnz:
+        row = S.subs + lo * N
+        for k in range(N):
+            if row[k] != idx[k]:
+                return -1
+        return lo
+    return -1
+
+
+cdef inline int64_t _n_samples(const Src* S) noexcept nogil:
+    if S.xn >= 0:
+        return S.xn
+    return S.p + S.q
+
+
+cdef inline double _sample(const Src* S, int64_t j, int64_t* idx, double* w,
+                           int* corr) noexcept nogil:
+    """Sample ``j``: coordinates into ``idx``; returns the data value, sets weight and flag."""
+    cdef int k, N = S.nmodes
+    cdef uint64_t skey, c = 0
+    cdef int64_t t, n, pos
+    cdef int a
+    if S.xn >= 0:  # explicit sample
+        for k in range(N):
+            idx[k] = S.xsubs[j * N + k]
+        w[0] = S.xw[j]
+        corr[0] = S.xcorr[j] if S.xcorr != NULL else 0
+        return S.xvals[j]
+    skey = sktf_sample_key(S.key, j)
+    if j < S.p:
+        t = sktf_below(sktf_rand(skey, c), S.nnz)
+        for k in range(N):
+            idx[k] = S.subs[t * N + k]
+        w[0] = S.wp
+        corr[0] = S.correct
+        return S.vals[t]
+    w[0] = S.wq
+    corr[0] = 0
+    if S.explicit_z:
+        n = S.nz + (S.nnz if S.include_nz else 0)
+        t = sktf_below(sktf_rand(skey, c), n)
+        if S.include_nz:
+            if t < S.nnz:
+                for k in range(N):
+                    idx[k] = S.subs[t * N + k]
+                return S.vals[t] if S.zmode == 1 else 0.0
+            t -= S.nnz
+        for k in range(N):
+            idx[k] = S.zsubs[t * N + k]
+        return 0.0
+    for a in range(MAX_ATTEMPTS):
+        for k in range(N):
+            idx[k] = sktf_below(sktf_rand(skey, c), S.shape[k])
+            c += 1
+        if S.zmode == 0:
+            return 0.0
+        pos = _find(S, idx)
+        if S.zmode == 1:
+            return S.vals[pos] if pos >= 0 else 0.0
+        if pos < 0:
+            return 0.0
+    return 0.0
+
+
+cdef class GcpSampler:
+    """Where the samples of a GCP fit come from (built once per fit by the CPU backend).
+
+    Parameters
+    ----------
+    shape : int64 (N,)
+    subs, vals : the (observed) nonzeros, lexicographically sorted.
+    lin : their sorted linear indices, or an empty array when the shape's product overflows.
+    bucket, bshift : optional index of ``lin`` by its high bits (``lin >> bshift``), so that a
+        search touches a bucket of about one entry instead of log2(nnz) levels of ``lin``;
+        an empty ``bucket`` searches all of ``lin``.
+    zsubs : explicit list of (observed) zero coordinates; used when ``explicit_z``.
+    p, q : samples of nonzeros and "other" samples per draw; ``wp``, ``wq`` their weights.
+    zmode : 0 the other samples have value 0, 1 their value is looked up, 2 nonzeros are
+        rejected (stratified).
+    include_nz : with ``explicit_z``, other samples are drawn from [nonzeros; zsubs].
+    correct : semi-stratified correction on the nonzero samples.
+    """
+
+    cdef Src src
+    cdef object keep
+    cdef public int64_t p, q
+    cdef public double wp, wq
+
+    def __init__(self, const int64_t[::1] shape, const int64_t[:, ::1] subs,
+                 const double[::1] vals, const int64_t[::1] lin, const int64_t[:, ::1] zsubs,
+                 bint explicit_z, int64_t p, int64_t q, double wp, double wq, int zmode,
+                 bint include_nz, bint correct, const int64_t[::1] bucket=None,
+                 int bshift=0):
+        cdef int N = shape.shape[0]
+        cdef int k
+        strides = np.zeros(N, dtype=np.int64)
+        cdef int64_t[::1] st = strides
+        cdef int64_t s = 1
+        for k in range(N - 1, -1, -1):
+            st[k] = s
+            s *= shape[k]
+        self.keep = (shape, subs, vals, lin, zsubs, strides, bucket)
+        memset(&self.src, 0, sizeof(Src))
+        self.src.nmodes = N
+        self.src.shape = &shape[0]
+        self.src.nnz = vals.shape[0]
+        self.src.subs = &subs[0, 0] if subs.shape[0] > 0 else NULL
+        self.src.vals = &vals[0] if vals.shape[0] > 0 else NULL
+        if lin.shape[0] == vals.shape[0] and vals.shape[0] > 0:
+            self.src.lin = &lin[0]
+            self.src.strides = &st[0]
+            if bucket is not None and bucket.shape[0] > 1:
+                self.src.bucket = &bucket[0]
+                self.src.bshift = bshift
+        self.src.nz = zsubs.shape[0]
+        self.src.zsubs = &zsubs[0, 0] if zsubs.shape[0] > 0 else NULL
+        self.src.explicit_z = explicit_z
+        self.src.p = p
+        self.src.q = q
+        self.src.wp = wp
+        self.src.wq = wq
+        self.src.zmode = zmode
+        self.src.include_nz = include_nz
+        self.src.correct = correct
+        self.src.xn = -1
+        self.p, self.q, self.wp, self.wq = p, q, wp, wq
+
+    @property
+    def n_samples(self):
+        return self.src.p + self.src.q
+
+    def draw(self, uint64_t key, int64_t[:, ::1] out_subs, double[::1] out_x,
+             double[::1] out_w, int8_t[::1] out_corr, int num_threads=1):
+        """Materialise the sample of step key ``key`` (same samples as the fused kernel)."""
+        cdef Src S = self.src
+        cdef int64_t n = S.p + S.q, j
+        cdef int N = S.nmodes, c
+        cdef double w
+        S.key = key
+        if n == 0:
+            return
+        if n * N < SERIAL_WORK:
+            num_threads = 1
+        with nogil:
+            for j in prange(n, schedule='static', num_threads=num_threads):
+                c = 0  # assigned here so that it is private to the thread
+                out_x[j] = _sample(&S, j, &out_subs[j, 0], &out_w[j], &c)
+                out_corr[j] = c
+
+    def find(self, const int64_t[:, ::1] idx, int64_t[::1] out):
+        """Positions of coordinate rows among the nonzeros (-1 when absent), for tests."""
+        cdef Py_ssize_t i
+        with nogil:
+            for i in range(idx.shape[0]):
+                out[i] = _find(&self.src, &idx[i, 0])
+
+
+cdef void _explicit_src(Src* S, int N, object xsubs, object xvals, object xw, object xcorr,
+                        object xy):
+    cdef const int64_t[:, ::1] xs = xsubs
+    cdef const double[::1] xv = xvals
+    cdef const double[::1] xwv = xw
+    cdef const int8_t[::1] xc
+    cdef const double[::1] xyv
+    memset(S, 0, sizeof(Src))
+    S.nmodes = N
+    S.xn = xs.shape[0]
+    if S.xn > 0:
+        S.xsubs = &xs[0, 0]
+        S.xvals = &xv[0]
+        S.xw = &xwv[0]
+        if xcorr is not None:
+            xc = xcorr
+            S.xcorr = &xc[0]
+        if xy is not None:
+            xyv = xy
+            S.xy = &xyv[0]
+
+
+# ---------------------------------------------------------------------------- fused gradient
+cdef int64_t* _radix_sort(const int64_t* keys, int stride, int64_t n, int64_t maxkey,
+                          int64_t* a, int64_t* b, int64_t* hist) noexcept nogil:
+    """Stable LSD radix sort of 0..n-1 by keys[i * stride]; returns the sorted buffer (a or b)."""
+    cdef int64_t i, d, tmp_total
+    cdef int shift = 0
+    cdef int64_t* t
+    for i in range(n):
+        a[i] = i
+    while shift < 64 and (maxkey >> shift) != 0:
+        memset(hist, 0, (RADIX + 1) * sizeof(int64_t))
+        for i in range(n):
+            d = (keys[a[i] * stride] >> shift) & (RADIX - 1)
+            hist[d + 1] += 1
+        for d in range(RADIX):
+            hist[d + 1] += hist[d]
+        for i in range(n):
+            d = (keys[a[i] * stride] >> shift) & (RADIX - 1)
+            b[hist[d]] = a[i]
+            hist[d] += 1
+        t = a
+        a = b
+        b = t
+        shift += RADIX_BITS
+    return a
+
+
+cdef inline double _terms(const Src* S, int64_t j, double x, double w, int corr, int code,
+                          double param, const double* lam, double** fac, int N, Py_ssize_t R,
+                          const int64_t* idx, const double** rows, double* suf, double* pre,
+                          bint want_loss) noexcept nogil:
+    """For sample j (coordinates ``idx``, value x, weight w), read its factor rows and leave
+    in ``suf[k]`` the product of the rows after mode k and in ``pre`` the weighted derivative
+    times λ; returns the weighted loss (when ``want_loss``).  The contribution of mode k is
+    then ``pre ⊛ suf[k]`` once ``pre`` has been multiplied by the rows of the modes before k."""
+    cdef double m = 0.0, yv, f = 0.0
+    cdef int k
+    cdef Py_ssize_t r
+    for k in range(N):
+        rows[k] = fac[k] + idx[k] * R
+    for r in range(R):
+        suf[(N - 1) * R + r] = 1.0
+    for k in range(N - 2, -1, -1):
+        for r in range(R):
+            suf[k * R + r] = suf[(k + 1) * R + r] * rows[k + 1][r]
+    for r in range(R):
+        m += lam[r] * rows[0][r] * suf[r]
+    if S.xy != NULL:
+        yv = S.xy[j]
+    else:
+        yv = _loss_deriv(code, param, x, m)
+        if corr:
+            yv = yv - _loss_deriv(code, param, 0.0, m)
+        yv = w * yv
+    if want_loss:
+        f = _loss_value(code, param, x, m)
+        if corr:
+            f = f - _loss_value(code, param, 0.0, m)
+        f = w * f
+    for r in range(R):
+        pre[r] = yv * lam[r]
+    return f
+
+
+cdef inline double _sample_terms(const Src* S, int64_t j, int code, double param,
+                                 const double* lam, double** fac, int N, Py_ssize_t R,
+                                 int64_t* idx, const double** rows, double* suf, double* pre,
+                                 bint want_loss) noexcept nogil:
+    """Draw sample j into ``idx``, then :func:`_terms`."""
+    cdef double x, w = 0.0
+    cdef int corr = 0
+    x = _sample(S, j, idx, &w, &corr)
+    return _terms(S, j, x, w, corr, code, param, lam, fac, N, R, idx, rows, suf, pre,
+                  want_loss)
+
+
+cdef inline void _prefetch_rows(double** fac, double** grad, const int8_t* active,
+                                const int64_t* idx, int N, Py_ssize_t R) noexcept nogil:
+    cdef int k
+    cdef Py_ssize_t off
+    for k in range(N):
+        for off in range(0, R, 8):  # one cache line holds 8 doubles
+            SKTF_PREFETCH(fac[k] + idx[k] * R + off)
+            if active[k]:
+                SKTF_PREFETCH_W(grad[k] + idx[k] * R + off)
+
+
+cdef double _gradient_serial(const Src* S, int code, double param, const double* lam,
+                             double** fac, double** grad, const int8_t* active,
+                             Py_ssize_t R, bint want_loss) except? -1.0:
+    """One thread: every contribution goes straight into its gradient row, in sample order
+    (the same order, hence the same sums, as the sorted path of the parallel version).
+    Samples are drawn ``LOOKAHEAD`` ahead and their factor and gradient rows prefetched, so
+    that the memory latency of the random rows overlaps the arithmetic of earlier samples."""
+    cdef int N = S.nmodes, k, slot
+    cdef int64_t ns = _n_samples(S), j
+    cdef Py_ssize_t r
+    cdef double total = 0.0, f, t
+    cdef double* g
+    cdef int64_t* ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
+    cdef double* ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
+    cdef double* ring_w
+    cdef int* ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
+    cdef int64_t* idx
+    cdef double* suf = <double*> malloc((N * R + R + 1) * sizeof(double))
+    cdef double* pre
+    cdef const double** rows = <const double**> malloc(N * sizeof(double*))
+    if ring == NULL or ring_x == NULL or ring_c == NULL or suf == NULL or rows == NULL:
+        free(ring); free(ring_x); free(ring_c); free(suf); free(<void*> rows)
+        raise MemoryError()
+    ring_w = ring_x + LOOKAHEAD
+    pre = suf + N * R
+    with nogil:
+        for j in range(min(<int64_t> LOOKAHEAD, ns)):
+            ring_x[j] = _sample(S, j, ring + j * N, &ring_w[j], &ring_c[j])
+            _prefetch_rows(fac, grad, active, ring + j * N, N, R)
+        for j in range(ns):
+            slot = j % LOOKAHEAD
+            idx = ring + slot * N
+            f = _terms(S, j, ring_x[slot], ring_w[slot], ring_c[slot], code, param, lam, fac,
+                       N, R, idx, rows, suf, pre, want_loss)
+            total += f
+            for k in range(N):
+                if active[k]:
+                    g = grad[k] + idx[k] * R
+                    for r in range(R):
+                        t = pre[r] * suf[k * R + r]
+                        g[r] = g[r] + t
+                if k < N - 1:
+                    for r in range(R):
+                        pre[r] *= rows[k][r]
+            if j + LOOKAHEAD < ns:  # refill the slot with the sample LOOKAHEAD ahead
+                ring_x[slot] = _sample(S, j + LOOKAHEAD, idx, &ring_w[slot], &ring_c[slot])
+                _prefetch_rows(fac, grad, active, idx, N, R)
+    free(ring); free(ring_x); free(ring_c); free(suf); free(<void*> rows)
+    return total
+
+
+cdef double _gradient_parallel(const Src* S, int code, double param, const double* lam,
+                               double** fac, double** grad, const int8_t* active,
+                               const int64_t* shape, Py_ssize_t R, int64_t block,
+                               bint want_loss, int num_threads, double* work) except? -1.0:
+    """Blocks of samples: contributions in parallel, sort by row, add runs in sample order.
+
+    ``work`` holds ``workspace_size(N, R, block)`` words (kept by the caller between calls:
+    fresh pages would fault on every step)."""
+    cdef int N = S.nmodes
+    cdef int64_t ns = _n_samples(S)
+    cdef int64_t nblocks, bi, b0, nb, jj, j, pos, s, nruns, key
+    cdef int k
+    cdef Py_ssize_t r
+    cdef double total = 0.0
+    cdef double* contrib = work
+    cdef double* fval = contrib + block * N * R
+    cdef int64_t* keys = <int64_t*> (fval + block)
+    cdef int64_t* sort_a = keys + block * N
+    cdef int64_t* sort_b = sort_a + block * N
+    cdef int64_t* runs = sort_b + block * N
+    cdef int64_t* hist = <int64_t*> malloc(N * (RADIX + 1) * sizeof(int64_t))
+    cdef int64_t** order = <int64_t**> malloc(N * sizeof(int64_t*))
+    cdef int64_t* nrun = <int64_t*> malloc(N * sizeof(int64_t))
+    cdef int64_t* run_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
+    cdef int64_t total_runs
+    # thread scratch
+    cdef int64_t* idx
+    cdef double* suf
+    cdef double* pre
+    cdef const double** rows
+    cdef const double* c
+    cdef double* g
+    cdef int64_t* ordk
+    cdef int64_t* runk
+    if hist == NULL or order == NULL or nrun == NULL or run_off == NULL:
+        free(hist); free(order); free(nrun); free(run_off)
+        raise MemoryError()
+    with nogil:
+        nblocks = (ns + block - 1) // block
+        for bi in range(nblocks):
+            b0 = bi * block
+            nb = min(block, ns - b0)
+            # 1. samples, model values, derivatives, contribution rows
+            with parallel(num_threads=num_threads):
+                idx = <int64_t*> malloc(N * sizeof(int64_t))
+                suf = <double*> malloc((N * R + R + 1) * sizeof(double))
+                pre = suf + N * R
+                rows = <const double**> malloc(N * sizeof(double*))
+                for jj in prange(nb, schedule='static'):
+                    fval[jj] = _sample_terms(S, b0 + jj, code, param, lam, fac, N, R, idx,
+                                             rows, suf, pre, want_loss)
+                    for k in range(N):
+                        keys[jj * N + k] = idx[k]
+                        if active[k]:
+                            for r in range(R):
+                                contrib[(k * block + jj) * R + r] = pre[r] * suf[k * R + r]
+                        if k < N - 1:
+                            for r in range(R):
+                                pre[r] = pre[r] * rows[k][r]
+                free(idx)
+                free(suf)
+                free(<void*> rows)
+            for jj in range(nb):
+                total += fval[jj]
+            # 2. order the block's samples by their row in every active mode (stable)
+            for k in prange(N, schedule='dynamic', num_threads=num_threads):
+                if not active[k]:
+                    continue
+                order[k] = _radix_sort(keys + k, N, nb, shape[k] - 1, sort_a + k * block,
+                                       sort_b + k * block, hist + k * (RADIX + 1))
+                ordk = order[k]
+                runk = runs + k * (block + 1)
+                nruns = 0
+                for pos in range(nb):
+                    if pos == 0 or keys[ordk[pos] * N + k] != keys[ordk[pos - 1] * N + k]:
+                        runk[nruns] = pos
+                        nruns = nruns + 1
+                runk[nruns] = nb
+                nrun[k] = nruns
+            # 3. add every run into its gradient row, in sample order (one run per row: no
+            #    conflicts, and the sums are those of the serial version); the runs of all
+            #    modes form one parallel loop
+            total_runs = 0
+            for k in range(N):
+                run_off[k] = total_runs
+                if active[k]:
+                    total_runs = total_runs + nrun[k]
+            run_off[N] = total_runs
+            for s in prange(total_runs, schedule='static', num_threads=num_threads):
+                k = 0
+                while s >= run_off[k + 1]:
+                    k = k + 1
+                ordk = order[k]
+                runk = runs + k * (block + 1)
+                key = keys[ordk[runk[s - run_off[k]]] * N + k]
+                g = grad[k] + key * R
+                for pos in range(runk[s - run_off[k]], runk[s - run_off[k] + 1]):
+                    c = contrib + (k * block + ordk[pos]) * R
+                    for r in range(R):
+                        g[r] = g[r] + c[r]
+    free(hist); free(order); free(nrun); free(run_off)
+    return total
+
+
+cdef int _pointers(list arrays, double** out) except -1:
+    cdef Py_ssize_t k
+    cdef double[:, ::1] F
+    for k in range(len(arrays)):
+        F = arrays[k]
+        out[k] = &F[0, 0] if F.shape[0] > 0 and F.shape[1] > 0 else NULL
+    return 0
+
+
+cdef int _const_pointers(list arrays, double** out) except -1:
+    cdef Py_ssize_t k
+    cdef const double[:, ::1] F
+    for k in range(len(arrays)):
+        F = arrays[k]
+        out[k] = <double*> &F[0, 0] if F.shape[0] > 0 and F.shape[1] > 0 else NULL
+    return 0
+
+
+def workspace_size(int nmodes, Py_ssize_t R, int64_t block):
+    """Words (8 bytes) of the workspace of the multi-threaded gradient for ``block`` samples."""
+    return int(block * nmodes * R + block + 3 * block * nmodes + (block + 1) * nmodes)
+
+
+def default_block(int nmodes, Py_ssize_t R):
+    """Samples per block of the fused gradient (fixed, independent of the thread count)."""
+    cdef int64_t b = (1 << 22) // max(1, nmodes * R)
+    return int(max(1024, min(b, 65536)))
+
+
+def gradient(GcpSampler sampler, uint64_t key, int code, double param,
+             const double[::1] weights, list factors, list grads, const int8_t[::1] active,
+             bint want_loss=True, int num_threads=1, object xsubs=None, object xvals=None,
+             object xw=None, object xcorr=None, object xy=None, int64_t block=0,
+             object work=None):
+    """Fused sampled GCP gradient of every active mode (see the module docstring).
+
+    Samples come from ``sampler`` at step key ``key``, or, when ``xsubs`` is given, from the
+    explicit sample (``xsubs``, ``xvals``, weights ``xw``, correction flags ``xcorr``).  With
+    ``xy`` (explicit samples only) the weighted derivatives are taken from it instead of the
+    loss ``code`` (user-defined losses).  ``grads[k]`` (I_k x R) is overwritten for every mode
+    with ``active[k]``; returns the sampled loss Σ_j w_j (f(x_j, m_j) − corr_j f(0, m_j)) when
+    ``want_loss``, else 0.  ``work``: optional float64 workspace of at least
+    :func:`workspace_size` words for the block used (reused between calls).
+    """
+    cdef int N = len(factors)
+    cdef Src S
+    cdef Py_ssize_t R = weights.shape[0]
+    cdef double** fac = <double**> malloc(N * sizeof(double*))
+    cdef double** grad = <double**> malloc(N * sizeof(double*))
+    cdef int64_t* shape = <int64_t*> malloc(N * sizeof(int64_t))
+    cdef int k
+    cdef double[::1] wv
+    if fac == NULL or grad == NULL or shape == NULL:
+        free(fac); free(grad); free(shape)
+        raise MemoryError()
+    try:
+        if xsubs is not None:
+            _explicit_src(&S, N, xsubs, xvals, xw, xcorr, xy)
+        else:
+            S = sampler.src
+            S.key = key
+        _const_pointers(factors, fac)
+        _pointers(grads, grad)
+        for k in range(N):
+            shape[k] = (<object> grads[k]).shape[0]
+        if block <= 0:
+            block = default_block(N, R)
+        block = max(1, min(block, _n_samples(&S)))
+        if _n_samples(&S) * N * R < SERIAL_WORK:
+            num_threads = 1  # not worth waking threads (the result is the same)
+        if R == 0 or _n_samples(&S) == 0:
+            for k in range(N):
+                if active[k]:
+                    grads[k][...] = 0
+            return 0.0
+        for k in range(N):
+            if active[k] and shape[k] > 0:
+                memset(grad[k], 0, shape[k] * R * sizeof(double))
+        if num_threads == 1:
+            return _gradient_serial(&S, code, param, &weights[0], fac, grad, &active[0], R,
+                                    want_loss and S.xy == NULL)
+        need = workspace_size(N, R, block)
+        if work is None or (<object> work).shape[0] < need:
+            work = np.empty(need)
+        wv = work
+        return _gradient_parallel(&S, code, param, &weights[0], fac, grad, &active[0], shape,
+                                  R, block, want_loss and S.xy == NULL, num_threads, &wv[0])
+    finally:
+        free(fac); free(grad); free(shape)
+
+
+def loss_sum(GcpSampler sampler, uint64_t key, int code, double param,
+             const double[::1] weights, list factors, int num_threads=1, object xsubs=None,
+             object xvals=None, object xw=None, object xcorr=None):
+    """Σ_j w_j (f(x_j, m_j) − corr_j f(0, m_j)) over a sample (drawn or explicit).
+
+    Partial sums over fixed chunks of samples are added in chunk order: the result does not
+    depend on the thread count.
+    """
+    cdef int N = len(factors)
+    cdef Src S
+    cdef Py_ssize_t R = weights.shape[0]
+    cdef double** fac = <double**> malloc(N * sizeof(double*))
+    cdef int64_t ns, nchunks, ci, j, j0, j1
+    cdef double* part = NULL
+    cdef double total = 0.0, x, w, m, f, pr
+    cdef int64_t* idx
+    cdef double* prod
+    cdef int k, corr
+    cdef Py_ssize_t r
+    cdef const double* lam = &weights[0] if R > 0 else NULL
+    if fac == NULL:
+        raise MemoryError()
+    try:
+        if xsubs is not None:
+            _explicit_src(&S, N, xsubs, xvals, xw, xcorr, None)
+        else:
+            S = sampler.src
+            S.key = key
+        _const_pointers(factors, fac)
+        ns = _n_samples(&S)
+        if ns == 0:
+            return 0.0
+        nchunks = (ns + LOSS_CHUNK - 1) // LOSS_CHUNK
+        if ns * N * R < SERIAL_WORK:
+            num_threads = 1
+        part = <double*> malloc(nchunks * sizeof(double))
+        if part == NULL:
+            raise MemoryError()
+        with nogil, parallel(num_threads=num_threads):
+            idx = <int64_t*> malloc(N * sizeof(int64_t))
+            prod = <double*> malloc((R + 1) * sizeof(double))
+            for ci in prange(nchunks, schedule='static'):
+                j0 = ci * LOSS_CHUNK
+                j1 = min(ns, j0 + LOSS_CHUNK)
+                pr = 0.0
+                for j in range(j0, j1):
+                    w = 0.0  # assigned here so that it is private to the thread
+                    corr = 0
+                    x = _sample(&S, j, idx, &w, &corr)
+                    for r in range(R):
+                        prod[r] = lam[r]
+                    for k in range(N):
+                        for r in range(R):
+                            prod[r] = prod[r] * fac[k][idx[k] * R + r]
+                    m = 0.0
+                    for r in range(R):
+                        m = m + prod[r]
+                    f = _loss_value(code, param, x, m)
+                    if corr:
+                        f = f - _loss_value(code, param, 0.0, m)
+                    pr = pr + w * f
+                part[ci] = pr
+            free(idx)
+            free(prod)
+        for ci in range(nchunks):
+            total += part[ci]
+        return total
+    finally:
+        free(fac)
+        free(part)
+
+
+# ---------------------------------------------------------------------------- optimiser steps
+cdef enum:
+    STEP_CHUNK = 4096
+
+
+def adam_step(double[::1] u, const double[::1] g, double[::1] mom, double[::1] var, double lr,
+              double beta1, double beta2, double eps, double bc1, double bc2, double lower,
+              int num_threads=1):
+    """Adam: mom, var ← moments; u ← max(u − lr (mom/bc1) / (√(var/bc2) + eps), lower).
+
+    Computed as ``u − (lr √bc2 / bc1) mom / (√var + eps √bc2)`` (the same quantity), with one
+    division and one square root per entry.
+    """
+    cdef Py_ssize_t n = u.shape[0], c, i0, nchunks = (n + STEP_CHUNK - 1) // STEP_CHUNK
+    cdef double a = lr * sqrt(bc2) / bc1, e = eps * sqrt(bc2)
+    if n == 0:
+        return
+    if n < SERIAL_WORK:
+        num_threads = 1
+    with nogil:
+        for c in prange(nchunks, schedule='static', num_threads=num_threads):
+            i0 = c * STEP_CHUNK
+            sktf_adam_chunk(&u[i0], &g[i0], &mom[i0], &var[i0], min(STEP_CHUNK, n - i0),
+                            beta1, beta2, a, e, lower)
+
+
+def adagrad_step(double[::1] u, const double[::1] g, double[::1] acc, double lr, double eps,
+                 double lower, int num_threads=1):
+    """AdaGrad: acc += g²; u ← max(u − lr g / (√acc + eps), lower)."""
+    cdef Py_ssize_t n = u.shape[0], c, i0, nchunks = (n + STEP_CHUNK - 1) // STEP_CHUNK
+    if n == 0:
+        return
+    if n < SERIAL_WORK:
+        num_threads = 1
+    with nogil:
+        for c in prange(nchunks, schedule='static', num_threads=num_threads):
+            i0 = c * STEP_CHUNK
+            sktf_adagrad_chunk(&u[i0], &g[i0], &acc[i0], min(STEP_CHUNK, n - i0), lr, eps,
+                               lower)
+
+
+def sgd_step(double[::1] u, const double[::1] g, double lr, double lower, int num_threads=1):
+    """u ← max(u − lr g, lower)."""
+    cdef Py_ssize_t n = u.shape[0], c, i0, nchunks = (n + STEP_CHUNK - 1) // STEP_CHUNK
+    if n == 0:
+        return
+    if n < SERIAL_WORK:
+        num_threads = 1
+    with nogil:
+        for c in prange(nchunks, schedule='static', num_threads=num_threads):
+            i0 = c * STEP_CHUNK
+            sktf_sgd_chunk(&u[i0], &g[i0], min(STEP_CHUNK, n - i0), lr, lower)

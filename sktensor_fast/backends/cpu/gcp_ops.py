@@ -1,0 +1,370 @@
+"""The CPU implementation of the GCP primitives of :class:`~sktensor_fast.backends.Backend`.
+
+Built-in losses run entirely in the compiled kernels of ``_gcp.pyx`` (sampling, model values,
+loss derivative and the fused MTTKRP of every mode in one pass).  A user-defined loss (a Python
+object) takes the fallback path: the kernel materialises the sample, ``kruskal_values`` gives
+the model values there, NumPy evaluates the loss derivative, and the fused kernel accumulates the
+gradient from those explicit weights.
+
+The exact loss and gradient (for L-BFGS-B) use the dense tensor in NumPy: they are only offered
+for tensors of at most ``GCP_DENSE_LIMIT`` entries (checked by the estimator).
+"""
+import math
+
+import numpy as np
+
+from . import _gcp, _kernels
+
+__all__ = ["GcpState", "setup", "sampled_gradient", "loss_estimate", "full_loss_grad",
+           "optimizer_state", "optimizer_step", "dense_mttkrp", "dense_model"]
+
+#: Above this density (and below ``_ZERO_LIST_MAX`` entries) the zeros of a tensor are listed
+#: explicitly instead of being found by rejection sampling.
+_ZERO_LIST_DENSITY = 0.5
+_ZERO_LIST_MAX = 1 << 24
+_SAMPLERS = {"stratified", "semi-stratified", "uniform"}
+#: below this much work a host-side kernel call runs on one thread (as in _gcp.pyx)
+_SERIAL_WORK = 32768
+
+
+def _size(shape):
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _linear_index(T):
+    lin = getattr(T, "linear_index", None)
+    if callable(lin):
+        return lin()
+    if _size(T.shape) >= 2 ** 63:
+        return None
+    out = np.zeros(T.nnz, dtype=np.int64)
+    for k, s in enumerate(T.shape):
+        out *= s
+        out += T.subs[:, k]
+    return out
+
+
+def _bucket_index(T, lin):
+    """Offsets into ``lin`` by high bits (``lin >> shift``), about one nonzero per bucket:
+    a look-up then reads two offsets and a handful of entries instead of binary-searching all
+    of ``lin``.  Cached on the format object."""
+    cache = T.__dict__.setdefault("_gcp_cache", {})
+    if "bucket" not in cache:
+        nnz = int(lin.shape[0])
+        bucket, shift = None, 0
+        if nnz >= 64:
+            top = _size(T.shape) - 1
+            nbits = max(1, min(26, (nnz - 1).bit_length()))
+            shift = max(0, top.bit_length() - nbits)
+            nb = (top >> shift) + 1
+            counts = np.bincount(lin >> shift, minlength=nb)
+            bucket = np.zeros(nb + 1, dtype=np.int64)
+            np.cumsum(counts, out=bucket[1:])
+        cache["bucket"] = (bucket, shift)
+    return cache["bucket"]
+
+
+def _zero_list(T):
+    """Coordinates of every zero of a (small, dense-ish) tensor."""
+    full = np.ones(T.shape, dtype=bool)
+    if T.nnz:
+        full[tuple(np.asarray(T.subs).T)] = False
+    return np.ascontiguousarray(np.argwhere(full), dtype=np.int64).reshape(-1, len(T.shape))
+
+
+class GcpState:
+    """What the CPU backend keeps for the stochastic GCP solvers of one tensor.
+
+    Attributes
+    ----------
+    grad_sampler : _gcp.GcpSampler
+        Where every gradient sample comes from (the key of a step selects the draw).
+    loss_sample : tuple (subs, vals, weights, corr)
+        The fixed stratified sample on which the loss is estimated.
+    n_grad, n_loss : (int, int)
+        Samples of nonzeros and of other entries per gradient step / in the loss sample.
+    n_entries : int
+        Entries the loss sums over (the tensor's size, or the observed entries).
+    """
+
+    def __init__(self, grad_sampler, loss_sample, n_grad, n_loss, n_entries, sampler):
+        self.grad_sampler = grad_sampler
+        self.loss_sample = loss_sample
+        self.n_grad = n_grad
+        self.n_loss = n_loss
+        self.n_entries = n_entries
+        self.sampler = sampler
+        self.work = None  # workspace of the multi-threaded gradient kernel, kept between steps
+
+    def __repr__(self):
+        return (f"GcpState(sampler={self.sampler!r}, n_grad={self.n_grad}, "
+                f"n_loss={self.n_loss}, n_entries={self.n_entries})")
+
+
+def _make_sampler(T, kind, p, q, zero_subs, lin, vals):
+    """A GcpSampler of ``kind`` drawing ``p`` nonzeros and ``q`` other entries."""
+    shape = np.asarray(T.shape, dtype=np.int64)
+    subs = np.ascontiguousarray(T.subs, dtype=np.int64)
+    nnz = int(T.nnz)
+    explicit = zero_subs is not None
+    zs = zero_subs if explicit else np.zeros((0, len(T.shape)), dtype=np.int64)
+    n_zero = int(zs.shape[0]) if explicit else _size(T.shape) - nnz
+    n_obs = nnz + n_zero
+    if nnz == 0:
+        p = 0
+    if kind == "stratified":
+        if n_zero == 0:
+            q = 0
+        wp = nnz / p if p else 0.0
+        wq = n_zero / q if q else 0.0
+        zmode, include_nz, correct = 2, False, False
+    elif kind == "semi-stratified":
+        wp = nnz / p if p else 0.0
+        wq = n_obs / q if q else 0.0
+        zmode, include_nz, correct = 0, True, True
+    else:  # uniform: every sample from all (observed) entries, values looked up
+        q = p + q
+        p = 0
+        wp = 0.0
+        wq = n_obs / q if q else 0.0
+        zmode, include_nz, correct = 1, True, False
+    bucket, shift = None, 0
+    if lin is None:
+        lin = np.zeros(0, dtype=np.int64)
+    else:
+        bucket, shift = _bucket_index(T, lin)
+    return _gcp.GcpSampler(shape, subs, vals, lin, zs, explicit, int(p), int(q), float(wp),
+                           float(wq), zmode, include_nz, correct, bucket,
+                           int(shift)), (int(p), int(q))
+
+
+def setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs=None, num_threads=1):
+    if sampler not in _SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; use one of {sorted(_SAMPLERS)}")
+    vals = np.ascontiguousarray(T.vals, dtype=np.float64)
+    lin = _linear_index(T)
+    if lin is not None and T.nnz > 1 and np.any(lin[1:] <= lin[:-1]):
+        raise ValueError("GCP needs the nonzeros in lexicographic order without duplicates")
+    if zero_subs is not None:
+        zero_subs = np.ascontiguousarray(zero_subs, dtype=np.int64).reshape(-1, len(T.shape))
+        n_entries = int(T.nnz) + int(zero_subs.shape[0])
+    else:
+        n_entries = _size(T.shape)
+        if (n_entries <= _ZERO_LIST_MAX and T.nnz > _ZERO_LIST_DENSITY * n_entries
+                and sampler == "stratified"):
+            zero_subs = _zero_list(T)  # rejection would waste most draws
+    grad_sampler, n_grad = _make_sampler(T, sampler, n_grad[0], n_grad[1], zero_subs, lin, vals)
+    # the loss is always estimated on a stratified sample (GenTen, pyttb)
+    loss_zero = zero_subs
+    if loss_zero is None and n_entries <= _ZERO_LIST_MAX and T.nnz > _ZERO_LIST_DENSITY * n_entries:
+        loss_zero = _zero_list(T)
+    loss_sampler, n_loss = _make_sampler(T, "stratified", n_loss[0], n_loss[1], loss_zero, lin,
+                                         vals)
+    sample = draw(loss_sampler, _gcp.step_key(np.uint64(loss_seed), 0), len(T.shape),
+                  num_threads)
+    return GcpState(grad_sampler, sample, n_grad, n_loss, n_entries, sampler)
+
+
+def draw(sampler, key, N, num_threads=1):
+    """Materialise the sample of ``sampler`` at step key ``key``."""
+    n = int(sampler.n_samples)
+    subs = np.empty((n, N), dtype=np.int64)
+    x = np.empty(n)
+    w = np.empty(n)
+    corr = np.empty(n, dtype=np.int8)
+    sampler.draw(np.uint64(key), subs, x, w, corr, num_threads)
+    return subs, x, w, corr
+
+
+def _model_values(subs, lam, facs, num_threads):
+    m = np.empty(subs.shape[0])
+    if subs.shape[0]:
+        if subs.shape[0] * len(lam) < _SERIAL_WORK:
+            num_threads = 1  # not worth waking threads
+        _kernels.kruskal_values(subs, lam, facs, m, num_threads)
+    return m
+
+
+def _custom_weights(loss, x, w, corr, m, deriv=True):
+    fn = loss.deriv if deriv else loss.value
+    y = fn(x, m)
+    c = corr.astype(bool)
+    if c.any():
+        y = np.array(y, dtype=np.float64, copy=True)
+        y[c] -= fn(np.zeros(int(c.sum())), m[c])
+    return np.ascontiguousarray(w * y, dtype=np.float64)
+
+
+def sampled_gradient(T, state, weights, factors, loss, seed, step, out=None, active=None,
+                     with_loss=False, num_threads=1):
+    N = len(factors)
+    facs = [np.ascontiguousarray(f, dtype=np.float64) for f in factors]
+    lam = np.ascontiguousarray(weights, dtype=np.float64)
+    act = np.ones(N, dtype=np.int8) if active is None else np.asarray(active, dtype=np.int8)
+    if out is None:
+        out = [np.zeros_like(f) for f in facs]
+    key = _gcp.step_key(np.uint64(seed), np.uint64(step + 1))
+    if loss.code >= 0:
+        f = _gcp.gradient(state.grad_sampler, key, int(loss.code), float(loss.param), lam, facs,
+                          out, act, bool(with_loss), num_threads, work=_workspace(state, N, lam))
+        return out, (float(f) if with_loss else None)
+    # a user-defined loss: kernel -> model values -> NumPy derivative -> fused MTTKRP
+    subs, x, w, corr = draw(state.grad_sampler, key, N, num_threads)
+    m = _model_values(subs, lam, facs, num_threads)
+    y = _custom_weights(loss, x, w, corr, m)
+    _gcp.gradient(None, 0, -1, 0.0, lam, facs, out, act, False, num_threads, xsubs=subs,
+                  xvals=x, xw=w, xcorr=corr, xy=y, work=_workspace(state, N, lam))
+    f = None
+    if with_loss:
+        f = float(np.sum(_custom_weights(loss, x, w, corr, m, deriv=False)))
+    return out, f
+
+
+def _workspace(state, N, lam):
+    n = int(state.grad_sampler.n_samples)
+    block = max(1, min(_gcp.default_block(N, len(lam)), n))
+    need = _gcp.workspace_size(N, len(lam), block)
+    if state.work is None or state.work.shape[0] < need:
+        state.work = np.empty(need)
+    return state.work
+
+
+def sample_loss(subs, x, w, corr, weights, factors, loss, num_threads=1):
+    """Σ w (f(x, m) − corr f(0, m)) over an explicit sample."""
+    facs = [np.ascontiguousarray(f, dtype=np.float64) for f in factors]
+    lam = np.ascontiguousarray(weights, dtype=np.float64)
+    if loss.code >= 0:
+        return float(_gcp.loss_sum(None, 0, int(loss.code), float(loss.param), lam, facs,
+                                   num_threads, xsubs=subs, xvals=x, xw=w, xcorr=corr))
+    m = _model_values(subs, lam, facs, num_threads)
+    return float(np.sum(_custom_weights(loss, x, w, corr, m, deriv=False)))
+
+
+def loss_estimate(T, state, weights, factors, loss, num_threads=1):
+    subs, x, w, corr = state.loss_sample
+    return sample_loss(subs, x, w, corr, weights, factors, loss, num_threads)
+
+
+# ------------------------------------------------------------------ exact loss and gradient
+def _khatri_rao(mats, R):
+    out = np.ones((1, R))
+    for m in mats:  # first matrix varies slowest (C order)
+        out = (out[:, None, :] * m[None, :, :]).reshape(-1, R)
+    return out
+
+
+def dense_model(weights, factors):
+    """The full Kruskal tensor Σ_r w_r a_r ∘ b_r ∘ … as a dense float64 array.
+
+    The modes are split into two groups of similar size; the Khatri-Rao products of the two
+    groups (about √size x R each) are multiplied, so nothing of size (size x R) is formed.
+    """
+    facs = [np.asarray(f, dtype=np.float64) for f in factors]
+    shape = tuple(f.shape[0] for f in facs)
+    R = len(weights)
+    if len(facs) == 1:
+        return facs[0] @ np.asarray(weights, dtype=np.float64)
+    sizes = [math.prod(shape[:i]) + math.prod(shape[i:]) for i in range(1, len(shape))]
+    split = 1 + int(np.argmin(sizes))
+    left = _khatri_rao(facs[:split], R) * np.asarray(weights, dtype=np.float64)[None, :]
+    right = _khatri_rao(facs[split:], R)
+    return (left @ right.T).reshape(shape)
+
+
+def dense_mttkrp(Y, factors, mode, max_elems=1 << 24):
+    """MTTKRP of a dense tensor: out[i, r] = Σ Y[..i..] Π_{k≠mode} factors[k][i_k, r].
+
+    The largest other mode is contracted first with a matrix product; the others one at a time
+    along the rank; ranks are processed in blocks so that intermediates stay below
+    ``max_elems`` entries.
+    """
+    N = Y.ndim
+    R = factors[0].shape[1]
+    others = [k for k in range(N) if k != mode]
+    out = np.empty((Y.shape[mode], R))
+    if not others:
+        out[:] = Y.reshape(-1, 1)
+        return out
+    first = max(others, key=lambda k: Y.shape[k])
+    rest = [k for k in others if k != first]
+    inter = Y.size // Y.shape[first]
+    rb = max(1, min(R, max_elems // max(1, inter)))
+    for r0 in range(0, R, rb):
+        r1 = min(R, r0 + rb)
+        Z = np.tensordot(Y, factors[first][:, r0:r1], axes=([first], [0]))
+        subs = [k for k in range(N) if k != first] + [N]
+        for k in rest:
+            keep = [s for s in subs if s != k]
+            Z = np.einsum(Z, subs, factors[k][:, r0:r1], [k, N], keep)
+            subs = keep
+        out[:, r0:r1] = Z
+    return out
+
+
+def _dense_data(T):
+    cache = T.__dict__.setdefault("_gcp_dense", {})
+    if "X" not in cache:
+        X = np.zeros(T.shape)
+        if T.nnz:
+            X[tuple(np.asarray(T.subs).T)] = T.vals
+        cache["X"] = X
+    return cache["X"]
+
+
+def full_loss_grad(T, weights, factors, loss, mask=None, modes=None, need_grad=True):
+    X = _dense_data(T)
+    facs = [np.asarray(f, dtype=np.float64) for f in factors]
+    M = dense_model(weights, facs)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        F = loss.value(X, M)
+        if mask is not None:
+            F = np.where(mask, F, 0.0)
+        total = float(np.sum(F))
+        if not need_grad:
+            return total, None
+        Y = loss.deriv(X, M)
+        if mask is not None:
+            Y = np.where(mask, Y, 0.0)
+    lam = np.asarray(weights, dtype=np.float64)
+    modes = range(len(facs)) if modes is None else modes
+    grads = [None] * len(facs)
+    for k in modes:
+        grads[k] = dense_mttkrp(Y, facs, k) * lam[None, :]
+    return total, grads
+
+
+# ------------------------------------------------------------------ optimiser steps
+_MOMENTS = {"adam": ("m", "v"), "adagrad": ("s",), "sgd": ()}
+
+
+def optimizer_state(solver, factors):
+    if solver not in _MOMENTS:
+        raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
+    return {name: [np.zeros_like(f, dtype=np.float64) for f in factors]
+            for name in _MOMENTS[solver]}
+
+
+def optimizer_step(solver, factors, grads, state, lr, t, lower, beta1, beta2, epsilon,
+                   active=None, num_threads=1):
+    lower = float(lower)
+    for k, (U, G) in enumerate(zip(factors, grads)):
+        if active is not None and not active[k]:
+            continue
+        if not (U.flags.c_contiguous and U.dtype == np.float64):
+            raise ValueError("GCP factor matrices must be C-contiguous float64 arrays")
+        u, g = U.reshape(-1), np.ascontiguousarray(G, dtype=np.float64).reshape(-1)
+        if solver == "adam":
+            _gcp.adam_step(u, g, state["m"][k].reshape(-1), state["v"][k].reshape(-1),
+                           float(lr), float(beta1), float(beta2), float(epsilon),
+                           1.0 - beta1 ** t, 1.0 - beta2 ** t, lower, num_threads)
+        elif solver == "adagrad":
+            _gcp.adagrad_step(u, g, state["s"][k].reshape(-1), float(lr), float(epsilon),
+                              lower, num_threads)
+        elif solver == "sgd":
+            _gcp.sgd_step(u, g, float(lr), lower, num_threads)
+        else:
+            raise ValueError(f"unknown stochastic solver {solver!r}")
+    return factors

@@ -1,0 +1,583 @@
+"""Generalized CP decomposition (GCP) with stochastic or quasi-Newton solvers."""
+import math
+import time
+
+import numpy as np
+from scipy.optimize import Bounds, minimize
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import HasMethods, Integral, Interval, Real, StrOptions
+
+from ..tensor import SparseTensor
+from ._base import BaseCP, _InitConstraint
+from .cp_als import _arrange
+from .losses import LOSSES, get_loss
+
+__all__ = ["GCP", "GCP_DENSE_LIMIT"]
+
+#: Largest number of entries (of the dense tensor) for which the exact loss and gradient are
+#: computed: ``solver="lbfgsb"`` refuses larger tensors, and ``transform`` / ``score`` switch to
+#: the stochastic solver and a sampled loss estimate above it.
+GCP_DENSE_LIMIT = 10_000_000
+
+#: Cap of the default number of samples per step of the uniform sampler.
+_UNIFORM_CAP = 100_000
+
+_SOLVERS = ("adam", "sgd", "adagrad", "lbfgsb")
+_SAMPLERS = ("stratified", "semi-stratified", "uniform")
+
+
+def _linear(subs, shape):
+    lin = np.zeros(subs.shape[0], dtype=np.int64)
+    for k, s in enumerate(shape):
+        lin *= s
+        lin += subs[:, k]
+    return lin
+
+
+def _rows_in(a, b, shape):
+    """Boolean vector: is row ``a[i]`` one of the rows of ``b``?"""
+    if a.shape[0] == 0 or b.shape[0] == 0:
+        return np.zeros(a.shape[0], dtype=bool)
+    if math.prod(shape) < 2 ** 63:
+        return np.isin(_linear(a, shape), _linear(b, shape))
+    rows = set(map(tuple, b.tolist()))
+    return np.fromiter((tuple(r) in rows for r in a.tolist()), dtype=bool, count=a.shape[0])
+
+
+class _Observed:
+    """The entries of a tensor that a mask declares observed.
+
+    Attributes: ``X`` (SparseTensor of the observed nonzeros), ``zero_subs`` (coordinates of
+    the observed zeros, or None when every entry is observed), ``n_nz``, ``n_zero``,
+    ``dense_mask`` (boolean array for the exact solver, built on demand).
+    """
+
+    def __init__(self, X, mask):
+        self.shape = tuple(X.shape)
+        self._mask = mask
+        self._dense = None
+        size = X.size
+        if mask is None:
+            self.X, self.zero_subs = X, None
+            self.n_nz, self.n_zero = X.nnz, size - X.nnz
+            return
+        if isinstance(mask, SparseTensor):
+            if tuple(mask.shape) != self.shape:
+                raise ValueError(f"mask has shape {tuple(mask.shape)} but X has shape "
+                                 f"{self.shape}; they must be equal")
+            keep = _rows_in(X.subs, mask.subs, self.shape)
+            zero = mask.subs[~_rows_in(mask.subs, X.subs, self.shape)]
+        else:
+            m = np.asarray(mask)
+            if m.shape != self.shape:
+                raise ValueError(f"mask has shape {m.shape} but X has shape {self.shape}; they "
+                                 f"must be equal")
+            if m.dtype != bool:
+                if m.dtype.kind not in "iuf" or not np.all((m == 0) | (m == 1)):
+                    raise ValueError("mask must be a boolean array (True = observed) or a "
+                                     "SparseTensor of the observed entries")
+                m = m.astype(bool)
+            keep = m[tuple(X.subs.T)] if X.nnz else np.zeros(0, dtype=bool)
+            nonzero = np.zeros(self.shape, dtype=bool)
+            if X.nnz:
+                nonzero[tuple(X.subs.T)] = True
+            zero = np.argwhere(m & ~nonzero)
+            self._dense = m
+        self.X = SparseTensor._from_canonical(X.subs[keep], X.vals[keep], self.shape)
+        self.zero_subs = np.ascontiguousarray(zero, dtype=np.int64).reshape(-1, len(self.shape))
+        self.n_nz, self.n_zero = self.X.nnz, int(self.zero_subs.shape[0])
+        if self.n_nz + self.n_zero == 0:
+            raise ValueError("the mask observes no entry of X")
+
+    @property
+    def dense_mask(self):
+        if self._mask is None:
+            return None
+        if self._dense is None:
+            d = np.zeros(self.shape, dtype=bool)
+            if self._mask.nnz:
+                d[tuple(self._mask.subs.T)] = True
+            self._dense = d
+        return self._dense
+
+    @property
+    def n_entries(self):
+        return self.n_nz + self.n_zero
+
+
+def _blank_unobserved(X, mask):
+    """Zeros at the unobserved entries of a dense array (so that they may hold NaN)."""
+    if mask is None or not isinstance(X, np.ndarray) or X.dtype.kind not in "fc":
+        return X
+    if isinstance(mask, SparseTensor):
+        if tuple(mask.shape) != X.shape:
+            return X  # reported by _Observed
+        m = np.zeros(X.shape, dtype=bool)
+        if mask.nnz:
+            m[tuple(mask.subs.T)] = True
+    else:
+        m = np.asarray(mask)
+        if m.shape != X.shape:
+            return X
+        m = m != 0
+    return np.where(m, X, 0)
+
+
+class GCP(BaseCP):
+    """Generalized CP decomposition: a CP model fitted under any element-wise loss.
+
+    Minimises ``F(M) = Σ_i f(x_i, m_i)`` over every (observed) entry ``i`` of the tensor,
+    zeros included, where ``M = ⟦A⁽⁰⁾, …, A⁽ᴺ⁻¹⁾⟧`` and ``f`` is the loss of a statistical model
+    of the data (Hong, Kolda & Duersch, SIAM Review 2020): squared error for Gaussian data,
+    Poisson or negative binomial likelihoods for counts, Bernoulli for binary data, Gamma or
+    Rayleigh for positive data, the Huber loss, β-divergences, or a user-defined loss.  The
+    gradient ``∂F/∂A⁽ᵏ⁾`` is the MTTKRP of the (dense) tensor ``Y = ∂f/∂m(X, M)``.
+
+    **Stochastic solvers** (``adam``, ``sgd``, ``adagrad``; Kolda & Hong, *Stochastic gradients
+    for large-scale tensor decomposition*, SIMODS 2020) never form ``Y``.  Each step draws a
+    fresh sample of entries, computes the model values there from the factor rows, the
+    weighted loss derivatives and the gradient of every mode in one fused kernel, and takes a
+    step; factors are clipped to the loss's lower bound.  The loss is estimated on a fixed
+    stratified sample drawn once per fit.  The steps are grouped in epochs of ``epoch_iters``;
+    an epoch whose estimated loss went up is undone (model and optimiser state restored) and
+    the learning rate multiplied by ``decay``.  The fit stops after ``max_iter`` epochs, when
+    the relative change of the estimated loss over an epoch is below ``tol``, or at the
+    ``max_fails + 1``-th failed epoch (``max_fails`` failures are tolerated, as in pyttb and
+    GenTen).
+
+    Samplers of the gradient (``n_nz`` nonzeros, ``n_zero`` zeros, ``N = n_nz + n_zero``):
+
+    - ``"stratified"``: ``p`` nonzeros (weight ``n_nz / p``) and ``q`` zeros (weight
+      ``n_zero / q``), zeros drawn uniformly and rejected when they hit a nonzero;
+    - ``"semi-stratified"``: ``p`` nonzeros and ``q`` entries drawn uniformly from all entries
+      and treated as zeros (weight ``N / q``); each nonzero sample contributes
+      ``f(x, m) − f(0, m)`` (its derivative likewise), which makes the estimate unbiased
+      without searching for nonzeros;
+    - ``"uniform"``: ``s`` entries drawn uniformly (weight ``N / s``), values looked up.
+
+    **L-BFGS-B** (``solver="lbfgsb"``, ``scipy.optimize.minimize``) uses the exact loss and
+    gradient of the dense tensor, for tensors of at most :data:`GCP_DENSE_LIMIT` (10⁷)
+    entries; factor entries are bounded below by the loss's lower bound.
+
+    Parameters
+    ----------
+    rank : int, default=2
+        Number of components R.
+    loss : str or object, default="gaussian"
+        ``"gaussian"``, ``"poisson"``, ``"poisson_log"``, ``"bernoulli_odds"``,
+        ``"bernoulli_logit"``, ``"gamma"``, ``"rayleigh"``, ``"negative_binomial"``,
+        ``"huber"``, ``"beta"``, ``"zt_poisson"`` (formulas in
+        :mod:`sktensor_fast.decomposition.losses`), or an object with methods ``value(x, m)``
+        and ``deriv(x, m)`` (element-wise loss and ∂f/∂m) and an attribute ``lower`` (lower
+        bound of the model values, ``-inf`` for none); optionally ``check_data(vals)``.
+    loss_param : float, optional
+        The loss's parameter: r (number of trials, > 0) for ``negative_binomial``, the
+        threshold δ > 0 for ``huber``, the exponent β ∉ {0, 1} for ``beta``.  Must be None for
+        the other losses.
+    solver : {"adam", "sgd", "adagrad", "lbfgsb"}, default="adam"
+    sampler : {"stratified", "semi-stratified", "uniform"}, default="stratified"
+        Gradient sampler of the stochastic solvers.
+    n_samples_grad : int or (int, int), optional
+        Samples per gradient step: for the stratified samplers an int n means n nonzeros and
+        n other entries, a pair gives them separately; for ``uniform`` an int.  Default (as
+        pyttb): ``p = min(n_nz, g)``, ``q = min(n_nz, n_zero, g)`` with
+        ``g = max(1000, ⌈3 n_nz / 1000⌉)``; uniform: ``min(N, max(1000, ⌈10 N / 1000⌉),
+        100 000)`` (pyttb's formula, capped).
+    n_samples_loss : int or (int, int), optional
+        Size of the stratified sample of the loss estimate (an int n means n nonzeros and n
+        zeros).  Default (as pyttb): ``min(n_nz, f)`` nonzeros and ``min(n_nz, n_zero, f)``
+        zeros with ``f = max(100 000, ⌈n_nz / 100⌉)``.
+    learning_rate : float, default=1e-3
+        Step size of the stochastic solvers (Adam's α).
+    decay : float, default=0.1
+        Factor applied to the learning rate after a failed epoch.
+    max_fails : int, default=1
+        Failed epochs tolerated.
+    epoch_iters : int, default=1000
+        Steps per epoch.
+    max_iter : int, default=1000
+        Maximum number of epochs (stochastic solvers) or of L-BFGS-B iterations.
+    tol : float, default=1e-4
+        Stochastic solvers: stop when the relative change of the estimated loss over an epoch
+        is below ``tol``.  L-BFGS-B: scipy's ``ftol`` is ``tol * 1e-4`` (stop when the relative
+        decrease of the loss over an iteration is below it; 1e-8 by default).
+    mask : array-like of bool or SparseTensor, optional
+        Observed entries for data with missing values: a boolean array of the tensor's shape
+        (True = observed) or a SparseTensor whose nonzeros are the observed coordinates.
+        Unobserved entries contribute nothing to the loss or the gradient: L-BFGS-B multiplies
+        the loss and derivative tensors by the mask; the stochastic samplers draw only
+        observed entries (nonzeros from the observed nonzeros, zeros from the list of observed
+        zeros).  The values of unobserved entries are ignored (and not validated; in a dense
+        array they may be NaN).  The mask applies to ``fit`` only, so it cannot be combined
+        with cross-validation.
+    init : "random", KruskalTensor or list of ndarray, default="random"
+        Initial guess: uniform random factors scaled so that the model's norm equals the
+        data's (as pyttb), or a given model (used as is).
+    random_state : int, RandomState instance or None
+        Seed of the initial guess and of the samplers.  The same seed gives the same model,
+        whatever the number of threads.
+    n_init : int, default=1
+        Random starts; the model with the lowest (estimated) loss is kept.
+    device : str, default="cpu"
+        ``"cpu"`` (Cython/OpenMP) or an OpenCL device (a backend without the GCP primitives
+        raises ``NotImplementedError``).
+    format : {"auto", "coo", "alto"}, default="auto"
+        Storage format of the tensor (see :class:`CPALS`); the samplers and the results do not
+        depend on it.
+    verbose : int, default=0
+        Print the sample counts and the loss after every epoch / iteration to stderr.
+    beta1, beta2, epsilon : float, default=0.9, 0.999, 1e-8
+        Adam's moment decay rates and the guard of its (and AdaGrad's) denominator.
+
+    Attributes
+    ----------
+    weights_ : ndarray of shape (rank,)
+        Component weights (factor columns have unit 2-norm), in decreasing order.
+    factors_ : list of ndarray
+    loss_ : float
+        Final loss Σ f(x, m) over the (observed) entries: exact for L-BFGS-B, estimated on the
+        fixed sample for the stochastic solvers.
+    loss_history_ : ndarray
+        Loss at the start and after every epoch / iteration.
+    n_iter_ : int
+        Epochs (stochastic) or iterations (L-BFGS-B) run.
+    n_features_in_ : int
+    tensor_shape_ : tuple
+
+    Notes
+    -----
+    ``transform`` fits the mode-0 loadings of new slices under the same loss with the other
+    factors fixed: by L-BFGS-B on those loadings when the new tensor has at most
+    :data:`GCP_DENSE_LIMIT` entries, else by the estimator's stochastic solver.  ``score`` is
+    ``−F / (number of entries)`` after that refit (exact or estimated likewise).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sktensor_fast import GCP, KruskalTensor
+    >>> rng = np.random.default_rng(0)
+    >>> truth = KruskalTensor(None, [rng.random((10, 2)), rng.random((8, 2)), rng.random((6, 2))])
+    >>> X = rng.poisson(5 * truth.full())
+    >>> model = GCP(rank=2, loss="poisson", solver="lbfgsb", random_state=0).fit(X)
+    >>> model.factors_[0].shape, bool(model.loss_ < GCP(rank=1, loss="poisson",
+    ...     solver="lbfgsb", random_state=0).fit(X).loss_)
+    ((10, 2), True)
+    """
+
+    _init_strings = {"random"}
+
+    _parameter_constraints = {
+        **BaseCP._parameter_constraints,
+        "init": [_InitConstraint({"random"})],
+        "loss": [StrOptions(set(LOSSES)), HasMethods(["value", "deriv"])],
+        "loss_param": [Real, None],
+        "solver": [StrOptions(set(_SOLVERS))],
+        "sampler": [StrOptions(set(_SAMPLERS))],
+        "n_samples_grad": [Interval(Integral, 1, None, closed="left"), tuple, None],
+        "n_samples_loss": [Interval(Integral, 1, None, closed="left"), tuple, None],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "decay": [Interval(Real, 0, 1, closed="right")],
+        "max_fails": [Interval(Integral, 0, None, closed="left")],
+        "epoch_iters": [Interval(Integral, 1, None, closed="left")],
+        "mask": ["array-like", SparseTensor, None],
+        "beta1": [Interval(Real, 0, 1, closed="left")],
+        "beta2": [Interval(Real, 0, 1, closed="left")],
+        "epsilon": [Interval(Real, 0, None, closed="neither")],
+    }
+
+    def __init__(self, rank=2, *, loss="gaussian", loss_param=None, solver="adam",
+                 sampler="stratified", n_samples_grad=None, n_samples_loss=None,
+                 learning_rate=1e-3, decay=0.1, max_fails=1, epoch_iters=1000, max_iter=1000,
+                 tol=1e-4, mask=None, init="random", random_state=None, n_init=1,
+                 device="cpu", format="auto", verbose=0, beta1=0.9, beta2=0.999,
+                 epsilon=1e-8):
+        self.rank = rank
+        self.loss = loss
+        self.loss_param = loss_param
+        self.solver = solver
+        self.sampler = sampler
+        self.n_samples_grad = n_samples_grad
+        self.n_samples_loss = n_samples_loss
+        self.learning_rate = learning_rate
+        self.decay = decay
+        self.max_fails = max_fails
+        self.epoch_iters = epoch_iters
+        self.max_iter = max_iter
+        self.tol = tol
+        self.mask = mask
+        self.init = init
+        self.random_state = random_state
+        self.n_init = n_init
+        self.device = device
+        self.format = format
+        self.verbose = verbose
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.epsilon = epsilon
+
+    # ------------------------------------------------------------------ validation
+    def _make_loss(self):
+        return get_loss(self.loss, self.loss_param)
+
+    def _check_data(self, X):
+        ctx = getattr(self, "_fit_ctx", None)
+        if ctx is None or not ctx.get("masked"):
+            self._make_loss().check_data(X.vals)
+        return X
+
+    def _check_counts(self):
+        """Validate the sample-count parameters (their form; the defaults need the data)."""
+        for name in ("n_samples_grad", "n_samples_loss"):
+            val = getattr(self, name)
+            if isinstance(val, tuple):
+                if name == "n_samples_grad" and self.sampler == "uniform":
+                    raise ValueError("with sampler='uniform', n_samples_grad must be an int "
+                                     "(the number of entries drawn per step)")
+                if (len(val) != 2 or any(isinstance(v, bool) or not isinstance(v, Integral)
+                                         for v in val) or min(val) < 1):
+                    raise ValueError(f"{name} must be an int >= 1 or a pair (nonzeros, zeros) "
+                                     f"of ints >= 1, got {val!r}")
+
+    def _sample_counts(self, n_nz, n_zero):
+        """(p, q) per gradient step and for the loss sample; pyttb's defaults."""
+        n_obs = n_nz + n_zero
+        ng = self.n_samples_grad
+        if self.sampler == "uniform":
+            if ng is None:
+                ng = min(n_obs, max(1000, math.ceil(10 * n_obs / 1000)), _UNIFORM_CAP)
+            grad = (0, int(ng))
+        elif ng is None:
+            g = max(1000, math.ceil(3 * n_nz / 1000))
+            grad = (min(g, n_nz), min(g, n_zero, n_nz if n_nz else g))
+        else:
+            grad = tuple(int(v) for v in ng) if isinstance(ng, tuple) else (int(ng), int(ng))
+        nl = self.n_samples_loss
+        if nl is None:
+            f = max(100_000, math.ceil(n_nz / 100))
+            loss = (min(f, n_nz), min(f, n_zero, n_nz if n_nz else f))
+        else:
+            loss = tuple(int(v) for v in nl) if isinstance(nl, tuple) else (int(nl), int(nl))
+        return grad, loss
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y=None):
+        """Fit the GCP model to the tensor ``X``.
+
+        Parameters
+        ----------
+        X : SparseTensor, ndarray (2 or more modes), sparse.COO, scipy.sparse matrix
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        loss = self._make_loss()
+        self._check_counts()
+        self._fit_ctx = {"masked": self.mask is not None}
+        try:
+            X = _blank_unobserved(X, self.mask)
+            X = self._validate_input(X, reset=True)
+            obs = _Observed(X, self.mask)
+            if self.mask is not None:
+                loss.check_data(obs.X.vals)
+            if self.solver == "lbfgsb" and X.size > GCP_DENSE_LIMIT:
+                raise ValueError(
+                    f"solver='lbfgsb' evaluates the loss on every entry of the dense tensor; X "
+                    f"has {X.size} entries, more than GCP_DENSE_LIMIT = {GCP_DENSE_LIMIT}. Use "
+                    f"a stochastic solver: solver='adam', 'sgd' or 'adagrad'")
+            self._fit_ctx["obs"] = obs
+            best = self._fit_impl(X)
+            self.loss_ = float(best["loss"])
+        finally:
+            del self._fit_ctx
+        return self
+
+    def _result_key(self, result):
+        return -result["loss"]
+
+    def _fit_model(self, backend, T, X, init, rng):
+        ctx = getattr(self, "_fit_ctx", None) or {}
+        obs = ctx.get("obs") or _Observed(X, None)
+        loss = self._make_loss()
+        R = self.rank
+        U = [np.array(f, dtype=np.float64) for f in init]
+        if isinstance(self.init, str):
+            U = _scale_to_norm(U, float(np.sqrt(np.sum(obs.X.vals.astype(np.float64) ** 2))))
+        if loss.lower > -np.inf:
+            U = [np.maximum(u, loss.lower) for u in U]
+        seed = int(rng.randint(0, 2 ** 62))
+        if self.solver == "lbfgsb":
+            U, F, n_iter, history = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask)
+            # polish the mode-0 loadings (a convex problem with the other factors fixed) to the
+            # precision of transform, so that fit_transform(X) agrees with transform(X)
+            U, F, _, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
+                                      active=[True] + [False] * (len(U) - 1), tight=True)
+            history[-1] = F
+        else:
+            if "state" not in ctx:
+                To = T if self.mask is None else backend.prepare(obs.X, self.format)
+                n_grad, n_loss = self._sample_counts(obs.n_nz, obs.n_zero)
+                ctx["To"] = To
+                ctx["state"] = backend.gcp_setup(To, self.sampler, n_grad, n_loss,
+                                                 int(rng.randint(0, 2 ** 62)), obs.zero_subs)
+                self._log(f"{self.sampler} sampling: {ctx['state'].n_grad} samples per step "
+                          f"(nonzeros, others), loss sample {ctx['state'].n_loss}")
+            U, F, n_iter, history = self._stochastic(backend, ctx["To"], ctx["state"], U,
+                                                     loss, seed)
+        weights, factors = _arrange(np.ones(R), [np.asarray(backend.to_numpy(u), np.float64)
+                                                 for u in U])
+        return {"weights": weights, "factors": factors, "n_iter": n_iter,
+                "loss_history": history, "loss": float(F)}
+
+    # ------------------------------------------------------------------ solvers
+    def _stochastic(self, backend, T, state, U, loss, seed, active=None):
+        """Epochs of Adam / SGD / AdaGrad on the factors (only those with ``active[k]``)."""
+        R = U[0].shape[1]
+        ones = np.ones(R)
+        U = [backend.asarray(u, dtype=np.float64) for u in U]
+        opt = backend.gcp_optimizer_state(self.solver, U)
+        f = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
+        if not np.isfinite(f):
+            raise FloatingPointError(f"the estimated loss of the initial guess is {f}; check the "
+                                     f"data against the loss {loss.name!r} or give an init")
+        history = [f]
+        t = n_fails = draws = n_epochs = 0
+        G = None
+        t0 = time.perf_counter()
+        for epoch in range(self.max_iter):
+            saved = ([backend.copy(u) for u in U],
+                     {k: [backend.copy(a) for a in v] for k, v in opt.items()}, t)
+            lr = self.learning_rate * self.decay ** n_fails
+            for _ in range(self.epoch_iters):
+                G, _ = backend.gcp_sampled_gradient(T, state, ones, U, loss, seed, draws, out=G,
+                                                    active=active)
+                draws += 1
+                t += 1
+                backend.gcp_optimizer_step(self.solver, U, G, opt, lr, t, loss.lower,
+                                           self.beta1, self.beta2, self.epsilon, active)
+            f_new = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
+            n_epochs += 1
+            failed = not f_new <= f  # NaN counts as a failure
+            change = np.inf
+            if failed:
+                n_fails += 1
+                U, opt, t = saved
+            else:
+                change = abs(f - f_new) / max(abs(f), np.finfo(float).tiny)
+                f = f_new
+            history.append(f)
+            if self.verbose:
+                self._log(f"epoch {n_epochs:4d}  f-est {f_new:.6e}  lr {lr:.2e}"
+                          + (f"  failed ({n_fails}), restored" if failed else
+                             f"  change {change:.2e}")
+                          + f"  {time.perf_counter() - t0:.2f}s")
+            if n_fails > self.max_fails:
+                break
+            if not failed and change < self.tol:
+                break
+        return U, f, n_epochs, history
+
+    def _lbfgsb(self, backend, T, U, loss, mask=None, active=None, tight=False):
+        """L-BFGS-B on the exact loss; only the factors with ``active[k]`` move.
+
+        ``tight``: solve to (near) machine precision, for the convex problems of
+        ``transform`` (the answer then does not depend on which slices are solved together).
+        """
+        N = len(U)
+        R = U[0].shape[1]
+        ones = np.ones(R)
+        modes = [k for k in range(N) if active is None or active[k]]
+        U = [np.array(backend.to_numpy(u), dtype=np.float64) for u in U]
+        bounds_at = np.cumsum([0] + [U[k].size for k in modes])
+        dev = [backend.asarray(u) for u in U]
+
+        def unpack(x):
+            for i, k in enumerate(modes):
+                U[k] = x[bounds_at[i]:bounds_at[i + 1]].reshape(U[k].shape)
+                dev[k] = backend.asarray(U[k])
+
+        def fg(x):
+            unpack(x)
+            F, G = backend.gcp_full_loss_grad(T, ones, dev, loss, mask=mask, modes=modes)
+            g = np.concatenate([np.asarray(backend.to_numpy(G[k])).ravel() for k in modes])
+            if not np.isfinite(F) or not np.all(np.isfinite(g)):
+                return np.inf, np.zeros_like(g)
+            return F, g
+
+        x0 = np.concatenate([U[k].ravel() for k in modes])
+        bounds = None
+        if loss.lower > -np.inf:
+            x0 = np.maximum(x0, loss.lower)
+            bounds = Bounds(np.full(x0.size, loss.lower), np.full(x0.size, np.inf))
+        history = [fg(x0)[0]]
+        if not np.isfinite(history[0]):
+            raise FloatingPointError(f"the loss of the initial guess is not finite; check the "
+                                     f"data against the loss {loss.name!r} or give an init")
+        t0 = time.perf_counter()
+
+        def callback(intermediate_result):
+            history.append(float(intermediate_result.fun))
+            if self.verbose:
+                self._log(f"iter {len(history) - 1:4d}  loss {history[-1]:.8e}  "
+                          f"{time.perf_counter() - t0:.2f}s")
+
+        if tight:
+            options = {"maxiter": max(self.max_iter, 1000), "ftol": 1e-15, "gtol": 1e-12,
+                       "maxfun": 20 * max(self.max_iter, 1000)}
+        else:
+            options = {"maxiter": self.max_iter, "ftol": self.tol * 1e-4,
+                       "maxfun": 20 * self.max_iter + 20}
+        res = minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds, callback=callback,
+                       options=options)
+        unpack(res.x)
+        self._log(f"L-BFGS-B: {res.nit} iterations, loss {res.fun:.8e} ({res.message})")
+        return dev, float(res.fun), int(res.nit), history
+
+    # ------------------------------------------------------------------ sklearn hooks
+    def _solve_mode0(self, backend, T, X, factors):
+        loss = self._make_loss()
+        N = X.ndim
+        W0 = np.mean(self.factors_[0] * self.weights_[None, :], axis=0)
+        W0 = np.tile(np.maximum(W0, loss.lower), (X.shape[0], 1))
+        U = [W0] + [np.array(f, dtype=np.float64) for f in factors[1:]]
+        active = [True] + [False] * (N - 1)
+        if X.size <= GCP_DENSE_LIMIT:
+            U, *_ = self._lbfgsb(backend, T, U, loss, active=active, tight=True)
+        else:
+            rng = check_random_state(self.random_state)
+            n_grad, n_loss = self._sample_counts(T.nnz, X.size - T.nnz)
+            state = backend.gcp_setup(T, self.sampler, n_grad, n_loss,
+                                      int(rng.randint(0, 2 ** 62)))
+            U, *_ = self._stochastic(backend, T, state, U, loss, int(rng.randint(0, 2 ** 62)),
+                                     active=active)
+        return np.asarray(backend.to_numpy(U[0]), dtype=np.float64)
+
+    def _score_loadings(self, backend, T, X, W, factors):
+        loss = self._make_loss()
+        U = [backend.asarray(W, dtype=np.float64)]
+        U += [backend.asarray(f, dtype=np.float64) for f in factors[1:]]
+        ones = np.ones(W.shape[1])
+        if X.size <= GCP_DENSE_LIMIT:
+            F, _ = backend.gcp_full_loss_grad(T, ones, U, loss, need_grad=False)
+        else:
+            rng = check_random_state(self.random_state)
+            _, n_loss = self._sample_counts(T.nnz, X.size - T.nnz)
+            state = backend.gcp_setup(T, "stratified", (1, 1), n_loss,
+                                      int(rng.randint(0, 2 ** 62)))
+            F = backend.gcp_loss_estimate(T, state, ones, U, loss)
+        return -float(F) / X.size
+
+
+def _scale_to_norm(U, target):
+    """Scale the factors (equally in every mode) so that ‖⟦U⟧‖ = target (no-op if 0)."""
+    R = U[0].shape[1]
+    gram = np.ones((R, R))
+    for u in U:
+        gram *= u.T @ u
+    norm = float(np.sqrt(max(np.sum(gram), 0.0)))
+    if target <= 0 or norm <= 0 or not np.isfinite(norm):
+        return U
+    s = (target / norm) ** (1.0 / len(U))
+    return [u * s for u in U]
