@@ -1,0 +1,4 @@
+"""``python -m benchmarks``: the benchmark suite (see ``benchmarks/run.py``)."""
+from benchmarks.run import main
+
+main()

@@ -1,0 +1,189 @@
+"""The benchmark suite: a --tiny run end to end, the byte models, the STREAM kernels."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import run  # noqa: E402
+from benchmarks.byte_models import genten_mttkrp_bytes, mttkrp_bytes, phi_bytes  # noqa: E402
+from benchmarks.stream import OPS, cpu_stream, expected_values, opencl_stream  # noqa: E402
+from sktensor_fast.formats import FORMATS  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _strict_json(path):
+    def no_constants(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(Path(path).read_text(), parse_constant=no_constants)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    run.main(["--tiny", "--out", str(out), "--threads", "1", "2"])
+    return out, _strict_json(out / "benchmarks.json")
+
+
+# ------------------------------------------------------------------ the whole suite, --tiny
+def test_tiny_report_has_every_section(tiny):
+    _, rep = tiny
+    for key in ("machine", "stream", "kernels", "fits", "scaling"):
+        assert key in rep and "skipped" not in rep[key], key
+    m = rep["machine"]
+    assert m["cpu"] and m["threads"] == [1, 2] and m["devices"][0]["device"] == "cpu"
+    assert m["versions"]["numpy"] == np.__version__
+    assert m["versions"]["sktensor_fast"]
+    assert rep["date"] and rep["mode"] == "tiny"
+
+
+def test_tiny_stream_rows(tiny):
+    _, rep = tiny
+    rows = rep["stream"]["rows"]
+    assert {(r["threads"], r["op"]) for r in rows} == {(t, op) for t in (1, 2) for op in OPS}
+    for r in rows:
+        assert r["GBs"] > 0 and r["max_rel_err"] == 0.0
+        assert r["bytes"] == (16 if r["op"] in ("copy", "scale") else 24) * r["n"]
+
+
+def test_tiny_kernel_rows(tiny):
+    _, rep = tiny
+    rows = rep["kernels"]["rows"]
+    formats = {r["format"] for r in rows}
+    assert formats == {f for f in FORMATS if f != "auto"}
+    assert {r["kernel"] for r in rows} == {"mttkrp", "phi"}
+    assert {"uber", "nips", "chicago", "nell2"} <= {r["tensor"] for r in rows}
+    for r in rows:
+        assert r["seconds"] > 0 and r["GBs"] > 0 and r["frac_triad"] > 0
+        assert r["max_rel_err"] < 1e-10
+    # every mode of every tensor, per format and kernel
+    for t in {r["tensor"] for r in rows}:
+        ndim = len(next(r["shape"] for r in rows if r["tensor"] == t))
+        for f in formats:
+            for k in ("mttkrp", "phi"):
+                assert sorted(r["mode"] for r in rows if (r["tensor"], r["format"], r["kernel"])
+                              == (t, f, k)) == list(range(ndim))
+
+
+def test_tiny_fits_and_scaling(tiny):
+    _, rep = tiny
+    fits = rep["fits"]["rows"]
+    ours = {r["problem"] for r in fits if r["library"] == "sktensor_fast" and "error" not in r}
+    assert {"cp_als", "cp_apr"} <= ours
+    for r in fits:
+        if "error" not in r:
+            assert r["seconds"] > 0 and r["measure"] in ("fit", "log_likelihood", "loss")
+    # CP-ALS: every library that ran reaches the same fit from the same start
+    als = [r["value"] for r in fits if r["problem"] == "cp_als" and r.get("value") is not None]
+    assert len(als) >= 2 and max(als) - min(als) < 1e-6
+    sc = rep["scaling"]
+    assert len({r["nnz"] for r in sc["nnz"]["rows"]}) == 3
+    assert {r["threads"] for r in sc["threads_sweep"]["rows"]} == {1, 2}
+
+
+def test_tiny_plots(tiny):
+    out, rep = tiny
+    assert set(rep["plots"]) >= {"stream.png", "kernels.png", "fits.png", "scaling_nnz.png",
+                                 "scaling_threads.png"}
+    for name in rep["plots"]:
+        with open(out / name, "rb") as f:
+            assert f.read(8) == PNG_MAGIC
+
+
+# ------------------------------------------------------------------ byte models, by hand
+def test_mttkrp_bytes_hand_count():
+    # 3-way COO MTTKRP, nnz = 10, R = 2, shape (4, 5, 6), 8-byte indices and values, mode 0:
+    #   coordinates          10 * 3 * 8 = 240
+    #   values               10 * 8     =  80
+    #   permutation entries  10 * 8     =  80
+    #   factor rows read     10 * 2 modes * 2 * 8 = 320
+    #   output rows written  4 rows * 2 * 8       =  64
+    assert mttkrp_bytes(10, 3, 2, (4, 5, 6)) == 240 + 80 + 80 + 320 + 64 == 784
+    # mode 2 writes 6 rows: 240 + 80 + 80 + 320 + 96
+    assert mttkrp_bytes(10, 3, 2, (4, 5, 6), mode=2) == 816
+    # storage order (COO mode 0): no permutation entry
+    assert mttkrp_bytes(10, 3, 2, (4, 5, 6), perm_bytes=0) == 240 + 80 + 320 + 64
+    # ALTO: one 8-byte linear index instead of 3 coordinates, no permutation
+    assert mttkrp_bytes(10, 3, 2, (4, 5, 6), index_bytes=8, perm_bytes=0) == 80 + 80 + 320 + 64
+    # OpenCL copies: int32 coordinates, no permutation: 10*3*4 + 80 + 320 + 64
+    assert mttkrp_bytes(10, 3, 2, (4, 5, 6), idx_bytes=4, perm_bytes=0) == 584
+    # float32 values and factors: 240 + 10*4 + 80 + 10*2*2*4 + 4*2*4
+    assert mttkrp_bytes(10, 3, 2, (4, 5, 6), val_bytes=4) == 240 + 40 + 80 + 160 + 32
+    # 4-way, nnz = 5, R = 3, mode 0 of length 7: 5*4*8 + 5*8 + 5*8 + 5*3*3*8 + 7*3*8
+    assert mttkrp_bytes(5, 4, 3, (7, 2, 2, 2)) == 160 + 40 + 40 + 360 + 168
+
+
+def test_phi_bytes_hand_count():
+    # Φ adds the rows of B, read once per output row: 4 rows * 2 * 8 = 64
+    assert phi_bytes(10, 3, 2, (4, 5, 6)) == 784 + 64
+    assert phi_bytes(10, 3, 2, (4, 5, 6), mode=1, perm_bytes=0) == 240 + 80 + 320 + 80 + 80
+
+
+def test_genten_bytes_hand_count():
+    # ((N R + 3) * 8 + N * 8) * nnz = ((6 + 3) * 8 + 24) * 10
+    assert genten_mttkrp_bytes(10, 3, 2) == 960
+
+
+def test_layout_bytes_of_formats():
+    from sktensor_fast.backends import get_backend
+    from benchmarks.synth import synthetic_tensor
+    X = synthetic_tensor((20, 30, 40), 500, seed=0)
+    be = get_backend("cpu")
+    T = be.prepare(X, "coo")
+    assert run.layout_bytes(T, 0)[0] == dict(idx_bytes=8, val_bytes=8, perm_bytes=0)
+    assert run.layout_bytes(T, 1)[0] == dict(idx_bytes=8, val_bytes=8, perm_bytes=8)
+    if "alto" in FORMATS:
+        params = run.layout_bytes(be.prepare(X, "alto"), 2)[0]
+        assert params["index_bytes"] == 8 and params["perm_bytes"] == 0
+
+
+# ------------------------------------------------------------------ STREAM kernels
+def test_stream_kernels_values():
+    from sktensor_fast.backends.cpu import _stream
+    rng = np.random.default_rng(0)
+    n = 10_001
+    a0, b0 = rng.random(n), rng.random(n)
+    for th in (1, 2):
+        a, b, c = a0.copy(), b0.copy(), np.empty(n)
+        _stream.copy(c, a, th)
+        np.testing.assert_array_equal(c, a0)
+        _stream.scale(c, b, 3.0, th)
+        np.testing.assert_array_equal(c, 3.0 * b0)
+        _stream.add(c, a, b, th)
+        np.testing.assert_array_equal(c, a0 + b0)
+        _stream.triad(c, a, b, 3.0, th)
+        np.testing.assert_allclose(c, a0 + 3.0 * b0, rtol=1e-15)
+        _stream.fill(c, 7.5, th)
+        assert np.all(c == 7.5)
+
+
+def test_stream_runner_checks_its_result():
+    assert expected_values(1) == (15.0, 3.0, 4.0)   # c=1, b=3, c=1+3, a=3+3*4
+    res = cpu_stream(4096, 2, trials=3)
+    assert res["max_rel_err"] == 0.0
+    assert set(res["ops"]) == set(OPS)
+    assert res["ops"]["triad"]["bytes"] == 24 * 4096
+
+
+def test_opencl_stream_values():
+    pytest.importorskip("pyopencl")
+    from sktensor_fast.backends import get_backend
+    try:
+        be = get_backend("opencl")
+    except Exception as exc:
+        pytest.skip(f"no OpenCL device: {exc}")
+    res = opencl_stream(be, 5000, trials=2)
+    assert res["max_rel_err"] < (1e-12 if res["dtype"] == "float64" else 1e-5)
+    assert res["ops"]["copy"]["GBs"] > 0
+
+
+def test_module_entry_points_exist():
+    assert (ROOT / "benchmarks" / "__main__.py").is_file()
+    assert os.access(ROOT / "benchmarks" / "run.py", os.R_OK)
