@@ -135,3 +135,26 @@ def test_estimator_with_opencl_in_grid_search():
     assert clone(est).get_params()["device"] == "opencl"
     gs = GridSearchCV(est, {"rank": [2, 3]}, cv=3).fit(X)
     assert gs.best_params_["rank"] in (2, 3)
+
+
+def test_cpapr_mu_same_model_as_cpu():
+    _opencl_backend()
+    from sktensor_fast import CPAPR
+    rng = np.random.default_rng(5)
+    X = random_sparse((30, 25, 20), 3000, rng, counts=True)
+    init = [rng.random((s, 3)) for s in X.shape]
+    a = CPAPR(rank=3, max_iter=8, init=[f.copy() for f in init]).fit(X)
+    b = CPAPR(rank=3, max_iter=8, init=[f.copy() for f in init], device="opencl").fit(X)
+    assert b.n_iter_ == a.n_iter_ and b.n_inner_iter_ == a.n_inner_iter_
+    assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-9)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(b.transform(X[:4]), a.transform(X[:4]), rtol=1e-8, atol=1e-10)
+
+
+def test_unported_solvers_say_so():
+    _opencl_backend()
+    from sktensor_fast import CPAPR
+    X = random_sparse((10, 8, 6), 200, np.random.default_rng(6), counts=True)
+    with pytest.raises(NotImplementedError, match="does not implement"):
+        CPAPR(rank=2, solver="pdnr", max_iter=2, device="opencl", random_state=0).fit(X)
