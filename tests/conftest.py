@@ -15,3 +15,11 @@ def shared_data():
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present next to the repository")
     return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def _parallel_even_when_small(monkeypatch):
+    """The kernels use fewer threads on small tensors; the tests' tensors are small, so let
+    them run with every thread asked for, to exercise the parallel paths."""
+    from sktensor_fast.formats import coo
+    monkeypatch.setattr(coo, "MIN_NNZ_PER_THREAD", 1)

@@ -109,3 +109,11 @@ def test_partition_pointers():
     assert p[0] == 0 and p[-1] == 10
     p = partition_pointers(10**7)
     assert p[-1] == 10**7 and np.all(np.diff(p) > 0) and len(p) - 1 <= 4096
+
+
+def test_useful_threads(monkeypatch):
+    from sktensor_fast.formats import coo
+    monkeypatch.setattr(coo, "MIN_NNZ_PER_THREAD", 16384)
+    assert coo.useful_threads(10, 8) == 1
+    assert coo.useful_threads(10**7, 8) == 8
+    assert coo.useful_threads(3 * coo.MIN_NNZ_PER_THREAD, 8) == 3

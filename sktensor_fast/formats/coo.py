@@ -23,6 +23,17 @@ def mode_order(coords, length):
     return np.argsort(coords, kind="stable").astype(np.int64)
 
 
+#: Nonzeros a thread should have at least before another thread is worth its start-up cost.
+MIN_NNZ_PER_THREAD = 16384
+
+
+def useful_threads(nnz, num_threads):
+    """Threads worth using for ``nnz`` nonzeros: small tensors run on fewer threads, since a
+    parallel region costs microseconds and much more on a loaded machine.  The kernels'
+    partitions do not depend on the thread count, so neither do their results."""
+    return max(1, min(int(num_threads), nnz // MIN_NNZ_PER_THREAD))
+
+
 def partition_pointers(nnz, min_part=MIN_PART, max_parts=MAX_PARTS):
     """Boundaries of equal-size partitions of ``nnz`` items (length nparts + 1)."""
     if nnz == 0:
@@ -99,5 +110,6 @@ class CooFormat:
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``."""
         from ..backends.cpu import _kernels
         _kernels.sorted_accumulate(self.subs, self.vals, self.perms[mode], self.part_ptr,
-                                   factors, int(mode), out, B, eps, int(num_threads))
+                                   factors, int(mode), out, B, eps,
+                                   useful_threads(self.nnz, num_threads))
         return out

@@ -5,7 +5,7 @@ import threading
 import numpy as np
 
 from ..base import Backend
-from ...formats import CooFormat
+from ...formats.coo import useful_threads
 
 try:
     from . import _kernels
@@ -109,7 +109,8 @@ class CpuBackend(Backend):
     def model_values(self, T, weights, factors):
         facs = self._factors(T, factors)
         out = np.empty(T.nnz, dtype=T.dtype)
-        _kernels.kruskal_values(T.subs, _c(weights, T.dtype), facs, out, get_num_threads())
+        _kernels.kruskal_values(T.subs, _c(weights, T.dtype), facs, out,
+                                useful_threads(T.nnz, get_num_threads()))
         return out
 
     # ------------------------------------------------------------------ small dense steps
