@@ -103,6 +103,17 @@ class BaseCP(TransformerMixin, BaseEstimator):
         """Larger is better: used to keep the best of ``n_init`` runs."""
         return result["score"]
 
+    def _storage_format(self):
+        """The format to build: ``format`` as given, except that ``"auto"`` may be narrowed by
+        an estimator whose kernels gain nothing from some format (see ``_auto_format``)."""
+        if self.format == "auto" and self._auto_format() is not None:
+            return self._auto_format()
+        return self.format
+
+    def _auto_format(self):
+        """Format that ``format="auto"`` means for this estimator (None: the global rule)."""
+        return None
+
     def _init_options(self):
         return self._init_strings
 
@@ -160,7 +171,7 @@ class BaseCP(TransformerMixin, BaseEstimator):
     def _fit_impl(self, X):
         backend = self._backend()
         t0 = time.perf_counter()
-        T = backend.prepare(X, self.format)
+        T = backend.prepare(X, self._storage_format())
         self._log(f"tensor {X.shape}, nnz={X.nnz}, prepared for {backend.name} "
                   f"({type(T).__name__}) in {time.perf_counter() - t0:.3f}s")
         if getattr(T, "note", None):
@@ -219,7 +230,7 @@ class BaseCP(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
         backend = self._backend()
-        T = backend.prepare(X, self.format)
+        T = backend.prepare(X, self._storage_format())
         return self._solve_mode0(backend, T, X, self.factors_)
 
     def score(self, X, y=None):
@@ -227,7 +238,7 @@ class BaseCP(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
         backend = self._backend()
-        T = backend.prepare(X, self.format)
+        T = backend.prepare(X, self._storage_format())
         W = self._solve_mode0(backend, T, X, self.factors_)
         return float(self._score_loadings(backend, T, X, W, self.factors_))
 

@@ -196,6 +196,10 @@ class CPAPR(BaseCP):
         self.max_time = max_time
 
     # ------------------------------------------------------------------ data checks
+    def _auto_format(self):
+        # the row solvers of pdnr/pqnr walk COO rows; MU's Φ gains from ALTO (global rule)
+        return "coo" if self.solver in ("pdnr", "pqnr") else None
+
     def _check_data(self, X):
         if X.nnz:
             neg = X.vals < 0

@@ -319,6 +319,10 @@ class GCP(BaseCP):
     def _make_loss(self):
         return get_loss(self.loss, self.loss_param)
 
+    def _auto_format(self):
+        # the sampled-gradient kernels read COO (and its linear index) only
+        return "coo"
+
     def _check_data(self, X):
         ctx = getattr(self, "_fit_ctx", None)
         if ctx is None or not ctx.get("masked"):
@@ -417,7 +421,7 @@ class GCP(BaseCP):
             history[-1] = F
         else:
             if "state" not in ctx:
-                To = T if self.mask is None else backend.prepare(obs.X, self.format)
+                To = T if self.mask is None else backend.prepare(obs.X, self._storage_format())
                 n_grad, n_loss = self._sample_counts(obs.n_nz, obs.n_zero)
                 ctx["To"] = To
                 ctx["state"] = backend.gcp_setup(To, self.sampler, n_grad, n_loss,
