@@ -70,10 +70,10 @@ def main(argv=None):
                 t = time.perf_counter()
                 est.fit(X)
                 t_fit = (time.perf_counter() - t) / est.n_iter_
-            rows.append({"nnz": X.nnz, "threads": th, "rank": args.rank,
+            rows.append({"nnz": X.nnz, "threads": th, "rank": args.rank, "format": T.name,
                          "mttkrp_s_per_mode": per_mode, "mttkrp_s_total": sum(per_mode),
                          "cpals_s_per_iter_incl_setup": t_fit, "format_s": t_format})
-            print(f"nnz={X.nnz:>10,} threads={th} R={args.rank}: MTTKRP "
+            print(f"nnz={X.nnz:>10,} {T.name} threads={th} R={args.rank}: MTTKRP "
                   + " ".join(f"{x * 1e3:8.1f}" for x in per_mode)
                   + f" ms/mode | CP-ALS {t_fit * 1e3:8.1f} ms/iter (3 iters, setup included)",
                   flush=True)
