@@ -14,7 +14,6 @@ run.  ``--auto-sweep`` adds build + 10 MTTKRP sweeps of both formats at small no
 the evidence for ``format="auto"``.  Prints a table and writes JSON.
 """
 import argparse
-import json
 import os
 import platform
 import sys
@@ -28,6 +27,7 @@ import sktensor_fast  # noqa: E402
 from sktensor_fast import CPALS, num_threads  # noqa: E402
 from sktensor_fast.backends.cpu import _alto, _kernels  # noqa: E402
 from sktensor_fast.formats import AltoFormat, CooFormat  # noqa: E402
+from benchmarks.common import write_report  # noqa: E402
 from benchmarks.synth import FROSTT, synthetic_tensor  # noqa: E402
 from benchmarks.bench_mttkrp import best_of, cpu_model  # noqa: E402
 
@@ -219,10 +219,7 @@ def main(argv=None):
               "stream_triad_gbs": stream, "alto_decoder": _alto.get_decoder(),
               "config": sktensor_fast.get_config(), "args": vars(args), "results": results,
               "auto_sweep": auto_rows}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2, default=str)
-    print(f"wrote {args.out}")
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

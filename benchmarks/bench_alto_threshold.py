@@ -12,7 +12,6 @@ conflicts resolved by private buffers and by atomics, and over COO for reference
 smallest reuse from which buffers win at every larger reuse, and writes JSON.
 """
 import argparse
-import json
 import os
 import platform
 import sys
@@ -27,6 +26,7 @@ from sktensor_fast import SparseTensor  # noqa: E402
 from sktensor_fast.formats import CooFormat  # noqa: E402
 from sktensor_fast.formats.alto import AltoFormat  # noqa: E402
 from sktensor_fast.backends.cpu import _alto  # noqa: E402
+from benchmarks.common import write_report  # noqa: E402
 from benchmarks.synth import zipf_indices  # noqa: E402
 from benchmarks.bench_mttkrp import best_of, cpu_model  # noqa: E402
 
@@ -103,10 +103,7 @@ def main(argv=None):
               "machine": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count(),
               "load_avg": os.getloadavg(), "args": vars(args), "decoder": _alto.get_decoder(),
               "config": sktensor_fast.get_config(), "rows": rows, "crossover_reuse": crossover}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2, default=str)
-    print(f"wrote {args.out}")
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

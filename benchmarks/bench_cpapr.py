@@ -20,7 +20,6 @@ format given (default COO and ALTO).  Reported:
 Prints a table and writes JSON (machine, threads, versions, numbers).
 """
 import argparse
-import json
 import os
 import platform
 import resource
@@ -37,18 +36,9 @@ import sktensor_fast  # noqa: E402
 from sktensor_fast import CPAPR, num_threads  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402
 from sktensor_fast.decomposition.cp_apr import _normalize_columns  # noqa: E402
+from benchmarks.common import cpu_model, write_report  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def ours(X, init, rank, inner, iters, fmt):
@@ -170,10 +160,7 @@ def main(argv=None):
               "machine": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count(),
               "load_average_after": os.getloadavg(), "config": sktensor_fast.get_config(),
               "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2, default=str)
-    print(f"wrote {args.out}")
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

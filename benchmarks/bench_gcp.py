@@ -33,18 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sktensor_fast  # noqa: E402
 from sktensor_fast import GCP, num_threads  # noqa: E402
+from benchmarks.common import cpu_model  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def counts(X):

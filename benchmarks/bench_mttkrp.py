@@ -6,7 +6,6 @@
 Prints a table and writes JSON (machine, threads, versions, timings).
 """
 import argparse
-import json
 import os
 import platform
 import sys
@@ -19,27 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sktensor_fast  # noqa: E402
 from sktensor_fast import CPALS, num_threads  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402
+from benchmarks.common import cpu_model, best_of, write_report  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 
-
-def best_of(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main(argv=None):
@@ -80,10 +61,7 @@ def main(argv=None):
     report = {"benchmark": "mttkrp_cpals", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "machine": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count(),
               "shape": args.shape, "config": sktensor_fast.get_config(), "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2, default=str)
-    print(f"wrote {args.out}")
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":
