@@ -288,7 +288,7 @@ class OpenCLBackend(Backend):
         if B is not None:
             Bd = self.asarray(B, dtype=T.dtype)
             args += [Bd.data, dt(eps), out.data, bnd_row.data, bnd_val.data,
-                     self.cl.LocalMemory(RP * LG * np.dtype(T.dtype).itemsize)]
+                     self.cl.LocalMemory(2 * RP * LG * np.dtype(T.dtype).itemsize)]
         else:
             args += [out.data, dt(0), out.data, bnd_row.data, bnd_val.data]  # B unused
         knl(self.queue, gsize, lsize, *args)

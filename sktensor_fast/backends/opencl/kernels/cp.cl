@@ -83,16 +83,19 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
             w = vals[j] / (dot < eps ? eps : dot);
         }
 #elif defined(PHI)
-        /* <B[row], pi> reduced across the lanes of this chunk through local memory */
-        pi_loc[g * RP + r] = pi;
+        /* <B[row], pi> reduced across the lanes of this chunk through local memory.  Two
+         * buffers used in turn need one barrier per nonzero: a lane that writes the buffer of
+         * step k+1 has passed the barrier of step k, so every lane has finished reading the
+         * same buffer at step k-1. */
+        __local VAL_T* buf = pi_loc + (k & 1) * (RP * get_local_size(1)) + g * RP;
+        buf[r] = pi;
         barrier(CLK_LOCAL_MEM_FENCE);
         VAL_T w = 0;
         if (valid && r < R) {
             VAL_T dot = 0;
-            for (int q = 0; q < R; ++q) dot += B[row * R + q] * pi_loc[g * RP + q];
+            for (int q = 0; q < R; ++q) dot += B[row * R + q] * buf[q];
             w = vals[j] / (dot < eps ? eps : dot);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
 #else
         const VAL_T w = valid ? vals[j] : 0;
 #endif
