@@ -112,8 +112,8 @@ def _cmd_fit(args):
         summary += f", log-likelihood {est.log_likelihood_:.6g}"
         if not np.isfinite(est.log_likelihood_):
             summary += (" (the model is exactly zero at some nonzero of the data: every "
-                        "component vanished there; --n-init 3 or another --seed usually finds "
-                        "a model without this)")
+                        "component vanished there; more random starts (--n-init 4) or another "
+                        "--seed may find a model without this)")
     if hasattr(est, "loss_"):
         summary += f", loss {est.loss_:.6g}"
     print(summary)
@@ -128,9 +128,10 @@ def _cmd_fit(args):
 
 def main(argv=None):
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("fit", "info", "-h", "--help"):
+        argv = ["fit"] + argv  # `fit` is the default command
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["fit"] + list(argv or []))
     if args.command == "info":
         from . import show_config
         show_config()
