@@ -117,3 +117,31 @@ def test_useful_threads(monkeypatch):
     assert coo.useful_threads(10, 8) == 1
     assert coo.useful_threads(10**7, 8) == 8
     assert coo.useful_threads(3 * coo.MIN_NNZ_PER_THREAD, 8) == 3
+
+
+@pytest.mark.parametrize("device", ["cpu", "opencl"])
+def test_bad_kernel_arguments_raise_before_compiled_code(device):
+    if device == "opencl":
+        pytest.importorskip("pyopencl")
+        try:
+            be = get_backend("opencl")
+        except Exception as exc:
+            pytest.skip(str(exc))
+    else:
+        be = get_backend("cpu")
+    rng = np.random.default_rng(0)
+    X = random_sparse((20, 10, 8), 300, rng)
+    T = be.prepare(X)
+    f = [rng.random((s, 3)) for s in X.shape]
+    with pytest.raises(ValueError, match="factor 1 has 9 rows"):
+        be.mttkrp(T, [f[0], rng.random((9, 3)), f[2]], 0)
+    with pytest.raises(ValueError, match="2 factor matrices"):
+        be.mttkrp(T, f[:2], 0)
+    with pytest.raises(ValueError, match="columns"):
+        be.mttkrp(T, [f[0], f[1], rng.random((8, 4))], 0)
+    with pytest.raises(ValueError, match="B has shape"):
+        be.phi(T, f, 1, rng.random((3, 3)), 1e-10)
+    with pytest.raises(ValueError, match="mode 5"):
+        be.mttkrp(T, f, 5)
+    with pytest.raises(ValueError, match="weights"):
+        be.model_values(T, np.ones(2), f)

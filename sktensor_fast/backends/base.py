@@ -75,6 +75,36 @@ class Backend(ABC):
     def inner(self, A, B):
         """sum(A * B) over all entries, per column: a NumPy vector of length R."""
 
+    @staticmethod
+    def check_factors(T, factors, mode=None, B=None, out=None, weights=None):
+        """Shapes of the kernels' dense arguments, checked before any compiled code runs.
+
+        Every factor k must be (I_k x R) with one R; ``B`` and ``out`` (I_mode x R); ``weights``
+        of length R.  Returns R.  Raises ValueError naming the argument otherwise.
+        """
+        if len(factors) != T.ndim:
+            raise ValueError(f"{len(factors)} factor matrices given for a tensor with {T.ndim} "
+                             f"modes")
+        shapes = [tuple(getattr(f, "shape", np.shape(f))) for f in factors]
+        if any(len(s) != 2 for s in shapes):
+            raise ValueError(f"factor matrices must be 2-D, got shapes {shapes}")
+        R = shapes[0][1]
+        for k, s in enumerate(shapes):
+            if s[1] != R:
+                raise ValueError(f"factor {k} has {s[1]} columns, factor 0 has {R}")
+            if s[0] != T.shape[k] and k != mode:
+                raise ValueError(f"factor {k} has {s[0]} rows but mode {k} of the tensor has "
+                                 f"length {T.shape[k]}")
+        if mode is not None and not 0 <= mode < T.ndim:
+            raise ValueError(f"mode {mode} is out of range for a tensor with {T.ndim} modes")
+        for name, a in (("B", B), ("out", out)):
+            if a is not None and tuple(a.shape) != (T.shape[mode], R):
+                raise ValueError(f"{name} has shape {tuple(a.shape)}, expected "
+                                 f"({T.shape[mode]}, {R})")
+        if weights is not None and np.shape(weights) != (R,):
+            raise ValueError(f"weights have shape {np.shape(weights)}, expected ({R},)")
+        return R
+
     def tensor_norm_sq(self, T):
         return T.norm_sq
 

@@ -93,20 +93,21 @@ class CpuBackend(Backend):
         return [_c(f, T.dtype) for f in factors]
 
     def mttkrp(self, T, factors, mode, out=None):
+        R = self.check_factors(T, factors, mode, out=out)
         facs = self._factors(T, factors)
-        R = facs[0].shape[1]
         if out is None:
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
         return T.accumulate(facs, mode, out, None, 0.0, get_num_threads())
 
     def phi(self, T, factors, mode, B, eps, out=None):
+        R = self.check_factors(T, factors, mode, B=B, out=out)
         facs = self._factors(T, factors)
-        R = facs[0].shape[1]
         if out is None:
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
         return T.accumulate(facs, mode, out, _c(B, T.dtype), float(eps), get_num_threads())
 
     def model_values(self, T, weights, factors):
+        self.check_factors(T, factors, weights=weights)
         facs = self._factors(T, factors)
         out = np.empty(T.nnz, dtype=T.dtype)
         _kernels.kruskal_values(T.subs, _c(weights, T.dtype), facs, out,

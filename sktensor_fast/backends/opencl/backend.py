@@ -259,6 +259,7 @@ class OpenCLBackend(Backend):
 
     # ------------------------------------------------------------------ sparse kernels
     def _launch_accumulate(self, T, factors, mode, B, eps, out):
+        self.check_factors(T, factors, mode, B=B, out=out)
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         R = int(facs[0].shape[1])
         I = T.shape[mode]
@@ -330,6 +331,7 @@ class OpenCLBackend(Backend):
         return self._launch_accumulate(T, factors, mode, B, eps, out)
 
     def model_values(self, T, weights, factors):
+        self.check_factors(T, factors, weights=weights)
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         w = self.asarray(np.asarray(weights), dtype=T.dtype)
         out = self.zeros((T.nnz,), T.dtype)
