@@ -237,12 +237,3 @@ def kruskal_values(const int64_t[:, ::1] subs, const floating[::1] weights, list
             free(pi)
     finally:
         free(fac)
-
-
-def stream_triad(double[::1] a, const double[::1] b, const double[::1] c, double scalar,
-                 int num_threads=1):
-    """a = b + scalar * c (STREAM triad), parallel."""
-    cdef Py_ssize_t n = a.shape[0], i
-    with nogil:
-        for i in prange(n, schedule='static', num_threads=num_threads):
-            a[i] = b[i] + scalar * c[i]
