@@ -224,6 +224,40 @@ def test_buffer_path_is_thread_count_independent():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_buffer_waves_bound_memory_and_keep_the_result(monkeypatch, threads):
+    """Partitions run in waves whose buffers fit the budget; the merge order is the partition
+    order, so the result is bitwise the one of a single wave."""
+    rng = np.random.default_rng(4)
+    X = random_sparse((300, 200, 100), 40000, rng)
+    factors = [rng.random((s, 10)) for s in X.shape]
+    be = get_backend("cpu")
+    one = AltoFormat(X, conflict="buffer", n_partitions=24)
+    with num_threads(threads):
+        ref = [be.mttkrp(one, factors, m) for m in range(3)]
+        refphi = [be.phi(one, factors, m, factors[m], 1e-10) for m in range(3)]
+    monkeypatch.setattr(alto_mod, "BUFFER_ENTRIES_PER_NNZ", 0.01)
+    T = AltoFormat(X, conflict="buffer", n_partitions=24)
+    for m in range(3):
+        waves, need = T.buffer_waves(m, 10, threads)
+        assert waves[0] == 0 and waves[-1] == 24 and np.all(np.diff(waves) >= 1)
+        assert len(waves) > 2                          # several waves
+        spans = np.maximum(T.part_max[:, m] - T.part_min[:, m] + 1, 0) * 10
+        assert need == max(spans[a:b].sum() for a, b in zip(waves[:-1], waves[1:]))
+        assert need < spans.sum()
+        assert np.all(np.diff(waves)[:-1] >= threads)
+    with num_threads(threads):
+        for m in range(3):
+            np.testing.assert_array_equal(be.mttkrp(T, factors, m), ref[m])
+            np.testing.assert_array_equal(be.phi(T, factors, m, factors[m], 1e-10), refphi[m])
+            np.testing.assert_allclose(ref[m], mttkrp_ref(X, factors, m), rtol=1e-12)
+    assert T._work.shape[0] == max(T.buffer_waves(m, 10, threads)[1] for m in range(3))
+    with pytest.raises(ValueError, match="waves"):
+        _alto.accumulate(T.codec, T.lin, T.sorted_vals, T.parts, T.part_min, T.part_max,
+                         factors, 0, np.empty((300, 10)), None, 0.0, 1, True, None, None,
+                         np.array([0, 5], dtype=np.int64))
+
+
 def test_conflict_choice_by_reuse():
     rng = np.random.default_rng(8)
     X = random_sparse((4, 3000, 20), 6000, rng, skew=0)

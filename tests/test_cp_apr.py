@@ -118,12 +118,38 @@ def test_row_ptr_and_elementwise_primitives():
     assert Backend.apr_mu_rows_(be, B_host, Phi, 0.3) == np.count_nonzero(moving)
     np.testing.assert_array_equal(B, expect)
     np.testing.assert_array_equal(B_host, expect)
-    m = rng.random(X.nnz) + 0.1
-    assert be.poisson_data_term(T, m) == pytest.approx(np.sum(X.vals * np.log(m)), rel=1e-12)
-    m[0] = 0.0
-    assert be.poisson_data_term(T, m) == -np.inf
-    assert be.poisson_data_term(T, m, eps=1e-10) == pytest.approx(
-        np.sum(X.vals * np.log(np.maximum(m, 1e-10))), rel=1e-12)
+
+
+@pytest.mark.parametrize("fmt", ["coo", "alto"])
+@pytest.mark.parametrize("shape,rank", [((10, 8, 6), 4), ((7, 5, 4, 3), 16), ((40, 30), 3)])
+def test_poisson_data_term(fmt, shape, rank):
+    """Σ x log(max(m, eps)) formed on the fly equals NumPy on the model values, for 1 and 2
+    threads (bitwise equal to each other), with a model that is exactly zero at a nonzero."""
+    from sktensor_fast import num_threads
+    X = count_tensor(shape, 25 * len(shape) * 4, 3)
+    be = get_backend("cpu")
+    T = be.prepare(X, fmt)
+    rng = np.random.default_rng(1)
+    w = rng.random(rank) + 0.5
+    F = [rng.random((s, rank)) + 0.01 for s in shape]
+
+    def ref(F, eps):
+        m = np.einsum("r,jr->j", w, np.prod([F[k][X.subs[:, k]] for k in range(len(shape))],
+                                            axis=0))
+        with np.errstate(divide="ignore"):
+            return np.sum(X.vals * np.log(np.maximum(m, eps)))
+
+    with num_threads(1):
+        one = be.poisson_data_term(T, w, F)
+    with num_threads(2):
+        two = be.poisson_data_term(T, w, F)
+    assert one == two
+    assert one == pytest.approx(ref(F, 0.0), rel=1e-12)
+    F[0][X.subs[0, 0]] = 0.0                      # the model vanishes at a nonzero
+    assert be.poisson_data_term(T, w, F) == -np.inf
+    assert be.poisson_data_term(T, w, F, eps=1e-10) == pytest.approx(ref(F, 1e-10), rel=1e-12)
+    with pytest.raises(ValueError, match="weights"):
+        be.poisson_data_term(T, w[:-1], F)
 
 
 # ---------------------------------------------------------------------------- pyttb

@@ -39,6 +39,8 @@ def test_kernels_fp64(be, shape, rank):
     w = rng.random(rank)
     ref = np.einsum("r,nr->n", w, np.prod([f[k][X.subs[:, k]] for k in range(len(shape))], 0))
     np.testing.assert_allclose(be.to_numpy(be.model_values(T, w, f)), ref, rtol=1e-12)
+    assert be.poisson_data_term(T, w, f) == pytest.approx(np.sum(X.vals * np.log(ref)),
+                                                          rel=1e-12)
 
 
 @pytest.mark.parametrize("rank", [3, 16])

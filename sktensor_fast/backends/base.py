@@ -148,9 +148,10 @@ class Backend(ABC):
                 B[...] = Bh
         return int(rows.size)
 
-    def poisson_data_term(self, T, m, eps=0.0):
-        """sum over the nonzeros of x * log(max(m, eps)) as a float, ``m`` the model values
-        at the nonzeros (from :meth:`model_values`)."""
+    def poisson_data_term(self, T, weights, factors, eps=0.0):
+        """Σ over the nonzeros of x log(max(m, eps)) as a float, ``m`` the values of the
+        Kruskal model (``weights``, ``factors``) there; terms with x = 0 are 0.  Backends form
+        m on the fly (no array of nnz model values)."""
         self._apr_missing("poisson_data_term")
 
     def apr_row_solve(self, T, factors, mode, B, method, params):

@@ -218,8 +218,7 @@ class CPAPR(BaseCP):
     # ------------------------------------------------------------------ helpers
     def _log_likelihood(self, backend, T, weights, factors, eps=0.0):
         """Σ_nz x log m − Σ m for the model (weights, factors) (host floats only)."""
-        m = backend.model_values(T, weights, factors)
-        data = backend.poisson_data_term(T, m, eps)
+        data = backend.poisson_data_term(T, weights, factors, eps)
         total = np.asarray(weights, dtype=np.float64).copy()
         for f in factors:
             total *= backend.column_norms(f, 1)

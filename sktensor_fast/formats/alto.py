@@ -101,6 +101,11 @@ PARTS_PER_CORE = 4
 #: The buffer path is not used when its buffers would hold more rows than this times nnz.
 MAX_BUFFER_ROWS_PER_NNZ = 0.5
 
+#: Private buffers alive at once, in entries per nonzero (8 bytes per nonzero in float64, a
+#: quarter of the COO tensor's 32): the buffer path runs its partitions in waves that fit, each
+#: wave at least as many partitions as threads.
+BUFFER_ENTRIES_PER_NNZ = 1.0
+
 CONFLICTS = ("auto", "buffer", "atomic")
 
 
@@ -348,17 +353,38 @@ class AltoFormat:
         if how not in ("buffer", "atomic"):
             raise ValueError(f"conflict must be 'buffer' or 'atomic', got {how!r}")
         shared = self.shared_rows(mode) if how == "atomic" else None
-        work = None
+        work = waves = None
         if how == "buffer":
-            need = self.buffer_rows(mode) * out.shape[1]
+            waves, need = self.buffer_waves(mode, out.shape[1], num_threads)
             work = self._work
             if work is None or work.dtype != out.dtype or work.shape[0] < need:
                 # kept between calls: the pages of a fresh allocation would fault every time
                 work = self._work = np.empty(need, dtype=out.dtype)
         _alto.accumulate(self.codec, self.lin, self.sorted_vals, self.parts, self.part_min,
                          self.part_max, factors, int(mode), out, B, float(eps), int(num_threads),
-                         how == "buffer", shared, work)
+                         how == "buffer", shared, work, waves)
         return out
+
+    def buffer_waves(self, mode, R, num_threads):
+        """Waves of the buffer path for ``mode`` at rank ``R``: (boundaries into the
+        partitions, buffer entries the largest wave needs).  Consecutive partitions are
+        grouped while their buffers fit in ``BUFFER_ENTRIES_PER_NNZ * nnz`` entries, and every
+        wave but the last has at least ``num_threads`` partitions."""
+        key = (int(mode), int(R), int(num_threads))
+        cache = self.__dict__.setdefault("_waves", {})
+        if key not in cache:
+            spans = np.maximum(self.part_max[:, mode] - self.part_min[:, mode] + 1, 0) * int(R)
+            cap = max(1, int(BUFFER_ENTRIES_PER_NNZ * self.nnz))
+            bounds, start, size, need = [0], 0, 0, 0
+            for p, sp in enumerate(spans.tolist()):
+                if p - start >= max(1, num_threads) and size + sp > cap:
+                    bounds.append(p)
+                    need = max(need, size)
+                    start, size = p, 0
+                size += sp
+            bounds.append(len(spans))
+            cache[key] = (np.asarray(bounds, dtype=np.int64), max(need, size))
+        return cache[key]
 
     def kruskal_values(self, weights, factors, num_threads=1):
         """Model values at the nonzeros, in ALTO order (aligned with ``sorted_vals``)."""
@@ -368,6 +394,12 @@ class AltoFormat:
         facs = [np.ascontiguousarray(f, dtype=self.dtype) for f in factors]
         _alto.kruskal_values(self.codec, self.lin, w, facs, out, int(num_threads))
         return out
+
+    def poisson_data_term(self, weights, factors, eps, num_threads=1):
+        """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
+        from ..backends.cpu import _alto
+        return _alto.poisson_data_term(self.codec, self.lin, self.sorted_vals, weights, factors,
+                                       float(eps), int(num_threads))
 
     # ------------------------------------------------------------------ COO view
     def _coo_view(self):

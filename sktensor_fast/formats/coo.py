@@ -106,6 +106,12 @@ class CooFormat:
         return (self.subs.nbytes + self.vals.nbytes + sum(p.nbytes for p in self.perms)
                 + self.part_ptr.nbytes)
 
+    def poisson_data_term(self, weights, factors, eps, num_threads):
+        """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
+        from ..backends.cpu import _kernels
+        return _kernels.poisson_data_term(self.subs, self.vals, weights, factors, float(eps),
+                                          useful_threads(self.nnz, num_threads))
+
     def accumulate(self, factors, mode, out, B, eps, num_threads):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``."""
         from ..backends.cpu import _kernels

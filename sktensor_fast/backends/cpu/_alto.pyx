@@ -47,6 +47,7 @@ cdef extern from *:
     #include <stdint.h>
     #include <string.h>
     #include <stdlib.h>
+    #include <math.h>
     #ifdef _OPENMP
     #include <omp.h>
     #endif
@@ -364,10 +365,11 @@ cdef extern from *:
         }                                                                                     \\
     }
 
-    /* Kruskal model values at the nonzeros s..e (in ALTO order) */
+    /* Kruskal model values at the nonzeros s..e (in ALTO order): into res[j] when vals is
+       NULL, else *sum += vals[j] log(max(m_j, eps)) over the nonzeros with vals[j] != 0 */
     #define SKTF_ALTO_VALUES(FN, T, ATTR, DECODE)                                             \\
     ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_t e,      \\
-                        T *res, T *pi, int64_t *c)                                            \\
+                        T *res, T *pi, int64_t *c, const T *vals, double eps, double *sum)    \\
     {                                                                                         \\
         const sktf_codec *cd = &jb->cd;                                                       \\
         const int64_t R = jb->R;                                                              \\
@@ -384,7 +386,11 @@ cdef extern from *:
             }                                                                                 \\
             T acc = 0;                                                                        \\
             for (int64_t r = 0; r < R; ++r) acc = acc + weights[r] * pi[r];                   \\
-            res[j] = acc;                                                                     \\
+            if (vals == NULL) { res[j] = acc; continue; }                                     \\
+            if (vals[j] == 0) continue;                                                       \\
+            double m = (double) acc;                                                          \\
+            if (m < eps) m = eps;                                                             \\
+            *sum += (double) vals[j] * log(m);                                                \\
         }                                                                                     \\
     }
 
@@ -437,15 +443,16 @@ cdef extern from *:
         }                                                                                     \\
     }                                                                                         \\
     static void sktf_alto_values_##SUF(const sktf_alto_job *jb, const T *weights, int64_t s,  \\
-                                       int64_t e, T *res, T *pi, int64_t *c)                  \\
+                                       int64_t e, T *res, T *pi, int64_t *c, const T *vals,   \\
+                                       double eps, double *sum)                               \\
     {                                                                                         \\
         SKTF_VALUES_PEXT(SUF)                                                                 \\
-        sktf_values_gen_##SUF(jb, weights, s, e, res, pi, c);                                 \\
+        sktf_values_gen_##SUF(jb, weights, s, e, res, pi, c, vals, eps, sum);                                 \\
     }
 
     #if SKTF_BMI2_BUILD
     #define SKTF_VALUES_PEXT(SUF) \\
-        if (sktf_use_pext) { sktf_values_pext_##SUF(jb, weights, s, e, res, pi, c); return; }
+        if (sktf_use_pext) { sktf_values_pext_##SUF(jb, weights, s, e, res, pi, c, vals, eps, sum); return; }
     #else
     #define SKTF_VALUES_PEXT(SUF)
     #endif
@@ -592,9 +599,11 @@ cdef extern from *:
     void sktf_alto_part_f32(const sktf_alto_job* jb, int64_t s, int64_t e, float* buf,
                             int64_t buf_lo, float* scratch, int64_t* c) noexcept nogil
     void sktf_alto_values_f64(const sktf_alto_job* jb, const double* weights, int64_t s,
-                              int64_t e, double* res, double* pi, int64_t* c) noexcept nogil
+                              int64_t e, double* res, double* pi, int64_t* c,
+                              const double* vals, double eps, double* sum) noexcept nogil
     void sktf_alto_values_f32(const sktf_alto_job* jb, const float* weights, int64_t s,
-                              int64_t e, float* res, float* pi, int64_t* c) noexcept nogil
+                              int64_t e, float* res, float* pi, int64_t* c,
+                              const float* vals, double eps, double* sum) noexcept nogil
     int sktf_radix_sort(uint64_t* key, void* val, int64_t n, int words, int vsize, int nbits,
                         int nthreads, int dbits) noexcept nogil
 
@@ -819,7 +828,8 @@ cdef int _fill_factors(list factors, void** fac) except -1:
 def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] part_ptr,
                const int64_t[:, ::1] pmin, const int64_t[:, ::1] pmax,
                list factors, int mode, floating[:, ::1] out, object B=None, double eps=0.0,
-               int num_threads=1, bint use_buffer=True, object shared=None, object work=None):
+               int num_threads=1, bint use_buffer=True, object shared=None, object work=None,
+               object waves=None):
     """MTTKRP (``B is None``) or CP-APR's Φ (``B`` given) over ALTO, into ``out`` (overwritten).
 
     Parameters
@@ -833,6 +843,10 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
     work : optional 1-D array of the dtype of ``vals`` used for the private buffers when it is
         large enough (the partitions' interval lengths in ``mode`` times R, summed), so
         that repeated calls reuse the same pages.
+    waves : optional int64 boundaries into the partitions (first 0, last nparts): the buffer
+        path runs the partitions of one wave at a time (buffers, then merge), so that only one
+        wave's buffers exist at once.  Partitions are merged in their order either way, so the
+        result does not depend on the waves (nor on the thread count).
     """
     cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
     cdef Py_ssize_t nnz = vals.shape[0]
@@ -850,9 +864,10 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
     cdef floating* dst
     cdef floating* src
     cdef int64_t* c
-    cdef Py_ssize_t p, r, i, ch, nch, a, b, x, y, lo, hi, total
+    cdef Py_ssize_t p, r, i, ch, nch, a, b, x, y, lo, hi, total, size, span, w, p0, p1
     cdef Py_ssize_t CH = 64
-    cdef floating[::1] wv
+    cdef floating[::1] wk
+    cdef const int64_t[::1] wp
     cdef bint own_bufs = True
     if fac == NULL:
         raise MemoryError()
@@ -893,58 +908,73 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                 free(scratch)
                 free(c)
             return out
-        # ---- private buffers over each partition's row interval, then a merge over rows
+        # ---- private buffers over each partition's row interval, then a merge over rows,
+        #      one wave of partitions at a time
+        if waves is None:
+            wv_ptr = np.array([0, nparts], dtype=np.int64)
+        else:
+            wv_ptr = np.ascontiguousarray(waves, dtype=np.int64)
+        wp = wv_ptr
+        if wp.shape[0] < 2 or wp[0] != 0 or wp[wp.shape[0] - 1] != nparts:
+            raise ValueError("waves must run from 0 to the number of partitions")
         boff = <Py_ssize_t*> malloc((nparts + 1) * sizeof(Py_ssize_t))
         if boff == NULL:
             raise MemoryError()
         total = 0
-        for p in range(nparts):
-            boff[p] = total
-            if pmax[p, mode] >= pmin[p, mode]:
-                total += (pmax[p, mode] - pmin[p, mode] + 1) * R
-        boff[nparts] = total
+        for w in range(wp.shape[0] - 1):
+            if wp[w + 1] < wp[w]:
+                raise ValueError("waves must not decrease")
+            size = 0
+            for p in range(wp[w], wp[w + 1]):
+                boff[p] = size                # offset inside the wave's buffers
+                if pmax[p, mode] >= pmin[p, mode]:
+                    size += (pmax[p, mode] - pmin[p, mode] + 1) * R
+            total = max(total, size)
+        boff[nparts] = 0
         if work is not None and total > 0:
-            wv = work
-            if wv.shape[0] >= total:
-                bufs = &wv[0]
+            wk = work
+            if wk.shape[0] >= total:
+                bufs = &wk[0]
                 own_bufs = False
         if own_bufs:
             bufs = <floating*> malloc((total if total > 0 else 1) * sizeof(floating))
         if bufs == NULL:
             raise MemoryError(f"ALTO's private buffers need {total * sizeof(floating)} bytes")
-        with nogil, parallel(num_threads=num_threads):
-            scratch = <floating*> malloc(R * sizeof(floating))
-            c = <int64_t*> malloc(N * sizeof(int64_t))
-            for p in prange(nparts, schedule='dynamic'):
-                if boff[p + 1] > boff[p]:
-                    memset(bufs + boff[p], 0, (boff[p + 1] - boff[p]) * sizeof(floating))
-                    if floating is double:
-                        sktf_alto_part_f64(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
-                                           pmin[p, mode], scratch, c)
-                    else:
-                        sktf_alto_part_f32(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
-                                           pmin[p, mode], scratch, c)
-            free(scratch)
-            free(c)
-        # merge: blocks of CH rows in parallel, partitions added in order (deterministic)
         nch = (I + CH - 1) // CH
-        with nogil:
-            for ch in prange(nch, schedule='dynamic', num_threads=num_threads):
-                a = ch * CH
-                b = min(a + CH, I)
-                for p in range(nparts):
-                    if boff[p + 1] == boff[p]:
-                        continue
-                    lo = pmin[p, mode]
-                    hi = pmax[p, mode] + 1
-                    x = max(a, lo)
-                    y = min(b, hi)
-                    if x >= y:
-                        continue
-                    src = bufs + boff[p] + (x - lo) * R
-                    dst = &out[x, 0]
-                    for i in range((y - x) * R):
-                        dst[i] += src[i]
+        for w in range(wp.shape[0] - 1):
+            p0 = wp[w]
+            p1 = wp[w + 1]
+            with nogil, parallel(num_threads=num_threads):
+                scratch = <floating*> malloc(R * sizeof(floating))
+                c = <int64_t*> malloc(N * sizeof(int64_t))
+                for p in prange(p0, p1, schedule='dynamic'):
+                    if pmax[p, mode] >= pmin[p, mode]:
+                        span = (pmax[p, mode] - pmin[p, mode] + 1) * R
+                        memset(bufs + boff[p], 0, span * sizeof(floating))
+                        if floating is double:
+                            sktf_alto_part_f64(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
+                                               pmin[p, mode], scratch, c)
+                        else:
+                            sktf_alto_part_f32(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
+                                               pmin[p, mode], scratch, c)
+                free(scratch)
+                free(c)
+            # merge: blocks of CH rows in parallel, partitions added in order (deterministic)
+            with nogil:
+                for ch in prange(nch, schedule='dynamic', num_threads=num_threads):
+                    a = ch * CH
+                    b = min(a + CH, I)
+                    for p in range(p0, p1):
+                        lo = pmin[p, mode]
+                        hi = pmax[p, mode] + 1
+                        x = max(a, lo)
+                        y = min(b, hi)
+                        if x >= y:
+                            continue
+                        src = bufs + boff[p] + (x - lo) * R
+                        dst = &out[x, 0]
+                        for i in range((y - x) * R):
+                            dst[i] += src[i]
         return out
     finally:
         free(fac)
@@ -986,12 +1016,65 @@ def kruskal_values(Codec codec, lin, const floating[::1] weights, list factors,
             for b in prange(nchunks, schedule='static'):
                 if floating is double:
                     sktf_alto_values_f64(&jb, &weights[0], b * chunk, min(b * chunk + chunk, nnz),
-                                         &res[0], pi, c)
+                                         &res[0], pi, c, NULL, 0, NULL)
                 else:
                     sktf_alto_values_f32(&jb, &weights[0], b * chunk, min(b * chunk + chunk, nnz),
-                                         &res[0], pi, c)
+                                         &res[0], pi, c, NULL, 0, NULL)
             free(pi)
             free(c)
         return res
     finally:
         free(fac)
+
+
+def poisson_data_term(Codec codec, lin, const floating[::1] vals, const floating[::1] weights,
+                      list factors, double eps, int num_threads=1):
+    """Σ_j x_j log(max(m_j, eps)) over the nonzeros in ALTO order (``vals`` in that order),
+    the model value m_j formed on the fly.  Partial sums over fixed chunks are added in chunk
+    order: the same result for every thread count."""
+    cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
+    cdef Py_ssize_t nnz = vals.shape[0]
+    cdef int N = codec.nmodes
+    cdef Py_ssize_t R = weights.shape[0]
+    cdef sktf_alto_job jb
+    cdef Py_ssize_t chunk = 8192
+    cdef Py_ssize_t nchunks = (nnz + chunk - 1) // chunk
+    cdef void** fac = <void**> malloc((N if N > 0 else 1) * sizeof(void*))
+    cdef double* part = <double*> malloc((nchunks if nchunks > 0 else 1) * sizeof(double))
+    cdef Py_ssize_t b
+    cdef floating* pi
+    cdef int64_t* c
+    cdef double total = 0
+    if fac == NULL or part == NULL:
+        free(fac)
+        free(part)
+        raise MemoryError()
+    try:
+        if nnz == 0:
+            return 0.0
+        _fill_factors(factors, fac)
+        jb.cd = codec.cd
+        jb.lin = &flat[0]
+        jb.fac = fac
+        jb.R = R
+        with nogil, parallel(num_threads=num_threads):
+            pi = <floating*> malloc((R if R > 0 else 1) * sizeof(floating))
+            c = <int64_t*> malloc(N * sizeof(int64_t))
+            for b in prange(nchunks, schedule='static'):
+                part[b] = 0
+                if floating is double:
+                    sktf_alto_values_f64(&jb, &weights[0] if R > 0 else NULL, b * chunk,
+                                         min(b * chunk + chunk, nnz), NULL, pi, c, &vals[0],
+                                         eps, &part[b])
+                else:
+                    sktf_alto_values_f32(&jb, &weights[0] if R > 0 else NULL, b * chunk,
+                                         min(b * chunk + chunk, nnz), NULL, pi, c, &vals[0],
+                                         eps, &part[b])
+            free(pi)
+            free(c)
+        for b in range(nchunks):
+            total += part[b]
+        return total
+    finally:
+        free(fac)
+        free(part)

@@ -18,7 +18,7 @@ cimport cython
 from cython.parallel cimport prange, parallel
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
-from libc.math cimport fabs
+from libc.math cimport fabs, log
 from libc.stdint cimport int64_t
 
 import numpy as np
@@ -237,3 +237,59 @@ def kruskal_values(const int64_t[:, ::1] subs, const floating[::1] weights, list
             free(pi)
     finally:
         free(fac)
+
+
+# nonzeros per partial sum of the reductions below; fixed, so that a sum does not depend on
+# the number of threads
+cdef enum:
+    _SUM_CHUNK = 8192
+
+
+def poisson_data_term(const int64_t[:, ::1] subs, const floating[::1] vals,
+                      const floating[::1] weights, list factors, double eps,
+                      int num_threads=1):
+    """Σ_j x_j log(max(m_j, eps)) with m_j = Σ_r weights[r] Π_k factors[k][subs[j, k], r].
+
+    The model value of each nonzero is formed and used at once (no array of nnz model values).
+    Entries with x_j = 0 contribute nothing.  Partial sums over fixed chunks of nonzeros are
+    added in chunk order, so the result is the same for every thread count.
+    """
+    cdef Py_ssize_t nnz = subs.shape[0]
+    cdef int nmodes = subs.shape[1]
+    cdef Py_ssize_t R = weights.shape[0]
+    cdef Py_ssize_t nchunks = (nnz + _SUM_CHUNK - 1) // _SUM_CHUNK
+    cdef floating** fac = <floating**> malloc(nmodes * sizeof(floating*))
+    cdef double* part = <double*> malloc((nchunks if nchunks > 0 else 1) * sizeof(double))
+    cdef floating dummy = 0
+    cdef Py_ssize_t b, j, r, e
+    cdef floating* pi
+    cdef double m, acc, total = 0
+    if fac == NULL or part == NULL:
+        free(fac)
+        free(part)
+        raise MemoryError()
+    try:
+        _fill_pointers(factors, fac, dummy)
+        with nogil, parallel(num_threads=num_threads):
+            pi = <floating*> malloc((R if R > 0 else 1) * sizeof(floating))
+            for b in prange(nchunks, schedule='static'):
+                acc = 0
+                e = min(b * _SUM_CHUNK + _SUM_CHUNK, nnz)
+                for j in range(b * _SUM_CHUNK, e):
+                    if vals[j] == 0:
+                        continue
+                    _krp_row(pi, &subs[j, 0], fac, nmodes, -1, R)
+                    m = 0
+                    for r in range(R):
+                        m = m + weights[r] * pi[r]
+                    if m < eps:
+                        m = eps
+                    acc = acc + vals[j] * log(m)
+                part[b] = acc
+            free(pi)
+        for b in range(nchunks):
+            total += part[b]
+        return total
+    finally:
+        free(fac)
+        free(part)

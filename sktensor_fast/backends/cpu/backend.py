@@ -164,12 +164,10 @@ class CpuBackend(Backend):
             B[rows] *= Phi[rows]
         return int(rows.size)
 
-    def poisson_data_term(self, T, m, eps=0.0):
-        m = np.asarray(m, dtype=np.float64)
-        if eps > 0:
-            m = np.maximum(m, eps)
-        with np.errstate(divide="ignore"):
-            return float(np.dot(T.vals.astype(np.float64, copy=False), np.log(m)))
+    def poisson_data_term(self, T, weights, factors, eps=0.0):
+        self.check_factors(T, factors, weights=weights)
+        return float(T.poisson_data_term(_c(weights, T.dtype), self._factors(T, factors),
+                                         float(eps), get_num_threads()))
 
     _APR_METHODS = {"pdnr": 0, "pqnr": 1}
 

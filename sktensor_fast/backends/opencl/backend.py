@@ -439,9 +439,10 @@ class OpenCLBackend(Backend):
                 self.queue, (B.size,), None, np.int64(B.size), B.data, Phi.data)
         return B
 
-    def poisson_data_term(self, T, m, eps=0.0):
+    def poisson_data_term(self, T, weights, factors, eps=0.0):
         if T.nnz == 0:
             return 0.0
+        m = self.model_values(T, weights, factors)
         # T.vals[0] is in the order of T.subs[0], the order model_values uses
         return self._vec_reduce(0, T.vals[0], m, eps, T.nnz)
 

@@ -87,7 +87,7 @@ __kernel void vec_partial(const long n, const int op, __global const VAL_T* A,
     const long G = get_global_size(0);
     VAL_T acc = 0;
     for (long i = g; i < n; i += G) {
-        if (op == 0) acc += A[i] * log(fmax(C[i], p));
+        if (op == 0) { if (A[i] != 0) acc += A[i] * log(fmax(C[i], p)); }
         else if (op == 1) acc = fmax(acc, fabs(fmin(A[i], (VAL_T)1 - C[i])));
         else acc += (C[i] > 1 && A[i] < p) ? 1 : 0;
     }
