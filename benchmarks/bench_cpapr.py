@@ -13,9 +13,13 @@ format given (default COO and ALTO).  Reported:
   setup), the best of ``--pyttb-repeat`` runs;
 - the time of a whole 1-iteration fit for both (setup and final log-likelihood included), and
   the relative difference of the two final log-likelihoods (must be ~1e-12);
-- peak memory allocated during a 1-iteration fit (tracemalloc: NumPy arrays and Python
-  objects; the compiled kernels' per-thread scratch is a few KB) against the bytes of the
-  tensor (coordinates + values) plus the factor matrices.
+- memory of a 1-iteration fit against the bytes of the tensor (coordinates + values) plus
+  the factor matrices, two ways: the peak of what NumPy and Python allocate during the fit
+  (tracemalloc), and the growth of the peak resident set (VmHWM, reset through
+  /proc/self/clear_refs) over the resident set before the fit, measured in a fresh process
+  that loads the tensor from .npy files (this one also sees the kernels' C allocations, such
+  as ALTO's sort buffers).  "total / (tensor + factors)" is (tensor + factors + that
+  growth) / (tensor + factors).
 
 Prints a table and writes JSON (machine, threads, versions, numbers).
 """
@@ -88,6 +92,51 @@ def peak_bytes(fn):
         tracemalloc.stop()
 
 
+def _status_kb(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+def rss_child(path, fmt, rank, inner, threads):
+    """In a fresh process: growth of the peak RSS during a 1-iteration fit (bytes)."""
+    from sktensor_fast import SparseTensor
+    X = SparseTensor(np.load(path + ".subs.npy"), np.load(path + ".vals.npy"),
+                     shape=tuple(np.load(path + ".shape.npy")))
+    init = [np.load(path + f".init{k}.npy") for k in range(X.ndim)]
+    with num_threads(threads):
+        # load the code paths on a small tensor: a warm-up on X itself would leave freed heap
+        # behind that the measured fit reuses without growing the resident set
+        small = SparseTensor(X.subs[:2000], X.vals[:2000], shape=X.shape)
+        ours(small, init, rank, inner, 1, fmt)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")                                  # VmHWM := VmRSS
+        before = _status_kb("VmRSS")
+        ours(X, init, rank, inner, 1, fmt)
+        peak = _status_kb("VmHWM")
+    print((peak - before) * 1024)
+
+
+def rss_growth(X, init, fmt, rank, inner, threads):
+    import subprocess
+    import tempfile
+    if not os.path.exists("/proc/self/clear_refs"):
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t")
+        np.save(path + ".subs.npy", X.subs)
+        np.save(path + ".vals.npy", X.vals)
+        np.save(path + ".shape.npy", np.asarray(X.shape))
+        for k, f in enumerate(init):
+            np.save(path + f".init{k}.npy", f)
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--rss-child", path,
+                              fmt, str(rank), str(inner), str(threads)],
+                             capture_output=True, text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--nnz", type=float, default=1e6)
@@ -102,7 +151,11 @@ def main(argv=None):
     p.add_argument("--pyttb-repeat", type=int, default=2, help="best of this many (pyttb)")
     p.add_argument("--no-pyttb", action="store_true", help="skip pyttb")
     p.add_argument("--out", default="bench_out/cpapr.json")
+    p.add_argument("--rss-child", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.rss_child:
+        path, fmt, rank, inner, threads = args.rss_child
+        return rss_child(path, fmt, int(rank), int(inner), int(threads))
     threads = args.threads or os.cpu_count() or 1
     X = synthetic_tensor(tuple(args.shape), int(args.nnz), seed=0)
     R = args.rank
@@ -116,7 +169,7 @@ def main(argv=None):
     print(f"tensor {X.shape}, nnz={X.nnz:,}, R={R}, {args.inner} inner iterations per mode, "
           f"tol=0")
     print(f"{'':30s}{'s / outer iter':>16s}{'1-iter fit s':>14s}{'peak MB':>10s}"
-          f"{'log-likelihood':>22s}", flush=True)
+          f"{'RSS +MB':>10s}{'log-likelihood':>22s}", flush=True)
     rows = []
     for fmt in args.formats:
         with num_threads(threads):
@@ -125,20 +178,25 @@ def main(argv=None):
             per_iter = one_outer_iteration(X, init, R, args.inner, fmt, args.repeat)
             _, est1 = ours(X, init, R, args.inner, 1, fmt)
             peak = peak_bytes(lambda: ours(X, init, R, args.inner, 1, fmt))
+        rss = rss_growth(X, init, fmt, R, args.inner, threads)
         rows.append({"who": "sktensor_fast", "format": fmt, "nnz": X.nnz, "shape": list(X.shape),
                      "rank": R, "inner": args.inner, "threads": threads,
                      "s_per_outer_iter": per_iter, "fit1_s": t1,
                      "loglik_1iter": est1.log_likelihood_, "peak_bytes": peak,
                      "tensor_bytes": data_bytes, "factor_bytes": factor_bytes,
-                     "peak_over_tensor_plus_factors": peak / (data_bytes + factor_bytes)})
+                     "peak_over_tensor_plus_factors": peak / (data_bytes + factor_bytes),
+                     "rss_growth_bytes": rss,
+                     "total_over_tensor_plus_factors": (None if rss is None else
+                                                        1 + rss / (data_bytes + factor_bytes))})
         print(f"{'sktensor_fast CPAPR mu, ' + fmt:30s}{per_iter:16.3f}{t1:14.3f}"
-              f"{peak / 2**20:10.1f}{est1.log_likelihood_:22.12e}", flush=True)
+              f"{peak / 2**20:10.1f}{(rss or 0) / 2**20:10.1f}{est1.log_likelihood_:22.12e}",
+              flush=True)
     if not args.no_pyttb:
         runs = [pyttb_fit(X, init, R, args.inner, 1) for _ in range(args.pyttb_repeat)]
         tp, out = min(runs, key=lambda r: r[0])
         peak_p = peak_bytes(lambda: pyttb_fit(X, init, R, args.inner, 1))
         print(f"{'pyttb cp_apr mu':30s}{tp:16.3f}{tp:14.3f}{peak_p / 2**20:10.1f}"
-              f"{out['obj']:22.12e}")
+              f"{'':>10s}{out['obj']:22.12e}")
         for r in rows:
             r["loglik_rel_diff_vs_pyttb"] = (abs(out["obj"] - r["loglik_1iter"])
                                              / abs(out["obj"]))
@@ -154,6 +212,9 @@ def main(argv=None):
           f"{factor_bytes / 2**20:.1f} MB; peak during a fit / that: "
           + ", ".join(f"{r.get('format', r['who'])} {r['peak_over_tensor_plus_factors']:.2f}x"
                       for r in rows)
+          + "; total with the RSS growth / that: "
+          + ", ".join(f"{r['format']} {r['total_over_tensor_plus_factors']:.2f}x"
+                      for r in rows if r.get("total_over_tensor_plus_factors"))
           + f" (max RSS of the process "
             f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
     report = {"benchmark": "cpapr_mu", "date": time.strftime("%Y-%m-%d %H:%M:%S"),

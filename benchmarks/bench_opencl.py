@@ -91,7 +91,7 @@ def main(argv=None):
     p.add_argument("--chunks", type=int, nargs="*", default=[],
                    help="also time the kernels with these nonzeros-per-work-item values and "
                         "use the fastest for the rest of the run")
-    p.add_argument("--phi-variants", nargs="*", default=[], choices=["local", "redundant"],
+    p.add_argument("--phi-variants", nargs="*", default=[], choices=["shuffle", "local", "redundant"],
                    help="Φ variants to sweep with --chunks (the fastest is kept)")
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU whole-fit comparison")
     p.add_argument("--no-torch", action="store_true")

@@ -160,3 +160,28 @@ def test_unported_solvers_say_so():
     X = random_sparse((10, 8, 6), 200, np.random.default_rng(6), counts=True)
     with pytest.raises(NotImplementedError, match="does not implement"):
         CPAPR(rank=2, solver="pdnr", max_iter=2, device="opencl", random_state=0).fit(X)
+
+
+def test_phi_variant_and_chunk_settings(monkeypatch, be):
+    from sktensor_fast.backends.opencl.backend import OpenCLBackend
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_PHI", "nope")
+    with pytest.raises(ValueError, match="SKTENSOR_FAST_OCL_PHI"):
+        OpenCLBackend("opencl")
+    if not be.is_nvidia:
+        monkeypatch.setenv("SKTENSOR_FAST_OCL_PHI", "shuffle")
+        with pytest.raises(ValueError, match="NVIDIA"):
+            OpenCLBackend("opencl")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_PHI", "redundant")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_CHUNK", "0")
+    with pytest.raises(ValueError, match="CHUNK"):
+        OpenCLBackend("opencl")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_CHUNK", "7")      # rounded up to the unroll
+    b = OpenCLBackend("opencl")
+    assert b.chunk % b.UNROLL == 0 and b.chunk >= 7
+    rng = np.random.default_rng(5)
+    X = random_sparse((30, 20, 10), 3000, rng, counts=True)
+    T = b.prepare(X)
+    f = [rng.random((s, 6)) for s in X.shape]
+    for m in range(3):
+        np.testing.assert_allclose(b.to_numpy(b.phi(T, f, m, f[m], 1e-10)),
+                                   phi_ref(X, f, m, f[m], 1e-10), rtol=1e-11)

@@ -128,6 +128,9 @@ class OpenCLBackend(Backend):
 
     name = "opencl"
 
+    #: nonzeros whose loads the MTTKRP / Φ kernel issues together (kernels/cp.cl)
+    UNROLL = 4
+
     def __init__(self, selector="opencl"):
         cl = _import_cl()
         self.cl = cl
@@ -141,11 +144,21 @@ class OpenCLBackend(Backend):
         self._progs = {}
         # nonzeros per work-item; 128 was fastest of 8..512 on an H100 (benchmarks/README.md)
         self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 128 if self.is_gpu else 256))
-        # how Φ forms <B[row], π>: "local" (lanes share π through local memory, two barriers
-        # per nonzero) or "redundant" (each lane recomputes the whole dot, no barriers)
-        self.phi_variant = os.environ.get("SKTENSOR_FAST_OCL_PHI", "local")
-        if self.phi_variant not in ("local", "redundant"):
-            raise ValueError("SKTENSOR_FAST_OCL_PHI must be 'local' or 'redundant'")
+        if self.chunk < 1:
+            raise ValueError(f"SKTENSOR_FAST_OCL_CHUNK must be positive, got {self.chunk}")
+        # the kernels take UNROLL nonzeros at a time: a chunk is a multiple of it
+        self.chunk = -(-self.chunk // self.UNROLL) * self.UNROLL
+        self.is_nvidia = "NVIDIA" in (self.device.vendor or "").upper()
+        # how Φ forms <B[row], π>: "shuffle" (a register butterfly across the lanes of a warp,
+        # NVIDIA devices: PTX shfl.sync), "local" (lanes share π through local memory, one
+        # barrier per nonzero) or "redundant" (each lane recomputes the whole dot, no barriers)
+        self.phi_variant = os.environ.get("SKTENSOR_FAST_OCL_PHI",
+                                          "shuffle" if self.is_nvidia else "local")
+        if self.phi_variant not in ("shuffle", "local", "redundant"):
+            raise ValueError("SKTENSOR_FAST_OCL_PHI must be 'shuffle', 'local' or 'redundant'")
+        if self.phi_variant == "shuffle" and not self.is_nvidia:
+            raise ValueError(f"SKTENSOR_FAST_OCL_PHI='shuffle' needs an NVIDIA device, not "
+                             f"'{self.device.name.strip()}' ({self.device.vendor.strip()})")
         self.name = f"opencl:{self.device.name.strip()}"
 
     # ------------------------------------------------------------------ helpers
@@ -201,6 +214,9 @@ class OpenCLBackend(Backend):
                     extra.append("#define PHI 1")
                 if phi == "redundant":
                     extra.append("#define PHI_REDUNDANT 1")
+                if phi == "shuffle":
+                    extra.append("#define PHI_SHUFFLE_NV 1")
+                extra.append(f"#define UNROLL {self.UNROLL}")
                 src = self._header(dtype, nmodes, extra=extra) + self._source("cp.cl")
             pkey = (np.dtype(dtype).str, nmodes, phi)
             prog = self._progs.get(pkey)
@@ -269,14 +285,17 @@ class OpenCLBackend(Backend):
             out.fill(0)
         if T.nnz == 0 or R == 0:
             return out
-        knl = self._kernel(T.dtype, T.ndim, self.phi_variant if B is not None else False,
-                           "accumulate")
         RP = 1
         while RP < R:
             RP *= 2
         RP = min(RP, self.max_wg)
         if RP < R:
             raise ValueError(f"rank {R} exceeds the device's work-group size {self.max_wg}")
+        variant = False
+        if B is not None:
+            # the butterfly stays inside one warp of 32 lanes
+            variant = "local" if self.phi_variant == "shuffle" and RP > 32 else self.phi_variant
+        knl = self._kernel(T.dtype, T.ndim, variant, "accumulate")
         LG = max(1, min(256, self.max_wg) // RP)
         nchunks = -(-T.nnz // self.chunk)
         ngroups = -(-nchunks // LG)

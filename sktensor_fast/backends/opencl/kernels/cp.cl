@@ -15,6 +15,28 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 
+#ifndef UNROLL
+#define UNROLL 4
+#endif
+
+#ifdef PHI_SHUFFLE_NV
+/* NVIDIA devices: exchange a value with lane (lane ^ off) of the warp (PTX shfl.sync) */
+inline VAL_T shfl_xor_nv(VAL_T v, int off)
+{
+#ifdef USE_FP64
+    int2 x = as_int2(v);
+    int lo, hi;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(lo) : "r"(x.x), "r"(off));
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(hi) : "r"(x.y), "r"(off));
+    return as_double((int2)(lo, hi));
+#else
+    int y;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(y) : "r"(as_int(v)), "r"(off));
+    return as_float(y);
+#endif
+}
+#endif
+
 /* MTTKRP (PHI undefined) or CP-APR's Phi (PHI defined) for one mode.
  *
  * Work-item (lane r, chunk c): lane r owns column r; chunk c is `chunk` consecutive nonzeros in
@@ -53,60 +75,84 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         cur = first_row;
     }
     VAL_T acc = 0;
-    for (int k = 0; k < chunk; ++k) {
-        const long j = s + k;
-        const int valid = j < e;
-        long row = -1;
-        VAL_T pi = 0;
-        if (valid) {
-            row = subs[j * NMODES + mode];
-            if (r < R) {
-                pi = 1;
-                for (int m = 0; m < NMODES; ++m) {
-                    if (m != mode) pi *= F[m][(long)subs[j * NMODES + m] * R + r];
+    /* UNROLL nonzeros at a time: their coordinates, values and factor entries are loaded
+     * first (independent loads in flight together), then reduced in order */
+    for (int k0 = 0; k0 < chunk; k0 += UNROLL) {
+        long rowv[UNROLL];
+        VAL_T piv[UNROLL], xv[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const long j = s + k0 + u;
+            rowv[u] = -1;
+            piv[u] = 0;
+            xv[u] = 0;
+            if (j < e) {
+                rowv[u] = subs[j * NMODES + mode];
+                xv[u] = vals[j];
+                if (r < R) {
+                    VAL_T pi = 1;
+                    for (int m = 0; m < NMODES; ++m) {
+                        if (m != mode) pi *= F[m][(long)subs[j * NMODES + m] * R + r];
+                    }
+                    piv[u] = pi;
                 }
             }
         }
-#if defined(PHI) && defined(PHI_REDUNDANT)
-        /* every lane computes <B[row], pi> itself: no barriers, the factor rows it reads are
-         * the ones its neighbours read (cache broadcasts) */
-        VAL_T w = 0;
-        if (valid && r < R) {
-            VAL_T dot = 0;
-            for (int q = 0; q < R; ++q) {
-                VAL_T pq = B[row * R + q];
-                for (int m = 0; m < NMODES; ++m) {
-                    if (m != mode) pq *= F[m][(long)subs[j * NMODES + m] * R + q];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int k = k0 + u;
+            const long j = s + k;
+            const int valid = j < e;
+            const long row = rowv[u];
+            const VAL_T pi = piv[u];
+#if defined(PHI) && defined(PHI_SHUFFLE_NV)
+            /* <B[row], pi> by a butterfly over the RP (<= 32) lanes of this chunk, which sit
+             * in one warp: lane r holds B[row, r] * pi_r, five or fewer register exchanges */
+            VAL_T part = (valid && r < R) ? B[row * R + r] * pi : 0;
+            for (int off = RP >> 1; off > 0; off >>= 1) part += shfl_xor_nv(part, off);
+            VAL_T w = 0;
+            if (valid) w = xv[u] / (part < eps ? eps : part);
+#elif defined(PHI) && defined(PHI_REDUNDANT)
+            /* every lane computes <B[row], pi> itself: no barriers, the factor rows it reads
+             * are the ones its neighbours read (cache broadcasts) */
+            VAL_T w = 0;
+            if (valid && r < R) {
+                VAL_T dot = 0;
+                for (int q = 0; q < R; ++q) {
+                    VAL_T pq = B[row * R + q];
+                    for (int m = 0; m < NMODES; ++m) {
+                        if (m != mode) pq *= F[m][(long)subs[j * NMODES + m] * R + q];
+                    }
+                    dot += pq;
                 }
-                dot += pq;
+                w = xv[u] / (dot < eps ? eps : dot);
             }
-            w = vals[j] / (dot < eps ? eps : dot);
-        }
 #elif defined(PHI)
-        /* <B[row], pi> reduced across the lanes of this chunk through local memory.  Two
-         * buffers used in turn need one barrier per nonzero: a lane that writes the buffer of
-         * step k+1 has passed the barrier of step k, so every lane has finished reading the
-         * same buffer at step k-1. */
-        __local VAL_T* buf = pi_loc + (k & 1) * (RP * get_local_size(1)) + g * RP;
-        buf[r] = pi;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        VAL_T w = 0;
-        if (valid && r < R) {
-            VAL_T dot = 0;
-            for (int q = 0; q < R; ++q) dot += B[row * R + q] * buf[q];
-            w = vals[j] / (dot < eps ? eps : dot);
-        }
-#else
-        const VAL_T w = valid ? vals[j] : 0;
-#endif
-        if (valid && active) {
-            if (row != cur) {
-                if (cur == first_row) bnd_val[(2 * c) * R + r] = acc;
-                else out[cur * R + r] = acc;
-                acc = 0;
-                cur = row;
+            /* <B[row], pi> reduced across the lanes of this chunk through local memory.  Two
+             * buffers used in turn need one barrier per nonzero: a lane that writes the buffer
+             * of step k+1 has passed the barrier of step k, so every lane has finished reading
+             * the same buffer at step k-1. */
+            __local VAL_T* buf = pi_loc + (k & 1) * (RP * get_local_size(1)) + g * RP;
+            buf[r] = pi;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            VAL_T w = 0;
+            if (valid && r < R) {
+                VAL_T dot = 0;
+                for (int q = 0; q < R; ++q) dot += B[row * R + q] * buf[q];
+                w = xv[u] / (dot < eps ? eps : dot);
             }
-            acc += w * pi;
+#else
+            const VAL_T w = xv[u];
+#endif
+            if (valid && active) {
+                if (row != cur) {
+                    if (cur == first_row) bnd_val[(2 * c) * R + r] = acc;
+                    else out[cur * R + r] = acc;
+                    acc = 0;
+                    cur = row;
+                }
+                acc += w * pi;
+            }
         }
     }
     if (active) close_chunk(c, R, r, cur, first_row, last_row, acc, bnd_row, bnd_val);
