@@ -412,6 +412,9 @@ def test_bad_inputs_raise_before_any_kernel(be, cpu):
     with pytest.raises(ValueError, match="shape"):
         be.gcp_optimizer_step("adam", Ud, [G[1], G[0], G[2]], opt, 0.1, 1, 0.0, 0.9, 0.999,
                               1e-8)
+    empty = be.prepare(SparseTensor(np.zeros((0, 3), np.int64), np.zeros(0), (4, 3, 2)))
+    with pytest.raises(ValueError, match="at least one"):
+        be.gcp_setup(empty, "uniform", (5, 5), (5, 5), 0, zero_subs=np.zeros((0, 3), int))
     # nothing was touched by the refused calls
     np.testing.assert_array_equal(be.to_numpy(Ud[0]), U[0])
     # and the estimator's errors are the CPU's

@@ -412,6 +412,8 @@ def setup(be, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
         dense = n_entries <= _ZERO_LIST_MAX and nnz > _ZERO_LIST_DENSITY * n_entries
         grad_list = (True, True) if dense and sampler == "stratified" else (False, False)
         loss_list = (True, True) if dense else (False, False)
+    if n_entries == 0:
+        raise ValueError("GCP needs at least one (observed) entry: the tensor has none")
     src = _Source(be, T)
     grad = _Sampler(src, sampler, n_grad[0], n_grad[1], grad_list[0], grad_list[1], zdev, nz)
     # the loss is always estimated on a stratified sample (GenTen, pyttb)
@@ -530,7 +532,7 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
     want = bool(with_loss) and code >= 0
     _kernel(be, T.dtype, N, "gcp_terms")(
         be.queue, (npad,), None, np.int64(ns), np.int64(npad), np.int32(R), np.int32(code),
-        dt.type(param), lam_d.data, *[f.data for f in facs], work["subs"].data,
+        dt.type(param), lam_d.data, *[_buf(be, f) for f in facs], work["subs"].data,
         work["x"].data, work["w"].data, work["corr"].data, act_buf.data, np.int32(want),
         work["m"].data, work["y"].data, work["f"].data, work["keys"].data)
     f = None
@@ -549,8 +551,8 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
         _sort_keys(be, T, work["keys"], npad, act_buf)
         _kernel(be, T.dtype, N, "gcp_scatter")(
             be.queue, (R, ns, N), None, np.int64(ns), np.int64(npad), np.int32(R), lam_d.data,
-            *[f_.data for f_ in facs], work["subs"].data, work["y"].data,
-            work["keys"].data, act_buf.data, *[g.data for g in out])
+            *[_buf(be, f_) for f_ in facs], work["subs"].data, work["y"].data,
+            work["keys"].data, act_buf.data, *[_buf(be, g) for g in out])
     return out, f
 
 
@@ -570,10 +572,10 @@ def loss_estimate(be, T, state, weights, factors, loss):
         s["m"] = cla.empty(q, (ns,), dt)
         s["f"] = cla.empty(q, (ns,), dt)
         s["part"] = cla.empty(q, (-(-ns // _LOSS_CHUNK),), dt)
-    lam_d = be.asarray(lam.astype(dt)) if R else _placeholder_like(be, dt)
+    lam_d = state.lam_buffer(lam)
     _kernel(be, T.dtype, T.ndim, "gcp_sample_loss")(
         be.queue, (ns,), None, np.int64(ns), np.int32(R), np.int32(code), dt.type(param),
-        lam_d.data, *[_buf(be, f) for f in facs], s["subs"].data, s["x"].data, s["w"].data,
+        _buf(be, lam_d), *[_buf(be, f) for f in facs], s["subs"].data, s["x"].data, s["w"].data,
         s["corr"].data, s["m"].data, s["f"].data)
     if code < 0:
         x = s["x"].get()[:ns].astype(np.float64)
@@ -581,11 +583,6 @@ def loss_estimate(be, T, state, weights, factors, loss):
         m = s["m"].get()[:ns].astype(np.float64)
         return float(np.sum(_host_weights(loss, x, w, s["corr"].get()[:ns], m, deriv=False)))
     return _sum_chunks(be, T, s["f"], ns, s["part"])
-
-
-def _placeholder_like(be, dt):
-    import pyopencl.array as cla
-    return cla.zeros(be.queue, (1,), dt)
 
 
 # ------------------------------------------------------------------ exact loss and gradient
