@@ -185,7 +185,8 @@ class Backend(ABC):
         loss estimate, drawn here from ``loss_seed``.  ``zero_subs`` (host int array) lists the
         observed zero entries when only some entries are observed (a mask); by default every
         entry outside the nonzeros of ``T`` is an observed zero.  The state exposes ``n_grad``,
-        ``n_loss`` (counts actually used) and ``n_entries`` (entries the loss sums over).
+        ``n_loss`` (counts actually used), ``n_entries`` (entries the loss sums over) and
+        ``dtype`` (of the factor matrices the stochastic primitives work on).
         """
         self._gcp_missing("gcp_setup")
 

@@ -219,8 +219,11 @@ class GCP(BaseCP):
     n_init : int, default=1
         Random starts; the model with the lowest (estimated) loss is kept.
     device : str, default="cpu"
-        ``"cpu"`` (Cython/OpenMP) or an OpenCL device (a backend without the GCP primitives
-        raises ``NotImplementedError``).
+        ``"cpu"`` (Cython/OpenMP) or an OpenCL device (``"gpu"``, ``"opencl"``,
+        ``"opencl:P:D"``).  The device draws the CPU's samples for the same
+        ``random_state`` and adds the gradient in the CPU's order, so both give the same model
+        up to the last bits of ``exp`` / ``log``.  L-BFGS-B evaluates the exact loss on the
+        host in both cases.
     format : {"auto", "coo", "alto"}, default="auto"
         Storage format of the tensor (see :class:`CPALS`); the samplers and the results do not
         depend on it.
@@ -440,7 +443,7 @@ class GCP(BaseCP):
         """Epochs of Adam / SGD / AdaGrad on the factors (only those with ``active[k]``)."""
         R = U[0].shape[1]
         ones = np.ones(R)
-        U = [backend.asarray(u, dtype=np.float64) for u in U]
+        U = [backend.asarray(u, dtype=state.dtype) for u in U]
         opt = backend.gcp_optimizer_state(self.solver, U)
         f = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
         if not np.isfinite(f):

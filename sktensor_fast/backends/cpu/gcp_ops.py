@@ -88,7 +88,11 @@ class GcpState:
         Samples of nonzeros and of other entries per gradient step / in the loss sample.
     n_entries : int
         Entries the loss sums over (the tensor's size, or the observed entries).
+    dtype : numpy.dtype
+        The dtype of the factor matrices the primitives work on (float64).
     """
+
+    dtype = np.dtype(np.float64)
 
     def __init__(self, grad_sampler, loss_sample, n_grad, n_loss, n_entries, sampler):
         self.grad_sampler = grad_sampler

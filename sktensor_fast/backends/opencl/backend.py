@@ -465,6 +465,37 @@ class OpenCLBackend(Backend):
         # T.vals[0] is in the order of T.subs[0], the order model_values uses
         return self._vec_reduce(0, T.vals[0], m, eps, T.nnz)
 
+    # --- GCP primitives (implemented in gcp_ops.py; the kernels are in kernels/gcp.cl) -----
+    def gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
+        from . import gcp_ops
+        return gcp_ops.setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs)
+
+    def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
+                             active=None, with_loss=False):
+        from . import gcp_ops
+        return gcp_ops.sampled_gradient(self, T, state, weights, factors, loss, seed, step,
+                                        out, active, with_loss)
+
+    def gcp_loss_estimate(self, T, state, weights, factors, loss):
+        from . import gcp_ops
+        return gcp_ops.loss_estimate(self, T, state, weights, factors, loss)
+
+    def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
+                           need_grad=True):
+        """Exact loss and gradient, computed on the host (see gcp_ops.full_loss_grad)."""
+        from . import gcp_ops
+        return gcp_ops.full_loss_grad(self, T, weights, factors, loss, mask, modes, need_grad)
+
+    def gcp_optimizer_state(self, solver, factors):
+        from . import gcp_ops
+        return gcp_ops.optimizer_state(self, solver, factors)
+
+    def gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                           epsilon, active=None):
+        from . import gcp_ops
+        return gcp_ops.optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1,
+                                      beta2, epsilon, active)
+
     def info(self):
         d = self.device
         return {"name": self.name, "device": d.name.strip(), "platform": d.platform.name.strip(),

@@ -1,0 +1,422 @@
+"""GCP on the OpenCL backend (run on PoCL in CI) against the CPU backend.
+
+The device draws its samples with the CPU's counter-based generator, so for the same (seed,
+step) both backends see the same entries; the device adds each gradient row's contributions in
+the CPU's order (sample order, no atomics) and forms every product in the CPU's order, with
+contraction into fused multiply-adds off on both sides.  What may still differ is the last bit
+of ``exp`` / ``log`` / ``pow`` (the device's math library is not glibc's), which is why the
+comparisons use a relative tolerance of 1e-12 per primitive and 1e-9 for whole fits (a few
+hundred optimiser steps may amplify a last-bit difference a little; in practice the fits below
+agree far more closely).
+"""
+import numpy as np
+import pytest
+
+from sktensor_fast import GCP, SparseTensor
+from sktensor_fast.backends import get_backend
+from sktensor_fast.backends.cpu import _gcp
+from sktensor_fast.backends.cpu import gcp_ops as cpu_ops
+from sktensor_fast.decomposition.losses import get_loss
+
+cl = pytest.importorskip("pyopencl")
+from sktensor_fast.backends.opencl import gcp_ops as ocl_ops  # noqa: E402
+
+PARAMS = {"huber": 0.7, "negative_binomial": 3.0, "beta": 0.5}
+
+
+def _opencl_backend():
+    try:
+        return get_backend("opencl")
+    except Exception as exc:  # no platform at all
+        pytest.skip(f"no OpenCL device: {exc}")
+
+
+@pytest.fixture(scope="module")
+def be():
+    return _opencl_backend()
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return get_backend("cpu")
+
+
+def sparse_problem(shape=(30, 20, 10), density=0.05, R=4, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    dense = np.where(rng.random(shape) < density, rng.poisson(3.0, shape) + 1.0, 0.0)
+    X = SparseTensor.from_dense(dense.astype(dtype))
+    U = [rng.uniform(0.1, 1.0, (s, R)) for s in shape]
+    return X, U
+
+
+def host(be, arrays):
+    return [np.asarray(be.to_numpy(a)) for a in arrays]
+
+
+def assert_close(got, want, rtol=1e-12):
+    for g, w in zip(got, want):
+        scale = max(np.abs(w).max(), 1e-300)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale)
+
+
+# ---------------------------------------------------------------------------- samples
+def test_step_key_is_the_cpu_generator():
+    for seed, step in [(0, 0), (11, 4), (2 ** 62 - 1, 123456), (2 ** 64 - 1, 2 ** 40)]:
+        assert ocl_ops.step_key(seed, step) == int(_gcp.step_key(np.uint64(seed),
+                                                                 np.uint64(step)))
+    assert ocl_ops.step_key(1, 2) != ocl_ops.step_key(1, 3)
+
+
+def _same_draw(be, To, so, cpu_state, key, N):
+    """The device's materialised sample of ``key`` equals the CPU's, entry by entry."""
+    d = ocl_ops.draw(be, To, so.grad_sampler, key)
+    n = d["n"]
+    subs, x, w, corr = cpu_ops.draw(cpu_state.grad_sampler, key, N)
+    assert n == subs.shape[0] and n > 0
+    np.testing.assert_array_equal(d["subs"].get()[:n], subs)
+    np.testing.assert_array_equal(d["x"].get()[:n], x)
+    np.testing.assert_array_equal(d["w"].get()[:n], w)
+    np.testing.assert_array_equal(d["corr"].get()[:n], corr)
+
+
+@pytest.mark.parametrize("sampler", ["stratified", "semi-stratified", "uniform"])
+@pytest.mark.parametrize("density", [0.05, 0.7])  # rejection / the list of zeros
+def test_same_samples_as_cpu(be, cpu, sampler, density):
+    X, _ = sparse_problem(density=density)
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    sc = cpu.gcp_setup(Tc, sampler, (300, 500), (100, 100), 3)
+    so = be.gcp_setup(To, sampler, (300, 500), (100, 100), 3)
+    assert (so.n_grad, so.n_loss, so.n_entries) == (sc.n_grad, sc.n_loss, sc.n_entries)
+    for step in (0, 1, 17):
+        _same_draw(be, To, so, sc, int(_gcp.step_key(np.uint64(9), np.uint64(step + 1))), 3)
+    # the fixed loss sample too
+    subs, x, w, corr = sc.loss_sample
+    n = so.loss_sample["n"]
+    np.testing.assert_array_equal(so.loss_sample["subs"].get()[:n], subs)
+    np.testing.assert_array_equal(so.loss_sample["w"].get()[:n], w)
+
+
+def test_same_samples_with_a_mask_and_without_linear_index(be, cpu):
+    rng = np.random.default_rng(1)
+    X, _ = sparse_problem(density=0.3)
+    mask = rng.random(X.shape) < 0.6
+    Xm = SparseTensor.from_dense(X.to_dense() * mask)
+    zero_subs = np.argwhere(mask & (Xm.to_dense() == 0))
+    Tc, To = cpu.prepare(Xm), be.prepare(Xm)
+    for sampler in ("stratified", "semi-stratified", "uniform"):
+        sc = cpu.gcp_setup(Tc, sampler, (200, 300), (50, 50), 2, zero_subs=zero_subs)
+        so = be.gcp_setup(To, sampler, (200, 300), (50, 50), 2, zero_subs=zero_subs)
+        assert so.n_entries == sc.n_entries == Xm.nnz + zero_subs.shape[0]
+        _same_draw(be, To, so, sc, 12345, 3)
+    # a shape whose size overflows int64: the look-up compares coordinate rows
+    big = (2 ** 22, 2 ** 22, 2 ** 22)
+    subs = rng.integers(0, 50, size=(300, 3)) * 80000
+    Xb = SparseTensor(subs, rng.random(300) + 1, big)
+    Tc, To = cpu.prepare(Xb), be.prepare(Xb)
+    # uniform samples look every value up; give it nonzeros to find by drawing few distinct
+    sc = cpu.gcp_setup(Tc, "uniform", (0, 400), (10, 10), 0)
+    so = be.gcp_setup(To, "uniform", (0, 400), (10, 10), 0)
+    _same_draw(be, To, so, sc, 77, 3)
+    sc = cpu.gcp_setup(Tc, "stratified", (100, 100), (10, 10), 0)
+    so = be.gcp_setup(To, "stratified", (100, 100), (10, 10), 0)
+    _same_draw(be, To, so, sc, 78, 3)
+
+
+def test_lookup_finds_every_nonzero(be, cpu):
+    """Uniform samples of a dense-ish tensor hit nonzeros: their values are looked up."""
+    X, _ = sparse_problem(shape=(6, 5, 4), density=0.6)
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    so = be.gcp_setup(To, "uniform", (0, 500), (5, 5), 0)
+    d = ocl_ops.draw(be, To, so.grad_sampler, 99)
+    subs, x = d["subs"].get(), d["x"].get()
+    np.testing.assert_array_equal(x, X.to_dense()[tuple(subs.T)])
+    assert np.count_nonzero(x) > 100
+
+
+# ---------------------------------------------------------------------------- primitives
+@pytest.mark.parametrize("sampler", ["stratified", "semi-stratified", "uniform"])
+@pytest.mark.parametrize("name", ["poisson", "gaussian", "bernoulli_logit", "huber", "beta"])
+def test_sampled_gradient_and_loss_equal_cpu(be, cpu, sampler, name):
+    X, U = sparse_problem(R=5)
+    if name == "bernoulli_logit":
+        X = SparseTensor(X.subs, np.ones(X.nnz), X.shape)
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    loss = get_loss(name, PARAMS.get(name))
+    lam = np.array([1.0, 0.5, 2.0, 1.5, 0.7])
+    sc = cpu.gcp_setup(Tc, sampler, (700, 900), (300, 300), 5)
+    so = be.gcp_setup(To, sampler, (700, 900), (300, 300), 5)
+    Ud = [be.asarray(u) for u in U]
+    for step in (0, 6):
+        gc, fc = cpu.gcp_sampled_gradient(Tc, sc, lam, U, loss, 11, step, with_loss=True)
+        go, fo = be.gcp_sampled_gradient(To, so, lam, Ud, loss, 11, step, with_loss=True)
+        assert_close(host(be, go), gc)
+        assert fo == pytest.approx(fc, rel=1e-12)
+    # another seed is another sample
+    g2, _ = be.gcp_sampled_gradient(To, so, lam, Ud, loss, 12, 6)
+    assert not np.allclose(host(be, g2)[0], gc[0])
+    lc = cpu.gcp_loss_estimate(Tc, sc, lam, U, loss)
+    lo = be.gcp_loss_estimate(To, so, lam, Ud, loss)
+    assert lo == pytest.approx(lc, rel=1e-12)
+
+
+def test_sampled_gradient_inactive_modes_and_reused_out(be, cpu):
+    X, U = sparse_problem(shape=(9, 30, 5, 7), density=0.1, R=3)
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    loss = get_loss("poisson")
+    lam = np.ones(3)
+    sc = cpu.gcp_setup(Tc, "stratified", (400, 400), (50, 50), 1)
+    so = be.gcp_setup(To, "stratified", (400, 400), (50, 50), 1)
+    ref, _ = cpu.gcp_sampled_gradient(Tc, sc, lam, U, loss, 4, 2)
+    marker = [be.asarray(np.full_like(u, 7.0)) for u in U]
+    out, f = be.gcp_sampled_gradient(To, so, lam, U, loss, 4, 2, out=marker,
+                                     active=[False, True, False, True])
+    assert out is marker and f is None
+    got = host(be, out)
+    assert np.all(got[0] == 7.0) and np.all(got[2] == 7.0)
+    assert_close([got[1], got[3]], [ref[1], ref[3]])
+    # the same output arrays again, all modes: stale rows are cleared
+    out, _ = be.gcp_sampled_gradient(To, so, lam, U, loss, 4, 2, out=marker)
+    assert_close(host(be, out), ref)
+
+
+def test_rows_sampled_many_times_keep_the_cpu_order(be, cpu):
+    """A tiny mode: every row gets hundreds of samples (long runs of the sorted keys)."""
+    X, U = sparse_problem(shape=(2, 3, 40), density=0.5, R=2, seed=3)
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    loss = get_loss("gaussian")
+    sc = cpu.gcp_setup(Tc, "semi-stratified", (3000, 3000), (10, 10), 0)
+    so = be.gcp_setup(To, "semi-stratified", (3000, 3000), (10, 10), 0)
+    gc, _ = cpu.gcp_sampled_gradient(Tc, sc, np.ones(2), U, loss, 2, 0)
+    go, _ = be.gcp_sampled_gradient(To, so, np.ones(2), U, loss, 2, 0)
+    # the Gaussian loss needs no math library: the same operations in the same order
+    for g, r in zip(host(be, go), gc):
+        np.testing.assert_array_equal(g, r)
+
+
+@pytest.mark.parametrize("solver", ["adam", "adagrad", "sgd"])
+def test_optimizer_steps_equal_cpu(be, cpu, solver):
+    rng = np.random.default_rng(2)
+    U = [rng.standard_normal((7, 3)), rng.standard_normal((5, 3))]
+    Uc = [u.copy() for u in U]
+    Ud = [be.asarray(u) for u in U]
+    sc = cpu.gcp_optimizer_state(solver, Uc)
+    so = be.gcp_optimizer_state(solver, Ud)
+    assert set(so) == set(sc)
+    for t in range(1, 6):
+        G = [rng.standard_normal(u.shape) for u in U]
+        act = [True, t % 2 == 0]
+        cpu.gcp_optimizer_step(solver, Uc, G, sc, 0.05, t, -0.5, 0.9, 0.999, 1e-8, act)
+        be.gcp_optimizer_step(solver, Ud, [be.asarray(g) for g in G], so, 0.05, t, -0.5, 0.9,
+                              0.999, 1e-8, act)
+    assert any(np.any(u == -0.5) for u in Uc)  # the clipping was exercised
+    # sqrt and division are correctly rounded in fp64 OpenCL: the same numbers
+    for a, b in zip(Uc, host(be, Ud)):
+        np.testing.assert_allclose(b, a, rtol=1e-15, atol=0)
+    for name in sc:
+        for a, b in zip(sc[name], host(be, so[name])):
+            np.testing.assert_allclose(b, a, rtol=1e-15, atol=0)
+
+
+def test_user_defined_loss_takes_the_host_fallback(be, cpu):
+    class Squared:
+        lower = -np.inf
+
+        def value(self, x, m):
+            return (x - m) ** 2
+
+        def deriv(self, x, m):
+            return 2 * (m - x)
+
+    user = get_loss(Squared())
+    assert user.code < 0
+    X, U = sparse_problem(R=3)
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    sc = cpu.gcp_setup(Tc, "semi-stratified", (300, 300), (100, 100), 5)
+    so = be.gcp_setup(To, "semi-stratified", (300, 300), (100, 100), 5)
+    lam = np.ones(3)
+    gc, fc = cpu.gcp_sampled_gradient(Tc, sc, lam, U, user, 1, 1, with_loss=True)
+    go, fo = be.gcp_sampled_gradient(To, so, lam, U, user, 1, 1, with_loss=True)
+    assert_close(host(be, go), gc)
+    assert fo == pytest.approx(fc, rel=1e-12)
+    builtin, _ = be.gcp_sampled_gradient(To, so, lam, U, get_loss("gaussian"), 1, 1)
+    assert_close(host(be, go), host(be, builtin))
+    assert be.gcp_loss_estimate(To, so, lam, U, user) == pytest.approx(
+        cpu.gcp_loss_estimate(Tc, sc, lam, U, user), rel=1e-12)
+    # a bare object (without the estimator's wrapper) is taken as a user-defined loss too
+    go2, _ = be.gcp_sampled_gradient(To, so, lam, U, Squared(), 1, 1)
+    assert_close(host(be, go2), gc)
+    # and the estimator runs it on the device with the CPU's samples
+    kw = dict(rank=3, loss=Squared(), epoch_iters=10, max_iter=2, tol=0, random_state=1,
+              n_samples_grad=100, n_samples_loss=(100, 100))
+    a = GCP(**kw).fit(X)
+    b = GCP(device="opencl", **kw).fit(X)
+    np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-9)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-9 * np.abs(fa).max())
+
+
+def test_full_loss_and_gradient_equal_cpu(be, cpu):
+    X, U = sparse_problem(shape=(5, 4, 3), density=0.4, R=2)
+    mask = np.random.default_rng(0).random(X.shape) < 0.8
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    loss = get_loss("poisson")
+    Fc, Gc = cpu.gcp_full_loss_grad(Tc, np.ones(2), U, loss, mask=mask, modes=[0, 2])
+    Fo, Go = be.gcp_full_loss_grad(To, np.ones(2), [be.asarray(u) for u in U], loss,
+                                   mask=mask, modes=[0, 2])
+    assert Fo == Fc and Go[1] is None
+    for k in (0, 2):
+        np.testing.assert_array_equal(be.to_numpy(Go[k]), Gc[k])
+
+
+# ---------------------------------------------------------------------------- fits
+@pytest.mark.parametrize("name", ["poisson", "gaussian", "bernoulli_logit"])
+def test_gcp_fit_same_model_as_cpu(name):
+    _opencl_backend()
+    X, _ = sparse_problem(shape=(20, 15, 12), density=0.08, seed=4)
+    if name == "bernoulli_logit":
+        X = SparseTensor(X.subs, np.ones(X.nnz), X.shape)
+    kw = dict(rank=3, loss=name, solver="adam", sampler="stratified", epoch_iters=25,
+              max_iter=4, tol=0, random_state=7, n_samples_grad=200,
+              n_samples_loss=(300, 300), learning_rate=1e-2)
+    a = GCP(**kw).fit(X)
+    b = GCP(device="opencl", **kw).fit(X)
+    assert b.n_iter_ == a.n_iter_ == 4
+    np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-9)
+    assert b.loss_ == pytest.approx(a.loss_, rel=1e-9)
+    np.testing.assert_allclose(b.weights_, a.weights_, rtol=1e-9)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-9 * np.abs(fa).max())
+    # the fit did something: the estimated loss went down
+    assert a.loss_history_[-1] < a.loss_history_[0]
+
+
+@pytest.mark.parametrize("sampler,solver", [("semi-stratified", "adagrad"),
+                                            ("uniform", "sgd")])
+def test_gcp_fit_with_mask_same_model_as_cpu(sampler, solver):
+    _opencl_backend()
+    rng = np.random.default_rng(5)
+    X, _ = sparse_problem(shape=(12, 10, 8), density=0.3, seed=5)
+    mask = rng.random(X.shape) < 0.7
+    kw = dict(rank=2, loss="poisson", solver=solver, sampler=sampler, epoch_iters=20,
+              max_iter=3, tol=0, random_state=3, mask=mask, n_samples_loss=(100, 100),
+              learning_rate=1e-2 if solver == "adagrad" else 1e-4)
+    a = GCP(**kw).fit(X)
+    b = GCP(device="opencl", **kw).fit(X)
+    np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-9)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-9 * np.abs(fa).max())
+
+
+def test_gcp_lbfgsb_transform_and_score_on_opencl():
+    _opencl_backend()
+    X, _ = sparse_problem(shape=(8, 6, 5), density=0.4, seed=6)
+    kw = dict(rank=2, loss="poisson", solver="lbfgsb", max_iter=30, random_state=0)
+    a = GCP(**kw).fit(X)
+    b = GCP(device="opencl", **kw).fit(X)
+    assert b.loss_ == pytest.approx(a.loss_, rel=1e-12)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(b.transform(X[:3]), a.transform(X[:3]), rtol=1e-8, atol=1e-10)
+    assert b.score(X) == pytest.approx(a.score(X), rel=1e-9)
+
+
+def test_gcp_fp32_on_opencl():
+    """float32 data: the device samples the same entries, computes in float32."""
+    be = _opencl_backend()
+    cpu = get_backend("cpu")
+    X, U = sparse_problem(R=3, dtype=np.float32)
+    To, Tc = be.prepare(X), cpu.prepare(X)
+    so = be.gcp_setup(To, "stratified", (400, 400), (200, 200), 1)
+    sc = cpu.gcp_setup(Tc, "stratified", (400, 400), (200, 200), 1)
+    assert so.dtype == np.float32
+    loss = get_loss("poisson")
+    go, _ = be.gcp_sampled_gradient(To, so, np.ones(3), U, loss, 3, 0)
+    gc, _ = cpu.gcp_sampled_gradient(Tc, sc, np.ones(3), U, loss, 3, 0)
+    assert all(g.dtype == np.float32 for g in go)
+    assert_close(host(be, go), gc, rtol=1e-4)
+    assert be.gcp_loss_estimate(To, so, np.ones(3), U, loss) == pytest.approx(
+        cpu.gcp_loss_estimate(Tc, sc, np.ones(3), U, loss), rel=1e-5)
+    kw = dict(rank=3, loss="poisson", epoch_iters=20, max_iter=3, tol=0, random_state=2,
+              n_samples_grad=200, n_samples_loss=(300, 300), learning_rate=1e-2)
+    a = GCP(**kw).fit(X)
+    b = GCP(device="opencl", **kw).fit(X)
+    np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-4)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-3, atol=1e-4 * np.abs(fa).max())
+
+
+# ---------------------------------------------------------------------------- bad input
+def test_bad_inputs_raise_before_any_kernel(be, cpu):
+    X, U = sparse_problem(R=2)
+    To = be.prepare(X)
+    Tc = cpu.prepare(X)
+    loss = get_loss("poisson")
+    lam = np.ones(2)
+    with pytest.raises(ValueError, match="unknown sampler"):
+        be.gcp_setup(To, "random", (10, 10), (10, 10), 0)
+    with pytest.raises(TypeError, match="prepared by this OpenCL backend"):
+        be.gcp_setup(Tc, "stratified", (10, 10), (10, 10), 0)
+    with pytest.raises(ValueError, match="pair"):
+        be.gcp_setup(To, "stratified", (10, 10, 10), (10, 10), 0)
+    with pytest.raises(ValueError, match="n_grad"):
+        be.gcp_setup(To, "stratified", (-1, 10), (10, 10), 0)
+    with pytest.raises(ValueError, match="loss_seed"):
+        be.gcp_setup(To, "stratified", (10, 10), (10, 10), -3)
+    with pytest.raises(ValueError, match="outside the tensor"):
+        be.gcp_setup(To, "stratified", (10, 10), (10, 10), 0, zero_subs=[[0, 0, 10]])
+    with pytest.raises(ValueError, match="zero_subs must be an"):
+        be.gcp_setup(To, "stratified", (10, 10), (10, 10), 0, zero_subs=[[0, 0]])
+    with pytest.raises(TypeError, match="integer coordinates"):
+        be.gcp_setup(To, "stratified", (10, 10), (10, 10), 0, zero_subs=[[0.5, 0, 1]])
+    state = be.gcp_setup(To, "stratified", (10, 10), (10, 10), 0)
+    with pytest.raises(ValueError, match="rows"):
+        be.gcp_sampled_gradient(To, state, lam, [U[0][:-1], U[1], U[2]], loss, 0, 0)
+    with pytest.raises(ValueError, match="factor matrices given"):
+        be.gcp_sampled_gradient(To, state, lam, U[:2], loss, 0, 0)
+    with pytest.raises(ValueError, match="weights"):
+        be.gcp_sampled_gradient(To, state, np.ones(3), U, loss, 0, 0)
+    with pytest.raises(ValueError, match="seed"):
+        be.gcp_sampled_gradient(To, state, lam, U, loss, -1, 0)
+    with pytest.raises(ValueError, match="active"):
+        be.gcp_sampled_gradient(To, state, lam, U, loss, 0, 0, active=[True])
+    with pytest.raises(TypeError, match="loss"):
+        be.gcp_sampled_gradient(To, state, lam, U, "poisson", 0, 0)
+    with pytest.raises(ValueError, match="out\\[1\\]"):
+        be.gcp_sampled_gradient(To, state, lam, U, loss, 0, 0,
+                                out=[be.zeros(u.shape, np.float64) for u in U[:1]]
+                                + [be.zeros((3, 2), np.float64), be.zeros(U[2].shape,
+                                                                          np.float64)])
+    with pytest.raises(TypeError, match="out\\[0\\]"):
+        be.gcp_sampled_gradient(To, state, lam, U, loss, 0, 0, out=[u.copy() for u in U])
+    other = be.prepare(X)
+    with pytest.raises(ValueError, match="another tensor"):
+        be.gcp_sampled_gradient(other, state, lam, U, loss, 0, 0)
+    with pytest.raises(ValueError, match="another tensor"):
+        be.gcp_loss_estimate(other, state, lam, U, loss)
+    with pytest.raises(TypeError, match="state"):
+        be.gcp_loss_estimate(To, cpu.gcp_setup(Tc, "stratified", (5, 5), (5, 5), 0), lam, U,
+                             loss)
+    with pytest.raises(ValueError, match="mask has shape"):
+        be.gcp_full_loss_grad(To, lam, U, loss, mask=np.ones((2, 2), bool))
+    with pytest.raises(ValueError, match="unknown stochastic solver"):
+        be.gcp_optimizer_state("newton", [be.asarray(u) for u in U])
+    Ud = [be.asarray(u) for u in U]
+    opt = be.gcp_optimizer_state("adam", Ud)
+    G = [be.asarray(u) for u in U]
+    with pytest.raises(TypeError, match="device array"):
+        be.gcp_optimizer_step("adam", U, G, opt, 0.1, 1, 0.0, 0.9, 0.999, 1e-8)
+    with pytest.raises(ValueError, match="t must be"):
+        be.gcp_optimizer_step("adam", Ud, G, opt, 0.1, 0, 0.0, 0.9, 0.999, 1e-8)
+    with pytest.raises(ValueError, match="state must be"):
+        be.gcp_optimizer_step("adagrad", Ud, G, opt, 0.1, 1, 0.0, 0.9, 0.999, 1e-8)
+    with pytest.raises(ValueError, match="shape"):
+        be.gcp_optimizer_step("adam", Ud, [G[1], G[0], G[2]], opt, 0.1, 1, 0.0, 0.9, 0.999,
+                              1e-8)
+    empty = be.prepare(SparseTensor(np.zeros((0, 3), np.int64), np.zeros(0), (4, 3, 2)))
+    with pytest.raises(ValueError, match="at least one"):
+        be.gcp_setup(empty, "uniform", (5, 5), (5, 5), 0, zero_subs=np.zeros((0, 3), int))
+    # nothing was touched by the refused calls
+    np.testing.assert_array_equal(be.to_numpy(Ud[0]), U[0])
+    # and the estimator's errors are the CPU's
+    with pytest.raises(ValueError, match="non-negative"):
+        GCP(loss="poisson", device="opencl").fit(-np.ones((3, 3, 3)))
