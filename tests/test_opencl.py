@@ -154,12 +154,14 @@ def test_cpapr_mu_same_model_as_cpu():
     np.testing.assert_allclose(b.transform(X[:4]), a.transform(X[:4]), rtol=1e-8, atol=1e-10)
 
 
-def test_unported_solvers_say_so():
+def test_row_solvers_run_on_opencl():
+    """pdnr/pqnr are ported (compared with the CPU in test_opencl_cpapr.py)."""
     _opencl_backend()
     from sktensor_fast import CPAPR
     X = random_sparse((10, 8, 6), 200, np.random.default_rng(6), counts=True)
-    with pytest.raises(NotImplementedError, match="does not implement"):
-        CPAPR(rank=2, solver="pdnr", max_iter=2, device="opencl", random_state=0).fit(X)
+    for solver in ("pdnr", "pqnr"):
+        est = CPAPR(rank=2, solver=solver, max_iter=2, device="opencl", random_state=0).fit(X)
+        assert np.isfinite(est.log_likelihood_) and est.n_inner_iter_ > 0
 
 
 def test_phi_variant_and_chunk_settings(monkeypatch, be):

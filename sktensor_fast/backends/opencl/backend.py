@@ -458,6 +458,14 @@ class OpenCLBackend(Backend):
                 self.queue, (B.size,), None, np.int64(B.size), B.data, Phi.data)
         return B
 
+    def apr_mu_rows_(self, B, Phi, tol):
+        from . import cpapr_rows
+        return cpapr_rows.mu_rows(self, B, Phi, tol)
+
+    def apr_row_solve(self, T, factors, mode, B, method, params):
+        from . import cpapr_rows
+        return cpapr_rows.row_solve(self, T, factors, mode, B, method, params)
+
     def poisson_data_term(self, T, weights, factors, eps=0.0):
         if T.nnz == 0:
             return 0.0

@@ -1,0 +1,296 @@
+"""CP-APR's row subproblem solvers (PDN-R, PQN-R) and row-wise MU step on an OpenCL device.
+
+The kernels are in ``kernels/cpapr_rows.cl``; they port ``backends/cpu/_cpapr.pyx`` operation
+for operation, one work-item per row of the mode.  A row's nonzeros are its run in the
+tensor's copy sorted by the mode (``OpenCLTensor.subs[mode]``, ``vals[mode]``); the run
+offsets are built on the device once per mode and kept on the tensor object.  Khatri-Rao rows
+are formed on the fly from the factor rows.  Per-row scratch lives in global memory, in
+batches of rows sized to a fixed budget, and is kept on the backend between calls.
+
+Like the CPU solver, the solvers compute in double precision whenever the device has it
+(float32 data and factors are converted on reading); devices without fp64 compute in float.
+
+Everything is checked here before a kernel runs.  :class:`OpenCLBackend` delegates
+``apr_row_solve`` and ``apr_mu_rows_`` to :func:`row_solve` and :func:`mu_rows`.
+"""
+import math
+import numbers
+
+import numpy as np
+
+__all__ = ["row_solve", "mu_rows", "MAX_RANK", "METHODS"]
+
+#: Largest rank the row solver kernels accept (per-row scratch grows as rank²).
+MAX_RANK = 256
+
+#: Row solvers and their kernel codes.
+METHODS = {"pdnr": 0, "pqnr": 1}
+
+#: Most bytes of per-row scratch one batch of rows may use (less on small devices).
+SCRATCH_BUDGET = 256 << 20
+
+#: Work-group size of the reduction kernel (a power of two, at most RED_WG of the .cl file).
+_RED_WG = 256
+
+#: Work-group size of the per-row and per-nonzero kernels.
+_LAUNCH_WG = 64
+
+
+def _real(backend):
+    return np.float64 if backend.fp64 else np.float32
+
+
+def _program(backend, dtype, nmodes):
+    """The compiled cpapr_rows.cl for the data type and number of modes (None: only the
+    mode-independent kernels), cached on the backend."""
+    cache = backend.__dict__.setdefault("_apr_rows_progs", {})
+    key = (np.dtype(dtype).str, nmodes)
+    prog = cache.get(key)
+    if prog is None:
+        extra = ["#define REAL_T double", "#define REAL_FP64 1"] if backend.fp64 else \
+            ["#define REAL_T float"]
+        src = backend._header(dtype, nmodes, extra=extra) + backend._source("cpapr_rows.cl")
+        options = [] if backend.fp64 else ["-cl-single-precision-constant"]
+        prog = backend.cl.Program(backend.ctx, src).build(options=options)
+        cache[key] = prog
+    return prog
+
+
+def _kernel(backend, dtype, nmodes, name):
+    """Kernel ``name`` of :func:`_program`, cached (a retrieval creates a new kernel object)."""
+    cache = backend.__dict__.setdefault("_apr_rows_knls", {})
+    key = (np.dtype(dtype).str, nmodes, name)
+    knl = cache.get(key)
+    if knl is None:
+        knl = backend.cl.Kernel(_program(backend, dtype, nmodes), name)
+        cache[key] = knl
+    return knl
+
+
+def _launch(backend, knl, n, *args):
+    """Run ``knl`` on ``n`` work-items (the kernels ignore the padding) with one fixed
+    work-group size, so that the device compiles each kernel once."""
+    wg = min(_LAUNCH_WG, backend.max_wg)
+    knl(backend.queue, (-(-n // wg) * wg,), (wg,), *args)
+
+
+def _buffer(backend, name, nbytes):
+    """A device buffer of at least ``nbytes`` kept on the backend for reuse."""
+    cache = backend.__dict__.setdefault("_apr_rows_bufs", {})
+    nbytes = max(int(nbytes), 8)
+    buf = cache.get(name)
+    if buf is None or buf.size < nbytes:
+        cache.pop(name, None)
+        if nbytes > int(backend.device.max_mem_alloc_size):
+            raise MemoryError(
+                f"CP-APR row solver: a scratch buffer of {nbytes / 2**20:.1f} MiB exceeds the "
+                f"largest allocation of '{backend.device.name.strip()}' "
+                f"({int(backend.device.max_mem_alloc_size) / 2**20:.1f} MiB); use device='cpu'")
+        try:
+            buf = backend.cl.Buffer(backend.ctx, backend.cl.mem_flags.READ_WRITE, nbytes)
+        except backend.cl.Error as exc:
+            raise MemoryError(f"CP-APR row solver: cannot allocate {nbytes / 2**20:.1f} MiB "
+                              f"on '{backend.device.name.strip()}': {exc}") from exc
+        cache[name] = buf
+    return buf
+
+
+def row_pointers(backend, T, mode):
+    """(I + 1) int64 device array: row i of ``mode`` owns positions ``ptr[i]:ptr[i+1]`` of the
+    mode-sorted nonzeros.  Built on the device once per mode, cached on ``T``."""
+    import pyopencl.array as cla
+    cache = T.__dict__.setdefault("_apr_row_ptr", {})
+    ptr = cache.get(mode)
+    if ptr is None:
+        I = T.shape[mode]
+        ptr = cla.empty(backend.queue, (I + 1,), np.int64)
+        if T.nnz == 0:
+            ptr.fill(0)
+        else:
+            _launch(backend, _kernel(backend, T.dtype, T.ndim, "row_pointers"), T.nnz + 1,
+                    np.int64(T.nnz), np.int64(I), np.int32(mode), T.subs[mode].data, ptr.data)
+        cache[mode] = ptr
+    return ptr
+
+
+def _reduce(backend, dtype, nmodes, n, use_kkt, kkt, inner, changed):
+    """(max kkt, sum inner, sum changed) over ``n`` rows, reduced on the device and read
+    back in one transfer."""
+    import pyopencl.array as cla
+    out = cla.empty(backend.queue, (3,), np.uint64)
+    wg = 1
+    while wg * 2 <= min(_RED_WG, backend.max_wg):
+        wg *= 2
+    _kernel(backend, dtype, nmodes, "reduce_rows")(backend.queue, (wg,), (wg,), np.int64(n), np.int32(use_kkt), kkt, inner,
+                     changed, out.data)
+    h = out.get()
+    if backend.fp64:
+        k = float(h[:1].view(np.float64)[0])
+    else:
+        k = float(h[:1].astype(np.uint32).view(np.float32)[0])
+    return k, int(h[1]), int(h[2])
+
+
+# ---------------------------------------------------------------------- argument checks
+def _check_tensor(backend, T):
+    from .backend import OpenCLTensor
+    if not isinstance(T, OpenCLTensor):
+        raise TypeError(f"the OpenCL CP-APR row solver needs a tensor prepared by this backend "
+                        f"(backend.prepare(X)), got {type(T).__name__}")
+
+
+def _check_params(params):
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict, got {type(params).__name__}")
+    missing = [k for k in ("tol", "max_inner", "eps_div_zero", "eps_active") if k not in params]
+    if missing:
+        raise ValueError(f"CP-APR row solver parameters lack {', '.join(missing)}")
+    out = {}
+    for key, default, lo, strict in (("tol", None, None, False),
+                                     ("eps_div_zero", None, 0.0, True),
+                                     ("eps_active", None, 0.0, False),
+                                     ("mu0", 1e-5, 0.0, True)):
+        v = params.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(float(v)):
+            raise ValueError(f"CP-APR row solver parameter {key} must be a real number, "
+                             f"got {v!r}")
+        v = float(v)
+        if lo is not None and (v <= lo if strict else v < lo):
+            raise ValueError(f"CP-APR row solver parameter {key} must be "
+                             f"{'>' if strict else '>='} {lo:g}, got {v!r}")
+        out[key] = v
+    for key, default, lo in (("max_inner", None, 0), ("lbfgs_mem", 3, 1)):
+        v = params.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError(f"CP-APR row solver parameter {key} must be an integer, got {v!r}")
+        v = int(v)
+        if not lo <= v <= 2 ** 31 - 1:
+            raise ValueError(f"CP-APR row solver parameter {key} must be in "
+                             f"[{lo}, {2 ** 31 - 1}], got {v}")
+        out[key] = v
+    return out
+
+
+def _device_array(backend, a, dtype, what):
+    """``a`` as a C-contiguous device array of ``dtype`` (a copy when it is not one)."""
+    import pyopencl.array as cla
+    if isinstance(a, cla.Array):
+        if a.dtype not in (np.float32, np.float64):
+            raise TypeError(f"{what} must hold float32 or float64, got {a.dtype}")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{what} must be a C-contiguous device array")
+        return a if a.dtype == dtype else a.astype(dtype)
+    h = np.asarray(a)
+    if h.dtype.kind not in "fiub":
+        raise TypeError(f"{what} must be a real array, got dtype {h.dtype}")
+    return backend.asarray(np.ascontiguousarray(h, dtype=dtype))
+
+
+# ---------------------------------------------------------------------- the solvers
+def row_solve(backend, T, factors, mode, B, method, params):
+    """``Backend.apr_row_solve`` on the device; see ``backends/base.py``."""
+    import pyopencl.array as cla
+    if method not in METHODS:
+        raise ValueError(f"unknown CP-APR row solver {method!r}; use 'pdnr' or 'pqnr'")
+    _check_tensor(backend, T)
+    if isinstance(mode, bool) or not isinstance(mode, numbers.Integral):
+        raise TypeError(f"mode must be an integer, got {mode!r}")
+    mode = int(mode)
+    if not isinstance(B, (cla.Array, np.ndarray)):
+        raise TypeError(f"B must be a NumPy or device array (updated in place), got "
+                        f"{type(B).__name__}")
+    factors = list(factors)
+    backend.check_factors(T, factors, mode, B=B)
+    p = _check_params(params)
+    R = int(B.shape[1])
+    if R > MAX_RANK:
+        raise ValueError(f"rank {R} exceeds the largest rank of the OpenCL CP-APR row solvers "
+                         f"({MAX_RANK}); use device='cpu'")
+    dtype = np.dtype(T.dtype)
+    I = T.shape[mode]
+    is_dev = isinstance(B, cla.Array)
+    if is_dev and B.dtype not in (np.float32, np.float64):
+        raise TypeError(f"B must hold float32 or float64, got {B.dtype}")
+    work = _device_array(backend, B, dtype, "B")
+    facs = [work if k == mode else _device_array(backend, f, dtype, f"factor {k}")
+            for k, f in enumerate(factors)]
+    real = _real(backend)
+    rsize = np.dtype(real).itemsize
+    mem = p["lbfgs_mem"]
+    pdnr = METHODS[method] == 0
+    per_row = 9 * R + (2 * R * R if pdnr else 2 * mem * R + 2 * mem)
+    if pdnr and T.nnz * rsize > int(backend.device.max_mem_alloc_size):
+        raise MemoryError(f"CP-APR row solver: the per-nonzero scratch ({T.nnz} values) exceeds "
+                          f"the largest allocation of '{backend.device.name.strip()}'; use "
+                          f"device='cpu'")
+    result = {"kkt": 0.0, "n_inner": 0, "n_changed": 0}
+    if I == 0 or R == 0:
+        return result
+    if T.nnz == 0:
+        # no data at all: every row's optimum is zero
+        work.fill(0)
+    else:
+        budget = min(SCRATCH_BUDGET, int(backend.device.max_mem_alloc_size) // 2,
+                     int(backend.device.global_mem_size) // 8)
+        nb = int(max(1, min(I, budget // (per_row * rsize))))
+        ptr = row_pointers(backend, T, mode)
+        wbuf = _buffer(backend, "work", nb * per_row * rsize)
+        ibuf = _buffer(backend, "iwork", nb * R * 4 if pdnr else 4)
+        ubuf = _buffer(backend, "ups", T.nnz * rsize if pdnr else rsize)
+        # the scratch is filled and used within one kernel, so it is shared between calls; the
+        # per-row results live until the reduction, so they are this call's own
+        kbuf = cla.empty(backend.queue, (I,), real).data
+        nbuf = cla.empty(backend.queue, (I,), np.int32).data
+        cbuf = cla.empty(backend.queue, (I,), np.int32).data
+        knl = _kernel(backend, dtype, T.ndim, "apr_rows")
+        fixed = [np.int32(R), np.int32(mode), ptr.data, T.subs[mode].data, T.vals[mode].data]
+        fixed += [f.data for f in facs]
+        fixed += [work.data, real(p["tol"]), np.int32(p["max_inner"]), real(p["eps_div_zero"]),
+                  real(p["eps_active"]), real(p["mu0"]), np.int32(mem), wbuf, ibuf, ubuf, kbuf,
+                  nbuf, cbuf]
+        for row0 in range(0, I, nb):
+            n = min(nb, I - row0)
+            _launch(backend, knl, n, np.int32(METHODS[method]), np.int64(row0), np.int64(n),
+                    np.int64(nb), *fixed)
+        k, s_inner, s_changed = _reduce(backend, dtype, T.ndim, I, 1, kbuf, nbuf, cbuf)
+        result = {"kkt": k, "n_inner": s_inner, "n_changed": s_changed}
+    if work is not B:
+        if is_dev:      # B of another dtype than the data: convert back on the device
+            backend.cl.enqueue_copy(backend.queue, B.data, work.astype(B.dtype).data)
+        else:
+            B[...] = work.get()
+    return result
+
+
+def mu_rows(backend, B, Phi, tol):
+    """``Backend.apr_mu_rows_`` on the device: a row-wise KKT check and update kernel and a
+    count reduction; returns the number of updated rows."""
+    import pyopencl.array as cla
+    if isinstance(B, np.ndarray):
+        # a host B: solved on the device, written back in place
+        if B.dtype not in (np.float32, np.float64):
+            raise TypeError(f"B must hold float32 or float64, got {B.dtype}")
+        Bd = backend.asarray(np.ascontiguousarray(B))
+        n = mu_rows(backend, Bd, Phi, tol)
+        B[...] = Bd.get()
+        return n
+    if not isinstance(B, cla.Array):
+        raise TypeError(f"B must be a NumPy or device array, got {type(B).__name__}")
+    if B.ndim != 2:
+        raise ValueError(f"B must be 2-D, got shape {tuple(B.shape)}")
+    if tuple(np.shape(Phi)) != tuple(B.shape):
+        raise ValueError(f"Phi has shape {tuple(np.shape(Phi))}, B has {tuple(B.shape)}")
+    if B.dtype not in (np.float32, np.float64):
+        raise TypeError(f"B must hold float32 or float64, got {B.dtype}")
+    if not B.flags.c_contiguous:
+        raise ValueError("B must be a C-contiguous device array")
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or math.isnan(float(tol)):
+        raise ValueError(f"tol must be a real number, got {tol!r}")
+    Phi = _device_array(backend, Phi, B.dtype, "Phi")
+    I, R = (int(s) for s in B.shape)
+    if B.size == 0:
+        return 0
+    flags = cla.empty(backend.queue, (I,), np.int32).data
+    _launch(backend, _kernel(backend, B.dtype, None, "apr_mu_rows"), I, np.int64(I),
+            np.int32(R), B.data, Phi.data, B.dtype.type(tol), flags)
+    return _reduce(backend, B.dtype, None, I, 0, flags, flags, flags)[2]
