@@ -128,7 +128,8 @@ class OpenCLBackend(Backend):
 
     name = "opencl"
 
-    #: nonzeros whose loads the MTTKRP / Φ kernel issues together (kernels/cp.cl)
+    #: nonzeros whose loads the MTTKRP / Φ kernel issues together (kernels/cp.cl); the
+    #: environment variable SKTENSOR_FAST_OCL_UNROLL overrides it
     UNROLL = 4
 
     def __init__(self, selector="opencl"):
@@ -146,8 +147,11 @@ class OpenCLBackend(Backend):
         self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 128 if self.is_gpu else 256))
         if self.chunk < 1:
             raise ValueError(f"SKTENSOR_FAST_OCL_CHUNK must be positive, got {self.chunk}")
-        # the kernels take UNROLL nonzeros at a time: a chunk is a multiple of it
-        self.chunk = -(-self.chunk // self.UNROLL) * self.UNROLL
+        self.unroll = int(os.environ.get("SKTENSOR_FAST_OCL_UNROLL", self.UNROLL))
+        if not 1 <= self.unroll <= 16:
+            raise ValueError(f"SKTENSOR_FAST_OCL_UNROLL must be in 1..16, got {self.unroll}")
+        # the kernels take `unroll` nonzeros at a time: a chunk is a multiple of it
+        self.chunk = -(-self.chunk // self.unroll) * self.unroll
         self.is_nvidia = "NVIDIA" in (self.device.vendor or "").upper()
         # how Φ forms <B[row], π>: "shuffle" (a register butterfly across the lanes of a warp,
         # NVIDIA devices: PTX shfl.sync), "local" (lanes share π through local memory, one
@@ -203,7 +207,7 @@ class OpenCLBackend(Backend):
 
     def _kernel(self, dtype, nmodes, phi, name):
         """Compiled kernel ``name`` of cp.cl (or dense.cl when ``nmodes`` is None), cached."""
-        key = (np.dtype(dtype).str, nmodes, phi, name)
+        key = (np.dtype(dtype).str, nmodes, phi, name, self.unroll)
         knl = self._knls.get(key)
         if knl is None:
             if nmodes is None:
@@ -216,9 +220,9 @@ class OpenCLBackend(Backend):
                     extra.append("#define PHI_REDUNDANT 1")
                 if phi == "shuffle":
                     extra.append("#define PHI_SHUFFLE_NV 1")
-                extra.append(f"#define UNROLL {self.UNROLL}")
+                extra.append(f"#define UNROLL {self.unroll}")
                 src = self._header(dtype, nmodes, extra=extra) + self._source("cp.cl")
-            pkey = (np.dtype(dtype).str, nmodes, phi)
+            pkey = (np.dtype(dtype).str, nmodes, phi, self.unroll)
             prog = self._progs.get(pkey)
             if prog is None:
                 prog = self.cl.Program(self.ctx, src).build()
@@ -507,6 +511,6 @@ class OpenCLBackend(Backend):
     def info(self):
         d = self.device
         return {"name": self.name, "device": d.name.strip(), "platform": d.platform.name.strip(),
-                "fp64": self.fp64, "gpu": self.is_gpu, "chunk": self.chunk,
+                "fp64": self.fp64, "gpu": self.is_gpu, "chunk": self.chunk, "unroll": self.unroll,
                 "phi_variant": self.phi_variant}
 
