@@ -129,8 +129,9 @@ class OpenCLBackend(Backend):
     name = "opencl"
 
     #: nonzeros whose loads the MTTKRP / Φ kernel issues together (kernels/cp.cl); the
-    #: environment variable SKTENSOR_FAST_OCL_UNROLL overrides it
-    UNROLL = 4
+    #: environment variable SKTENSOR_FAST_OCL_UNROLL overrides it.  On an H200 1 was fastest
+    #: (2: +0-10%, 4: +15-25%, 8: about 2x slower; benchmarks/README.md)
+    UNROLL = 1
 
     def __init__(self, selector="opencl"):
         cl = _import_cl()
@@ -143,8 +144,9 @@ class OpenCLBackend(Backend):
         self.max_wg = int(self.device.max_work_group_size)
         self._knls = {}
         self._progs = {}
-        # nonzeros per work-item; 128 was fastest of 8..512 on an H100 (benchmarks/README.md)
-        self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 128 if self.is_gpu else 256))
+        # nonzeros per work-item; 256 was the fastest of 64/128/256 on an H200, 128 of 8..512
+        # on an H100 (benchmarks/README.md)
+        self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 256))
         if self.chunk < 1:
             raise ValueError(f"SKTENSOR_FAST_OCL_CHUNK must be positive, got {self.chunk}")
         self.unroll = int(os.environ.get("SKTENSOR_FAST_OCL_UNROLL", self.UNROLL))
