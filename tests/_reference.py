@@ -46,3 +46,13 @@ def phi_ref(X, factors, mode, B, eps):
     out = np.zeros((X.shape[mode], R))
     np.add.at(out, X.subs[:, mode], w[:, None] * pi)
     return out
+
+
+def opencl_backend_or_skip():
+    """The OpenCL backend on the first OpenCL device, or skip the test when there is none."""
+    import pytest
+    from sktensor_fast.backends import get_backend
+    try:
+        return get_backend("opencl")
+    except Exception as exc:  # no platform at all
+        pytest.skip(f"no OpenCL device: {exc}")

@@ -6,16 +6,12 @@ import pytest
 from sktensor_fast import CPAPR, SparseTensor
 from sktensor_fast.backends import get_backend
 
-from _reference import random_sparse
+from _reference import opencl_backend_or_skip, random_sparse
 
 cl = pytest.importorskip("pyopencl")
 
 
-def _opencl_backend():
-    try:
-        return get_backend("opencl")
-    except Exception as exc:  # no platform at all
-        pytest.skip(f"no OpenCL device: {exc}")
+_opencl_backend = opencl_backend_or_skip
 
 
 @pytest.fixture(scope="module")

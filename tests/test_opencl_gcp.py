@@ -18,17 +18,15 @@ from sktensor_fast.backends.cpu import _gcp
 from sktensor_fast.backends.cpu import gcp_ops as cpu_ops
 from sktensor_fast.decomposition.losses import get_loss
 
+from _reference import opencl_backend_or_skip
+
 cl = pytest.importorskip("pyopencl")
 from sktensor_fast.backends.opencl import gcp_ops as ocl_ops  # noqa: E402
 
 PARAMS = {"huber": 0.7, "negative_binomial": 3.0, "beta": 0.5}
 
 
-def _opencl_backend():
-    try:
-        return get_backend("opencl")
-    except Exception as exc:  # no platform at all
-        pytest.skip(f"no OpenCL device: {exc}")
+_opencl_backend = opencl_backend_or_skip
 
 
 @pytest.fixture(scope="module")
