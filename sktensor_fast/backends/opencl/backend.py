@@ -139,6 +139,11 @@ class OpenCLBackend(Backend):
         self.device = select_device(selector)
         self.ctx = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.ctx)
+        # device arrays of the backend come from a pool: the kernels' scratch (boundary lists,
+        # partial sums) and the small per-iteration arrays reuse freed blocks instead of asking
+        # the driver for fresh memory on every call
+        import pyopencl.tools as clt
+        self.allocator = clt.MemoryPool(clt.ImmediateAllocator(self.queue))
         self.fp64 = bool(self.device.double_fp_config)
         self.is_gpu = bool(self.device.type & cl.device_type.GPU)
         self.max_wg = int(self.device.max_work_group_size)
@@ -267,7 +272,7 @@ class OpenCLBackend(Backend):
             return a if dtype is None or a.dtype == dtype else a.astype(dtype)
         arr = np.ascontiguousarray(a, dtype=dtype)
         self._check_dtype(arr.dtype)
-        return cla.to_device(self.queue, arr)
+        return cla.to_device(self.queue, arr, allocator=self.allocator)
 
     def to_numpy(self, a):
         import pyopencl.array as cla
@@ -277,7 +282,7 @@ class OpenCLBackend(Backend):
 
     def zeros(self, shape, dtype):
         import pyopencl.array as cla
-        return cla.zeros(self.queue, shape, dtype=self._check_dtype(dtype))
+        return cla.zeros(self.queue, shape, dtype=self._check_dtype(dtype), allocator=self.allocator)
 
     # ------------------------------------------------------------------ sparse kernels
     def _launch_accumulate(self, T, factors, mode, B, eps, out):
@@ -302,7 +307,7 @@ class OpenCLBackend(Backend):
             # the butterfly stays inside one warp of 32 lanes
             variant = "local" if self.phi_variant == "shuffle" and RP > 32 else self.phi_variant
         knl = self._kernel(T.dtype, T.ndim, variant, "accumulate")
-        LG = max(1, min(256, self.max_wg) // RP)
+        LG = max(1, min(self.group_size, self.max_wg) // RP)
         nchunks = -(-T.nnz // self.chunk)
         ngroups = -(-nchunks // LG)
         gsize = (RP, ngroups * LG)
@@ -321,13 +326,16 @@ class OpenCLBackend(Backend):
         self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out)
         return out
 
+    #: work-items per work-group of the MTTKRP / Φ kernel (RP lanes x LG chunks)
+    group_size = 256
+
     #: entries of the boundary list per work-item at the reduction levels
     LEVEL_CHUNK = 64
 
     def _boundary_buffers(self, nchunks, R, dtype):
         import pyopencl.array as cla
-        return (cla.empty(self.queue, (2 * nchunks,), np.int64),
-                cla.empty(self.queue, (2 * nchunks, R), dtype))
+        return (cla.empty(self.queue, (2 * nchunks,), np.int64, allocator=self.allocator),
+                cla.empty(self.queue, (2 * nchunks, R), dtype, allocator=self.allocator))
 
     def _reduce_boundaries(self, rows, vals, n, R, RP, dtype, out):
         """Fold the sorted (row, partial sum) boundary list into ``out``, level by level."""
