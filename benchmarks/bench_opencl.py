@@ -93,8 +93,8 @@ def main(argv=None):
                         "use the fastest for the rest of the run")
     p.add_argument("--phi-variants", nargs="*", default=[], choices=["shuffle", "local", "redundant"],
                    help="Φ variants to sweep with --chunks (the fastest is kept)")
-    p.add_argument("--unrolls", type=int, nargs="*", default=[],
-                   help="nonzeros loaded together per kernel step to sweep (with --chunks)")
+    p.add_argument("--vecs", type=int, nargs="*", default=[],
+                   help="columns per lane (1, 2, 4) to sweep (with --chunks)")
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU whole-fit comparison")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--out", default="bench_out/opencl.json")
@@ -118,10 +118,9 @@ def main(argv=None):
     finish = be.queue.finish
     sweep = {}
     variants = args.phi_variants or [be.phi_variant]
-    unrolls = args.unrolls or [be.unroll]
-    for unroll in unrolls:
+    for vec in args.vecs or [be.vec]:
         for chunk in args.chunks:
-            be.unroll, be.chunk = unroll, -(-chunk // unroll) * unroll
+            be.vec, be.chunk = vec, chunk
             entry = {"mttkrp_ms": [timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish,
                                          args.repeat) * 1e3 for m in range(X.ndim)]}
             for var in variants:
@@ -129,19 +128,19 @@ def main(argv=None):
                 entry[f"phi_{var}_ms"] = [timed(lambda: be.phi(T, dfac, m, dfac[m], 1e-10,
                                                                out=out[m]), finish, args.repeat)
                                           * 1e3 for m in range(X.ndim)]
-            sweep[(unroll, be.chunk)] = entry
-            print(f"unroll {unroll:2d} chunk {be.chunk:4d}: " + " | ".join(
+            sweep[(vec, chunk)] = entry
+            print(f"vec {vec} chunk {chunk:4d}: " + " | ".join(
                 f"{k[:-3]} " + " ".join(f"{x:.3f}" for x in v) for k, v in entry.items()),
                 flush=True)
     if sweep:
-        be.unroll, be.chunk = min(sweep, key=lambda c: sum(sweep[c]["mttkrp_ms"]))
+        be.vec, be.chunk = min(sweep, key=lambda c: sum(sweep[c]["mttkrp_ms"]))
         best_phi = min(((c, v) for c in sweep for v in variants),
                        key=lambda cv: sum(sweep[cv[0]][f"phi_{cv[1]}_ms"]))
         be.phi_variant = best_phi[1]
-        print(f"using unroll {be.unroll}, chunk {be.chunk} for MTTKRP; fastest Φ: (unroll, "
-              f"chunk) {best_phi[0]}, {best_phi[1]} (the whole fits use one setting: "
-              f"{be.unroll}, {be.chunk})", flush=True)
-        sweep = {f"unroll{u}_chunk{c}": v for (u, c), v in sweep.items()}
+        print(f"using vec {be.vec}, chunk {be.chunk} for MTTKRP; fastest Φ: (vec, chunk) "
+              f"{best_phi[0]}, {best_phi[1]} (the whole fits use one setting: {be.vec}, "
+              f"{be.chunk})", flush=True)
+        sweep = {f"vec{u}_chunk{c}": v for (u, c), v in sweep.items()}
     mttkrp_ms, phi_ms = [], []
     for m in range(X.ndim):
         mttkrp_ms.append(timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish, args.repeat) * 1e3)
@@ -156,7 +155,7 @@ def main(argv=None):
     err_phi = float(np.max(np.abs(be.to_numpy(be.phi(T, dfac, 1, dfac[1], 1e-10)) - ref_phi))
                     / np.max(np.abs(ref_phi)))
     bytes_per_nnz = X.ndim * 4 + X.vals.itemsize
-    row = {"upload_s": t_up, "chunk": be.chunk, "unroll": be.unroll, "chunk_sweep": sweep, "mttkrp_ms": mttkrp_ms, "phi_ms": phi_ms,
+    row = {"upload_s": t_up, "chunk": be.chunk, "vec": be.vec, "chunk_sweep": sweep, "mttkrp_ms": mttkrp_ms, "phi_ms": phi_ms,
            "max_rel_err_vs_cpu": {"mttkrp": err, "phi": err_phi},
            "tensor_stream_GBs": [X.nnz * bytes_per_nnz / (ms * 1e-3) / 1e9 for ms in mttkrp_ms]}
     print("MTTKRP ms/mode: " + " ".join(f"{x:.3f}" for x in mttkrp_ms)

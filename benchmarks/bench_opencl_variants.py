@@ -7,7 +7,7 @@ Times the kernel of ``kernels/cp.cl`` (mode 0, and Φ) as shipped and with its s
 - ``no_gather``: the factor entries are replaced by a value computed from the coordinate
   (the coordinates are still loaded, the factor rows are not);
 - ``no_index``: neither coordinates of the other modes nor factor rows are loaded;
-- for several work-group sizes (``--groups``).
+- for several work-group sizes (``--groups``) and columns per lane (``--vecs``).
 
 The edited kernels compute wrong results on purpose; they only place the time.
 """
@@ -23,11 +23,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sktensor_fast.backends import get_backend  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 
-GATHER = "if (m != mode) pi *= F[m][(long)subs[j * NMODES + m] * R + r];"
+GATHER = "pi *= ((__global const VEC_T*)(F[m] + (long)subs[j * NMODES + m] * R))[r];"
 EDITS = {
     "shipped": None,
-    "no_gather": (GATHER, "if (m != mode) pi *= (VAL_T)(1 + (subs[j * NMODES + m] & 1));"),
-    "no_index": (GATHER, "if (m != mode) pi *= (VAL_T)(1 + ((j + m) & 1));"),
+    "no_gather": (GATHER, "pi *= (VEC_T)(1 + (subs[j * NMODES + m] & 1));"),
+    "no_index": (GATHER, "pi *= (VEC_T)(1 + ((j + m) & 1));"),
 }
 
 
@@ -38,6 +38,7 @@ def main(argv=None):
     p.add_argument("--nnz", type=float, default=20e6)
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--groups", type=int, nargs="+", default=[64, 128, 256, 512])
+    p.add_argument("--vecs", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args(argv)
     X = synthetic_tensor(tuple(args.shape), int(args.nnz), seed=0)
@@ -59,8 +60,8 @@ def main(argv=None):
         be._source = source
         be._knls.clear()
         be._progs.clear()
-        for g in args.groups:
-            be.group_size = g
+        for g, vec in [(g, v) for v in args.vecs for g in args.groups]:
+            be.group_size, be.vec = g, vec
             res = []
             for fn in (lambda: be.mttkrp(T, dfac, 0, out=out),
                        lambda: be.phi(T, dfac, 0, dfac[0], 1e-10, out=out)):
@@ -73,7 +74,8 @@ def main(argv=None):
                     be.queue.finish()
                     best = min(best, time.perf_counter() - t)
                 res.append(best * 1e3)
-            print(f"{name:10s} group {g:4d}: MTTKRP {res[0]:7.3f}  Φ {res[1]:7.3f}", flush=True)
+            print(f"{name:10s} vec {vec} group {g:4d}: MTTKRP {res[0]:7.3f}  Φ {res[1]:7.3f}",
+                  flush=True)
     be._source = original
 
 

@@ -173,13 +173,22 @@ def test_phi_variant_and_chunk_settings(monkeypatch, be):
     monkeypatch.setenv("SKTENSOR_FAST_OCL_CHUNK", "0")
     with pytest.raises(ValueError, match="CHUNK"):
         OpenCLBackend("opencl")
-    monkeypatch.setenv("SKTENSOR_FAST_OCL_CHUNK", "7")      # rounded up to the unroll
-    b = OpenCLBackend("opencl")
-    assert b.chunk % b.UNROLL == 0 and b.chunk >= 7
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_CHUNK", "7")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_VEC", "3")
+    with pytest.raises(ValueError, match="VEC"):
+        OpenCLBackend("opencl")
     rng = np.random.default_rng(5)
     X = random_sparse((30, 20, 10), 3000, rng, counts=True)
-    T = b.prepare(X)
-    f = [rng.random((s, 6)) for s in X.shape]
-    for m in range(3):
-        np.testing.assert_allclose(b.to_numpy(b.phi(T, f, m, f[m], 1e-10)),
-                                   phi_ref(X, f, m, f[m], 1e-10), rtol=1e-11)
+    for variant in ("redundant", "local"):
+        monkeypatch.setenv("SKTENSOR_FAST_OCL_PHI", variant)
+        monkeypatch.setenv("SKTENSOR_FAST_OCL_VEC", "4")
+        b = OpenCLBackend("opencl")
+        assert b.chunk == 7 and b.vec == 4
+        T = b.prepare(X)
+        for rank in (5, 6, 8, 12):            # 1, 2, 4 and 4 columns per lane
+            f = [rng.random((s, rank)) for s in X.shape]
+            for m in range(3):
+                np.testing.assert_allclose(b.to_numpy(b.mttkrp(T, f, m)), mttkrp_ref(X, f, m),
+                                           rtol=1e-12)
+                np.testing.assert_allclose(b.to_numpy(b.phi(T, f, m, f[m], 1e-10)),
+                                           phi_ref(X, f, m, f[m], 1e-10), rtol=1e-11)

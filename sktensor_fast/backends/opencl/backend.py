@@ -128,10 +128,10 @@ class OpenCLBackend(Backend):
 
     name = "opencl"
 
-    #: nonzeros whose loads the MTTKRP / Φ kernel issues together (kernels/cp.cl); the
-    #: environment variable SKTENSOR_FAST_OCL_UNROLL overrides it.  On an H200 1 was fastest
-    #: (2: +0-10%, 4: +15-25%, 8: about 2x slower; benchmarks/README.md)
-    UNROLL = 1
+    #: columns per lane of the MTTKRP / Φ kernel (kernels/cp.cl): one vector load of VEC
+    #: entries per factor row and lane; the largest of 4, 2, 1 that divides the rank and is at
+    #: most this.  The environment variable SKTENSOR_FAST_OCL_VEC overrides it.
+    VEC = 4
 
     def __init__(self, selector="opencl"):
         cl = _import_cl()
@@ -154,11 +154,9 @@ class OpenCLBackend(Backend):
         self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 256))
         if self.chunk < 1:
             raise ValueError(f"SKTENSOR_FAST_OCL_CHUNK must be positive, got {self.chunk}")
-        self.unroll = int(os.environ.get("SKTENSOR_FAST_OCL_UNROLL", self.UNROLL))
-        if not 1 <= self.unroll <= 16:
-            raise ValueError(f"SKTENSOR_FAST_OCL_UNROLL must be in 1..16, got {self.unroll}")
-        # the kernels take `unroll` nonzeros at a time: a chunk is a multiple of it
-        self.chunk = -(-self.chunk // self.unroll) * self.unroll
+        self.vec = int(os.environ.get("SKTENSOR_FAST_OCL_VEC", self.VEC))
+        if self.vec not in (1, 2, 4):
+            raise ValueError(f"SKTENSOR_FAST_OCL_VEC must be 1, 2 or 4, got {self.vec}")
         self.is_nvidia = "NVIDIA" in (self.device.vendor or "").upper()
         # how Φ forms <B[row], π>: "shuffle" (a register butterfly across the lanes of a warp,
         # NVIDIA devices: PTX shfl.sync), "local" (lanes share π through local memory, one
@@ -212,9 +210,10 @@ class OpenCLBackend(Backend):
                 parts.append(f.read())
         return "\n".join(parts)
 
-    def _kernel(self, dtype, nmodes, phi, name):
-        """Compiled kernel ``name`` of cp.cl (or dense.cl when ``nmodes`` is None), cached."""
-        key = (np.dtype(dtype).str, nmodes, phi, name, self.unroll)
+    def _kernel(self, dtype, nmodes, phi, name, vec=1):
+        """Compiled kernel ``name`` of cp.cl (or dense.cl when ``nmodes`` is None), cached;
+        ``vec`` columns per lane in cp.cl's accumulate."""
+        key = (np.dtype(dtype).str, nmodes, phi, name, vec)
         knl = self._knls.get(key)
         if knl is None:
             if nmodes is None:
@@ -227,9 +226,11 @@ class OpenCLBackend(Backend):
                     extra.append("#define PHI_REDUNDANT 1")
                 if phi == "shuffle":
                     extra.append("#define PHI_SHUFFLE_NV 1")
-                extra.append(f"#define UNROLL {self.unroll}")
+                if vec > 1:
+                    vt = "double" if np.dtype(dtype) == np.float64 else "float"
+                    extra += [f"#define VEC {vec}", f"#define VEC_T {vt}{vec}"]
                 src = self._header(dtype, nmodes, extra=extra) + self._source("cp.cl")
-            pkey = (np.dtype(dtype).str, nmodes, phi, self.unroll)
+            pkey = (np.dtype(dtype).str, nmodes, phi, vec)
             prog = self._progs.get(pkey)
             if prog is None:
                 prog = self.cl.Program(self.ctx, src).build()
@@ -296,22 +297,28 @@ class OpenCLBackend(Backend):
             out.fill(0)
         if T.nnz == 0 or R == 0:
             return out
-        RP = 1
+        RP = 1                      # lanes per row in the boundary reduction: one per column
         while RP < R:
             RP *= 2
         RP = min(RP, self.max_wg)
         if RP < R:
             raise ValueError(f"rank {R} exceeds the device's work-group size {self.max_wg}")
+        vec = self.vec
+        while R % vec:
+            vec //= 2
+        RV = 1                      # lanes per nonzero in the kernel: vec columns each
+        while RV < R // vec:
+            RV *= 2
         variant = False
         if B is not None:
             # the butterfly stays inside one warp of 32 lanes
-            variant = "local" if self.phi_variant == "shuffle" and RP > 32 else self.phi_variant
-        knl = self._kernel(T.dtype, T.ndim, variant, "accumulate")
-        LG = max(1, min(self.group_size, self.max_wg) // RP)
+            variant = "local" if self.phi_variant == "shuffle" and RV > 32 else self.phi_variant
+        knl = self._kernel(T.dtype, T.ndim, variant, "accumulate", vec)
+        LG = max(1, min(self.group_size, self.max_wg) // RV)
         nchunks = -(-T.nnz // self.chunk)
         ngroups = -(-nchunks // LG)
-        gsize = (RP, ngroups * LG)
-        lsize = (RP, LG)
+        gsize = (RV, ngroups * LG)
+        lsize = (RV, LG)
         dt = np.dtype(T.dtype).type
         bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype)
         args = [np.int64(T.nnz), np.int32(R), np.int32(mode), np.int32(self.chunk),
@@ -319,7 +326,7 @@ class OpenCLBackend(Backend):
         if B is not None:
             Bd = self.asarray(B, dtype=T.dtype)
             args += [Bd.data, dt(eps), out.data, bnd_row.data, bnd_val.data,
-                     self.cl.LocalMemory(2 * RP * LG * np.dtype(T.dtype).itemsize)]
+                     self.cl.LocalMemory(2 * RV * LG * np.dtype(T.dtype).itemsize)]
         else:
             args += [out.data, dt(0), out.data, bnd_row.data, bnd_val.data]  # B unused
         knl(self.queue, gsize, lsize, *args)
@@ -521,6 +528,6 @@ class OpenCLBackend(Backend):
     def info(self):
         d = self.device
         return {"name": self.name, "device": d.name.strip(), "platform": d.platform.name.strip(),
-                "fp64": self.fp64, "gpu": self.is_gpu, "chunk": self.chunk, "unroll": self.unroll,
+                "fp64": self.fp64, "gpu": self.is_gpu, "chunk": self.chunk, "vec": self.vec,
                 "phi_variant": self.phi_variant}
 

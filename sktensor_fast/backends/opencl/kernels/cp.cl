@@ -15,8 +15,18 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 
-#ifndef UNROLL
-#define UNROLL 4
+/* VEC columns per lane (1, 2 or 4; R % VEC == 0), VEC_T the matching vector type, VSUM the
+ * sum of its components (the host defines VEC_T; VEC defaults to 1) */
+#ifndef VEC
+#define VEC 1
+#define VEC_T VAL_T
+#endif
+#if VEC == 1
+#define VSUM(x) (x)
+#elif VEC == 2
+#define VSUM(x) ((x).s0 + (x).s1)
+#else
+#define VSUM(x) (((x).s0 + (x).s1) + ((x).s2 + (x).s3))
 #endif
 
 #ifdef PHI_SHUFFLE_NV
@@ -39,22 +49,24 @@ inline VAL_T shfl_xor_nv(VAL_T v, int off)
 
 /* MTTKRP (PHI undefined) or CP-APR's Phi (PHI defined) for one mode.
  *
- * Work-item (lane r, chunk c): lane r owns column r; chunk c is `chunk` consecutive nonzeros in
- * the order of the output mode.  A lane accumulates a run of equal output rows in a register
- * and touches global memory once per run: a plain store for rows that start and end inside the
- * chunk (owned); the chunk's first and last rows (maybe shared with neighbouring chunks) go to
- * the boundary list (bnd_row[2c], bnd_val[2c]) and (bnd_row[2c+1], bnd_val[2c+1]), which is
- * sorted by row and is reduced by `reduce_level` the same way, level after level.  No atomics:
- * a row owning millions of nonzeros (power-law data) costs no contention, and the result is
- * deterministic.  Local size (RP, LG): RP >= R lanes for the columns, LG chunks per group.
- * `out` must be zero on entry.
+ * Work-item (lane r, chunk c): lane r owns columns r*VEC .. r*VEC+VEC-1 (one vector load per
+ * factor row); chunk c is `chunk` consecutive nonzeros in the order of the output mode.  A lane
+ * accumulates a run of equal output rows in registers and touches global memory once per run:
+ * a plain store for rows that start and end inside the chunk (owned); the chunk's first and
+ * last rows (maybe shared with neighbouring chunks) go to the boundary list (bnd_row[2c],
+ * bnd_val[2c]) and (bnd_row[2c+1], bnd_val[2c+1]), which is sorted by row and is reduced by
+ * `reduce_level` the same way, level after level.  No atomics: a row owning millions of
+ * nonzeros (power-law data) costs no contention, and the result is deterministic.  Local size
+ * (RP, LG): RP >= R/VEC lanes for the columns, LG chunks per group.  `out` must be zero on
+ * entry; factor rows, B, out and the boundary values are VEC-aligned (R % VEC == 0).
  */
 __kernel void accumulate(const long nnz, const int R, const int mode, const int chunk,
-                         __global const IDX_T* subs, __global const VAL_T* vals,
+                         __global const IDX_T* restrict subs,
+                         __global const VAL_T* restrict vals,
                          FACTOR_PARAMS,
-                         __global const VAL_T* B, const VAL_T eps,
-                         __global VAL_T* out, __global long* bnd_row,
-                         __global VAL_T* bnd_val
+                         __global const VAL_T* restrict B, const VAL_T eps,
+                         __global VAL_T* out, __global long* restrict bnd_row,
+                         __global VAL_T* restrict bnd_val
 #ifdef PHI
                          , __local VAL_T* pi_loc
 #endif
@@ -63,99 +75,97 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
     FACTOR_ARRAY
     const int r = get_local_id(0);
     const int RP = get_local_size(0);
+    const int RV = R / VEC;
     const int g = get_local_id(1);
     const long c = get_global_id(1);
     const long s = c * (long)chunk;
     const long e = min(s + (long)chunk, nnz);
-    const int active = (r < R) && (s < e);
+    const int active = (r < RV) && (s < e);
     long first_row = -1, last_row = -1, cur = -1;
     if (s < e) {
         first_row = subs[s * NMODES + mode];
         last_row = subs[(e - 1) * NMODES + mode];
         cur = first_row;
     }
-    VAL_T acc = 0;
-    /* UNROLL nonzeros at a time: their coordinates, values and factor entries are loaded
-     * first (independent loads in flight together), then reduced in order */
-    for (int k0 = 0; k0 < chunk; k0 += UNROLL) {
-        long rowv[UNROLL];
-        VAL_T piv[UNROLL], xv[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const long j = s + k0 + u;
-            rowv[u] = -1;
-            piv[u] = 0;
-            xv[u] = 0;
-            if (j < e) {
-                rowv[u] = subs[j * NMODES + mode];
-                xv[u] = vals[j];
-                if (r < R) {
-                    VAL_T pi = 1;
-                    for (int m = 0; m < NMODES; ++m) {
-                        if (m != mode) pi *= F[m][(long)subs[j * NMODES + m] * R + r];
-                    }
-                    piv[u] = pi;
+    VEC_T acc = (VEC_T)0;
+    for (int k = 0; k < chunk; ++k) {
+        const long j = s + k;
+        const int valid = j < e;
+        long row = -1;
+        VEC_T pi = (VEC_T)0;
+        if (valid) {
+            row = subs[j * NMODES + mode];
+            if (r < RV) {
+                pi = (VEC_T)1;
+                for (int m = 0; m < NMODES; ++m) {
+                    if (m != mode)
+                        pi *= ((__global const VEC_T*)(F[m] + (long)subs[j * NMODES + m] * R))[r];
                 }
             }
         }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int k = k0 + u;
-            const long j = s + k;
-            const int valid = j < e;
-            const long row = rowv[u];
-            const VAL_T pi = piv[u];
 #if defined(PHI) && defined(PHI_SHUFFLE_NV)
-            /* <B[row], pi> by a butterfly over the RP (<= 32) lanes of this chunk, which sit
-             * in one warp: lane r holds B[row, r] * pi_r, five or fewer register exchanges */
-            VAL_T part = (valid && r < R) ? B[row * R + r] * pi : 0;
-            for (int off = RP >> 1; off > 0; off >>= 1) part += shfl_xor_nv(part, off);
-            VAL_T w = 0;
-            if (valid) w = xv[u] / (part < eps ? eps : part);
+        /* <B[row], pi> by a butterfly over the RP (<= 32) lanes of this chunk, which sit in
+         * one warp: lane r holds its columns' part of the dot, five or fewer exchanges */
+        VAL_T part = 0;
+        if (valid && r < RV) part = VSUM(((__global const VEC_T*)(B + row * R))[r] * pi);
+        for (int off = RP >> 1; off > 0; off >>= 1) part += shfl_xor_nv(part, off);
+        VAL_T w = 0;
+        if (valid) w = vals[j] / (part < eps ? eps : part);
 #elif defined(PHI) && defined(PHI_REDUNDANT)
-            /* every lane computes <B[row], pi> itself: no barriers, the factor rows it reads
-             * are the ones its neighbours read (cache broadcasts) */
-            VAL_T w = 0;
-            if (valid && r < R) {
-                VAL_T dot = 0;
-                for (int q = 0; q < R; ++q) {
-                    VAL_T pq = B[row * R + q];
-                    for (int m = 0; m < NMODES; ++m) {
-                        if (m != mode) pq *= F[m][(long)subs[j * NMODES + m] * R + q];
-                    }
-                    dot += pq;
+        /* every lane computes <B[row], pi> itself: no barriers, the factor rows it reads are
+         * the ones its neighbours read (cache broadcasts) */
+        VAL_T w = 0;
+        if (valid && r < RV) {
+            VAL_T dot = 0;
+            for (int q = 0; q < R; ++q) {
+                VAL_T pq = B[row * R + q];
+                for (int m = 0; m < NMODES; ++m) {
+                    if (m != mode) pq *= F[m][(long)subs[j * NMODES + m] * R + q];
                 }
-                w = xv[u] / (dot < eps ? eps : dot);
+                dot += pq;
             }
+            w = vals[j] / (dot < eps ? eps : dot);
+        }
 #elif defined(PHI)
-            /* <B[row], pi> reduced across the lanes of this chunk through local memory.  Two
-             * buffers used in turn need one barrier per nonzero: a lane that writes the buffer
-             * of step k+1 has passed the barrier of step k, so every lane has finished reading
-             * the same buffer at step k-1. */
-            __local VAL_T* buf = pi_loc + (k & 1) * (RP * get_local_size(1)) + g * RP;
-            buf[r] = pi;
-            barrier(CLK_LOCAL_MEM_FENCE);
-            VAL_T w = 0;
-            if (valid && r < R) {
-                VAL_T dot = 0;
-                for (int q = 0; q < R; ++q) dot += B[row * R + q] * buf[q];
-                w = xv[u] / (dot < eps ? eps : dot);
-            }
+        /* <B[row], pi> from the lanes' parts, shared through local memory.  Two buffers used
+         * in turn need one barrier per nonzero: a lane that writes the buffer of step k+1 has
+         * passed the barrier of step k, so every lane has finished reading the same buffer at
+         * step k-1. */
+        __local VAL_T* buf = pi_loc + (k & 1) * (RP * get_local_size(1)) + g * RP;
+        buf[r] = (valid && r < RV) ? VSUM(((__global const VEC_T*)(B + row * R))[r] * pi) : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        VAL_T w = 0;
+        if (valid && r < RV) {
+            VAL_T dot = 0;
+            for (int q = 0; q < RV; ++q) dot += buf[q];
+            w = vals[j] / (dot < eps ? eps : dot);
+        }
 #else
-            const VAL_T w = xv[u];
+        const VAL_T w = valid ? vals[j] : 0;
 #endif
-            if (valid && active) {
-                if (row != cur) {
-                    if (cur == first_row) bnd_val[(2 * c) * R + r] = acc;
-                    else out[cur * R + r] = acc;
-                    acc = 0;
-                    cur = row;
-                }
-                acc += w * pi;
+        if (valid && active) {
+            if (row != cur) {
+                if (cur == first_row) ((__global VEC_T*)(bnd_val + (2 * c) * R))[r] = acc;
+                else ((__global VEC_T*)(out + cur * R))[r] = acc;
+                acc = (VEC_T)0;
+                cur = row;
             }
+            acc += w * pi;
         }
     }
-    if (active) close_chunk(c, R, r, cur, first_row, last_row, acc, bnd_row, bnd_val);
+    if (active) {
+        /* the chunk's first and last rows go to its two slots of the boundary list */
+        if (cur == first_row) {
+            ((__global VEC_T*)(bnd_val + (2 * c) * R))[r] = acc;
+            ((__global VEC_T*)(bnd_val + (2 * c + 1) * R))[r] = (VEC_T)0;
+        } else {
+            ((__global VEC_T*)(bnd_val + (2 * c + 1) * R))[r] = acc;
+        }
+        if (r == 0) {
+            bnd_row[2 * c] = first_row;
+            bnd_row[2 * c + 1] = last_row;
+        }
+    }
 }
 
 /* values of the Kruskal model at the nonzeros: out[j] = sum_r w[r] prod_m F[m][subs[j,m], r] */
