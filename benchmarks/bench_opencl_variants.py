@@ -39,6 +39,8 @@ def main(argv=None):
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--groups", type=int, nargs="+", default=[64, 128, 256, 512])
     p.add_argument("--vecs", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--level-chunks", type=int, nargs="+", default=[],
+                   help="boundary-list entries per work-item to try (shipped kernel, vec 4)")
     p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args(argv)
     X = synthetic_tensor(tuple(args.shape), int(args.nnz), seed=0)
@@ -77,6 +79,32 @@ def main(argv=None):
             print(f"{name:10s} vec {vec} group {g:4d}: MTTKRP {res[0]:7.3f}  Φ {res[1]:7.3f}",
                   flush=True)
     be._source = original
+    be._knls.clear()
+    be._progs.clear()
+
+    def best_ms(fn):
+        fn()
+        be.queue.finish()
+        best = np.inf
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            fn()
+            be.queue.finish()
+            best = min(best, time.perf_counter() - t)
+        return best * 1e3
+
+    be.group_size, be.vec = 256, 4
+    for lc in args.level_chunks:
+        be.LEVEL_CHUNK = lc
+        print(f"level chunk {lc:4d}: MTTKRP "
+              f"{best_ms(lambda: be.mttkrp(T, dfac, 0, out=out)):7.3f}  Φ "
+              f"{best_ms(lambda: be.phi(T, dfac, 0, dfac[0], 1e-10, out=out)):7.3f}", flush=True)
+    # the fixed cost of a call: a tensor of 1000 nonzeros
+    small = synthetic_tensor(tuple(args.shape), 1000, seed=1)
+    Ts = be.prepare(small)
+    print(f"1000 nonzeros (the cost of a call): MTTKRP "
+          f"{best_ms(lambda: be.mttkrp(Ts, dfac, 0, out=out)):7.3f}  Φ "
+          f"{best_ms(lambda: be.phi(Ts, dfac, 0, dfac[0], 1e-10, out=out)):7.3f}", flush=True)
 
 
 if __name__ == "__main__":

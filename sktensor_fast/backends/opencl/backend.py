@@ -130,8 +130,9 @@ class OpenCLBackend(Backend):
 
     #: columns per lane of the MTTKRP / Φ kernel (kernels/cp.cl): one vector load of VEC
     #: entries per factor row and lane; the largest of 4, 2, 1 that divides the rank and is at
-    #: most this.  The environment variable SKTENSOR_FAST_OCL_VEC overrides it.
-    VEC = 4
+    #: most this.  Fastest on an H200 at R = 16: 2 for MTTKRP, 4 for Φ (benchmarks/README.md).
+    #: The environment variable SKTENSOR_FAST_OCL_VEC (or the attribute ``vec``) sets both.
+    VEC = {"mttkrp": 2, "phi": 4}
 
     def __init__(self, selector="opencl"):
         cl = _import_cl()
@@ -154,8 +155,9 @@ class OpenCLBackend(Backend):
         self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 256))
         if self.chunk < 1:
             raise ValueError(f"SKTENSOR_FAST_OCL_CHUNK must be positive, got {self.chunk}")
-        self.vec = int(os.environ.get("SKTENSOR_FAST_OCL_VEC", self.VEC))
-        if self.vec not in (1, 2, 4):
+        vec = os.environ.get("SKTENSOR_FAST_OCL_VEC")
+        self.vec = None if vec is None else int(vec)
+        if self.vec not in (None, 1, 2, 4):
             raise ValueError(f"SKTENSOR_FAST_OCL_VEC must be 1, 2 or 4, got {self.vec}")
         self.is_nvidia = "NVIDIA" in (self.device.vendor or "").upper()
         # how Φ forms <B[row], π>: "shuffle" (a register butterfly across the lanes of a warp,
@@ -303,7 +305,7 @@ class OpenCLBackend(Backend):
         RP = min(RP, self.max_wg)
         if RP < R:
             raise ValueError(f"rank {R} exceeds the device's work-group size {self.max_wg}")
-        vec = self.vec
+        vec = self.vec or self.VEC["phi" if B is not None else "mttkrp"]
         while R % vec:
             vec //= 2
         RV = 1                      # lanes per nonzero in the kernel: vec columns each
@@ -528,6 +530,6 @@ class OpenCLBackend(Backend):
     def info(self):
         d = self.device
         return {"name": self.name, "device": d.name.strip(), "platform": d.platform.name.strip(),
-                "fp64": self.fp64, "gpu": self.is_gpu, "chunk": self.chunk, "vec": self.vec,
+                "fp64": self.fp64, "gpu": self.is_gpu, "chunk": self.chunk, "vec": self.vec or self.VEC,
                 "phi_variant": self.phi_variant}
 
