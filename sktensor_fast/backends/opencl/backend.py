@@ -285,7 +285,8 @@ class OpenCLBackend(Backend):
 
     def zeros(self, shape, dtype):
         import pyopencl.array as cla
-        return cla.zeros(self.queue, shape, dtype=self._check_dtype(dtype), allocator=self.allocator)
+        a = cla.empty(self.queue, shape, dtype=self._check_dtype(dtype), allocator=self.allocator)
+        return self.fill_zero(a)
 
     # ------------------------------------------------------------------ sparse kernels
     def _launch_accumulate(self, T, factors, mode, B, eps, out):
@@ -296,7 +297,7 @@ class OpenCLBackend(Backend):
         if out is None:
             out = self.zeros((I, R), T.dtype)
         else:
-            out.fill(0)
+            self.fill_zero(out)
         if T.nnz == 0 or R == 0:
             return out
         RP = 1                      # lanes per row in the boundary reduction: one per column
@@ -327,10 +328,10 @@ class OpenCLBackend(Backend):
                 T.subs[mode].data, T.vals[mode].data] + [f.data for f in facs]
         if B is not None:
             Bd = self.asarray(B, dtype=T.dtype)
-            args += [Bd.data, dt(eps), out.data, bnd_row.data, bnd_val.data,
+            args += [Bd.data, dt(eps), out.data, bnd_row, bnd_val,
                      self.cl.LocalMemory(2 * RV * LG * np.dtype(T.dtype).itemsize)]
         else:
-            args += [out.data, dt(0), out.data, bnd_row.data, bnd_val.data]  # B unused
+            args += [out.data, dt(0), out.data, bnd_row, bnd_val]  # B unused
         knl(self.queue, gsize, lsize, *args)
         self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out)
         return out
@@ -342,9 +343,18 @@ class OpenCLBackend(Backend):
     LEVEL_CHUNK = 64
 
     def _boundary_buffers(self, nchunks, R, dtype):
-        import pyopencl.array as cla
-        return (cla.empty(self.queue, (2 * nchunks,), np.int64, allocator=self.allocator),
-                cla.empty(self.queue, (2 * nchunks, R), dtype, allocator=self.allocator))
+        """Raw pooled buffers for a boundary list of 2 * nchunks (row, R values) entries (no
+        Array objects: their bookkeeping costs more host time than the small kernels)."""
+        n = max(2 * nchunks, 1)
+        return (self.allocator(8 * n), self.allocator(n * R * np.dtype(dtype).itemsize))
+
+    def fill_zero(self, a):
+        """a[...] = 0 for a backend array, enqueued without pyopencl.array's event bookkeeping
+        (``Array.fill`` records an event per call and waits on old ones every few calls)."""
+        if a.nbytes:
+            self.cl.enqueue_fill_buffer(self.queue, a.data, np.zeros(1, dtype=a.dtype), 0,
+                                        a.nbytes)
+        return a
 
     def _reduce_boundaries(self, rows, vals, n, R, RP, dtype, out):
         """Fold the sorted (row, partial sum) boundary list into ``out``, level by level."""
@@ -360,8 +370,7 @@ class OpenCLBackend(Backend):
             else:
                 nrows, nvals = self._boundary_buffers(nch, R, dtype)
             knl(self.queue, (RP, ngroups * LG), (RP, LG), np.int64(n), np.int32(R),
-                np.int32(chunk), np.int32(final), rows.data, vals.data, out.data, nrows.data,
-                nvals.data)
+                np.int32(chunk), np.int32(final), rows, vals, out.data, nrows, nvals)
             if final:
                 return out
             rows, vals, n = nrows, nvals, 2 * nch

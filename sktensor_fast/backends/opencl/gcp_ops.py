@@ -504,7 +504,7 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
     act = _active(active, N)
     dt = state.dtype
     if out is None:
-        out = [cla.zeros(be.queue, (T.shape[k], R), dt) for k in range(N)]
+        out = [be.zeros((T.shape[k], R), dt) for k in range(N)]
     else:
         if len(out) != N:
             raise ValueError(f"out has {len(out)} arrays for {N} modes")
@@ -516,7 +516,7 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
                                  f"({T.shape[k]}, {R}), got {g.dtype} {tuple(g.shape)}")
     for k in range(N):
         if act[k]:
-            out[k].fill(0)
+            be.fill_zero(out[k])
     gs = state.grad_sampler
     ns = gs.n_samples
     if ns == 0 or R == 0 or not any(act) and not with_loss:
