@@ -50,6 +50,19 @@ def main(argv=None):
     dfac = [be.asarray(rng.random((s, args.rank))) for s in X.shape]
     out = be.zeros((X.shape[0], args.rank), X.dtype)
     original = be._source
+
+    def best_ms(fn):
+        """Best of ``--repeat`` calls after a warm-up, in ms, the queue finished."""
+        fn()
+        be.queue.finish()
+        best = np.inf
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            fn()
+            be.queue.finish()
+            best = min(best, time.perf_counter() - t)
+        return best * 1e3
+
     print(f"{be.info()}; tensor {X.shape}, nnz {X.nnz:,}, R={args.rank}; ms, best of "
           f"{args.repeat}")
     for name, edit in EDITS.items():
@@ -64,34 +77,14 @@ def main(argv=None):
         be._progs.clear()
         for g, vec in [(g, v) for v in args.vecs for g in args.groups]:
             be.group_size, be.vec = g, vec
-            res = []
-            for fn in (lambda: be.mttkrp(T, dfac, 0, out=out),
-                       lambda: be.phi(T, dfac, 0, dfac[0], 1e-10, out=out)):
-                fn()
-                be.queue.finish()
-                best = np.inf
-                for _ in range(args.repeat):
-                    t = time.perf_counter()
-                    fn()
-                    be.queue.finish()
-                    best = min(best, time.perf_counter() - t)
-                res.append(best * 1e3)
+            res = [best_ms(lambda: be.mttkrp(T, dfac, 0, out=out)),
+                   best_ms(lambda: be.phi(T, dfac, 0, dfac[0], 1e-10, out=out))]
             print(f"{name:10s} vec {vec} group {g:4d}: MTTKRP {res[0]:7.3f}  Φ {res[1]:7.3f}",
                   flush=True)
     be._source = original
     be._knls.clear()
     be._progs.clear()
 
-    def best_ms(fn):
-        fn()
-        be.queue.finish()
-        best = np.inf
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            fn()
-            be.queue.finish()
-            best = min(best, time.perf_counter() - t)
-        return best * 1e3
 
     be.group_size, be.vec = 256, 4
     for lc in args.level_chunks:
