@@ -187,3 +187,18 @@ def test_opencl_stream_values():
 def test_module_entry_points_exist():
     assert (ROOT / "benchmarks" / "__main__.py").is_file()
     assert os.access(ROOT / "benchmarks" / "run.py", os.R_OK)
+
+
+def test_opencl_variants_script_runs(capsys):
+    """The kernel-variant benchmark edits the shipped kernel source: its edits must still
+    apply (it asserts the text it replaces is there) and every variant must build and run."""
+    pytest.importorskip("pyopencl")
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    from benchmarks import bench_opencl_variants
+    bench_opencl_variants.main(["--device", "opencl", "--nnz", "3000", "--shape", "40", "30",
+                                "20", "--groups", "64", "--vecs", "1", "4",
+                                "--level-chunks", "16", "--repeat", "1"])
+    out = capsys.readouterr().out
+    for name in ("shipped", "no_gather", "no_index", "level chunk", "1000 nonzeros"):
+        assert name in out
