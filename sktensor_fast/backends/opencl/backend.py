@@ -130,9 +130,10 @@ class OpenCLBackend(Backend):
 
     #: columns per lane of the MTTKRP / Φ kernel (kernels/cp.cl): one vector load of VEC
     #: entries per factor row and lane; the largest of 4, 2, 1 that divides the rank and is at
-    #: most this.  Fastest on an H200 at R = 16: 2 for MTTKRP, 4 for Φ (benchmarks/README.md).
-    #: The environment variable SKTENSOR_FAST_OCL_VEC (or the attribute ``vec``) sets both.
-    VEC = {"mttkrp": 2, "phi": 4}
+    #: most this.  Fastest on an H200 at R = 16: MTTKRP 2 in fp64 and 4 in fp32, Φ 4
+    #: (benchmarks/README.md).  The environment variable SKTENSOR_FAST_OCL_VEC (or the
+    #: attribute ``vec``) sets all.
+    VEC = {"mttkrp": 2, "mttkrp_fp32": 4, "phi": 4}
 
     def __init__(self, selector="opencl"):
         cl = _import_cl()
@@ -306,7 +307,9 @@ class OpenCLBackend(Backend):
         RP = min(RP, self.max_wg)
         if RP < R:
             raise ValueError(f"rank {R} exceeds the device's work-group size {self.max_wg}")
-        vec = self.vec or self.VEC["phi" if B is not None else "mttkrp"]
+        kind = "phi" if B is not None else (
+            "mttkrp_fp32" if np.dtype(T.dtype) == np.float32 else "mttkrp")
+        vec = self.vec or self.VEC[kind]
         while R % vec:
             vec //= 2
         RV = 1                      # lanes per nonzero in the kernel: vec columns each
