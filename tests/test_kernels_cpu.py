@@ -145,3 +145,17 @@ def test_bad_kernel_arguments_raise_before_compiled_code(device):
         be.mttkrp(T, f, 5)
     with pytest.raises(ValueError, match="weights"):
         be.model_values(T, np.ones(2), f)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("n,length", [(0, 5), (1, 1), (1000, 7), (5000, 70000), (20000, 300)])
+def test_mode_order_is_the_stable_order(threads, n, length):
+    """The parallel counting sort gives NumPy's stable argsort, for any thread count, from a
+    strided column of the coordinates as well."""
+    from sktensor_fast.formats.coo import mode_order
+    rng = np.random.default_rng(n + length)
+    subs = rng.zipf(1.3, size=(n, 3)) % length
+    ref = np.argsort(subs[:, 1], kind="stable")
+    got = mode_order(subs[:, 1], length, num_threads=threads)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, ref)

@@ -12,12 +12,30 @@ MIN_PART = 2048
 MAX_PARTS = 4096
 
 
-def mode_order(coords, length):
-    """Stable order of the nonzeros by one mode's coordinates.
+#: Counting sorts keep one count per key and thread: at most this many counts in all.
+COUNTING_SORT_MAX_COUNTS = 1 << 25
 
-    NumPy sorts keys of 16 bits or less with a radix sort (linear time), so modes of length
-    <= 65536 — most modes of real tensors — are sorted through a uint16 key.
+
+def mode_order(coords, length, num_threads=None):
+    """Stable order of the nonzeros by one mode's coordinates (int64 indices).
+
+    A parallel counting sort in the compiled kernels (linear time, the threads of the CPU
+    kernels) when the mode is not much longer than the number of nonzeros; otherwise NumPy's
+    stable argsort, which sorts keys of 16 bits or less with a radix sort.
     """
+    coords = np.asarray(coords)
+    n = coords.shape[0]
+    if 0 < length <= max(4 * n, 1 << 16) and length <= COUNTING_SORT_MAX_COUNTS:
+        try:
+            from ..backends.cpu import _kernels, get_num_threads
+        except ImportError:      # not built: NumPy below
+            _kernels = None
+        if _kernels is not None:
+            nt = get_num_threads() if num_threads is None else int(num_threads)
+            nt = max(1, min(useful_threads(n, nt), COUNTING_SORT_MAX_COUNTS // length))
+            if coords.dtype != np.int64:
+                coords = coords.astype(np.int64)
+            return _kernels.counting_order(coords, int(length), nt)
     if length <= 1 << 16:
         return np.argsort(coords.astype(np.uint16), kind="stable").astype(np.int64)
     return np.argsort(coords, kind="stable").astype(np.int64)

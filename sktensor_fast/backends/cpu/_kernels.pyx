@@ -293,3 +293,48 @@ def poisson_data_term(const int64_t[:, ::1] subs, const floating[::1] vals,
     finally:
         free(fac)
         free(part)
+
+
+def counting_order(const int64_t[:] coords, Py_ssize_t length, int num_threads=1):
+    """Stable order of the entries by ``coords`` (each in [0, length)): a counting sort.
+
+    Each thread counts and then places one contiguous block of the entries, the blocks in
+    order, so the result is the stable order whatever the thread count.  The caller bounds
+    ``num_threads * length`` (one count per key and thread).
+    """
+    cdef Py_ssize_t n = coords.shape[0]
+    cdef Py_ssize_t nt = max(1, min(num_threads, n))
+    cdef Py_ssize_t L = max(length, 1)
+    cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] out = order
+    cdef int64_t* cnt = <int64_t*> malloc(nt * L * sizeof(int64_t))
+    cdef Py_ssize_t t, j, d, s, e
+    cdef int64_t run, c
+    if cnt == NULL:
+        raise MemoryError()
+    try:
+        if n == 0:
+            return order
+        with nogil:
+            memset(cnt, 0, nt * L * sizeof(int64_t))
+            for t in prange(nt, schedule='static', num_threads=nt):
+                s = n * t // nt
+                e = n * (t + 1) // nt
+                for j in range(s, e):
+                    cnt[t * L + coords[j]] += 1
+            run = 0
+            for d in range(L):
+                for t in range(nt):
+                    c = cnt[t * L + d]
+                    cnt[t * L + d] = run
+                    run = run + c
+            for t in prange(nt, schedule='static', num_threads=nt):
+                s = n * t // nt
+                e = n * (t + 1) // nt
+                for j in range(s, e):
+                    d = coords[j]
+                    out[cnt[t * L + d]] = j
+                    cnt[t * L + d] += 1
+        return order
+    finally:
+        free(cnt)
