@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _gcp, _kernels
 
-__all__ = ["GcpState", "setup", "sampled_gradient", "loss_estimate", "full_loss_grad",
+__all__ = ["GcpState", "sampler_plan", "setup", "sampled_gradient", "loss_estimate", "full_loss_grad",
            "optimizer_state", "optimizer_step", "dense_mttkrp", "dense_model"]
 
 #: Above this density (and below ``_ZERO_LIST_MAX`` entries) the zeros of a tensor are listed
@@ -75,6 +75,37 @@ def _zero_list(T):
     return np.ascontiguousarray(np.argwhere(full), dtype=np.int64).reshape(-1, len(T.shape))
 
 
+def sampler_plan(kind, nnz, n_zero, p, q):
+    """How a GCP sampler draws: ``(p, q, wp, wq, zmode, include_nz, correct)``.
+
+    ``p`` samples of the ``nnz`` nonzeros and ``q`` of the other entries (``n_zero`` observed
+    zeros) per draw; ``wp``/``wq`` the weights that make the sampled sum unbiased; ``zmode``
+    where the q samples come from (2: zeros only, 0: all entries with the nonzeros' values
+    looked up and corrected, 1: uniform over all entries).  Shared by every backend, so that
+    all of them draw the same samples with the same weights.
+    """
+    n_obs = nnz + n_zero
+    if nnz == 0:
+        p = 0
+    if kind == "stratified":
+        if n_zero == 0:
+            q = 0
+        wp = nnz / p if p else 0.0
+        wq = n_zero / q if q else 0.0
+        zmode, include_nz, correct = 2, False, False
+    elif kind == "semi-stratified":
+        wp = nnz / p if p else 0.0
+        wq = n_obs / q if q else 0.0
+        zmode, include_nz, correct = 0, True, True
+    else:  # uniform: every sample from all (observed) entries, values looked up
+        q = p + q
+        p = 0
+        wp = 0.0
+        wq = n_obs / q if q else 0.0
+        zmode, include_nz, correct = 1, True, False
+    return int(p), int(q), float(wp), float(wq), zmode, include_nz, correct
+
+
 class GcpState:
     """What the CPU backend keeps for the stochastic GCP solvers of one tensor.
 
@@ -116,25 +147,7 @@ def _make_sampler(T, kind, p, q, zero_subs, lin, vals):
     explicit = zero_subs is not None
     zs = zero_subs if explicit else np.zeros((0, len(T.shape)), dtype=np.int64)
     n_zero = int(zs.shape[0]) if explicit else _size(T.shape) - nnz
-    n_obs = nnz + n_zero
-    if nnz == 0:
-        p = 0
-    if kind == "stratified":
-        if n_zero == 0:
-            q = 0
-        wp = nnz / p if p else 0.0
-        wq = n_zero / q if q else 0.0
-        zmode, include_nz, correct = 2, False, False
-    elif kind == "semi-stratified":
-        wp = nnz / p if p else 0.0
-        wq = n_obs / q if q else 0.0
-        zmode, include_nz, correct = 0, True, True
-    else:  # uniform: every sample from all (observed) entries, values looked up
-        q = p + q
-        p = 0
-        wp = 0.0
-        wq = n_obs / q if q else 0.0
-        zmode, include_nz, correct = 1, True, False
+    p, q, wp, wq, zmode, include_nz, correct = sampler_plan(kind, nnz, n_zero, p, q)
     bucket, shift = None, 0
     if lin is None:
         lin = np.zeros(0, dtype=np.int64)

@@ -34,6 +34,7 @@ import math
 
 import numpy as np
 
+from ..cpu.gcp_ops import sampler_plan
 from .backend import OpenCLTensor
 
 __all__ = ["GcpState", "step_key", "setup", "sampled_gradient", "loss_estimate",
@@ -227,25 +228,7 @@ class _Sampler:
     def __init__(self, src, kind, p, q, explicit, implicit, zsubs, nz):
         self.src = src
         nnz = src.nnz
-        n_obs = nnz + nz
-        if nnz == 0:
-            p = 0
-        if kind == "stratified":
-            if nz == 0:
-                q = 0
-            wp = nnz / p if p else 0.0
-            wq = nz / q if q else 0.0
-            zmode, include_nz, correct = 2, False, False
-        elif kind == "semi-stratified":
-            wp = nnz / p if p else 0.0
-            wq = n_obs / q if q else 0.0
-            zmode, include_nz, correct = 0, True, True
-        else:  # uniform
-            q = p + q
-            p = 0
-            wp = 0.0
-            wq = n_obs / q if q else 0.0
-            zmode, include_nz, correct = 1, True, False
+        p, q, wp, wq, zmode, include_nz, correct = sampler_plan(kind, nnz, nz, p, q)
         self.p, self.q, self.wp, self.wq = int(p), int(q), float(wp), float(wq)
         self.n_samples = self.p + self.q
         sp = np.array([nnz, nz if explicit else 0, int(explicit), self.p, self.q, zmode, int(include_nz),
