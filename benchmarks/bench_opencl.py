@@ -94,7 +94,15 @@ def main(argv=None):
     p.add_argument("--phi-variants", nargs="*", default=[], choices=["shuffle", "local", "redundant"],
                    help="Φ variants to sweep with --chunks (the fastest is kept)")
     p.add_argument("--vecs", type=int, nargs="*", default=[],
-                   help="columns per lane (1, 2, 4) to sweep (with --chunks)")
+                   help="columns per lane (1, 2, 4, 8) to sweep (with --chunks)")
+    p.add_argument("--layouts", nargs="*", default=[], choices=["wide", "lanes", "lanes-sorted"],
+                   help="MTTKRP/Φ layouts to sweep (SKTENSOR_FAST_OCL_LAYOUT); --chunks and "
+                        "--vecs sweep the 'lanes' ones, --wide-chunks, --wide-groups and --vecs 'wide'")
+    p.add_argument("--off32s", type=int, nargs="*", default=[], choices=[0, 1],
+                   help="32-bit offsets in the lanes kernels off/on (SKTENSOR_FAST_OCL_OFF32; "
+                        "default: the per-kernel setting)")
+    p.add_argument("--wide-chunks", type=int, nargs="*", default=[])
+    p.add_argument("--wide-groups", type=int, nargs="*", default=[])
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU whole-fit comparison")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--out", default="bench_out/opencl.json")
@@ -118,31 +126,59 @@ def main(argv=None):
     finish = be.queue.finish
     sweep = {}
     variants = args.phi_variants or [be.phi_variant]
-    for vec in args.vecs or [be.vec]:
-        for chunk in args.chunks:
-            be.vec, be.chunk = vec, chunk
-            entry = {"mttkrp_ms": [timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish,
-                                         args.repeat) * 1e3 for m in range(X.ndim)]}
-            for var in variants:
-                be.phi_variant = var
-                entry[f"phi_{var}_ms"] = [timed(lambda: be.phi(T, dfac, m, dfac[m], 1e-10,
-                                                               out=out[m]), finish, args.repeat)
-                                          * 1e3 for m in range(X.ndim)]
-            sweep[(vec, chunk)] = entry
-            print(f"vec {vec} chunk {chunk:4d}: " + " | ".join(
-                f"{k[:-3]} " + " ".join(f"{x:.3f}" for x in v) for k, v in entry.items()),
-                flush=True)
+    layouts = args.layouts or [be.layout]
+    default_layout, wide_defaults = be.layout, (be.wide_chunk, be.wide_group)
+    default_chunk = be.chunk
+    wide_sweep = {}
+    if "wide" in layouts:
+        be.layout = "wide"
+        for vec in args.vecs or [be.vec]:
+            for chunk in args.wide_chunks or [be.wide_chunk]:
+                for group in args.wide_groups or [be.wide_group]:
+                    be.vec, be.wide_chunk, be.wide_group = vec, chunk, group
+                    T.interleaved.clear()
+                    entry = {"mttkrp_ms": [timed(lambda: be.mttkrp(T, dfac, m, out=out[m]),
+                                                 finish, args.repeat) * 1e3
+                                           for m in range(X.ndim)],
+                             "phi_ms": [timed(lambda: be.phi(T, dfac, m, dfac[m], 1e-10,
+                                                             out=out[m]), finish, args.repeat)
+                                        * 1e3 for m in range(X.ndim)]}
+                    wide_sweep[f"vec{vec}_chunk{chunk}_group{group}"] = entry
+                    print(f"wide vec {vec} chunk {chunk:4d} group {group:4d}: " + " | ".join(
+                        f"{k[:-3]} " + " ".join(f"{x:.3f}" for x in v)
+                        for k, v in entry.items()), flush=True)
+        T.interleaved.clear()
+    default_off32 = be.off32
+    for layout, o32, vec, chunk in [(la, o, u, c) for la in layouts if la != "wide"
+                                    for o in args.off32s or [be.off32]
+                                    for u in args.vecs or [be.vec] for c in args.chunks]:
+        be.layout, be.vec, be.chunk = layout, vec, chunk
+        be.off32 = None if o32 is None else bool(o32)
+        T.interleaved.clear()
+        entry = {"mttkrp_ms": [timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish,
+                                     args.repeat) * 1e3 for m in range(X.ndim)]}
+        for var in variants:
+            be.phi_variant = var
+            entry[f"phi_{var}_ms"] = [timed(lambda: be.phi(T, dfac, m, dfac[m], 1e-10,
+                                                           out=out[m]), finish, args.repeat)
+                                      * 1e3 for m in range(X.ndim)]
+        sweep[(layout, o32, vec, chunk)] = entry
+        print(f"{layout} off32 {o32} vec {vec} chunk {chunk:4d}: " + " | ".join(
+            f"{k[:-3]} " + " ".join(f"{x:.3f}" for x in v) for k, v in entry.items()),
+            flush=True)
+    T.interleaved.clear()
     if sweep:
         best_mttkrp = min(sweep, key=lambda c: sum(sweep[c]["mttkrp_ms"]))
         best_phi = min(((c, v) for c in sweep for v in variants),
                        key=lambda cv: sum(sweep[cv[0]][f"phi_{cv[1]}_ms"]))
         be.phi_variant = best_phi[1]
-        be.chunk = best_mttkrp[1]
-        be.vec = None             # the per-kernel defaults from here on
-        print(f"fastest (vec, chunk): MTTKRP {best_mttkrp}, Φ {best_phi[0]} {best_phi[1]}; "
-              f"the final pass and the fits use chunk {be.chunk} and the default vec "
-              f"{be.VEC}", flush=True)
-        sweep = {f"vec{u}_chunk{c}": v for (u, c), v in sweep.items()}
+        print(f"fastest (layout, off32, vec, chunk): MTTKRP {best_mttkrp}, Φ {best_phi[0]} "
+              f"{best_phi[1]}; the final pass and the fits use the defaults", flush=True)
+        sweep = {f"{la}_off32{o}_vec{u}_chunk{c}": v for (la, o, u, c), v in sweep.items()}
+    be.vec = None
+    be.layout = default_layout
+    be.wide_chunk, be.wide_group = wide_defaults
+    be.chunk, be.off32 = default_chunk, default_off32
     mttkrp_ms, phi_ms = [], []
     for m in range(X.ndim):
         mttkrp_ms.append(timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish, args.repeat) * 1e3)
@@ -157,7 +193,8 @@ def main(argv=None):
     err_phi = float(np.max(np.abs(be.to_numpy(be.phi(T, dfac, 1, dfac[1], 1e-10)) - ref_phi))
                     / np.max(np.abs(ref_phi)))
     bytes_per_nnz = X.ndim * 4 + X.vals.itemsize
-    row = {"upload_s": t_up, "chunk": be.chunk, "vec": be.vec or be.VEC, "chunk_sweep": sweep, "mttkrp_ms": mttkrp_ms, "phi_ms": phi_ms,
+    row = {"upload_s": t_up, "layout": be.layout, "off32": be.off32 if be.off32 is not None else be.OFF32, "wide_chunk": be.wide_chunk,
+           "wide_group": be.wide_group, "wide_sweep": wide_sweep, "chunk": be.chunk, "vec": be.vec or be.VEC, "chunk_sweep": sweep, "mttkrp_ms": mttkrp_ms, "phi_ms": phi_ms,
            "max_rel_err_vs_cpu": {"mttkrp": err, "phi": err_phi},
            "tensor_stream_GBs": [X.nnz * bytes_per_nnz / (ms * 1e-3) / 1e9 for ms in mttkrp_ms]}
     print("MTTKRP ms/mode: " + " ".join(f"{x:.3f}" for x in mttkrp_ms)

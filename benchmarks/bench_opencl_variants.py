@@ -2,7 +2,7 @@
 
     python benchmarks/bench_opencl_variants.py --device gpu --nnz 20e6
 
-Times the kernel of ``kernels/cp.cl`` (mode 0, and Φ) as shipped and with its source edited:
+Times the lanes kernel of ``kernels/cp.cl`` (``accumulate``, mode 0, and Φ) as shipped and with its source edited:
 
 - ``no_gather``: the factor entries are replaced by a value computed from the coordinate
   (the coordinates are still loaded, the factor rows are not);
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sktensor_fast.backends import get_backend  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 
-GATHER = "pi *= ((__global const VEC_T*)(F[m] + (long)subs[j * NMODES + m] * R))[r];"
+GATHER = "pi *= ((__global const VEC_T*)(F[m] + (OFF_T)subs[j * NMODES + m] * R))[r];"
 EDITS = {
     "shipped": None,
     "no_gather": (GATHER, "pi *= (VEC_T)(1 + (subs[j * NMODES + m] & 1));"),
@@ -45,6 +45,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     X = synthetic_tensor(tuple(args.shape), int(args.nnz), seed=0)
     be = get_backend(args.device)
+    if be.layout == "wide":
+        be.layout = "lanes"      # the edits apply to the lanes kernel (accumulate)
     T = be.prepare(X)
     rng = np.random.default_rng(0)
     dfac = [be.asarray(rng.random((s, args.rank))) for s in X.shape]

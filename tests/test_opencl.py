@@ -18,9 +18,22 @@ def be():
     return _opencl_backend()
 
 
+LAYOUTS = ("lanes", "lanes-sorted", "wide")
+
+
+@pytest.fixture(params=LAYOUTS)
+def layout_be(request, be):
+    """The shared backend with each MTTKRP / Φ layout in turn (restored afterwards)."""
+    old = be.layout
+    be.layout = request.param
+    yield be
+    be.layout = old
+
+
 @pytest.mark.parametrize("shape", [(40, 7), (30, 20, 10), (12, 5, 9, 7), (6, 5, 4, 3, 5)])
 @pytest.mark.parametrize("rank", [1, 5, 16, 33])
-def test_kernels_fp64(be, shape, rank):
+def test_kernels_fp64(layout_be, shape, rank):
+    be = layout_be
     rng = np.random.default_rng(rank + len(shape))
     X = random_sparse(shape, 2000, rng, counts=True)
     T = be.prepare(X)
@@ -40,7 +53,8 @@ def test_kernels_fp64(be, shape, rank):
 
 
 @pytest.mark.parametrize("rank", [3, 16])
-def test_kernels_fp32(be, rank):
+def test_kernels_fp32(layout_be, rank):
+    be = layout_be
     rng = np.random.default_rng(0)
     X = random_sparse((50, 30, 20), 4000, rng, dtype=np.float32, counts=True)
     T = be.prepare(X)
@@ -55,8 +69,11 @@ def test_kernels_fp32(be, rank):
                                    phi_ref(X, f64, m, B.astype(np.float64), 1e-10), rtol=1e-4)
 
 
-def test_heavy_row_spanning_many_chunks(be):
-    """One output row owns most nonzeros: the chunk-boundary atomics carry the sum."""
+@pytest.mark.parametrize("off32", [None, False, True])
+def test_heavy_row_spanning_many_chunks(layout_be, off32):
+    """One output row owns most nonzeros: the boundary lists of many chunks carry its sum."""
+    be = layout_be
+    be.off32, old = off32, be.off32
     rng = np.random.default_rng(1)
     from sktensor_fast import SparseTensor
     n = 20000
@@ -65,9 +82,69 @@ def test_heavy_row_spanning_many_chunks(be):
     X = SparseTensor(subs, rng.random(n), (30, 40, 50))
     T = be.prepare(X)
     f = [rng.random((s, 8)) for s in X.shape]
-    for m in range(3):
-        np.testing.assert_allclose(be.to_numpy(be.mttkrp(T, f, m)), mttkrp_ref(X, f, m),
-                                   rtol=1e-11)
+    try:
+        for m in range(3):
+            np.testing.assert_allclose(be.to_numpy(be.mttkrp(T, f, m)), mttkrp_ref(X, f, m),
+                                       rtol=1e-11)
+            np.testing.assert_allclose(be.to_numpy(be.phi(T, f, m, f[m], 1e-10)),
+                                       phi_ref(X, f, m, f[m], 1e-10), rtol=1e-11)
+    finally:
+        be.off32 = old
+
+
+def test_interleaved_copies_built_once_per_mode(be):
+    """The chunk-interleaved copies are built at the first MTTKRP / Φ of a mode, reused after,
+    replaced (not added to) when the chunk size changes, and hold every nonzero once."""
+    rng = np.random.default_rng(3)
+    X = random_sparse((30, 20, 10), 1000, rng, counts=True)
+    old = be.layout, be.chunk
+    try:
+        be.layout, be.chunk = "lanes", 64
+        T = be.prepare(X)
+        base = T.nbytes
+        assert T.interleaved == {}
+        f = [rng.random((s, 4)) for s in X.shape]
+        be.mttkrp(T, f, 1)
+        subs, vals = T.interleaved[(1, 64)]
+        assert T.nbytes > base
+        be.phi(T, f, 1, f[1], 1e-10)
+        assert T.interleaved[(1, 64)][0] is subs          # reused, not rebuilt
+        nch = -(-X.nnz // 64)
+        k = np.arange(X.nnz)
+        pos = (k % 64) * nch + k // 64
+        np.testing.assert_array_equal(subs.get()[pos], T.subs[1].get())
+        np.testing.assert_array_equal(vals.get()[pos], T.vals[1].get())
+        be.chunk = 7
+        np.testing.assert_allclose(be.to_numpy(be.mttkrp(T, f, 1)), mttkrp_ref(X, f, 1),
+                                   rtol=1e-12)
+        assert set(T.interleaved) == {(1, 7)}
+    finally:
+        be.layout, be.chunk = old
+
+
+def test_layout_and_offset_settings(monkeypatch):
+    from sktensor_fast.backends.opencl.backend import OpenCLBackend
+    _opencl_backend()
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_LAYOUT", "rows")
+    with pytest.raises(ValueError, match="SKTENSOR_FAST_OCL_LAYOUT"):
+        OpenCLBackend("opencl")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_LAYOUT", "lanes-sorted")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_OFF32", "yes")
+    with pytest.raises(ValueError, match="SKTENSOR_FAST_OCL_OFF32"):
+        OpenCLBackend("opencl")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_OFF32", "0")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_WIDE_CHUNK", "0")
+    with pytest.raises(ValueError, match="WIDE_CHUNK"):
+        OpenCLBackend("opencl")
+    monkeypatch.delenv("SKTENSOR_FAST_OCL_WIDE_CHUNK")
+    b = OpenCLBackend("opencl")
+    assert b.layout == "lanes-sorted" and b.off32 is False
+    rng = np.random.default_rng(4)
+    X = random_sparse((30, 20, 10), 500, rng, counts=True)
+    T = b.prepare(X)
+    f = [rng.random((s, 6)) for s in X.shape]
+    np.testing.assert_allclose(b.to_numpy(b.mttkrp(T, f, 2)), mttkrp_ref(X, f, 2), rtol=1e-12)
+    assert T.interleaved == {}                              # the sorted copies only
 
 
 def test_dense_steps(be):

@@ -117,10 +117,14 @@ class OpenCLTensor:
             self.vals.append(vn)
             del order
         self.idx_dtype = idx_dtype
+        #: chunk-interleaved copies for the MTTKRP / Φ kernels of the layouts "lanes" and "wide",
+        #: {(mode, chunk): (subs, vals)}, built by the backend at their first use
+        self.interleaved = {}
 
     @property
     def nbytes(self):
-        return sum(a.nbytes for a in self.subs) + sum(a.nbytes for a in self.vals)
+        return (sum(a.nbytes for a in self.subs) + sum(a.nbytes for a in self.vals)
+                + sum(s.nbytes + v.nbytes for s, v in self.interleaved.values()))
 
 
 class OpenCLBackend(Backend):
@@ -129,11 +133,20 @@ class OpenCLBackend(Backend):
     name = "opencl"
 
     #: columns per lane of the MTTKRP / Φ kernel (kernels/cp.cl): one vector load of VEC
-    #: entries per factor row and lane; the largest of 4, 2, 1 that divides the rank and is at
-    #: most this.  Fastest on an H200 at R = 16: MTTKRP 2 in fp64 and 4 in fp32, Φ 4
-    #: (benchmarks/README.md).  The environment variable SKTENSOR_FAST_OCL_VEC (or the
-    #: attribute ``vec``) sets all.
-    VEC = {"mttkrp": 2, "mttkrp_fp32": 4, "phi": 4}
+    #: entries per factor row and lane; the largest of 8, 4, 2, 1 that divides the rank and is
+    #: at most this.  Fastest on an H200 at R = 16 (benchmarks/README.md): 4 for both kernels
+    #: over the chunk-interleaved copies ("lanes"), 2 for the fp64 MTTKRP over the mode-sorted
+    #: ones ("lanes-sorted").  The environment variable SKTENSOR_FAST_OCL_VEC (or the attribute
+    #: ``vec``) sets all.
+    VEC = {"mttkrp": 4, "mttkrp_fp32": 4, "phi": 4, "mttkrp_sorted": 2}
+
+    #: 32-bit offsets in the MTTKRP / Φ kernel where they fit (SKTENSOR_FAST_OCL_OFF32 or the
+    #: attribute ``off32`` sets both).  On an H200 at R = 16 they made Φ faster (3.09 -> 2.89 ms
+    #: per mode) and the interleaved MTTKRP slower (2.25 -> 2.47 ms).
+    OFF32 = {"mttkrp": False, "mttkrp_fp32": False, "phi": True}
+
+    #: values of the ``layout`` setting (SKTENSOR_FAST_OCL_LAYOUT)
+    LAYOUTS = ("lanes", "lanes-sorted", "wide")
 
     def __init__(self, selector="opencl"):
         cl = _import_cl()
@@ -158,8 +171,8 @@ class OpenCLBackend(Backend):
             raise ValueError(f"SKTENSOR_FAST_OCL_CHUNK must be positive, got {self.chunk}")
         vec = os.environ.get("SKTENSOR_FAST_OCL_VEC")
         self.vec = None if vec is None else int(vec)
-        if self.vec not in (None, 1, 2, 4):
-            raise ValueError(f"SKTENSOR_FAST_OCL_VEC must be 1, 2 or 4, got {self.vec}")
+        if self.vec not in (None, 1, 2, 4, 8):
+            raise ValueError(f"SKTENSOR_FAST_OCL_VEC must be 1, 2, 4 or 8, got {self.vec}")
         self.is_nvidia = "NVIDIA" in (self.device.vendor or "").upper()
         # how Φ forms <B[row], π>: "shuffle" (a register butterfly across the lanes of a warp,
         # NVIDIA devices: PTX shfl.sync), "local" (lanes share π through local memory, one
@@ -171,6 +184,28 @@ class OpenCLBackend(Backend):
         if self.phi_variant == "shuffle" and not self.is_nvidia:
             raise ValueError(f"SKTENSOR_FAST_OCL_PHI='shuffle' needs an NVIDIA device, not "
                              f"'{self.device.name.strip()}' ({self.device.vendor.strip()})")
+        # how MTTKRP / Φ spread a chunk of nonzeros over work-items and read them: "lanes"
+        # (R / VEC work-items per chunk, VEC columns each, over a chunk-interleaved copy of each
+        # mode, built at its first use), "lanes-sorted" (the same over the mode-sorted copies:
+        # no second copy, slower loads), "wide" (one work-item per chunk holds whole rows, for
+        # ranks up to WIDE_MAX_RANK, over the chunk-interleaved copy: no exchange between
+        # lanes, the fastest on CPU devices)
+        self.layout = os.environ.get("SKTENSOR_FAST_OCL_LAYOUT",
+                                     "lanes" if self.is_gpu else "wide")
+        if self.layout not in self.LAYOUTS:
+            raise ValueError(f"SKTENSOR_FAST_OCL_LAYOUT must be one of {', '.join(self.LAYOUTS)}, "
+                             f"got {self.layout!r}")
+        # MTTKRP / Φ compute their offsets in 32-bit integers where all of them fit: None is
+        # the per-kernel default OFF32, SKTENSOR_FAST_OCL_OFF32=0/1 sets both
+        off32 = os.environ.get("SKTENSOR_FAST_OCL_OFF32")
+        if off32 not in (None, "0", "1"):
+            raise ValueError(f"SKTENSOR_FAST_OCL_OFF32 must be 0 or 1, got {off32!r}")
+        self.off32 = None if off32 is None else off32 == "1"
+        self.wide_chunk = int(os.environ.get("SKTENSOR_FAST_OCL_WIDE_CHUNK", 64))
+        self.wide_group = int(os.environ.get("SKTENSOR_FAST_OCL_WIDE_GROUP", 128))
+        if self.wide_chunk < 1 or self.wide_group < 1:
+            raise ValueError("SKTENSOR_FAST_OCL_WIDE_CHUNK and SKTENSOR_FAST_OCL_WIDE_GROUP must "
+                             "be positive")
         self.name = f"opencl:{self.device.name.strip()}"
 
     # ------------------------------------------------------------------ helpers
@@ -213,10 +248,13 @@ class OpenCLBackend(Backend):
                 parts.append(f.read())
         return "\n".join(parts)
 
-    def _kernel(self, dtype, nmodes, phi, name, vec=1):
+    def _kernel(self, dtype, nmodes, phi, name, vec=1, rank=None, interleaved=False,
+                off32=False):
         """Compiled kernel ``name`` of cp.cl (or dense.cl when ``nmodes`` is None), cached;
-        ``vec`` columns per lane in cp.cl's accumulate."""
-        key = (np.dtype(dtype).str, nmodes, phi, name, vec)
+        ``vec`` columns per lane in cp.cl's accumulate (per vector in accumulate_wide, which
+        needs the compile-time ``rank``); ``interleaved``: accumulate reads the
+        chunk-interleaved copy; ``off32``: accumulate's offsets fit in int."""
+        key = (np.dtype(dtype).str, nmodes, phi, name, vec, rank, interleaved, off32)
         knl = self._knls.get(key)
         if knl is None:
             if nmodes is None:
@@ -232,8 +270,15 @@ class OpenCLBackend(Backend):
                 if vec > 1:
                     vt = "double" if np.dtype(dtype) == np.float64 else "float"
                     extra += [f"#define VEC {vec}", f"#define VEC_T {vt}{vec}"]
+                if rank is not None:
+                    extra.append(f"#define RANK {rank}")
+                if interleaved:
+                    extra.append("#define INTERLEAVED 1")
+                if off32:
+                    extra.append("#define OFF_T int")
+
                 src = self._header(dtype, nmodes, extra=extra) + self._source("cp.cl")
-            pkey = (np.dtype(dtype).str, nmodes, phi, vec)
+            pkey = (np.dtype(dtype).str, nmodes, phi, vec, rank, interleaved, off32)
             prog = self._progs.get(pkey)
             if prog is None:
                 prog = self.cl.Program(self.ctx, src).build()
@@ -244,14 +289,16 @@ class OpenCLBackend(Backend):
 
     def _check_memory(self, X):
         idx = 4
-        # the mode-sorted copies plus the permutation uploaded while building them
-        need = X.ndim * X.nnz * (X.ndim * idx + X.vals.itemsize) + 8 * X.nnz
+        # the mode-sorted copies plus the permutation uploaded while building them, and the
+        # chunk-interleaved copies that the MTTKRP / Φ kernels read (layouts "lanes", "wide")
+        copies = X.ndim if self.layout == "lanes-sorted" else 2 * X.ndim
+        need = copies * (X.nnz + self.chunk) * (X.ndim * idx + X.vals.itemsize) + 8 * X.nnz
         total = int(self.device.global_mem_size)
         max_alloc = int(self.device.max_mem_alloc_size)
         per_copy = X.nnz * X.ndim * idx
         if need > 0.9 * total or per_copy > max_alloc:
             raise MemoryError(
-                f"the tensor needs {need / 2**30:.2f} GiB on the device ({X.ndim} mode-sorted "
+                f"the tensor needs {need / 2**30:.2f} GiB on the device ({copies} sorted "
                 f"copies of {X.nnz} nonzeros; one coordinate array is {per_copy / 2**30:.2f} GiB) "
                 f"but '{self.device.name}' has {total / 2**30:.2f} GiB with at most "
                 f"{max_alloc / 2**30:.2f} GiB per allocation")
@@ -307,9 +354,13 @@ class OpenCLBackend(Backend):
         RP = min(RP, self.max_wg)
         if RP < R:
             raise ValueError(f"rank {R} exceeds the device's work-group size {self.max_wg}")
+        if self.layout == "wide" and R <= self.WIDE_MAX_RANK:
+            return self._launch_wide(T, facs, mode, B, eps, out, R, RP)
         kind = "phi" if B is not None else (
             "mttkrp_fp32" if np.dtype(T.dtype) == np.float32 else "mttkrp")
-        vec = self.vec or self.VEC[kind]
+        sorted_kind = kind + "_sorted"
+        vec = self.vec or self.VEC[sorted_kind if self.layout == "lanes-sorted"
+                                   and sorted_kind in self.VEC else kind]
         while R % vec:
             vec //= 2
         RV = 1                      # lanes per nonzero in the kernel: vec columns each
@@ -319,16 +370,28 @@ class OpenCLBackend(Backend):
         if B is not None:
             # the butterfly stays inside one warp of 32 lanes
             variant = "local" if self.phi_variant == "shuffle" and RV > 32 else self.phi_variant
-        knl = self._kernel(T.dtype, T.ndim, variant, "accumulate", vec)
+        interleaved = self.layout == "lanes"
+        if interleaved:
+            subs, vals = self._interleaved(T, mode, self.chunk)
+        else:
+            subs, vals = T.subs[mode], T.vals[mode]
         LG = max(1, min(self.group_size, self.max_wg) // RV)
         nchunks = -(-T.nnz // self.chunk)
+        # 32-bit offsets where every one fits: positions x modes, factor and output rows x R,
+        # boundary slots x R
+        limit = 2 ** 31 - 1
+        use32 = self.OFF32[kind] if self.off32 is None else self.off32
+        off32 = use32 and max(nchunks * self.chunk * T.ndim, max(T.shape) * R,
+                                   (2 * nchunks + 2) * R) < limit
+        knl = self._kernel(T.dtype, T.ndim, variant, "accumulate", vec, interleaved=interleaved,
+                           off32=off32)
         ngroups = -(-nchunks // LG)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)
         dt = np.dtype(T.dtype).type
         bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype)
         args = [np.int64(T.nnz), np.int32(R), np.int32(mode), np.int32(self.chunk),
-                T.subs[mode].data, T.vals[mode].data] + [f.data for f in facs]
+                np.int64(nchunks), subs.data, vals.data] + [f.data for f in facs]
         if B is not None:
             Bd = self.asarray(B, dtype=T.dtype)
             args += [Bd.data, dt(eps), out.data, bnd_row, bnd_val,
@@ -341,6 +404,49 @@ class OpenCLBackend(Backend):
 
     #: work-items per work-group of the MTTKRP / Φ kernel (RP lanes x LG chunks)
     group_size = 256
+
+    #: largest rank that the wide kernel serves (its registers hold 2-3 rows per work-item)
+    WIDE_MAX_RANK = 16
+
+    def _interleaved(self, T, mode, chunk):
+        """The copy of the nonzeros sorted by ``mode`` in chunk-interleaved order (entry k of
+        chunk c at k * nchunks + c), built on the device at its first use and kept on ``T``."""
+        key = (mode, chunk)
+        got = T.interleaved.get(key)
+        if got is None:
+            import pyopencl.array as cla
+            for old in [k for k in T.interleaved if k[0] == mode]:
+                del T.interleaved[old]       # one copy per mode: the last chunk size asked for
+            nchunks = -(-T.nnz // chunk)
+            size = nchunks * chunk
+            subs = cla.empty(self.queue, (size, T.ndim), T.idx_dtype)
+            vals = cla.empty(self.queue, (size,), T.dtype)
+            knl = self._kernel(T.dtype, None, False, "interleave_nonzeros")
+            knl(self.queue, (T.nnz,), None, np.int64(T.nnz), np.int64(nchunks), np.int32(chunk),
+                np.int32(T.ndim), T.subs[mode].data, T.vals[mode].data, subs.data, vals.data)
+            got = T.interleaved[key] = (subs, vals)
+        return got
+
+    def _launch_wide(self, T, facs, mode, B, eps, out, R, RP):
+        """MTTKRP / Φ by cp.cl's accumulate_wide: one work-item per chunk of nonzeros, whole
+        rows in registers, over the chunk-interleaved copy of the mode."""
+        vec = self.vec or 4
+        while R % vec:
+            vec //= 2
+        chunk = self.wide_chunk
+        phi = "wide" if B is not None else False
+        subs, vals = self._interleaved(T, mode, chunk)
+        knl = self._kernel(T.dtype, T.ndim, phi, "accumulate_wide", vec, rank=R)
+        nchunks = -(-T.nnz // chunk)
+        LG = min(self.wide_group, self.max_wg)
+        bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype)
+        dt = np.dtype(T.dtype).type
+        Bd = out if B is None else self.asarray(B, dtype=T.dtype)  # B unused by MTTKRP
+        knl(self.queue, (-(-nchunks // LG) * LG,), (LG,), np.int64(T.nnz), np.int64(nchunks),
+            np.int32(mode), np.int32(chunk), subs.data, vals.data, *[f.data for f in facs],
+            Bd.data, dt(eps), out.data, bnd_row, bnd_val)
+        self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out)
+        return out
 
     #: entries of the boundary list per work-item at the reduction levels
     LEVEL_CHUNK = 64

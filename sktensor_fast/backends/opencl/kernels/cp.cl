@@ -15,7 +15,7 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 
-/* VEC columns per lane (1, 2 or 4; R % VEC == 0), VEC_T the matching vector type, VSUM the
+/* VEC columns per lane (1, 2, 4 or 8; R % VEC == 0), VEC_T the matching vector type, VSUM the
  * sum of its components (the host defines VEC_T; VEC defaults to 1) */
 #ifndef VEC
 #define VEC 1
@@ -25,8 +25,10 @@
 #define VSUM(x) (x)
 #elif VEC == 2
 #define VSUM(x) ((x).s0 + (x).s1)
-#else
+#elif VEC == 4
 #define VSUM(x) (((x).s0 + (x).s1) + ((x).s2 + (x).s3))
+#else
+#define VSUM(x) ((((x).s0 + (x).s1) + ((x).s2 + (x).s3)) + (((x).s4 + (x).s5) + ((x).s6 + (x).s7)))
 #endif
 
 #ifdef PHI_SHUFFLE_NV
@@ -47,6 +49,22 @@ inline VAL_T shfl_xor_nv(VAL_T v, int off)
 }
 #endif
 
+/* Position of entry k of chunk c in the copy of the nonzeros: consecutive (the mode-sorted
+ * order) or chunk-interleaved (INTERLEAVED: entry k of chunk c at k * nchunks + c, the order of
+ * dense.cl's interleave_nonzeros, so that the chunks of a work-group read neighbouring entries
+ * at every step) */
+#ifdef INTERLEAVED
+#define POS(k) ((OFF_T)(k) * (OFF_T)nchunks + c)
+#else
+#define POS(k) (s + (OFF_T)(k))
+#endif
+
+/* Integer type of the offsets in accumulate: int where the host has checked that every offset
+ * fits (32-bit arithmetic costs fewer instructions on GPUs), long otherwise */
+#ifndef OFF_T
+#define OFF_T long
+#endif
+
 /* MTTKRP (PHI undefined) or CP-APR's Phi (PHI defined) for one mode.
  *
  * Work-item (lane r, chunk c): lane r owns columns r*VEC .. r*VEC+VEC-1 (one vector load per
@@ -61,6 +79,7 @@ inline VAL_T shfl_xor_nv(VAL_T v, int off)
  * entry; factor rows, B, out and the boundary values are VEC-aligned (R % VEC == 0).
  */
 __kernel void accumulate(const long nnz, const int R, const int mode, const int chunk,
+                         const long nchunks,
                          __global const IDX_T* restrict subs,
                          __global const VAL_T* restrict vals,
                          FACTOR_PARAMS,
@@ -77,29 +96,33 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
     const int RP = get_local_size(0);
     const int RV = R / VEC;
     const int g = get_local_id(1);
-    const long c = get_global_id(1);
-    const long s = c * (long)chunk;
-    const long e = min(s + (long)chunk, nnz);
+    const OFF_T c = get_global_id(1);
+    const OFF_T s = c * (OFF_T)chunk;
+    const OFF_T e = min(s + (OFF_T)chunk, (OFF_T)nnz);
     const int active = (r < RV) && (s < e);
-    long first_row = -1, last_row = -1, cur = -1;
+    OFF_T first_row = -1, last_row = -1, cur = -1;
     if (s < e) {
-        first_row = subs[s * NMODES + mode];
-        last_row = subs[(e - 1) * NMODES + mode];
+        first_row = subs[POS(0) * NMODES + mode];
+        last_row = subs[POS(e - s - 1) * NMODES + mode];
         cur = first_row;
     }
     VEC_T acc = (VEC_T)0;
     for (int k = 0; k < chunk; ++k) {
-        const long j = s + k;
-        const int valid = j < e;
-        long row = -1;
+        const OFF_T j = POS(k);
+        const int valid = s + k < e;
+        OFF_T row = -1;
+        VAL_T xv = 0;
         VEC_T pi = (VEC_T)0;
         if (valid) {
             row = subs[j * NMODES + mode];
+#ifdef PHI
+            xv = vals[j];     /* Φ: measured faster with the value loaded early */
+#endif
             if (r < RV) {
                 pi = (VEC_T)1;
                 for (int m = 0; m < NMODES; ++m) {
                     if (m != mode)
-                        pi *= ((__global const VEC_T*)(F[m] + (long)subs[j * NMODES + m] * R))[r];
+                        pi *= ((__global const VEC_T*)(F[m] + (OFF_T)subs[j * NMODES + m] * R))[r];
                 }
             }
         }
@@ -110,7 +133,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         if (valid && r < RV) part = VSUM(((__global const VEC_T*)(B + row * R))[r] * pi);
         for (int off = RP >> 1; off > 0; off >>= 1) part += shfl_xor_nv(part, off);
         VAL_T w = 0;
-        if (valid) w = vals[j] / (part < eps ? eps : part);
+        if (valid) w = xv / (part < eps ? eps : part);
 #elif defined(PHI) && defined(PHI_REDUNDANT)
         /* every lane computes <B[row], pi> itself: no barriers, the factor rows it reads are
          * the ones its neighbours read (cache broadcasts) */
@@ -124,7 +147,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
                 }
                 dot += pq;
             }
-            w = vals[j] / (dot < eps ? eps : dot);
+            w = xv / (dot < eps ? eps : dot);
         }
 #elif defined(PHI)
         /* <B[row], pi> from the lanes' parts, shared through local memory.  Two buffers used
@@ -138,7 +161,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         if (valid && r < RV) {
             VAL_T dot = 0;
             for (int q = 0; q < RV; ++q) dot += buf[q];
-            w = vals[j] / (dot < eps ? eps : dot);
+            w = xv / (dot < eps ? eps : dot);
         }
 #else
         const VAL_T w = valid ? vals[j] : 0;
@@ -162,8 +185,8 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
             ((__global VEC_T*)(bnd_val + (2 * c + 1) * R))[r] = acc;
         }
         if (r == 0) {
-            bnd_row[2 * c] = first_row;
-            bnd_row[2 * c + 1] = last_row;
+            bnd_row[2 * c] = (long)first_row;
+            bnd_row[2 * c + 1] = (long)last_row;
         }
     }
 }
@@ -183,3 +206,84 @@ __kernel void kruskal_values(const long nnz, const int R, __global const IDX_T* 
     }
     out[j] = total;
 }
+
+#ifdef RANK
+/* MTTKRP (PHI undefined) or CP-APR's Phi (PHI defined) for one mode, one work-item per chunk:
+ * the "wide" variant of `accumulate` for small ranks (RANK, a compile-time constant; RW = RANK /
+ * VEC vectors per row).  The work-item holds whole rows (the product pi of the other modes'
+ * factor rows, the run's sum and, for Phi, the run's row of B) in registers, so <B[row], pi> is
+ * a private dot product (no exchange between lanes) and the index work of a nonzero is done once
+ * for all RANK columns instead of once per lane.  The nonzeros come in the chunk-interleaved
+ * order of `interleave_nonzeros`: entry k of chunk c sits at k * nchunks + c, so neighbouring
+ * work-items read neighbouring nonzeros (coalesced loads).  Runs, owned rows and the boundary
+ * list are those of `accumulate`; `out` must be zero on entry. */
+#define RW (RANK / VEC)
+__kernel void accumulate_wide(const long nnz, const long nchunks, const int mode,
+                              const int chunk,
+                              __global const IDX_T* restrict subs,
+                              __global const VAL_T* restrict vals,
+                              FACTOR_PARAMS,
+                              __global const VAL_T* restrict B, const VAL_T eps,
+                              __global VAL_T* out, __global long* restrict bnd_row,
+                              __global VAL_T* restrict bnd_val)
+{
+    FACTOR_ARRAY
+    const long c = get_global_id(0);
+    if (c >= nchunks) return;
+    const long s = c * (long)chunk;
+    const int n = (int)(min(s + (long)chunk, nnz) - s);
+    const long first_row = subs[c * NMODES + mode];
+    const long last_row = subs[((long)(n - 1) * nchunks + c) * NMODES + mode];
+    long cur = first_row;
+    VEC_T acc[RW];
+    for (int q = 0; q < RW; ++q) acc[q] = (VEC_T)0;
+#ifdef PHI
+    VEC_T brow[RW];
+    for (int q = 0; q < RW; ++q) brow[q] = ((__global const VEC_T*)(B + cur * RANK))[q];
+#endif
+    for (int k = 0; k < n; ++k) {
+        const long p = (long)k * nchunks + c;
+        const long row = subs[p * NMODES + mode];
+        VEC_T pi[RW];
+        for (int q = 0; q < RW; ++q) pi[q] = (VEC_T)1;
+        for (int m = 0; m < NMODES; ++m) {
+            if (m == mode) continue;
+            __global const VEC_T* f = (__global const VEC_T*)(F[m] + (long)subs[p * NMODES + m] * RANK);
+            for (int q = 0; q < RW; ++q) pi[q] *= f[q];
+        }
+        if (row != cur) {
+            __global VEC_T* dst = (__global VEC_T*)(cur == first_row ? bnd_val + (2 * c) * RANK
+                                                                     : out + cur * RANK);
+            for (int q = 0; q < RW; ++q) {
+                dst[q] = acc[q];
+                acc[q] = (VEC_T)0;
+            }
+            cur = row;
+#ifdef PHI
+            for (int q = 0; q < RW; ++q) brow[q] = ((__global const VEC_T*)(B + cur * RANK))[q];
+#endif
+        }
+#ifdef PHI
+        VAL_T dot = 0;
+        for (int q = 0; q < RW; ++q) dot += VSUM(brow[q] * pi[q]);
+        const VAL_T w = vals[p] / (dot < eps ? eps : dot);
+#else
+        const VAL_T w = vals[p];
+#endif
+        for (int q = 0; q < RW; ++q) acc[q] += w * pi[q];
+    }
+    /* the chunk's first and last rows go to its two slots of the boundary list */
+    __global VEC_T* b0 = (__global VEC_T*)(bnd_val + (2 * c) * RANK);
+    __global VEC_T* b1 = (__global VEC_T*)(bnd_val + (2 * c + 1) * RANK);
+    for (int q = 0; q < RW; ++q) {
+        if (cur == first_row) {
+            b0[q] = acc[q];
+            b1[q] = (VEC_T)0;
+        } else {
+            b1[q] = acc[q];
+        }
+    }
+    bnd_row[2 * c] = first_row;
+    bnd_row[2 * c + 1] = last_row;
+}
+#endif

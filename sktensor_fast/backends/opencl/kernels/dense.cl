@@ -153,3 +153,18 @@ __kernel void gather_nonzeros(const long n, const int ncols, __global const long
     for (int k = 0; k < ncols; ++k) dst_subs[j * ncols + k] = src_subs[o * ncols + k];
     dst_vals[j] = src_vals[o];
 }
+
+/* dst[(j % chunk) * nchunks + j / chunk] = src[j]: the chunk-interleaved order of a mode-sorted
+ * copy (entry k of chunk c at k * nchunks + c), read by cp.cl's accumulate_wide.  The positions
+ * past the end of a short last chunk are left as they are: the kernels never read them. */
+__kernel void interleave_nonzeros(const long n, const long nchunks, const int chunk,
+                                  const int ncols, __global const IDX_T* src_subs,
+                                  __global const VAL_T* src_vals, __global IDX_T* dst_subs,
+                                  __global VAL_T* dst_vals)
+{
+    const long j = get_global_id(0);
+    if (j >= n) return;
+    const long p = (j % chunk) * nchunks + j / chunk;
+    for (int k = 0; k < ncols; ++k) dst_subs[p * ncols + k] = src_subs[j * ncols + k];
+    dst_vals[p] = src_vals[j];
+}
