@@ -101,6 +101,11 @@ def main(argv=None):
     p.add_argument("--off32s", type=int, nargs="*", default=[], choices=[0, 1],
                    help="32-bit offsets in the lanes kernels off/on (SKTENSOR_FAST_OCL_OFF32; "
                         "default: the per-kernel setting)")
+    p.add_argument("--prefetches", type=int, nargs="*", default=[], choices=[0, 1],
+                   help="coordinates one step ahead in the lanes kernels off/on "
+                        "(SKTENSOR_FAST_OCL_PREFETCH; default: the per-kernel setting)")
+    p.add_argument("--groups", type=int, nargs="*", default=[],
+                   help="work-group sizes of the lanes kernels to sweep")
     p.add_argument("--wide-chunks", type=int, nargs="*", default=[])
     p.add_argument("--wide-groups", type=int, nargs="*", default=[])
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU whole-fit comparison")
@@ -148,12 +153,15 @@ def main(argv=None):
                         f"{k[:-3]} " + " ".join(f"{x:.3f}" for x in v)
                         for k, v in entry.items()), flush=True)
         T.interleaved.clear()
-    default_off32 = be.off32
-    for layout, o32, vec, chunk in [(la, o, u, c) for la in layouts if la != "wide"
-                                    for o in args.off32s or [be.off32]
-                                    for u in args.vecs or [be.vec] for c in args.chunks]:
-        be.layout, be.vec, be.chunk = layout, vec, chunk
+    default_off32, default_group, default_prefetch = be.off32, be.group_size, be.prefetch
+    for layout, o32, pf, vec, chunk, grp in [
+            (la, o, pp, u, c, gs) for la in layouts if la != "wide"
+            for o in args.off32s or [be.off32] for pp in args.prefetches or [be.prefetch]
+            for u in args.vecs or [be.vec] for c in args.chunks
+            for gs in args.groups or [be.group_size]]:
+        be.layout, be.vec, be.chunk, be.group_size = layout, vec, chunk, grp
         be.off32 = None if o32 is None else bool(o32)
+        be.prefetch = None if pf is None else bool(pf)
         T.interleaved.clear()
         entry = {"mttkrp_ms": [timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish,
                                      args.repeat) * 1e3 for m in range(X.ndim)]}
@@ -162,8 +170,9 @@ def main(argv=None):
             entry[f"phi_{var}_ms"] = [timed(lambda: be.phi(T, dfac, m, dfac[m], 1e-10,
                                                            out=out[m]), finish, args.repeat)
                                       * 1e3 for m in range(X.ndim)]
-        sweep[(layout, o32, vec, chunk)] = entry
-        print(f"{layout} off32 {o32} vec {vec} chunk {chunk:4d}: " + " | ".join(
+        sweep[(layout, o32, pf, vec, chunk, grp)] = entry
+        print(f"{layout} off32 {o32} prefetch {pf} vec {vec} chunk {chunk:4d} group {grp:4d}: "
+              + " | ".join(
             f"{k[:-3]} " + " ".join(f"{x:.3f}" for x in v) for k, v in entry.items()),
             flush=True)
     T.interleaved.clear()
@@ -172,13 +181,15 @@ def main(argv=None):
         best_phi = min(((c, v) for c in sweep for v in variants),
                        key=lambda cv: sum(sweep[cv[0]][f"phi_{cv[1]}_ms"]))
         be.phi_variant = best_phi[1]
-        print(f"fastest (layout, off32, vec, chunk): MTTKRP {best_mttkrp}, Φ {best_phi[0]} "
+        print(f"fastest (layout, off32, prefetch, vec, chunk, group): MTTKRP {best_mttkrp}, Φ {best_phi[0]} "
               f"{best_phi[1]}; the final pass and the fits use the defaults", flush=True)
-        sweep = {f"{la}_off32{o}_vec{u}_chunk{c}": v for (la, o, u, c), v in sweep.items()}
+        sweep = {f"{la}_off32{o}_prefetch{pp}_vec{u}_chunk{c}_group{gs}": v
+                 for (la, o, pp, u, c, gs), v in sweep.items()}
     be.vec = None
     be.layout = default_layout
     be.wide_chunk, be.wide_group = wide_defaults
-    be.chunk, be.off32 = default_chunk, default_off32
+    be.chunk, be.off32, be.group_size = default_chunk, default_off32, default_group
+    be.prefetch = default_prefetch
     mttkrp_ms, phi_ms = [], []
     for m in range(X.ndim):
         mttkrp_ms.append(timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish, args.repeat) * 1e3)
@@ -193,8 +204,9 @@ def main(argv=None):
     err_phi = float(np.max(np.abs(be.to_numpy(be.phi(T, dfac, 1, dfac[1], 1e-10)) - ref_phi))
                     / np.max(np.abs(ref_phi)))
     bytes_per_nnz = X.ndim * 4 + X.vals.itemsize
-    row = {"upload_s": t_up, "layout": be.layout, "off32": be.off32 if be.off32 is not None else be.OFF32, "wide_chunk": be.wide_chunk,
-           "wide_group": be.wide_group, "wide_sweep": wide_sweep, "chunk": be.chunk, "vec": be.vec or be.VEC, "chunk_sweep": sweep, "mttkrp_ms": mttkrp_ms, "phi_ms": phi_ms,
+    row = {"upload_s": t_up, "layout": be.layout, "off32": be.off32 if be.off32 is not None else be.OFF32,
+           "prefetch": be.prefetch if be.prefetch is not None else be.PREFETCH, "wide_chunk": be.wide_chunk,
+           "wide_group": be.wide_group, "wide_sweep": wide_sweep, "chunk": be.chunk, "group": be.group_size, "vec": be.vec or be.VEC, "chunk_sweep": sweep, "mttkrp_ms": mttkrp_ms, "phi_ms": phi_ms,
            "max_rel_err_vs_cpu": {"mttkrp": err, "phi": err_phi},
            "tensor_stream_GBs": [X.nnz * bytes_per_nnz / (ms * 1e-3) / 1e9 for ms in mttkrp_ms]}
     print("MTTKRP ms/mode: " + " ".join(f"{x:.3f}" for x in mttkrp_ms)

@@ -69,11 +69,13 @@ def test_kernels_fp32(layout_be, rank):
                                    phi_ref(X, f64, m, B.astype(np.float64), 1e-10), rtol=1e-4)
 
 
-@pytest.mark.parametrize("off32", [None, False, True])
-def test_heavy_row_spanning_many_chunks(layout_be, off32):
+@pytest.mark.parametrize("off32, prefetch", [(None, None), (False, False), (True, False),
+                                             (False, True), (True, True)])
+def test_heavy_row_spanning_many_chunks(layout_be, off32, prefetch):
     """One output row owns most nonzeros: the boundary lists of many chunks carry its sum."""
     be = layout_be
-    be.off32, old = off32, be.off32
+    old = be.off32, be.prefetch
+    be.off32, be.prefetch = off32, prefetch
     rng = np.random.default_rng(1)
     from sktensor_fast import SparseTensor
     n = 20000
@@ -89,7 +91,7 @@ def test_heavy_row_spanning_many_chunks(layout_be, off32):
             np.testing.assert_allclose(be.to_numpy(be.phi(T, f, m, f[m], 1e-10)),
                                        phi_ref(X, f, m, f[m], 1e-10), rtol=1e-11)
     finally:
-        be.off32 = old
+        be.off32, be.prefetch = old
 
 
 def test_interleaved_copies_built_once_per_mode(be):
@@ -133,12 +135,16 @@ def test_layout_and_offset_settings(monkeypatch):
     with pytest.raises(ValueError, match="SKTENSOR_FAST_OCL_OFF32"):
         OpenCLBackend("opencl")
     monkeypatch.setenv("SKTENSOR_FAST_OCL_OFF32", "0")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_PREFETCH", "2")
+    with pytest.raises(ValueError, match="SKTENSOR_FAST_OCL_PREFETCH"):
+        OpenCLBackend("opencl")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_PREFETCH", "1")
     monkeypatch.setenv("SKTENSOR_FAST_OCL_WIDE_CHUNK", "0")
     with pytest.raises(ValueError, match="WIDE_CHUNK"):
         OpenCLBackend("opencl")
     monkeypatch.delenv("SKTENSOR_FAST_OCL_WIDE_CHUNK")
     b = OpenCLBackend("opencl")
-    assert b.layout == "lanes-sorted" and b.off32 is False
+    assert b.layout == "lanes-sorted" and b.off32 is False and b.prefetch is True
     rng = np.random.default_rng(4)
     X = random_sparse((30, 20, 10), 500, rng, counts=True)
     T = b.prepare(X)

@@ -141,9 +141,13 @@ class OpenCLBackend(Backend):
     VEC = {"mttkrp": 4, "mttkrp_fp32": 4, "phi": 4, "mttkrp_sorted": 2}
 
     #: 32-bit offsets in the MTTKRP / Φ kernel where they fit (SKTENSOR_FAST_OCL_OFF32 or the
-    #: attribute ``off32`` sets both).  On an H200 at R = 16 they made Φ faster (3.09 -> 2.89 ms
-    #: per mode) and the interleaved MTTKRP slower (2.25 -> 2.47 ms).
-    OFF32 = {"mttkrp": False, "mttkrp_fp32": False, "phi": True}
+    #: attribute ``off32`` sets both) and coordinates loaded one step ahead
+    #: (SKTENSOR_FAST_OCL_PREFETCH, ``prefetch``).  On an H200 at R = 16, fp64, interleaved
+    #: copies, chunk 256 (ms per mode, benchmarks/README.md): neither 2.03 / 3.00, off32 only
+    #: 2.45 / 2.64, prefetch only 2.07-2.26 / 2.75, both 1.86-1.88 / 2.51-2.54 (MTTKRP / Φ).
+    #: fp32 takes the fp64 setting (not measured separately).
+    OFF32 = {"mttkrp": True, "mttkrp_fp32": True, "phi": True}
+    PREFETCH = {"mttkrp": True, "mttkrp_fp32": True, "phi": True}
 
     #: values of the ``layout`` setting (SKTENSOR_FAST_OCL_LAYOUT)
     LAYOUTS = ("lanes", "lanes-sorted", "wide")
@@ -201,6 +205,12 @@ class OpenCLBackend(Backend):
         if off32 not in (None, "0", "1"):
             raise ValueError(f"SKTENSOR_FAST_OCL_OFF32 must be 0 or 1, got {off32!r}")
         self.off32 = None if off32 is None else off32 == "1"
+        # the lanes kernels load the next nonzero's coordinates one step ahead: None is the
+        # per-kernel default PREFETCH, SKTENSOR_FAST_OCL_PREFETCH=0/1 sets both
+        prefetch = os.environ.get("SKTENSOR_FAST_OCL_PREFETCH")
+        if prefetch not in (None, "0", "1"):
+            raise ValueError(f"SKTENSOR_FAST_OCL_PREFETCH must be 0 or 1, got {prefetch!r}")
+        self.prefetch = None if prefetch is None else prefetch == "1"
         self.wide_chunk = int(os.environ.get("SKTENSOR_FAST_OCL_WIDE_CHUNK", 64))
         self.wide_group = int(os.environ.get("SKTENSOR_FAST_OCL_WIDE_GROUP", 128))
         if self.wide_chunk < 1 or self.wide_group < 1:
@@ -249,12 +259,13 @@ class OpenCLBackend(Backend):
         return "\n".join(parts)
 
     def _kernel(self, dtype, nmodes, phi, name, vec=1, rank=None, interleaved=False,
-                off32=False):
+                off32=False, prefetch=False):
         """Compiled kernel ``name`` of cp.cl (or dense.cl when ``nmodes`` is None), cached;
         ``vec`` columns per lane in cp.cl's accumulate (per vector in accumulate_wide, which
         needs the compile-time ``rank``); ``interleaved``: accumulate reads the
-        chunk-interleaved copy; ``off32``: accumulate's offsets fit in int."""
-        key = (np.dtype(dtype).str, nmodes, phi, name, vec, rank, interleaved, off32)
+        chunk-interleaved copy; ``off32``: accumulate's offsets fit in int; ``prefetch``:
+        accumulate loads a step's coordinates during the step before."""
+        key = (np.dtype(dtype).str, nmodes, phi, name, vec, rank, interleaved, off32, prefetch)
         knl = self._knls.get(key)
         if knl is None:
             if nmodes is None:
@@ -276,9 +287,11 @@ class OpenCLBackend(Backend):
                     extra.append("#define INTERLEAVED 1")
                 if off32:
                     extra.append("#define OFF_T int")
+                if prefetch:
+                    extra.append("#define PREFETCH 1")
 
                 src = self._header(dtype, nmodes, extra=extra) + self._source("cp.cl")
-            pkey = (np.dtype(dtype).str, nmodes, phi, vec, rank, interleaved, off32)
+            pkey = (np.dtype(dtype).str, nmodes, phi, vec, rank, interleaved, off32, prefetch)
             prog = self._progs.get(pkey)
             if prog is None:
                 prog = self.cl.Program(self.ctx, src).build()
@@ -383,8 +396,9 @@ class OpenCLBackend(Backend):
         use32 = self.OFF32[kind] if self.off32 is None else self.off32
         off32 = use32 and max(nchunks * self.chunk * T.ndim, max(T.shape) * R,
                                    (2 * nchunks + 2) * R) < limit
+        prefetch = self.PREFETCH[kind] if self.prefetch is None else self.prefetch
         knl = self._kernel(T.dtype, T.ndim, variant, "accumulate", vec, interleaved=interleaved,
-                           off32=off32)
+                           off32=off32, prefetch=prefetch)
         ngroups = -(-nchunks // LG)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)
@@ -402,8 +416,9 @@ class OpenCLBackend(Backend):
         self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out)
         return out
 
-    #: work-items per work-group of the MTTKRP / Φ kernel (RP lanes x LG chunks)
-    group_size = 256
+    #: work-items per work-group of the lanes MTTKRP / Φ kernel (RP lanes x LG chunks); on an
+    #: H200 at R = 16, 64 and 128 were 7% faster than 256-1024 (benchmarks/README.md)
+    group_size = 128
 
     #: largest rank that the wide kernel serves (its registers hold 2-3 rows per work-item)
     WIDE_MAX_RANK = 16
@@ -449,7 +464,7 @@ class OpenCLBackend(Backend):
         return out
 
     #: entries of the boundary list per work-item at the reduction levels
-    LEVEL_CHUNK = 64
+    LEVEL_CHUNK = 16
 
     def _boundary_buffers(self, nchunks, R, dtype):
         """Raw pooled buffers for a boundary list of 2 * nchunks (row, R values) entries (no

@@ -107,12 +107,50 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         cur = first_row;
     }
     VEC_T acc = (VEC_T)0;
+#ifdef PREFETCH
+    /* PREFETCH: the coordinates and value of step k+1 are loaded during step k, so that only
+     * the factor-row gathers wait on memory within a step */
+    IDX_T nx[NMODES];
+    VAL_T nv = 0;
+#pragma unroll
+    for (int m = 0; m < NMODES; ++m) nx[m] = 0;
+    if (s < e) {
+#pragma unroll
+        for (int m = 0; m < NMODES; ++m) nx[m] = subs[POS(0) * NMODES + m];
+        nv = vals[POS(0)];
+    }
+#endif
     for (int k = 0; k < chunk; ++k) {
         const OFF_T j = POS(k);
         const int valid = s + k < e;
         OFF_T row = -1;
         VAL_T xv = 0;
         VEC_T pi = (VEC_T)0;
+#ifdef PREFETCH
+        IDX_T cx[NMODES];
+#pragma unroll
+        for (int m = 0; m < NMODES; ++m) cx[m] = nx[m];
+        xv = nv;
+        if (s + k + 1 < e) {
+            const OFF_T jn = POS(k + 1);
+#pragma unroll
+            for (int m = 0; m < NMODES; ++m) nx[m] = subs[jn * NMODES + m];
+            nv = vals[jn];
+        }
+        if (valid) {
+#pragma unroll
+            for (int m = 0; m < NMODES; ++m)
+                if (m == mode) row = cx[m];
+            if (r < RV) {
+                pi = (VEC_T)1;
+#pragma unroll
+                for (int m = 0; m < NMODES; ++m) {
+                    if (m != mode)
+                        pi *= ((__global const VEC_T*)(F[m] + (OFF_T)cx[m] * R))[r];
+                }
+            }
+        }
+#else
         if (valid) {
             row = subs[j * NMODES + mode];
 #ifdef PHI
@@ -126,6 +164,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
                 }
             }
         }
+#endif
 #if defined(PHI) && defined(PHI_SHUFFLE_NV)
         /* <B[row], pi> by a butterfly over the RP (<= 32) lanes of this chunk, which sit in
          * one warp: lane r holds its columns' part of the dot, five or fewer exchanges */
@@ -163,6 +202,8 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
             for (int q = 0; q < RV; ++q) dot += buf[q];
             w = xv / (dot < eps ? eps : dot);
         }
+#elif defined(PREFETCH)
+        const VAL_T w = xv;
 #else
         const VAL_T w = valid ? vals[j] : 0;
 #endif
