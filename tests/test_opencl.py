@@ -275,3 +275,26 @@ def test_phi_variant_and_chunk_settings(monkeypatch, be):
                                            rtol=1e-12)
                 np.testing.assert_allclose(b.to_numpy(b.phi(T, f, m, f[m], 1e-10)),
                                            phi_ref(X, f, m, f[m], 1e-10), rtol=1e-11)
+
+
+def test_out_of_memory_for_the_interleaved_copy_is_a_clear_error(monkeypatch, be):
+    import pyopencl.array as cla
+    rng = np.random.default_rng(6)
+    X = random_sparse((30, 20, 10), 500, rng, counts=True)
+    old = be.layout
+    try:
+        be.layout = "lanes"
+        T = be.prepare(X)
+
+        real_empty = cla.empty
+
+        def fail(*args, **kwargs):        # the copies are the allocations outside the pool
+            if "allocator" in kwargs:
+                return real_empty(*args, **kwargs)
+            raise cl.MemoryError("allocation failed")
+        monkeypatch.setattr(cla, "empty", fail)
+        f = [rng.random((s, 4)) for s in X.shape]
+        with pytest.raises(MemoryError, match="interleaved copy of mode 0.*lanes-sorted"):
+            be.mttkrp(T, f, 0)
+    finally:
+        be.layout = old

@@ -434,8 +434,15 @@ class OpenCLBackend(Backend):
                 del T.interleaved[old]       # one copy per mode: the last chunk size asked for
             nchunks = -(-T.nnz // chunk)
             size = nchunks * chunk
-            subs = cla.empty(self.queue, (size, T.ndim), T.idx_dtype)
-            vals = cla.empty(self.queue, (size,), T.dtype)
+            try:
+                subs = cla.empty(self.queue, (size, T.ndim), T.idx_dtype)
+                vals = cla.empty(self.queue, (size,), T.dtype)
+            except self.cl.Error as exc:
+                need = size * (T.ndim * np.dtype(T.idx_dtype).itemsize + np.dtype(T.dtype).itemsize)
+                raise MemoryError(
+                    f"out of device memory for the chunk-interleaved copy of mode {mode} "
+                    f"({need / 2**30:.2f} GiB) on '{self.device.name}': {exc}. "
+                    f"SKTENSOR_FAST_OCL_LAYOUT=lanes-sorted needs no such copy") from exc
             knl = self._kernel(T.dtype, None, False, "interleave_nonzeros")
             knl(self.queue, (T.nnz,), None, np.int64(T.nnz), np.int64(nchunks), np.int32(chunk),
                 np.int32(T.ndim), T.subs[mode].data, T.vals[mode].data, subs.data, vals.data)
