@@ -124,25 +124,22 @@ def test_interleaved_copies_built_once_per_mode(be):
         be.layout, be.chunk = old
 
 
+@pytest.mark.parametrize("var, value", [("LAYOUT", "rows"), ("OFF32", "yes"), ("PREFETCH", "2"),
+                                        ("WIDE_CHUNK", "0"), ("WIDE_GROUP", "-1")])
+def test_bad_kernel_setting_is_a_clear_error(monkeypatch, var, value):
+    from sktensor_fast.backends.opencl.backend import OpenCLBackend
+    _opencl_backend()
+    monkeypatch.setenv(f"SKTENSOR_FAST_OCL_{var}", value)
+    with pytest.raises(ValueError, match=f"SKTENSOR_FAST_OCL_{var}"):
+        OpenCLBackend("opencl")
+
+
 def test_layout_and_offset_settings(monkeypatch):
     from sktensor_fast.backends.opencl.backend import OpenCLBackend
     _opencl_backend()
-    monkeypatch.setenv("SKTENSOR_FAST_OCL_LAYOUT", "rows")
-    with pytest.raises(ValueError, match="SKTENSOR_FAST_OCL_LAYOUT"):
-        OpenCLBackend("opencl")
     monkeypatch.setenv("SKTENSOR_FAST_OCL_LAYOUT", "lanes-sorted")
-    monkeypatch.setenv("SKTENSOR_FAST_OCL_OFF32", "yes")
-    with pytest.raises(ValueError, match="SKTENSOR_FAST_OCL_OFF32"):
-        OpenCLBackend("opencl")
     monkeypatch.setenv("SKTENSOR_FAST_OCL_OFF32", "0")
-    monkeypatch.setenv("SKTENSOR_FAST_OCL_PREFETCH", "2")
-    with pytest.raises(ValueError, match="SKTENSOR_FAST_OCL_PREFETCH"):
-        OpenCLBackend("opencl")
     monkeypatch.setenv("SKTENSOR_FAST_OCL_PREFETCH", "1")
-    monkeypatch.setenv("SKTENSOR_FAST_OCL_WIDE_CHUNK", "0")
-    with pytest.raises(ValueError, match="WIDE_CHUNK"):
-        OpenCLBackend("opencl")
-    monkeypatch.delenv("SKTENSOR_FAST_OCL_WIDE_CHUNK")
     b = OpenCLBackend("opencl")
     assert b.layout == "lanes-sorted" and b.off32 is False and b.prefetch is True
     rng = np.random.default_rng(4)
