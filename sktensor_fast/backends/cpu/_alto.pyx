@@ -394,6 +394,92 @@ cdef extern from *:
         }                                                                                     \\
     }
 
+    /* 3-way tensors (no atomics): the two other modes' coordinates and the output row are
+       decoded straight into locals and the Khatri-Rao row is formed in registers where it is
+       used (never stored), so a nonzero costs three decodes, three row loads and one
+       read-modify-write of its output row.  dst is the partition's private buffer (rows from
+       dst_lo) or the output itself (dst_lo = 0). */
+    #define SKTF_ALTO_PART3(FN, T, RR, ATTR, DSETUP, DEC)                                     \\
+    ATTR static void FN(const sktf_alto_job *jb, int64_t s, int64_t e, T *dst,                \\
+                        int64_t dst_lo)                                                       \\
+    {                                                                                         \\
+        const sktf_codec *cd = &jb->cd;                                                       \\
+        const int64_t R = jb->R;                                                              \\
+        const int mode = jb->mode;                                                            \\
+        const int ka = (mode == 0) ? 1 : 0, kb = (mode == 2) ? 1 : 2;                         \\
+        const T * const fa = ((T * const *) jb->fac)[ka];                                     \\
+        const T * const fb = ((T * const *) jb->fac)[kb];                                     \\
+        const T * const vals = (const T *) jb->vals;                                          \\
+        const T * const B = (const T *) jb->B;                                                \\
+        const T eps = (T) jb->eps;                                                            \\
+        const uint64_t * const lin = jb->lin;                                                 \\
+        DSETUP                                                                                \\
+        (void) R; (void) cd;                                                                  \\
+        if (B) {                                                                              \\
+            for (int64_t j = s; j < e; ++j) {                                                 \\
+                int64_t ia, ib, row;                                                          \\
+                DEC                                                                           \\
+                const T *pa = fa + ia * (RR), *pb = fb + ib * (RR);                           \\
+                const T *b = B + row * (RR);                                                  \\
+                T *d = dst + (row - dst_lo) * (RR);                                           \\
+                T dot = 0;                                                                    \\
+                SKTF_SIMD_SUM_DOT                                                             \\
+                for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * (pa[r] * pb[r]);        \\
+                if (dot < eps) dot = eps;                                                     \\
+                const T w = vals[j] / dot;                                                    \\
+                SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * (pa[r] * pb[r]);     \\
+            }                                                                                 \\
+        } else {                                                                              \\
+            for (int64_t j = s; j < e; ++j) {                                                 \\
+                int64_t ia, ib, row;                                                          \\
+                DEC                                                                           \\
+                const T *pa = fa + ia * (RR), *pb = fb + ib * (RR);                           \\
+                T *d = dst + (row - dst_lo) * (RR);                                           \\
+                const T w = vals[j];                                                          \\
+                SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * (pa[r] * pb[r]);     \\
+            }                                                                                 \\
+        }                                                                                     \\
+    }
+
+    /* decoders of the three coordinates (ia, ib, row) of nonzero j */
+    #define SKTF_D3_GEN_SETUP int64_t c3_[3];
+    #define SKTF_D3_GEN                                                                       \\
+        { uint64_t lo_, hi_; sktf_load(cd, lin, j, &lo_, &hi_);                               \\
+          sktf_decode_tab(cd, lo_, hi_, c3_); ia = c3_[ka]; ib = c3_[kb]; row = c3_[mode]; }
+    #define SKTF_D3_PEXT1_SETUP                                                               \\
+        const uint64_t ma_ = cd->mask_lo[ka], mb_ = cd->mask_lo[kb], mr_ = cd->mask_lo[mode];
+    #define SKTF_D3_PEXT1                                                                     \\
+        { const uint64_t lo_ = lin[j];                                                        \\
+          ia = (int64_t) _pext_u64(lo_, ma_); ib = (int64_t) _pext_u64(lo_, mb_);             \\
+          row = (int64_t) _pext_u64(lo_, mr_); }
+    #define SKTF_D3_PEXT2_SETUP                                                               \\
+        SKTF_D3_PEXT1_SETUP                                                                   \\
+        const uint64_t ha_ = cd->mask_hi[ka], hb_ = cd->mask_hi[kb], hr_ = cd->mask_hi[mode]; \\
+        const int sa_ = cd->lo_bits[ka], sb_ = cd->lo_bits[kb], sr_ = cd->lo_bits[mode];
+    #define SKTF_D3_PEXT2                                                                     \\
+        { const uint64_t hi_ = lin[2 * j], lo_ = lin[2 * j + 1];                              \\
+          ia = (int64_t) (_pext_u64(lo_, ma_) | (_pext_u64(hi_, ha_) << sa_));                \\
+          ib = (int64_t) (_pext_u64(lo_, mb_) | (_pext_u64(hi_, hb_) << sb_));                \\
+          row = (int64_t) (_pext_u64(lo_, mr_) | (_pext_u64(hi_, hr_) << sr_)); }
+
+    #define SKTF_ALTO_FAMILY3(T, SUF, DNAME, ATTR)                                            \\
+    SKTF_ALTO_PART3(sktf_p3_##DNAME##_##SUF##_rr, T, R, ATTR, SKTF_D3_##DNAME##_SETUP,        \\
+                    SKTF_D3_##DNAME)                                                          \\
+    SKTF_ALTO_PART3(sktf_p3_##DNAME##_##SUF##_8, T, 8, ATTR, SKTF_D3_##DNAME##_SETUP,         \\
+                    SKTF_D3_##DNAME)                                                          \\
+    SKTF_ALTO_PART3(sktf_p3_##DNAME##_##SUF##_16, T, 16, ATTR, SKTF_D3_##DNAME##_SETUP,       \\
+                    SKTF_D3_##DNAME)                                                          \\
+    SKTF_ALTO_PART3(sktf_p3_##DNAME##_##SUF##_32, T, 32, ATTR, SKTF_D3_##DNAME##_SETUP,       \\
+                    SKTF_D3_##DNAME)
+
+    #define SKTF_P3_CALL(DNAME, SUF)                                                          \\
+        switch (jb->R) {                                                                      \\
+        case 8: sktf_p3_##DNAME##_##SUF##_8(jb, s, e, dst, dst_lo); return;                   \\
+        case 16: sktf_p3_##DNAME##_##SUF##_16(jb, s, e, dst, dst_lo); return;                 \\
+        case 32: sktf_p3_##DNAME##_##SUF##_32(jb, s, e, dst, dst_lo); return;                 \\
+        default: sktf_p3_##DNAME##_##SUF##_rr(jb, s, e, dst, dst_lo); return;                 \\
+        }
+
     #define SKTF_ALTO_FAMILY(T, SUF)                                                          \\
     SKTF_ALTO_PART(sktf_gen_##SUF##_rr, T, R, , SKTF_DECODE_GEN, T *pi = scratch)             \\
     SKTF_ALTO_PART(sktf_gen_##SUF##_8, T, 8, , SKTF_DECODE_GEN, T pi[8])                      \\
@@ -411,9 +497,15 @@ cdef extern from *:
 
     SKTF_ALTO_FAMILY(double, f64)
     SKTF_ALTO_FAMILY(float, f32)
+    SKTF_ALTO_FAMILY3(double, f64, GEN, )
+    SKTF_ALTO_FAMILY3(float, f32, GEN, )
     #if SKTF_BMI2_BUILD
     SKTF_ALTO_FAMILY_PEXT(double, f64)
     SKTF_ALTO_FAMILY_PEXT(float, f32)
+    SKTF_ALTO_FAMILY3(double, f64, PEXT1, SKTF_PEXT_KERNEL)
+    SKTF_ALTO_FAMILY3(float, f32, PEXT1, SKTF_PEXT_KERNEL)
+    SKTF_ALTO_FAMILY3(double, f64, PEXT2, SKTF_PEXT_KERNEL)
+    SKTF_ALTO_FAMILY3(float, f32, PEXT2, SKTF_PEXT_KERNEL)
     #endif
 
     #if SKTF_BMI2_BUILD
@@ -426,14 +518,26 @@ cdef extern from *:
             default: sktf_pext_##SUF##_rr(jb, s, e, buf, buf_lo, scratch, c); return;         \\
             }                                                                                 \\
         }
+    #define SKTF_P3_PEXT_DISPATCH(SUF)                                                        \\
+        if (sktf_use_pext) {                                                                  \\
+            if (jb->cd.words == 1) { SKTF_P3_CALL(PEXT1, SUF) }                               \\
+            else { SKTF_P3_CALL(PEXT2, SUF) }                                                 \\
+        }
     #else
     #define SKTF_PEXT_DISPATCH(SUF)
+    #define SKTF_P3_PEXT_DISPATCH(SUF)
     #endif
 
     #define SKTF_ALTO_DISPATCH(T, SUF)                                                        \\
     static void sktf_alto_part_##SUF(const sktf_alto_job *jb, int64_t s, int64_t e, T *buf,   \\
                                      int64_t buf_lo, T *scratch, int64_t *c)                  \\
     {                                                                                         \\
+        if (jb->cd.nmodes == 3 && (buf != NULL || !jb->atomic)) {                             \\
+            T *dst = buf ? buf : (T *) jb->out;                                               \\
+            const int64_t dst_lo = buf ? buf_lo : 0;                                          \\
+            SKTF_P3_PEXT_DISPATCH(SUF)                                                        \\
+            SKTF_P3_CALL(GEN, SUF)                                                            \\
+        }                                                                                     \\
         SKTF_PEXT_DISPATCH(SUF)                                                               \\
         switch (jb->R) {                                                                      \\
         case 8: sktf_gen_##SUF##_8(jb, s, e, buf, buf_lo, scratch, c); return;                \\
