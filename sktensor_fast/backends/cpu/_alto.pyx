@@ -480,6 +480,56 @@ cdef extern from *:
         default: sktf_p3_##DNAME##_##SUF##_rr(jb, s, e, dst, dst_lo); return;                 \\
         }
 
+    /* Kruskal model values of 3-way tensors (as SKTF_ALTO_VALUES; vals != NULL: the data
+       term, nonzeros with x = 0 skipped before any work) */
+    #define SKTF_ALTO_VALUES3(FN, T, RR, ATTR, DSETUP, DEC)                                   \\
+    ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_t e,      \\
+                        T *res, const T *vals, double eps, double *sum)                       \\
+    {                                                                                         \\
+        const sktf_codec *cd = &jb->cd;                                                       \\
+        const int64_t R = jb->R;                                                              \\
+        const int ka = 0, kb = 1, mode = 2;                                                   \\
+        const T * const fa = ((T * const *) jb->fac)[0];                                      \\
+        const T * const fb = ((T * const *) jb->fac)[1];                                      \\
+        const T * const fc = ((T * const *) jb->fac)[2];                                      \\
+        const uint64_t * const lin = jb->lin;                                                 \\
+        DSETUP                                                                                \\
+        (void) R; (void) cd;                                                                  \\
+        double tot = 0;                                                                       \\
+        for (int64_t j = s; j < e; ++j) {                                                     \\
+            if (vals != NULL && vals[j] == 0) continue;                                       \\
+            int64_t ia, ib, row;                                                              \\
+            DEC                                                                               \\
+            const T *pa = fa + ia * (RR), *pb = fb + ib * (RR), *pc = fc + row * (RR);        \\
+            T acc = 0;                                                                        \\
+            _Pragma("omp simd reduction(+:acc)")                                              \\
+            for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * ((pa[r] * pb[r]) * pc[r]); \\
+            if (vals == NULL) { res[j] = acc; continue; }                                     \\
+            double m = (double) acc;                                                          \\
+            if (m < eps) m = eps;                                                             \\
+            tot += (double) vals[j] * log(m);                                                 \\
+        }                                                                                     \\
+        if (vals != NULL) *sum += tot;                                                        \\
+    }
+
+    #define SKTF_ALTO_VFAMILY3(T, SUF, DNAME, ATTR)                                           \\
+    SKTF_ALTO_VALUES3(sktf_v3_##DNAME##_##SUF##_rr, T, R, ATTR, SKTF_D3_##DNAME##_SETUP,      \\
+                      SKTF_D3_##DNAME)                                                        \\
+    SKTF_ALTO_VALUES3(sktf_v3_##DNAME##_##SUF##_8, T, 8, ATTR, SKTF_D3_##DNAME##_SETUP,       \\
+                      SKTF_D3_##DNAME)                                                        \\
+    SKTF_ALTO_VALUES3(sktf_v3_##DNAME##_##SUF##_16, T, 16, ATTR, SKTF_D3_##DNAME##_SETUP,     \\
+                      SKTF_D3_##DNAME)                                                        \\
+    SKTF_ALTO_VALUES3(sktf_v3_##DNAME##_##SUF##_32, T, 32, ATTR, SKTF_D3_##DNAME##_SETUP,     \\
+                      SKTF_D3_##DNAME)
+
+    #define SKTF_V3_CALL(DNAME, SUF)                                                          \\
+        switch (jb->R) {                                                                      \\
+        case 8: sktf_v3_##DNAME##_##SUF##_8(jb, weights, s, e, res, vals, eps, sum); return;  \\
+        case 16: sktf_v3_##DNAME##_##SUF##_16(jb, weights, s, e, res, vals, eps, sum); return; \\
+        case 32: sktf_v3_##DNAME##_##SUF##_32(jb, weights, s, e, res, vals, eps, sum); return; \\
+        default: sktf_v3_##DNAME##_##SUF##_rr(jb, weights, s, e, res, vals, eps, sum); return; \\
+        }
+
     #define SKTF_ALTO_FAMILY(T, SUF)                                                          \\
     SKTF_ALTO_PART(sktf_gen_##SUF##_rr, T, R, , SKTF_DECODE_GEN, T *pi = scratch)             \\
     SKTF_ALTO_PART(sktf_gen_##SUF##_8, T, 8, , SKTF_DECODE_GEN, T pi[8])                      \\
@@ -499,6 +549,8 @@ cdef extern from *:
     SKTF_ALTO_FAMILY(float, f32)
     SKTF_ALTO_FAMILY3(double, f64, GEN, )
     SKTF_ALTO_FAMILY3(float, f32, GEN, )
+    SKTF_ALTO_VFAMILY3(double, f64, GEN, )
+    SKTF_ALTO_VFAMILY3(float, f32, GEN, )
     #if SKTF_BMI2_BUILD
     SKTF_ALTO_FAMILY_PEXT(double, f64)
     SKTF_ALTO_FAMILY_PEXT(float, f32)
@@ -506,6 +558,10 @@ cdef extern from *:
     SKTF_ALTO_FAMILY3(float, f32, PEXT1, SKTF_PEXT_KERNEL)
     SKTF_ALTO_FAMILY3(double, f64, PEXT2, SKTF_PEXT_KERNEL)
     SKTF_ALTO_FAMILY3(float, f32, PEXT2, SKTF_PEXT_KERNEL)
+    SKTF_ALTO_VFAMILY3(double, f64, PEXT1, SKTF_PEXT_KERNEL)
+    SKTF_ALTO_VFAMILY3(float, f32, PEXT1, SKTF_PEXT_KERNEL)
+    SKTF_ALTO_VFAMILY3(double, f64, PEXT2, SKTF_PEXT_KERNEL)
+    SKTF_ALTO_VFAMILY3(float, f32, PEXT2, SKTF_PEXT_KERNEL)
     #endif
 
     #if SKTF_BMI2_BUILD
@@ -550,6 +606,10 @@ cdef extern from *:
                                        int64_t e, T *res, T *pi, int64_t *c, const T *vals,   \\
                                        double eps, double *sum)                               \\
     {                                                                                         \\
+        if (jb->cd.nmodes == 3) {                                                             \\
+            SKTF_V3_PEXT_DISPATCH(SUF)                                                        \\
+            SKTF_V3_CALL(GEN, SUF)                                                            \\
+        }                                                                                     \\
         SKTF_VALUES_PEXT(SUF)                                                                 \\
         sktf_values_gen_##SUF(jb, weights, s, e, res, pi, c, vals, eps, sum);                                 \\
     }
@@ -557,8 +617,14 @@ cdef extern from *:
     #if SKTF_BMI2_BUILD
     #define SKTF_VALUES_PEXT(SUF) \\
         if (sktf_use_pext) { sktf_values_pext_##SUF(jb, weights, s, e, res, pi, c, vals, eps, sum); return; }
+    #define SKTF_V3_PEXT_DISPATCH(SUF)                                                        \\
+        if (sktf_use_pext) {                                                                  \\
+            if (jb->cd.words == 1) { SKTF_V3_CALL(PEXT1, SUF) }                               \\
+            else { SKTF_V3_CALL(PEXT2, SUF) }                                                 \\
+        }
     #else
     #define SKTF_VALUES_PEXT(SUF)
+    #define SKTF_V3_PEXT_DISPATCH(SUF)
     #endif
 
     SKTF_ALTO_DISPATCH(double, f64)
