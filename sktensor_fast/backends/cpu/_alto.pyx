@@ -394,6 +394,36 @@ cdef extern from *:
         }                                                                                     \\
     }
 
+    /* software prefetch, SKTF_PF_DIST nonzeros ahead, of the rows a nonzero will touch */
+    static int sktf_pf_dist = 24;
+    #define SKTF_PF_DIST sktf_pf_dist
+    #define SKTF_PF_ROW(P, BYTES)                                                             \\
+        { const char *p_ = (const char *) (P);                                                \\
+          for (int64_t q_ = 0; q_ < (int64_t) (BYTES); q_ += 64) __builtin_prefetch(p_ + q_); \\
+          __builtin_prefetch(p_ + (BYTES) - 1); }
+    #if 1
+    #define SKTF_PF3(DEC, T, RR)                                                                   \\
+        if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                                           \\
+            int64_t qa_, qb_, qr_;                                                            \\
+            DEC(j + SKTF_PF_DIST, qa_, qb_, qr_)                                              \\
+            SKTF_PF_ROW(fa + qa_ * (RR), (RR) * sizeof(T))                                    \\
+            SKTF_PF_ROW(fb + qb_ * (RR), (RR) * sizeof(T))                                    \\
+            if (B) SKTF_PF_ROW(B + qr_ * (RR), (RR) * sizeof(T))                              \\
+            SKTF_PF_ROW(dst + (qr_ - dst_lo) * (RR), (RR) * sizeof(T))                        \\
+        }
+    #define SKTF_PFV3(DEC, T, RR)                                                             \\
+        if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                       \\
+            int64_t qa_, qb_, qr_;                                                            \\
+            DEC(j + SKTF_PF_DIST, qa_, qb_, qr_)                                              \\
+            SKTF_PF_ROW(fa + qa_ * (RR), (RR) * sizeof(T))                                    \\
+            SKTF_PF_ROW(fb + qb_ * (RR), (RR) * sizeof(T))                                    \\
+            SKTF_PF_ROW(fc + qr_ * (RR), (RR) * sizeof(T))                                    \\
+        }
+    #else
+    #define SKTF_PF3(DEC, T, RR)
+    #define SKTF_PFV3(DEC, T, RR)
+    #endif
+
     /* 3-way tensors (no atomics): the two other modes' coordinates and the output row are
        decoded straight into locals and the Khatri-Rao row is formed in registers where it is
        used (never stored), so a nonzero costs three decodes, three row loads and one
@@ -418,7 +448,8 @@ cdef extern from *:
         if (B) {                                                                              \\
             for (int64_t j = s; j < e; ++j) {                                                 \\
                 int64_t ia, ib, row;                                                          \\
-                DEC                                                                           \\
+                SKTF_PF3(DEC, T, RR)                                                         \\
+                DEC(j, ia, ib, row)                                                           \\
                 const T *pa = fa + ia * (RR), *pb = fb + ib * (RR);                           \\
                 const T *b = B + row * (RR);                                                  \\
                 T *d = dst + (row - dst_lo) * (RR);                                           \\
@@ -432,7 +463,8 @@ cdef extern from *:
         } else {                                                                              \\
             for (int64_t j = s; j < e; ++j) {                                                 \\
                 int64_t ia, ib, row;                                                          \\
-                DEC                                                                           \\
+                SKTF_PF3(DEC, T, RR)                                                         \\
+                DEC(j, ia, ib, row)                                                           \\
                 const T *pa = fa + ia * (RR), *pb = fb + ib * (RR);                           \\
                 T *d = dst + (row - dst_lo) * (RR);                                           \\
                 const T w = vals[j];                                                          \\
@@ -443,24 +475,24 @@ cdef extern from *:
 
     /* decoders of the three coordinates (ia, ib, row) of nonzero j */
     #define SKTF_D3_GEN_SETUP int64_t c3_[3];
-    #define SKTF_D3_GEN                                                                       \\
-        { uint64_t lo_, hi_; sktf_load(cd, lin, j, &lo_, &hi_);                               \\
-          sktf_decode_tab(cd, lo_, hi_, c3_); ia = c3_[ka]; ib = c3_[kb]; row = c3_[mode]; }
+    #define SKTF_D3_GEN(J, IA, IB, ROW)                                                       \\
+        { uint64_t lo_, hi_; sktf_load(cd, lin, (J), &lo_, &hi_);                             \\
+          sktf_decode_tab(cd, lo_, hi_, c3_); IA = c3_[ka]; IB = c3_[kb]; ROW = c3_[mode]; }
     #define SKTF_D3_PEXT1_SETUP                                                               \\
         const uint64_t ma_ = cd->mask_lo[ka], mb_ = cd->mask_lo[kb], mr_ = cd->mask_lo[mode];
-    #define SKTF_D3_PEXT1                                                                     \\
-        { const uint64_t lo_ = lin[j];                                                        \\
-          ia = (int64_t) _pext_u64(lo_, ma_); ib = (int64_t) _pext_u64(lo_, mb_);             \\
-          row = (int64_t) _pext_u64(lo_, mr_); }
+    #define SKTF_D3_PEXT1(J, IA, IB, ROW)                                                     \\
+        { const uint64_t lo_ = lin[(J)];                                                      \\
+          IA = (int64_t) _pext_u64(lo_, ma_); IB = (int64_t) _pext_u64(lo_, mb_);             \\
+          ROW = (int64_t) _pext_u64(lo_, mr_); }
     #define SKTF_D3_PEXT2_SETUP                                                               \\
         SKTF_D3_PEXT1_SETUP                                                                   \\
         const uint64_t ha_ = cd->mask_hi[ka], hb_ = cd->mask_hi[kb], hr_ = cd->mask_hi[mode]; \\
         const int sa_ = cd->lo_bits[ka], sb_ = cd->lo_bits[kb], sr_ = cd->lo_bits[mode];
-    #define SKTF_D3_PEXT2                                                                     \\
-        { const uint64_t hi_ = lin[2 * j], lo_ = lin[2 * j + 1];                              \\
-          ia = (int64_t) (_pext_u64(lo_, ma_) | (_pext_u64(hi_, ha_) << sa_));                \\
-          ib = (int64_t) (_pext_u64(lo_, mb_) | (_pext_u64(hi_, hb_) << sb_));                \\
-          row = (int64_t) (_pext_u64(lo_, mr_) | (_pext_u64(hi_, hr_) << sr_)); }
+    #define SKTF_D3_PEXT2(J, IA, IB, ROW)                                                     \\
+        { const uint64_t hi_ = lin[2 * (J)], lo_ = lin[2 * (J) + 1];                          \\
+          IA = (int64_t) (_pext_u64(lo_, ma_) | (_pext_u64(hi_, ha_) << sa_));                \\
+          IB = (int64_t) (_pext_u64(lo_, mb_) | (_pext_u64(hi_, hb_) << sb_));                \\
+          ROW = (int64_t) (_pext_u64(lo_, mr_) | (_pext_u64(hi_, hr_) << sr_)); }
 
     #define SKTF_ALTO_FAMILY3(T, SUF, DNAME, ATTR)                                            \\
     SKTF_ALTO_PART3(sktf_p3_##DNAME##_##SUF##_rr, T, R, ATTR, SKTF_D3_##DNAME##_SETUP,        \\
@@ -497,9 +529,10 @@ cdef extern from *:
         (void) R; (void) cd;                                                                  \\
         double tot = 0;                                                                       \\
         for (int64_t j = s; j < e; ++j) {                                                     \\
+            SKTF_PFV3(DEC, T, RR)                                                             \\
             if (vals != NULL && vals[j] == 0) continue;                                       \\
             int64_t ia, ib, row;                                                              \\
-            DEC                                                                               \\
+            DEC(j, ia, ib, row)                                                               \\
             const T *pa = fa + ia * (RR), *pb = fb + ib * (RR), *pc = fc + row * (RR);        \\
             T acc = 0;                                                                        \\
             _Pragma("omp simd reduction(+:acc)")                                              \\
@@ -752,6 +785,7 @@ cdef extern from *:
         int atomic
 
     int sktf_use_pext
+    int sktf_pf_dist
     int SKTF_BMI2_BUILD
     int SKTF_IBLOCK
     int sktf_pext_is_fast() nogil
@@ -790,6 +824,15 @@ HAVE_PEXT_BUILD = bool(SKTF_BMI2_BUILD)
 def pext_available():
     """True when this CPU has a fast PEXT/PDEP and the build can use it."""
     return bool(sktf_pext_is_fast())
+
+
+def _set_prefetch_distance(int d):
+    """Software-prefetch distance (nonzeros ahead) of the 3-way kernels; 0 turns it off.
+    Returns the old one.  Only for tests and benchmarks: it does not change any result."""
+    global sktf_pf_dist
+    old = sktf_pf_dist
+    sktf_pf_dist = max(d, 0)
+    return old
 
 
 def get_decoder():
