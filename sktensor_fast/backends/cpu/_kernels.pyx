@@ -36,9 +36,156 @@ cdef extern from *:
     #define SKTF_HAVE_OPENMP 0
     static int sktf_max_threads(void) { return 1; }
     #endif
+    #include <stdint.h>
+    #include <math.h>
+    #ifdef _OPENMP
+    #define SKTF_KSIMD _Pragma("omp simd")
+    #define SKTF_KSIMD_SUM_dot _Pragma("omp simd reduction(+:dot)")
+    #define SKTF_KSIMD_SUM_acc _Pragma("omp simd reduction(+:acc)")
+    #else
+    #define SKTF_KSIMD
+    #define SKTF_KSIMD_SUM_dot
+    #define SKTF_KSIMD_SUM_acc
+    #endif
+    /* prefetch distances (nonzeros ahead): coordinates of nonzero j + 2 D, rows of j + D */
+    #define SKTF_KPF 16
+    #define SKTF_KPF_ROW(P, BYTES)                                                            \\
+        { const char *p_ = (const char *) (P);                                                \\
+          for (int64_t q_ = 0; q_ < (int64_t) (BYTES); q_ += 64) __builtin_prefetch(p_ + q_); \\
+          __builtin_prefetch(p_ + (BYTES) - 1); }
+
+    /* One partition of the COO MTTKRP / Φ of a 3-way tensor (see sorted_accumulate): runs of
+       equal output rows summed in acc, the partition's first row and last run to bnd. */
+    #define SKTF_COO_PART3(FN, T, RR)                                                         \\
+    static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t s,        \\
+                   int64_t e, T * const *fac, int mode, int64_t R, const T *B, T eps, T *out, \\
+                   T *bnd, int64_t *bnd_row, int64_t p, T *scratch)                           \\
+    {                                                                                         \\
+        const int ka = (mode == 0) ? 1 : 0, kb = (mode == 2) ? 1 : 2;                         \\
+        const T *fa = fac[ka], *fb = fac[kb];                                                 \\
+        T accv[(RR) > 0 ? (RR) : 1];                                                          \\
+        T *acc = ((RR) == R) ? scratch : accv;                                                \\
+        (void) R; (void) accv;                                                                \\
+        int64_t nz = perm ? perm[s] : s;                                                      \\
+        const int64_t first_row = subs[nz * 3 + mode];                                        \\
+        int64_t cur = first_row;                                                              \\
+        T *dst;                                                                               \\
+        SKTF_KSIMD for (int64_t r = 0; r < (RR); ++r) acc[r] = 0;                             \\
+        for (int64_t j = s; j < e; ++j) {                                                     \\
+            if (perm && j + 2 * SKTF_KPF < e) {                                               \\
+                const int64_t q = perm[j + 2 * SKTF_KPF];                                     \\
+                __builtin_prefetch(subs + q * 3);                                             \\
+                __builtin_prefetch(vals + q);                                                 \\
+            }                                                                                 \\
+            if (j + SKTF_KPF < e) {                                                           \\
+                const int64_t q = perm ? perm[j + SKTF_KPF] : j + SKTF_KPF;                   \\
+                SKTF_KPF_ROW(fa + subs[q * 3 + ka] * (RR), (RR) * sizeof(T))                  \\
+                SKTF_KPF_ROW(fb + subs[q * 3 + kb] * (RR), (RR) * sizeof(T))                  \\
+            }                                                                                 \\
+            nz = perm ? perm[j] : j;                                                          \\
+            const int64_t *sub = subs + nz * 3;                                               \\
+            const int64_t row = sub[mode];                                                    \\
+            if (row != cur) {                                                                 \\
+                if (cur == first_row) { dst = bnd + (2 * p) * (RR); bnd_row[2 * p] = cur; }    \\
+                else dst = out + cur * (RR);                                                  \\
+                SKTF_KSIMD for (int64_t r = 0; r < (RR); ++r) { dst[r] = acc[r]; acc[r] = 0; } \\
+                cur = row;                                                                    \\
+            }                                                                                 \\
+            const T *pa = fa + sub[ka] * (RR), *pb = fb + sub[kb] * (RR);                     \\
+            T w = vals[nz];                                                                   \\
+            if (B) {                                                                          \\
+                const T *b = B + row * (RR);                                                  \\
+                T dot = 0;                                                                    \\
+                SKTF_KSIMD_SUM_dot                                                            \\
+                for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * (pa[r] * pb[r]);        \\
+                if (dot < eps) dot = eps;                                                     \\
+                w = w / dot;                                                                  \\
+            }                                                                                 \\
+            SKTF_KSIMD for (int64_t r = 0; r < (RR); ++r) acc[r] += w * (pa[r] * pb[r]);      \\
+        }                                                                                     \\
+        if (cur == first_row) { dst = bnd + (2 * p) * (RR); bnd_row[2 * p] = cur; }            \\
+        else { dst = bnd + (2 * p + 1) * (RR); bnd_row[2 * p + 1] = cur; }                    \\
+        SKTF_KSIMD for (int64_t r = 0; r < (RR); ++r) dst[r] = acc[r];                        \\
+    }
+
+    /* Σ x_j log(max(m_j, eps)) over nonzeros s..e of a 3-way tensor (zeros skipped) */
+    #define SKTF_COO_LL3(FN, T, RR)                                                           \\
+    static double FN(const int64_t *subs, const T *vals, int64_t s, int64_t e,                \\
+                     T * const *fac, const T *weights, int64_t R, double eps)                 \\
+    {                                                                                         \\
+        const T *fa = fac[0], *fb = fac[1], *fc = fac[2];                                     \\
+        double tot = 0;                                                                       \\
+        (void) R;                                                                             \\
+        for (int64_t j = s; j < e; ++j) {                                                     \\
+            if (j + SKTF_KPF < e) {                                                           \\
+                const int64_t *q = subs + (j + SKTF_KPF) * 3;                                 \\
+                SKTF_KPF_ROW(fa + q[0] * (RR), (RR) * sizeof(T))                              \\
+                SKTF_KPF_ROW(fb + q[1] * (RR), (RR) * sizeof(T))                              \\
+                SKTF_KPF_ROW(fc + q[2] * (RR), (RR) * sizeof(T))                              \\
+            }                                                                                 \\
+            if (vals[j] == 0) continue;                                                       \\
+            const int64_t *sub = subs + j * 3;                                                \\
+            const T *pa = fa + sub[0] * (RR), *pb = fb + sub[1] * (RR), *pc = fc + sub[2] * (RR); \\
+            T acc = 0;                                                                        \\
+            SKTF_KSIMD_SUM_acc                                                                \\
+            for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * ((pa[r] * pb[r]) * pc[r]); \\
+            double m = (double) acc;                                                          \\
+            if (m < eps) m = eps;                                                             \\
+            tot = tot + (double) vals[j] * log(m);                                            \\
+        }                                                                                     \\
+        return tot;                                                                           \\
+    }
+
+    #define SKTF_COO_FAMILY(T, SUF)                                                           \\
+    SKTF_COO_PART3(sktf_coo_part3_##SUF##_rr, T, R)                                           \\
+    SKTF_COO_PART3(sktf_coo_part3_##SUF##_8, T, 8)                                            \\
+    SKTF_COO_PART3(sktf_coo_part3_##SUF##_16, T, 16)                                          \\
+    SKTF_COO_PART3(sktf_coo_part3_##SUF##_32, T, 32)                                          \\
+    SKTF_COO_LL3(sktf_coo_ll3_##SUF##_rr, T, R)                                               \\
+    SKTF_COO_LL3(sktf_coo_ll3_##SUF##_8, T, 8)                                                \\
+    SKTF_COO_LL3(sktf_coo_ll3_##SUF##_16, T, 16)                                              \\
+    SKTF_COO_LL3(sktf_coo_ll3_##SUF##_32, T, 32)                                              \\
+    static void sktf_coo_part3_##SUF(const int64_t *subs, const T *vals, const int64_t *perm, \\
+                   int64_t s, int64_t e, T * const *fac, int mode, int64_t R, const T *B,     \\
+                   T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch)            \\
+    {                                                                                         \\
+        switch (R) {                                                                          \\
+        case 8: sktf_coo_part3_##SUF##_8(subs, vals, perm, s, e, fac, mode, R, B, eps, out, bnd, bnd_row, p, scratch); return; \\
+        case 16: sktf_coo_part3_##SUF##_16(subs, vals, perm, s, e, fac, mode, R, B, eps, out, bnd, bnd_row, p, scratch); return; \\
+        case 32: sktf_coo_part3_##SUF##_32(subs, vals, perm, s, e, fac, mode, R, B, eps, out, bnd, bnd_row, p, scratch); return; \\
+        default: sktf_coo_part3_##SUF##_rr(subs, vals, perm, s, e, fac, mode, R, B, eps, out, bnd, bnd_row, p, scratch); return; \\
+        }                                                                                     \\
+    }                                                                                         \\
+    static double sktf_coo_ll3_##SUF(const int64_t *subs, const T *vals, int64_t s,           \\
+                   int64_t e, T * const *fac, const T *weights, int64_t R, double eps)        \\
+    {                                                                                         \\
+        switch (R) {                                                                          \\
+        case 8: return sktf_coo_ll3_##SUF##_8(subs, vals, s, e, fac, weights, R, eps);        \\
+        case 16: return sktf_coo_ll3_##SUF##_16(subs, vals, s, e, fac, weights, R, eps);      \\
+        case 32: return sktf_coo_ll3_##SUF##_32(subs, vals, s, e, fac, weights, R, eps);      \\
+        default: return sktf_coo_ll3_##SUF##_rr(subs, vals, s, e, fac, weights, R, eps);      \\
+        }                                                                                     \\
+    }
+
+    SKTF_COO_FAMILY(double, f64)
+    SKTF_COO_FAMILY(float, f32)
     """
     int SKTF_HAVE_OPENMP
     int sktf_max_threads() nogil
+    void sktf_coo_part3_f64(const int64_t* subs, const double* vals, const int64_t* perm,
+                            int64_t s, int64_t e, double** fac, int mode, int64_t R,
+                            const double* B, double eps, double* out, double* bnd,
+                            int64_t* bnd_row, int64_t p, double* scratch) noexcept nogil
+    void sktf_coo_part3_f32(const int64_t* subs, const float* vals, const int64_t* perm,
+                            int64_t s, int64_t e, float** fac, int mode, int64_t R,
+                            const float* B, float eps, float* out, float* bnd,
+                            int64_t* bnd_row, int64_t p, float* scratch) noexcept nogil
+    double sktf_coo_ll3_f64(const int64_t* subs, const double* vals, int64_t s, int64_t e,
+                            double** fac, const double* weights, int64_t R,
+                            double eps) noexcept nogil
+    double sktf_coo_ll3_f32(const int64_t* subs, const float* vals, int64_t s, int64_t e,
+                            float** fac, const float* weights, int64_t R,
+                            double eps) noexcept nogil
 
 ctypedef fused floating:
     float
@@ -148,6 +295,16 @@ def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
                 bnd_row[2 * p] = -1
                 bnd_row[2 * p + 1] = -1
                 if s >= e:
+                    continue
+                if nmodes == 3:
+                    if floating is double:
+                        sktf_coo_part3_f64(&subs[0, 0], &vals[0], &perm[0] if use_perm else NULL,
+                                           s, e, fac, mode, R, bptr, eps, &out[0, 0], bnd,
+                                           bnd_row, p, acc)
+                    else:
+                        sktf_coo_part3_f32(&subs[0, 0], &vals[0], &perm[0] if use_perm else NULL,
+                                           s, e, fac, mode, R, bptr, <float> eps, &out[0, 0],
+                                           bnd, bnd_row, p, acc)
                     continue
                 nz = perm[s] if use_perm else s
                 first_row = subs[nz, mode]
@@ -275,6 +432,15 @@ def poisson_data_term(const int64_t[:, ::1] subs, const floating[::1] vals,
             for b in prange(nchunks, schedule='static'):
                 acc = 0
                 e = min(b * _SUM_CHUNK + _SUM_CHUNK, nnz)
+                if nmodes == 3:
+                    if floating is double:
+                        acc = sktf_coo_ll3_f64(&subs[0, 0], &vals[0], b * _SUM_CHUNK, e, fac,
+                                               &weights[0] if R > 0 else NULL, R, eps)
+                    else:
+                        acc = sktf_coo_ll3_f32(&subs[0, 0], &vals[0], b * _SUM_CHUNK, e, fac,
+                                               &weights[0] if R > 0 else NULL, R, eps)
+                    part[b] = acc
+                    continue
                 for j in range(b * _SUM_CHUNK, e):
                     if vals[j] == 0:
                         continue
