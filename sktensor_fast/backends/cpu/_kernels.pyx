@@ -63,9 +63,9 @@ cdef extern from *:
     {                                                                                         \\
         const int ka = (mode == 0) ? 1 : 0, kb = (mode == 2) ? 1 : 2;                         \\
         const T *fa = fac[ka], *fb = fac[kb];                                                 \\
-        T accv[(RR) > 0 ? (RR) : 1];                                                          \\
-        T *acc = ((RR) == R) ? scratch : accv;                                                \\
-        (void) R; (void) accv;                                                                \\
+        T accv[32];                       /* ranks up to 32 on the stack, else scratch */   \\
+        T * const acc = ((RR) <= 32) ? accv : scratch;                                        \\
+        (void) R;                                                                             \\
         int64_t nz = perm ? perm[s] : s;                                                      \\
         const int64_t first_row = subs[nz * 3 + mode];                                        \\
         int64_t cur = first_row;                                                              \\
