@@ -401,142 +401,116 @@ cdef extern from *:
         { const char *p_ = (const char *) (P);                                                \\
           for (int64_t q_ = 0; q_ < (int64_t) (BYTES); q_ += 64) __builtin_prefetch(p_ + q_); \\
           __builtin_prefetch(p_ + (BYTES) - 1); }
-    #if 1
-    #define SKTF_PF3(DEC, T, RR)                                                                   \\
-        if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                                           \\
-            int64_t qa_, qb_, qr_;                                                            \\
-            DEC(j + SKTF_PF_DIST, qa_, qb_, qr_)                                              \\
-            SKTF_PF_ROW(fa + qa_ * (RR), (RR) * sizeof(T))                                    \\
-            SKTF_PF_ROW(fb + qb_ * (RR), (RR) * sizeof(T))                                    \\
-            if (B) SKTF_PF_ROW(B + qr_ * (RR), (RR) * sizeof(T))                              \\
-            SKTF_PF_ROW(dst + (qr_ - dst_lo) * (RR), (RR) * sizeof(T))                        \\
-        }
-    #define SKTF_PFV3(DEC, T, RR)                                                             \\
-        if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                       \\
-            int64_t qa_, qb_, qr_;                                                            \\
-            DEC(j + SKTF_PF_DIST, qa_, qb_, qr_)                                              \\
-            SKTF_PF_ROW(fa + qa_ * (RR), (RR) * sizeof(T))                                    \\
-            SKTF_PF_ROW(fb + qb_ * (RR), (RR) * sizeof(T))                                    \\
-            SKTF_PF_ROW(fc + qr_ * (RR), (RR) * sizeof(T))                                    \\
-        }
-    #else
-    #define SKTF_PF3(DEC, T, RR)
-    #define SKTF_PFV3(DEC, T, RR)
-    #endif
 
-    /* 3-way tensors (no atomics): the two other modes' coordinates and the output row are
-       decoded straight into locals and the Khatri-Rao row is formed in registers where it is
-       used (never stored), so a nonzero costs three decodes, three row loads and one
-       read-modify-write of its output row.  dst is the partition's private buffer (rows from
-       dst_lo) or the output itself (dst_lo = 0). */
-    #define SKTF_ALTO_PART3(FN, T, RR, ATTR, DSETUP, DEC)                                     \\
+    /* products of the rank-r entries of K rows p[0..K-1], left to right */
+    #define SKTF_PROD_2(p, r) ((p)[0][r] * (p)[1][r])
+    #define SKTF_PROD_3(p, r) (SKTF_PROD_2(p, r) * (p)[2][r])
+    #define SKTF_PROD_4(p, r) (SKTF_PROD_3(p, r) * (p)[3][r])
+    #define SKTF_PROD_5(p, r) (SKTF_PROD_4(p, r) * (p)[4][r])
+    /* the Khatri-Rao row of an NM-way nonzero (NM - 1 rows) and its model-value product (NM) */
+    #define SKTF_KR_3 SKTF_PROD_2
+    #define SKTF_KR_4 SKTF_PROD_3
+    #define SKTF_KR_5 SKTF_PROD_4
+    #define SKTF_ALL_3 SKTF_PROD_3
+    #define SKTF_ALL_4 SKTF_PROD_4
+    #define SKTF_ALL_5 SKTF_PROD_5
+
+    /* Decoders of all NM coordinates of nonzero J into C[NM], with their per-call setup */
+    #define SKTF_DN_GEN_SETUP(NM)
+    #define SKTF_DN_GEN(NM, J, C)                                                             \\
+        { uint64_t lo_, hi_; sktf_load(cd, lin, (J), &lo_, &hi_); sktf_decode_tab(cd, lo_, hi_, C); }
+    #define SKTF_DN_PEXT1_SETUP(NM)                                                           \\
+        uint64_t ml_[NM];                                                                     \\
+        for (int k_ = 0; k_ < (NM); ++k_) ml_[k_] = cd->mask_lo[k_];
+    #define SKTF_DN_PEXT1(NM, J, C)                                                           \\
+        { const uint64_t lo_ = lin[(J)];                                                      \\
+          for (int k_ = 0; k_ < (NM); ++k_) (C)[k_] = (int64_t) _pext_u64(lo_, ml_[k_]); }
+    #define SKTF_DN_PEXT2_SETUP(NM)                                                           \\
+        uint64_t ml_[NM], mh_[NM]; int sh_[NM];                                               \\
+        for (int k_ = 0; k_ < (NM); ++k_) {                                                   \\
+            ml_[k_] = cd->mask_lo[k_]; mh_[k_] = cd->mask_hi[k_]; sh_[k_] = cd->lo_bits[k_]; }
+    #define SKTF_DN_PEXT2(NM, J, C)                                                           \\
+        { const uint64_t hi_ = lin[2 * (J)], lo_ = lin[2 * (J) + 1];                          \\
+          for (int k_ = 0; k_ < (NM); ++k_)                                                   \\
+              (C)[k_] = (int64_t) (_pext_u64(lo_, ml_[k_]) | (_pext_u64(hi_, mh_[k_]) << sh_[k_])); }
+
+    /* NM-way tensors, NM = 3..5, no atomics: all coordinates decoded into locals, the
+       Khatri-Rao row formed in registers where it is used (never stored), the rows of the
+       nonzero SKTF_PF_DIST ahead prefetched.  A nonzero costs NM - 1 factor row loads (and
+       B's row for Φ) and one read-modify-write of its output row.  dst is the partition's
+       private buffer (rows from dst_lo) or the output itself (dst_lo = 0). */
+    #define SKTF_ALTO_PARTN(FN, T, RR, NM, ATTR, DSETUP, DEC)                                 \\
     ATTR static void FN(const sktf_alto_job *jb, int64_t s, int64_t e, T *dst,                \\
                         int64_t dst_lo)                                                       \\
     {                                                                                         \\
         const sktf_codec *cd = &jb->cd;                                                       \\
         const int64_t R = jb->R;                                                              \\
         const int mode = jb->mode;                                                            \\
-        const int ka = (mode == 0) ? 1 : 0, kb = (mode == 2) ? 1 : 2;                         \\
-        const T * const fa = ((T * const *) jb->fac)[ka];                                     \\
-        const T * const fb = ((T * const *) jb->fac)[kb];                                     \\
+        const T *fo[(NM) - 1];                     /* the other modes' factors, in order */   \\
+        int ko[(NM) - 1];                                                                     \\
+        for (int k = 0, q = 0; k < (NM); ++k)                                                 \\
+            if (k != mode) { ko[q] = k; fo[q] = ((T * const *) jb->fac)[k]; ++q; }            \\
         const T * const vals = (const T *) jb->vals;                                          \\
         const T * const B = (const T *) jb->B;                                                \\
         const T eps = (T) jb->eps;                                                            \\
         const uint64_t * const lin = jb->lin;                                                 \\
-        DSETUP                                                                                \\
+        DSETUP(NM)                                                                            \\
         (void) R; (void) cd;                                                                  \\
-        if (B) {                                                                              \\
-            for (int64_t j = s; j < e; ++j) {                                                 \\
-                int64_t ia, ib, row;                                                          \\
-                SKTF_PF3(DEC, T, RR)                                                         \\
-                DEC(j, ia, ib, row)                                                           \\
-                const T *pa = fa + ia * (RR), *pb = fb + ib * (RR);                           \\
+        for (int64_t j = s; j < e; ++j) {                                                     \\
+            int64_t c_[NM];                                                                   \\
+            if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                   \\
+                DEC(NM, j + SKTF_PF_DIST, c_)                                                 \\
+                for (int q = 0; q < (NM) - 1; ++q)                                            \\
+                    SKTF_PF_ROW(fo[q] + c_[ko[q]] * (RR), (RR) * sizeof(T))                   \\
+                if (B) SKTF_PF_ROW(B + c_[mode] * (RR), (RR) * sizeof(T))                     \\
+                SKTF_PF_ROW(dst + (c_[mode] - dst_lo) * (RR), (RR) * sizeof(T))               \\
+            }                                                                                 \\
+            DEC(NM, j, c_)                                                                    \\
+            const T *p[(NM) - 1];                                                             \\
+            for (int q = 0; q < (NM) - 1; ++q) p[q] = fo[q] + c_[ko[q]] * (RR);               \\
+            const int64_t row = c_[mode];                                                     \\
+            T *d = dst + (row - dst_lo) * (RR);                                               \\
+            T w = vals[j];                                                                    \\
+            if (B) {                                                                          \\
                 const T *b = B + row * (RR);                                                  \\
-                T *d = dst + (row - dst_lo) * (RR);                                           \\
                 T dot = 0;                                                                    \\
                 SKTF_SIMD_SUM_DOT                                                             \\
-                for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * (pa[r] * pb[r]);        \\
+                for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * SKTF_KR_##NM(p, r);     \\
                 if (dot < eps) dot = eps;                                                     \\
-                const T w = vals[j] / dot;                                                    \\
-                SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * (pa[r] * pb[r]);     \\
+                w = w / dot;                                                                  \\
             }                                                                                 \\
-        } else {                                                                              \\
-            for (int64_t j = s; j < e; ++j) {                                                 \\
-                int64_t ia, ib, row;                                                          \\
-                SKTF_PF3(DEC, T, RR)                                                         \\
-                DEC(j, ia, ib, row)                                                           \\
-                const T *pa = fa + ia * (RR), *pb = fb + ib * (RR);                           \\
-                T *d = dst + (row - dst_lo) * (RR);                                           \\
-                const T w = vals[j];                                                          \\
-                SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * (pa[r] * pb[r]);     \\
-            }                                                                                 \\
+            SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * SKTF_KR_##NM(p, r);      \\
         }                                                                                     \\
     }
 
-    /* decoders of the three coordinates (ia, ib, row) of nonzero j */
-    #define SKTF_D3_GEN_SETUP int64_t c3_[3];
-    #define SKTF_D3_GEN(J, IA, IB, ROW)                                                       \\
-        { uint64_t lo_, hi_; sktf_load(cd, lin, (J), &lo_, &hi_);                             \\
-          sktf_decode_tab(cd, lo_, hi_, c3_); IA = c3_[ka]; IB = c3_[kb]; ROW = c3_[mode]; }
-    #define SKTF_D3_PEXT1_SETUP                                                               \\
-        const uint64_t ma_ = cd->mask_lo[ka], mb_ = cd->mask_lo[kb], mr_ = cd->mask_lo[mode];
-    #define SKTF_D3_PEXT1(J, IA, IB, ROW)                                                     \\
-        { const uint64_t lo_ = lin[(J)];                                                      \\
-          IA = (int64_t) _pext_u64(lo_, ma_); IB = (int64_t) _pext_u64(lo_, mb_);             \\
-          ROW = (int64_t) _pext_u64(lo_, mr_); }
-    #define SKTF_D3_PEXT2_SETUP                                                               \\
-        SKTF_D3_PEXT1_SETUP                                                                   \\
-        const uint64_t ha_ = cd->mask_hi[ka], hb_ = cd->mask_hi[kb], hr_ = cd->mask_hi[mode]; \\
-        const int sa_ = cd->lo_bits[ka], sb_ = cd->lo_bits[kb], sr_ = cd->lo_bits[mode];
-    #define SKTF_D3_PEXT2(J, IA, IB, ROW)                                                     \\
-        { const uint64_t hi_ = lin[2 * (J)], lo_ = lin[2 * (J) + 1];                          \\
-          IA = (int64_t) (_pext_u64(lo_, ma_) | (_pext_u64(hi_, ha_) << sa_));                \\
-          IB = (int64_t) (_pext_u64(lo_, mb_) | (_pext_u64(hi_, hb_) << sb_));                \\
-          ROW = (int64_t) (_pext_u64(lo_, mr_) | (_pext_u64(hi_, hr_) << sr_)); }
-
-    #define SKTF_ALTO_FAMILY3(T, SUF, DNAME, ATTR)                                            \\
-    SKTF_ALTO_PART3(sktf_p3_##DNAME##_##SUF##_rr, T, R, ATTR, SKTF_D3_##DNAME##_SETUP,        \\
-                    SKTF_D3_##DNAME)                                                          \\
-    SKTF_ALTO_PART3(sktf_p3_##DNAME##_##SUF##_8, T, 8, ATTR, SKTF_D3_##DNAME##_SETUP,         \\
-                    SKTF_D3_##DNAME)                                                          \\
-    SKTF_ALTO_PART3(sktf_p3_##DNAME##_##SUF##_16, T, 16, ATTR, SKTF_D3_##DNAME##_SETUP,       \\
-                    SKTF_D3_##DNAME)                                                          \\
-    SKTF_ALTO_PART3(sktf_p3_##DNAME##_##SUF##_32, T, 32, ATTR, SKTF_D3_##DNAME##_SETUP,       \\
-                    SKTF_D3_##DNAME)
-
-    #define SKTF_P3_CALL(DNAME, SUF)                                                          \\
-        switch (jb->R) {                                                                      \\
-        case 8: sktf_p3_##DNAME##_##SUF##_8(jb, s, e, dst, dst_lo); return;                   \\
-        case 16: sktf_p3_##DNAME##_##SUF##_16(jb, s, e, dst, dst_lo); return;                 \\
-        case 32: sktf_p3_##DNAME##_##SUF##_32(jb, s, e, dst, dst_lo); return;                 \\
-        default: sktf_p3_##DNAME##_##SUF##_rr(jb, s, e, dst, dst_lo); return;                 \\
-        }
-
-    /* Kruskal model values of 3-way tensors (as SKTF_ALTO_VALUES; vals != NULL: the data
+    /* Kruskal model values of NM-way tensors (as SKTF_ALTO_VALUES; vals != NULL: the data
        term, nonzeros with x = 0 skipped before any work) */
-    #define SKTF_ALTO_VALUES3(FN, T, RR, ATTR, DSETUP, DEC)                                   \\
+    #define SKTF_ALTO_VALUESN(FN, T, RR, NM, ATTR, DSETUP, DEC)                               \\
     ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_t e,      \\
                         T *res, const T *vals, double eps, double *sum)                       \\
     {                                                                                         \\
         const sktf_codec *cd = &jb->cd;                                                       \\
         const int64_t R = jb->R;                                                              \\
-        const int ka = 0, kb = 1, mode = 2;                                                   \\
-        const T * const fa = ((T * const *) jb->fac)[0];                                      \\
-        const T * const fb = ((T * const *) jb->fac)[1];                                      \\
-        const T * const fc = ((T * const *) jb->fac)[2];                                      \\
+        const T *fa[NM];                                                                      \\
+        for (int k = 0; k < (NM); ++k) fa[k] = ((T * const *) jb->fac)[k];                    \\
         const uint64_t * const lin = jb->lin;                                                 \\
-        DSETUP                                                                                \\
+        DSETUP(NM)                                                                            \\
         (void) R; (void) cd;                                                                  \\
         double tot = 0;                                                                       \\
         for (int64_t j = s; j < e; ++j) {                                                     \\
-            SKTF_PFV3(DEC, T, RR)                                                             \\
+            int64_t c_[NM];                                                                   \\
+            if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                   \\
+                DEC(NM, j + SKTF_PF_DIST, c_)                                                 \\
+                for (int k = 0; k < (NM); ++k)                                                \\
+                    SKTF_PF_ROW(fa[k] + c_[k] * (RR), (RR) * sizeof(T))                       \\
+            }                                                                                 \\
             if (vals != NULL && vals[j] == 0) continue;                                       \\
-            int64_t ia, ib, row;                                                              \\
-            DEC(j, ia, ib, row)                                                               \\
-            const T *pa = fa + ia * (RR), *pb = fb + ib * (RR), *pc = fc + row * (RR);        \\
+            DEC(NM, j, c_)                                                                    \\
+            const T *p[NM];                                                                   \\
+            for (int k = 0; k < (NM); ++k) p[k] = fa[k] + c_[k] * (RR);                       \\
             T acc = 0;                                                                        \\
             _Pragma("omp simd reduction(+:acc)")                                              \\
-            for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * ((pa[r] * pb[r]) * pc[r]); \\
+            for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * SKTF_ALL_##NM(p, r);  \\
             if (vals == NULL) { res[j] = acc; continue; }                                     \\
             double m = (double) acc;                                                          \\
             if (m < eps) m = eps;                                                             \\
@@ -545,22 +519,51 @@ cdef extern from *:
         if (vals != NULL) *sum += tot;                                                        \\
     }
 
-    #define SKTF_ALTO_VFAMILY3(T, SUF, DNAME, ATTR)                                           \\
-    SKTF_ALTO_VALUES3(sktf_v3_##DNAME##_##SUF##_rr, T, R, ATTR, SKTF_D3_##DNAME##_SETUP,      \\
-                      SKTF_D3_##DNAME)                                                        \\
-    SKTF_ALTO_VALUES3(sktf_v3_##DNAME##_##SUF##_8, T, 8, ATTR, SKTF_D3_##DNAME##_SETUP,       \\
-                      SKTF_D3_##DNAME)                                                        \\
-    SKTF_ALTO_VALUES3(sktf_v3_##DNAME##_##SUF##_16, T, 16, ATTR, SKTF_D3_##DNAME##_SETUP,     \\
-                      SKTF_D3_##DNAME)                                                        \\
-    SKTF_ALTO_VALUES3(sktf_v3_##DNAME##_##SUF##_32, T, 32, ATTR, SKTF_D3_##DNAME##_SETUP,     \\
-                      SKTF_D3_##DNAME)
+    /* KERNEL at ranks R (any), 8, 16, 32, for NM modes and decoder DNAME: functions
+       PREFIX<NM>_<DNAME>_<SUF>_<rank> */
+    #define SKTF_AT_RANKS(KERNEL, PREFIX, T, SUF, NM, DNAME, ATTR)                            \\
+    KERNEL(PREFIX##NM##_##DNAME##_##SUF##_rr, T, R, NM, ATTR, SKTF_DN_##DNAME##_SETUP,        \\
+           SKTF_DN_##DNAME)                                                                   \\
+    KERNEL(PREFIX##NM##_##DNAME##_##SUF##_8, T, 8, NM, ATTR, SKTF_DN_##DNAME##_SETUP,         \\
+           SKTF_DN_##DNAME)                                                                   \\
+    KERNEL(PREFIX##NM##_##DNAME##_##SUF##_16, T, 16, NM, ATTR, SKTF_DN_##DNAME##_SETUP,       \\
+           SKTF_DN_##DNAME)                                                                   \\
+    KERNEL(PREFIX##NM##_##DNAME##_##SUF##_32, T, 32, NM, ATTR, SKTF_DN_##DNAME##_SETUP,       \\
+           SKTF_DN_##DNAME)
+    #define SKTF_NWAY_KERNELS(T, SUF, DNAME, ATTR)                                            \\
+    SKTF_AT_RANKS(SKTF_ALTO_PARTN, sktf_pn, T, SUF, 3, DNAME, ATTR)                           \\
+    SKTF_AT_RANKS(SKTF_ALTO_PARTN, sktf_pn, T, SUF, 4, DNAME, ATTR)                           \\
+    SKTF_AT_RANKS(SKTF_ALTO_PARTN, sktf_pn, T, SUF, 5, DNAME, ATTR)                           \\
+    SKTF_AT_RANKS(SKTF_ALTO_VALUESN, sktf_vn, T, SUF, 3, DNAME, ATTR)                         \\
+    SKTF_AT_RANKS(SKTF_ALTO_VALUESN, sktf_vn, T, SUF, 4, DNAME, ATTR)                         \\
+    SKTF_AT_RANKS(SKTF_ALTO_VALUESN, sktf_vn, T, SUF, 5, DNAME, ATTR)
 
-    #define SKTF_V3_CALL(DNAME, SUF)                                                          \\
+    /* call the rank variant of PREFIX<NM>_<DNAME>_<SUF> with ARGS, and return */
+    #define SKTF_RANK_CALL(PREFIX, NM, DNAME, SUF, ARGS)                                      \\
         switch (jb->R) {                                                                      \\
-        case 8: sktf_v3_##DNAME##_##SUF##_8(jb, weights, s, e, res, vals, eps, sum); return;  \\
-        case 16: sktf_v3_##DNAME##_##SUF##_16(jb, weights, s, e, res, vals, eps, sum); return; \\
-        case 32: sktf_v3_##DNAME##_##SUF##_32(jb, weights, s, e, res, vals, eps, sum); return; \\
-        default: sktf_v3_##DNAME##_##SUF##_rr(jb, weights, s, e, res, vals, eps, sum); return; \\
+        case 8: PREFIX##NM##_##DNAME##_##SUF##_8 ARGS; return;                                \\
+        case 16: PREFIX##NM##_##DNAME##_##SUF##_16 ARGS; return;                              \\
+        case 32: PREFIX##NM##_##DNAME##_##SUF##_32 ARGS; return;                              \\
+        default: PREFIX##NM##_##DNAME##_##SUF##_rr ARGS; return;                              \\
+        }
+    /* ... choosing the decoder: pext (one or two words) where in use, else the generic one */
+    #if SKTF_BMI2_BUILD
+    #define SKTF_DEC_CALL(PREFIX, NM, SUF, ARGS)                                              \\
+        if (sktf_use_pext) {                                                                  \\
+            if (jb->cd.words == 1) { SKTF_RANK_CALL(PREFIX, NM, PEXT1, SUF, ARGS) }           \\
+            else { SKTF_RANK_CALL(PREFIX, NM, PEXT2, SUF, ARGS) }                             \\
+        }                                                                                     \\
+        SKTF_RANK_CALL(PREFIX, NM, GEN, SUF, ARGS)
+    #else
+    #define SKTF_DEC_CALL(PREFIX, NM, SUF, ARGS) SKTF_RANK_CALL(PREFIX, NM, GEN, SUF, ARGS)
+    #endif
+    /* ... and the number of modes (3 to 5; other counts fall through) */
+    #define SKTF_NWAY_CALL(PREFIX, SUF, ARGS)                                                 \\
+        switch (jb->cd.nmodes) {                                                              \\
+        case 3: { SKTF_DEC_CALL(PREFIX, 3, SUF, ARGS) }                                       \\
+        case 4: { SKTF_DEC_CALL(PREFIX, 4, SUF, ARGS) }                                       \\
+        case 5: { SKTF_DEC_CALL(PREFIX, 5, SUF, ARGS) }                                       \\
+        default: break;                                                                       \\
         }
 
     #define SKTF_ALTO_FAMILY(T, SUF)                                                          \\
@@ -580,21 +583,15 @@ cdef extern from *:
 
     SKTF_ALTO_FAMILY(double, f64)
     SKTF_ALTO_FAMILY(float, f32)
-    SKTF_ALTO_FAMILY3(double, f64, GEN, )
-    SKTF_ALTO_FAMILY3(float, f32, GEN, )
-    SKTF_ALTO_VFAMILY3(double, f64, GEN, )
-    SKTF_ALTO_VFAMILY3(float, f32, GEN, )
+    SKTF_NWAY_KERNELS(double, f64, GEN, )
+    SKTF_NWAY_KERNELS(float, f32, GEN, )
     #if SKTF_BMI2_BUILD
     SKTF_ALTO_FAMILY_PEXT(double, f64)
     SKTF_ALTO_FAMILY_PEXT(float, f32)
-    SKTF_ALTO_FAMILY3(double, f64, PEXT1, SKTF_PEXT_KERNEL)
-    SKTF_ALTO_FAMILY3(float, f32, PEXT1, SKTF_PEXT_KERNEL)
-    SKTF_ALTO_FAMILY3(double, f64, PEXT2, SKTF_PEXT_KERNEL)
-    SKTF_ALTO_FAMILY3(float, f32, PEXT2, SKTF_PEXT_KERNEL)
-    SKTF_ALTO_VFAMILY3(double, f64, PEXT1, SKTF_PEXT_KERNEL)
-    SKTF_ALTO_VFAMILY3(float, f32, PEXT1, SKTF_PEXT_KERNEL)
-    SKTF_ALTO_VFAMILY3(double, f64, PEXT2, SKTF_PEXT_KERNEL)
-    SKTF_ALTO_VFAMILY3(float, f32, PEXT2, SKTF_PEXT_KERNEL)
+    SKTF_NWAY_KERNELS(double, f64, PEXT1, SKTF_PEXT_KERNEL)
+    SKTF_NWAY_KERNELS(float, f32, PEXT1, SKTF_PEXT_KERNEL)
+    SKTF_NWAY_KERNELS(double, f64, PEXT2, SKTF_PEXT_KERNEL)
+    SKTF_NWAY_KERNELS(float, f32, PEXT2, SKTF_PEXT_KERNEL)
     #endif
 
     #if SKTF_BMI2_BUILD
@@ -607,25 +604,18 @@ cdef extern from *:
             default: sktf_pext_##SUF##_rr(jb, s, e, buf, buf_lo, scratch, c); return;         \\
             }                                                                                 \\
         }
-    #define SKTF_P3_PEXT_DISPATCH(SUF)                                                        \\
-        if (sktf_use_pext) {                                                                  \\
-            if (jb->cd.words == 1) { SKTF_P3_CALL(PEXT1, SUF) }                               \\
-            else { SKTF_P3_CALL(PEXT2, SUF) }                                                 \\
-        }
     #else
     #define SKTF_PEXT_DISPATCH(SUF)
-    #define SKTF_P3_PEXT_DISPATCH(SUF)
     #endif
 
     #define SKTF_ALTO_DISPATCH(T, SUF)                                                        \\
     static void sktf_alto_part_##SUF(const sktf_alto_job *jb, int64_t s, int64_t e, T *buf,   \\
                                      int64_t buf_lo, T *scratch, int64_t *c)                  \\
     {                                                                                         \\
-        if (jb->cd.nmodes == 3 && (buf != NULL || !jb->atomic)) {                             \\
+        if (buf != NULL || !jb->atomic) {                                                     \\
             T *dst = buf ? buf : (T *) jb->out;                                               \\
             const int64_t dst_lo = buf ? buf_lo : 0;                                          \\
-            SKTF_P3_PEXT_DISPATCH(SUF)                                                        \\
-            SKTF_P3_CALL(GEN, SUF)                                                            \\
+            SKTF_NWAY_CALL(sktf_pn, SUF, (jb, s, e, dst, dst_lo))                             \\
         }                                                                                     \\
         SKTF_PEXT_DISPATCH(SUF)                                                               \\
         switch (jb->R) {                                                                      \\
@@ -639,10 +629,7 @@ cdef extern from *:
                                        int64_t e, T *res, T *pi, int64_t *c, const T *vals,   \\
                                        double eps, double *sum)                               \\
     {                                                                                         \\
-        if (jb->cd.nmodes == 3) {                                                             \\
-            SKTF_V3_PEXT_DISPATCH(SUF)                                                        \\
-            SKTF_V3_CALL(GEN, SUF)                                                            \\
-        }                                                                                     \\
+        SKTF_NWAY_CALL(sktf_vn, SUF, (jb, weights, s, e, res, vals, eps, sum))                \\
         SKTF_VALUES_PEXT(SUF)                                                                 \\
         sktf_values_gen_##SUF(jb, weights, s, e, res, pi, c, vals, eps, sum);                                 \\
     }
@@ -650,14 +637,8 @@ cdef extern from *:
     #if SKTF_BMI2_BUILD
     #define SKTF_VALUES_PEXT(SUF) \\
         if (sktf_use_pext) { sktf_values_pext_##SUF(jb, weights, s, e, res, pi, c, vals, eps, sum); return; }
-    #define SKTF_V3_PEXT_DISPATCH(SUF)                                                        \\
-        if (sktf_use_pext) {                                                                  \\
-            if (jb->cd.words == 1) { SKTF_V3_CALL(PEXT1, SUF) }                               \\
-            else { SKTF_V3_CALL(PEXT2, SUF) }                                                 \\
-        }
     #else
     #define SKTF_VALUES_PEXT(SUF)
-    #define SKTF_V3_PEXT_DISPATCH(SUF)
     #endif
 
     SKTF_ALTO_DISPATCH(double, f64)

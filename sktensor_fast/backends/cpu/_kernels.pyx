@@ -54,36 +54,52 @@ cdef extern from *:
           for (int64_t q_ = 0; q_ < (int64_t) (BYTES); q_ += 64) __builtin_prefetch(p_ + q_); \\
           __builtin_prefetch(p_ + (BYTES) - 1); }
 
-    /* One partition of the COO MTTKRP / Φ of a 3-way tensor (see sorted_accumulate): runs of
+    /* products of the rank-r entries of K rows p[0..K-1], left to right */
+    #define SKTF_KPROD_2(p, r) ((p)[0][r] * (p)[1][r])
+    #define SKTF_KPROD_3(p, r) (SKTF_KPROD_2(p, r) * (p)[2][r])
+    #define SKTF_KPROD_4(p, r) (SKTF_KPROD_3(p, r) * (p)[3][r])
+    #define SKTF_KPROD_5(p, r) (SKTF_KPROD_4(p, r) * (p)[4][r])
+    /* the Khatri-Rao row of an NM-way nonzero (NM - 1 rows), its model-value product (NM) */
+    #define SKTF_KKR_3 SKTF_KPROD_2
+    #define SKTF_KKR_4 SKTF_KPROD_3
+    #define SKTF_KKR_5 SKTF_KPROD_4
+    #define SKTF_KALL_3 SKTF_KPROD_3
+    #define SKTF_KALL_4 SKTF_KPROD_4
+    #define SKTF_KALL_5 SKTF_KPROD_5
+
+    /* One partition of the COO MTTKRP / Φ of an NM-way tensor, NM = 3..5 (see
+       sorted_accumulate): the Khatri-Rao row formed in registers where it is used, runs of
        equal output rows summed in acc, the partition's first row and last run to bnd. */
-    #define SKTF_COO_PART3(FN, T, RR)                                                         \\
+    #define SKTF_COO_PARTN(FN, T, RR, NM)                                                     \\
     static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t s,        \\
                    int64_t e, T * const *fac, int mode, int64_t R, const T *B, T eps, T *out, \\
                    T *bnd, int64_t *bnd_row, int64_t p, T *scratch)                           \\
     {                                                                                         \\
-        const int ka = (mode == 0) ? 1 : 0, kb = (mode == 2) ? 1 : 2;                         \\
-        const T *fa = fac[ka], *fb = fac[kb];                                                 \\
-        T accv[32];                       /* ranks up to 32 on the stack, else scratch */   \\
+        const T *fo[(NM) - 1];                     /* the other modes' factors, in order */   \\
+        int ko[(NM) - 1];                                                                     \\
+        for (int k = 0, q = 0; k < (NM); ++k)                                                 \\
+            if (k != mode) { ko[q] = k; fo[q] = fac[k]; ++q; }                                \\
+        T accv[32];                       /* ranks up to 32 on the stack, else scratch */     \\
         T * const acc = ((RR) <= 32) ? accv : scratch;                                        \\
         (void) R;                                                                             \\
         int64_t nz = perm ? perm[s] : s;                                                      \\
-        const int64_t first_row = subs[nz * 3 + mode];                                        \\
+        const int64_t first_row = subs[nz * (NM) + mode];                                     \\
         int64_t cur = first_row;                                                              \\
         T *dst;                                                                               \\
         SKTF_KSIMD for (int64_t r = 0; r < (RR); ++r) acc[r] = 0;                             \\
         for (int64_t j = s; j < e; ++j) {                                                     \\
             if (perm && j + 2 * SKTF_KPF < e) {                                               \\
                 const int64_t q = perm[j + 2 * SKTF_KPF];                                     \\
-                __builtin_prefetch(subs + q * 3);                                             \\
+                __builtin_prefetch(subs + q * (NM));                                          \\
                 __builtin_prefetch(vals + q);                                                 \\
             }                                                                                 \\
             if (j + SKTF_KPF < e) {                                                           \\
-                const int64_t q = perm ? perm[j + SKTF_KPF] : j + SKTF_KPF;                   \\
-                SKTF_KPF_ROW(fa + subs[q * 3 + ka] * (RR), (RR) * sizeof(T))                  \\
-                SKTF_KPF_ROW(fb + subs[q * 3 + kb] * (RR), (RR) * sizeof(T))                  \\
+                const int64_t *qs = subs + (perm ? perm[j + SKTF_KPF] : j + SKTF_KPF) * (NM); \\
+                for (int q = 0; q < (NM) - 1; ++q)                                            \\
+                    SKTF_KPF_ROW(fo[q] + qs[ko[q]] * (RR), (RR) * sizeof(T))                  \\
             }                                                                                 \\
             nz = perm ? perm[j] : j;                                                          \\
-            const int64_t *sub = subs + nz * 3;                                               \\
+            const int64_t *sub = subs + nz * (NM);                                            \\
             const int64_t row = sub[mode];                                                    \\
             if (row != cur) {                                                                 \\
                 if (cur == first_row) { dst = bnd + (2 * p) * (RR); bnd_row[2 * p] = cur; }    \\
@@ -91,44 +107,44 @@ cdef extern from *:
                 SKTF_KSIMD for (int64_t r = 0; r < (RR); ++r) { dst[r] = acc[r]; acc[r] = 0; } \\
                 cur = row;                                                                    \\
             }                                                                                 \\
-            const T *pa = fa + sub[ka] * (RR), *pb = fb + sub[kb] * (RR);                     \\
+            const T *pk[(NM) - 1];                                                            \\
+            for (int q = 0; q < (NM) - 1; ++q) pk[q] = fo[q] + sub[ko[q]] * (RR);             \\
             T w = vals[nz];                                                                   \\
             if (B) {                                                                          \\
                 const T *b = B + row * (RR);                                                  \\
                 T dot = 0;                                                                    \\
                 SKTF_KSIMD_SUM_dot                                                            \\
-                for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * (pa[r] * pb[r]);        \\
+                for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * SKTF_KKR_##NM(pk, r);   \\
                 if (dot < eps) dot = eps;                                                     \\
                 w = w / dot;                                                                  \\
             }                                                                                 \\
-            SKTF_KSIMD for (int64_t r = 0; r < (RR); ++r) acc[r] += w * (pa[r] * pb[r]);      \\
+            SKTF_KSIMD for (int64_t r = 0; r < (RR); ++r) acc[r] += w * SKTF_KKR_##NM(pk, r); \\
         }                                                                                     \\
         if (cur == first_row) { dst = bnd + (2 * p) * (RR); bnd_row[2 * p] = cur; }            \\
         else { dst = bnd + (2 * p + 1) * (RR); bnd_row[2 * p + 1] = cur; }                    \\
         SKTF_KSIMD for (int64_t r = 0; r < (RR); ++r) dst[r] = acc[r];                        \\
     }
 
-    /* Σ x_j log(max(m_j, eps)) over nonzeros s..e of a 3-way tensor (zeros skipped) */
-    #define SKTF_COO_LL3(FN, T, RR)                                                           \\
+    /* Σ x_j log(max(m_j, eps)) over nonzeros s..e of an NM-way tensor (zeros skipped) */
+    #define SKTF_COO_LLN(FN, T, RR, NM)                                                       \\
     static double FN(const int64_t *subs, const T *vals, int64_t s, int64_t e,                \\
                      T * const *fac, const T *weights, int64_t R, double eps)                 \\
     {                                                                                         \\
-        const T *fa = fac[0], *fb = fac[1], *fc = fac[2];                                     \\
         double tot = 0;                                                                       \\
         (void) R;                                                                             \\
         for (int64_t j = s; j < e; ++j) {                                                     \\
             if (j + SKTF_KPF < e) {                                                           \\
-                const int64_t *q = subs + (j + SKTF_KPF) * 3;                                 \\
-                SKTF_KPF_ROW(fa + q[0] * (RR), (RR) * sizeof(T))                              \\
-                SKTF_KPF_ROW(fb + q[1] * (RR), (RR) * sizeof(T))                              \\
-                SKTF_KPF_ROW(fc + q[2] * (RR), (RR) * sizeof(T))                              \\
+                const int64_t *q = subs + (j + SKTF_KPF) * (NM);                              \\
+                for (int k = 0; k < (NM); ++k)                                                \\
+                    SKTF_KPF_ROW(fac[k] + q[k] * (RR), (RR) * sizeof(T))                      \\
             }                                                                                 \\
             if (vals[j] == 0) continue;                                                       \\
-            const int64_t *sub = subs + j * 3;                                                \\
-            const T *pa = fa + sub[0] * (RR), *pb = fb + sub[1] * (RR), *pc = fc + sub[2] * (RR); \\
+            const int64_t *sub = subs + j * (NM);                                             \\
+            const T *pk[NM];                                                                  \\
+            for (int k = 0; k < (NM); ++k) pk[k] = fac[k] + sub[k] * (RR);                    \\
             T acc = 0;                                                                        \\
             SKTF_KSIMD_SUM_acc                                                                \\
-            for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * ((pa[r] * pb[r]) * pc[r]); \\
+            for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * SKTF_KALL_##NM(pk, r); \\
             double m = (double) acc;                                                          \\
             if (m < eps) m = eps;                                                             \\
             tot = tot + (double) vals[j] * log(m);                                            \\
@@ -136,35 +152,51 @@ cdef extern from *:
         return tot;                                                                           \\
     }
 
+    /* KERNEL at ranks R (any), 8, 16, 32 for NM modes: functions PREFIX<NM>_<SUF>_<rank> */
+    #define SKTF_KAT_RANKS(KERNEL, PREFIX, T, SUF, NM)                                        \\
+    KERNEL(PREFIX##NM##_##SUF##_rr, T, R, NM)                                                 \\
+    KERNEL(PREFIX##NM##_##SUF##_8, T, 8, NM)                                                  \\
+    KERNEL(PREFIX##NM##_##SUF##_16, T, 16, NM)                                                \\
+    KERNEL(PREFIX##NM##_##SUF##_32, T, 32, NM)
+    /* SET PREFIX<NM>_<SUF>_<rank> ARGS for the rank R and NM modes, then return VAL (SET and
+       VAL empty for void kernels) */
+    #define SKTF_KRANK_CALL(SET, VAL, PREFIX, NM, SUF, ARGS)                                  \\
+        switch (R) {                                                                          \\
+        case 8: SET PREFIX##NM##_##SUF##_8 ARGS; return VAL;                                  \\
+        case 16: SET PREFIX##NM##_##SUF##_16 ARGS; return VAL;                                \\
+        case 32: SET PREFIX##NM##_##SUF##_32 ARGS; return VAL;                                \\
+        default: SET PREFIX##NM##_##SUF##_rr ARGS; return VAL;                                \\
+        }
+    /* ... for nmodes = 3, 4 or 5 (the callers check the range) */
+    #define SKTF_KNWAY_CALL(SET, VAL, PREFIX, SUF, ARGS)                                      \\
+        switch (nmodes) {                                                                     \\
+        case 3: { SKTF_KRANK_CALL(SET, VAL, PREFIX, 3, SUF, ARGS) }                           \\
+        case 4: { SKTF_KRANK_CALL(SET, VAL, PREFIX, 4, SUF, ARGS) }                           \\
+        default: { SKTF_KRANK_CALL(SET, VAL, PREFIX, 5, SUF, ARGS) }                          \\
+        }
+
+    /* the entry points (nmodes 3..5, any rank) */
     #define SKTF_COO_FAMILY(T, SUF)                                                           \\
-    SKTF_COO_PART3(sktf_coo_part3_##SUF##_rr, T, R)                                           \\
-    SKTF_COO_PART3(sktf_coo_part3_##SUF##_8, T, 8)                                            \\
-    SKTF_COO_PART3(sktf_coo_part3_##SUF##_16, T, 16)                                          \\
-    SKTF_COO_PART3(sktf_coo_part3_##SUF##_32, T, 32)                                          \\
-    SKTF_COO_LL3(sktf_coo_ll3_##SUF##_rr, T, R)                                               \\
-    SKTF_COO_LL3(sktf_coo_ll3_##SUF##_8, T, 8)                                                \\
-    SKTF_COO_LL3(sktf_coo_ll3_##SUF##_16, T, 16)                                              \\
-    SKTF_COO_LL3(sktf_coo_ll3_##SUF##_32, T, 32)                                              \\
-    static void sktf_coo_part3_##SUF(const int64_t *subs, const T *vals, const int64_t *perm, \\
-                   int64_t s, int64_t e, T * const *fac, int mode, int64_t R, const T *B,     \\
-                   T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch)            \\
+    SKTF_KAT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 3)                                  \\
+    SKTF_KAT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 4)                                  \\
+    SKTF_KAT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 5)                                  \\
+    SKTF_KAT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 3)                                      \\
+    SKTF_KAT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 4)                                      \\
+    SKTF_KAT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 5)                                      \\
+    static void sktf_coo_partn_##SUF(const int64_t *subs, const T *vals, const int64_t *perm, \\
+                   int64_t s, int64_t e, T * const *fac, int nmodes, int mode, int64_t R,     \\
+                   const T *B, T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch) \\
     {                                                                                         \\
-        switch (R) {                                                                          \\
-        case 8: sktf_coo_part3_##SUF##_8(subs, vals, perm, s, e, fac, mode, R, B, eps, out, bnd, bnd_row, p, scratch); return; \\
-        case 16: sktf_coo_part3_##SUF##_16(subs, vals, perm, s, e, fac, mode, R, B, eps, out, bnd, bnd_row, p, scratch); return; \\
-        case 32: sktf_coo_part3_##SUF##_32(subs, vals, perm, s, e, fac, mode, R, B, eps, out, bnd, bnd_row, p, scratch); return; \\
-        default: sktf_coo_part3_##SUF##_rr(subs, vals, perm, s, e, fac, mode, R, B, eps, out, bnd, bnd_row, p, scratch); return; \\
-        }                                                                                     \\
+        SKTF_KNWAY_CALL(, , sktf_coo_part, SUF, (subs, vals, perm, s, e, fac, mode, R, B,     \\
+                        eps, out, bnd, bnd_row, p, scratch))                                  \\
     }                                                                                         \\
-    static double sktf_coo_ll3_##SUF(const int64_t *subs, const T *vals, int64_t s,           \\
-                   int64_t e, T * const *fac, const T *weights, int64_t R, double eps)        \\
+    static double sktf_coo_lln_##SUF(const int64_t *subs, const T *vals, int64_t s,           \\
+                   int64_t e, T * const *fac, int nmodes, const T *weights, int64_t R,        \\
+                   double eps)                                                                \\
     {                                                                                         \\
-        switch (R) {                                                                          \\
-        case 8: return sktf_coo_ll3_##SUF##_8(subs, vals, s, e, fac, weights, R, eps);        \\
-        case 16: return sktf_coo_ll3_##SUF##_16(subs, vals, s, e, fac, weights, R, eps);      \\
-        case 32: return sktf_coo_ll3_##SUF##_32(subs, vals, s, e, fac, weights, R, eps);      \\
-        default: return sktf_coo_ll3_##SUF##_rr(subs, vals, s, e, fac, weights, R, eps);      \\
-        }                                                                                     \\
+        double res_;                                                                          \\
+        SKTF_KNWAY_CALL(res_ =, res_, sktf_coo_ll, SUF, (subs, vals, s, e, fac, weights, R,   \\
+                        eps))                                                                 \\
     }
 
     SKTF_COO_FAMILY(double, f64)
@@ -172,19 +204,19 @@ cdef extern from *:
     """
     int SKTF_HAVE_OPENMP
     int sktf_max_threads() nogil
-    void sktf_coo_part3_f64(const int64_t* subs, const double* vals, const int64_t* perm,
-                            int64_t s, int64_t e, double** fac, int mode, int64_t R,
+    void sktf_coo_partn_f64(const int64_t* subs, const double* vals, const int64_t* perm,
+                            int64_t s, int64_t e, double** fac, int nmodes, int mode, int64_t R,
                             const double* B, double eps, double* out, double* bnd,
                             int64_t* bnd_row, int64_t p, double* scratch) noexcept nogil
-    void sktf_coo_part3_f32(const int64_t* subs, const float* vals, const int64_t* perm,
-                            int64_t s, int64_t e, float** fac, int mode, int64_t R,
+    void sktf_coo_partn_f32(const int64_t* subs, const float* vals, const int64_t* perm,
+                            int64_t s, int64_t e, float** fac, int nmodes, int mode, int64_t R,
                             const float* B, float eps, float* out, float* bnd,
                             int64_t* bnd_row, int64_t p, float* scratch) noexcept nogil
-    double sktf_coo_ll3_f64(const int64_t* subs, const double* vals, int64_t s, int64_t e,
-                            double** fac, const double* weights, int64_t R,
+    double sktf_coo_lln_f64(const int64_t* subs, const double* vals, int64_t s, int64_t e,
+                            double** fac, int nmodes, const double* weights, int64_t R,
                             double eps) noexcept nogil
-    double sktf_coo_ll3_f32(const int64_t* subs, const float* vals, int64_t s, int64_t e,
-                            float** fac, const float* weights, int64_t R,
+    double sktf_coo_lln_f32(const int64_t* subs, const float* vals, int64_t s, int64_t e,
+                            float** fac, int nmodes, const float* weights, int64_t R,
                             double eps) noexcept nogil
 
 ctypedef fused floating:
@@ -296,15 +328,15 @@ def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
                 bnd_row[2 * p + 1] = -1
                 if s >= e:
                     continue
-                if nmodes == 3:
+                if 3 <= nmodes <= 5:
                     if floating is double:
-                        sktf_coo_part3_f64(&subs[0, 0], &vals[0], &perm[0] if use_perm else NULL,
-                                           s, e, fac, mode, R, bptr, eps, &out[0, 0], bnd,
-                                           bnd_row, p, acc)
-                    else:
-                        sktf_coo_part3_f32(&subs[0, 0], &vals[0], &perm[0] if use_perm else NULL,
-                                           s, e, fac, mode, R, bptr, <float> eps, &out[0, 0],
+                        sktf_coo_partn_f64(&subs[0, 0], &vals[0], &perm[0] if use_perm else NULL,
+                                           s, e, fac, nmodes, mode, R, bptr, eps, &out[0, 0],
                                            bnd, bnd_row, p, acc)
+                    else:
+                        sktf_coo_partn_f32(&subs[0, 0], &vals[0], &perm[0] if use_perm else NULL,
+                                           s, e, fac, nmodes, mode, R, bptr, <float> eps,
+                                           &out[0, 0], bnd, bnd_row, p, acc)
                     continue
                 nz = perm[s] if use_perm else s
                 first_row = subs[nz, mode]
@@ -432,13 +464,13 @@ def poisson_data_term(const int64_t[:, ::1] subs, const floating[::1] vals,
             for b in prange(nchunks, schedule='static'):
                 acc = 0
                 e = min(b * _SUM_CHUNK + _SUM_CHUNK, nnz)
-                if nmodes == 3:
+                if 3 <= nmodes <= 5:
                     if floating is double:
-                        acc = sktf_coo_ll3_f64(&subs[0, 0], &vals[0], b * _SUM_CHUNK, e, fac,
-                                               &weights[0] if R > 0 else NULL, R, eps)
+                        acc = sktf_coo_lln_f64(&subs[0, 0], &vals[0], b * _SUM_CHUNK, e, fac,
+                                               nmodes, &weights[0] if R > 0 else NULL, R, eps)
                     else:
-                        acc = sktf_coo_ll3_f32(&subs[0, 0], &vals[0], b * _SUM_CHUNK, e, fac,
-                                               &weights[0] if R > 0 else NULL, R, eps)
+                        acc = sktf_coo_lln_f32(&subs[0, 0], &vals[0], b * _SUM_CHUNK, e, fac,
+                                               nmodes, &weights[0] if R > 0 else NULL, R, eps)
                     part[b] = acc
                     continue
                 for j in range(b * _SUM_CHUNK, e):
