@@ -415,30 +415,70 @@ cdef extern from *:
     #define SKTF_ALL_4 SKTF_PROD_4
     #define SKTF_ALL_5 SKTF_PROD_5
 
-    /* Decoders of all NM coordinates of nonzero J into C[NM], with their per-call setup */
-    #define SKTF_DN_GEN_SETUP(NM)
-    #define SKTF_DN_GEN(NM, J, C)                                                             \\
-        { uint64_t lo_, hi_; sktf_load(cd, lin, (J), &lo_, &hi_); sktf_decode_tab(cd, lo_, hi_, C); }
-    #define SKTF_DN_PEXT1_SETUP(NM)                                                           \\
-        uint64_t ml_[NM];                                                                     \\
-        for (int k_ = 0; k_ < (NM); ++k_) ml_[k_] = cd->mask_lo[k_];
-    #define SKTF_DN_PEXT1(NM, J, C)                                                           \\
+    /* Decoders of nonzero J: its coordinates in the modes ko[0..NO-1] into CO[0..NO-1] and,
+       where mode >= 0, in mode `mode` into ROW; SETUP(NM, NO) once per call.  The pext
+       masks are gathered in ko's order at setup, so that CO stays in registers. */
+    #define SKTF_DN_GEN_SETUP(NM, NO)                                                         \\
+        int64_t cg_[NM];
+    #define SKTF_DN_GEN(NM, NO, J, CO, ROW)                                                   \\
+        { uint64_t lo_, hi_; sktf_load(cd, lin, (J), &lo_, &hi_);                             \\
+          sktf_decode_tab(cd, lo_, hi_, cg_);                                                 \\
+          for (int q_ = 0; q_ < (NO); ++q_) (CO)[q_] = cg_[ko[q_]];                           \\
+          ROW = (mode >= 0) ? cg_[mode] : 0; }
+    #define SKTF_DN_PEXT1_SETUP(NM, NO)                                                       \\
+        uint64_t mo_[NO];                                                                     \\
+        const uint64_t mr_ = (mode >= 0) ? cd->mask_lo[mode] : 0;                             \\
+        for (int q_ = 0; q_ < (NO); ++q_) mo_[q_] = cd->mask_lo[ko[q_]];
+    #define SKTF_DN_PEXT1(NM, NO, J, CO, ROW)                                                 \\
         { const uint64_t lo_ = lin[(J)];                                                      \\
-          for (int k_ = 0; k_ < (NM); ++k_) (C)[k_] = (int64_t) _pext_u64(lo_, ml_[k_]); }
-    #define SKTF_DN_PEXT2_SETUP(NM)                                                           \\
-        uint64_t ml_[NM], mh_[NM]; int sh_[NM];                                               \\
-        for (int k_ = 0; k_ < (NM); ++k_) {                                                   \\
-            ml_[k_] = cd->mask_lo[k_]; mh_[k_] = cd->mask_hi[k_]; sh_[k_] = cd->lo_bits[k_]; }
-    #define SKTF_DN_PEXT2(NM, J, C)                                                           \\
+          for (int q_ = 0; q_ < (NO); ++q_) (CO)[q_] = (int64_t) _pext_u64(lo_, mo_[q_]);     \\
+          ROW = (mode >= 0) ? (int64_t) _pext_u64(lo_, mr_) : 0; }
+    #define SKTF_DN_PEXT2_SETUP(NM, NO)                                                       \\
+        uint64_t mo_[NO], ho_[NO]; int so_[NO];                                               \\
+        const uint64_t mr_ = (mode >= 0) ? cd->mask_lo[mode] : 0;                             \\
+        const uint64_t hr_ = (mode >= 0) ? cd->mask_hi[mode] : 0;                             \\
+        const int sr_ = (mode >= 0) ? cd->lo_bits[mode] : 0;                                  \\
+        for (int q_ = 0; q_ < (NO); ++q_) {                                                   \\
+            mo_[q_] = cd->mask_lo[ko[q_]]; ho_[q_] = cd->mask_hi[ko[q_]];                     \\
+            so_[q_] = cd->lo_bits[ko[q_]]; }
+    #define SKTF_DN_PEXT2(NM, NO, J, CO, ROW)                                                 \\
         { const uint64_t hi_ = lin[2 * (J)], lo_ = lin[2 * (J) + 1];                          \\
-          for (int k_ = 0; k_ < (NM); ++k_)                                                   \\
-              (C)[k_] = (int64_t) (_pext_u64(lo_, ml_[k_]) | (_pext_u64(hi_, mh_[k_]) << sh_[k_])); }
+          for (int q_ = 0; q_ < (NO); ++q_)                                                   \\
+              (CO)[q_] = (int64_t) (_pext_u64(lo_, mo_[q_]) | (_pext_u64(hi_, ho_[q_]) << so_[q_])); \\
+          ROW = (mode >= 0) ? (int64_t) (_pext_u64(lo_, mr_) | (_pext_u64(hi_, hr_) << sr_)) : 0; }
 
-    /* NM-way tensors, NM = 3..5, no atomics: all coordinates decoded into locals, the
-       Khatri-Rao row formed in registers where it is used (never stored), the rows of the
-       nonzero SKTF_PF_DIST ahead prefetched.  A nonzero costs NM - 1 factor row loads (and
-       B's row for Φ) and one read-modify-write of its output row.  dst is the partition's
-       private buffer (rows from dst_lo) or the output itself (dst_lo = 0). */
+    /* the loop of SKTF_ALTO_PARTN over nonzeros s..e; HASB (a constant): Φ, B given */
+    #define SKTF_PN_LOOP(T, RR, NM, DEC, HASB)                                                \\
+        for (int64_t j = s; j < e; ++j) {                                                     \\
+            int64_t co_[(NM) - 1], row;                                                       \\
+            if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                   \\
+                DEC(NM, (NM) - 1, j + SKTF_PF_DIST, co_, row)                                 \\
+                for (int q = 0; q < (NM) - 1; ++q)                                            \\
+                    SKTF_PF_ROW(fo[q] + co_[q] * (RR), (RR) * sizeof(T))                      \\
+                if (HASB) SKTF_PF_ROW(B + row * (RR), (RR) * sizeof(T))                       \\
+                SKTF_PF_ROW(dst + (row - dst_lo) * (RR), (RR) * sizeof(T))                    \\
+            }                                                                                 \\
+            DEC(NM, (NM) - 1, j, co_, row)                                                    \\
+            const T *p[(NM) - 1];                                                             \\
+            for (int q = 0; q < (NM) - 1; ++q) p[q] = fo[q] + co_[q] * (RR);                  \\
+            T *d = dst + (row - dst_lo) * (RR);                                               \\
+            T w = vals[j];                                                                    \\
+            if (HASB) {                                                                       \\
+                const T *b = B + row * (RR);                                                  \\
+                T dot = 0;                                                                    \\
+                SKTF_SIMD_SUM_DOT                                                             \\
+                for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * SKTF_KR_##NM(p, r);     \\
+                if (dot < eps) dot = eps;                                                     \\
+                w = w / dot;                                                                  \\
+            }                                                                                 \\
+            SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * SKTF_KR_##NM(p, r);      \\
+        }
+
+    /* NM-way tensors, NM = 3..5, no atomics: the coordinates decoded into registers, the
+       Khatri-Rao row formed where it is used (never stored), the rows of the nonzero
+       SKTF_PF_DIST ahead prefetched.  A nonzero costs NM - 1 factor row loads (and B's row
+       for Φ) and one read-modify-write of its output row.  dst is the partition's private
+       buffer (rows from dst_lo) or the output itself (dst_lo = 0). */
     #define SKTF_ALTO_PARTN(FN, T, RR, NM, ATTR, DSETUP, DEC)                                 \\
     ATTR static void FN(const sktf_alto_job *jb, int64_t s, int64_t e, T *dst,                \\
                         int64_t dst_lo)                                                       \\
@@ -454,33 +494,10 @@ cdef extern from *:
         const T * const B = (const T *) jb->B;                                                \\
         const T eps = (T) jb->eps;                                                            \\
         const uint64_t * const lin = jb->lin;                                                 \\
-        DSETUP(NM)                                                                            \\
+        DSETUP(NM, (NM) - 1)                                                                  \\
         (void) R; (void) cd;                                                                  \\
-        for (int64_t j = s; j < e; ++j) {                                                     \\
-            int64_t c_[NM];                                                                   \\
-            if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                   \\
-                DEC(NM, j + SKTF_PF_DIST, c_)                                                 \\
-                for (int q = 0; q < (NM) - 1; ++q)                                            \\
-                    SKTF_PF_ROW(fo[q] + c_[ko[q]] * (RR), (RR) * sizeof(T))                   \\
-                if (B) SKTF_PF_ROW(B + c_[mode] * (RR), (RR) * sizeof(T))                     \\
-                SKTF_PF_ROW(dst + (c_[mode] - dst_lo) * (RR), (RR) * sizeof(T))               \\
-            }                                                                                 \\
-            DEC(NM, j, c_)                                                                    \\
-            const T *p[(NM) - 1];                                                             \\
-            for (int q = 0; q < (NM) - 1; ++q) p[q] = fo[q] + c_[ko[q]] * (RR);               \\
-            const int64_t row = c_[mode];                                                     \\
-            T *d = dst + (row - dst_lo) * (RR);                                               \\
-            T w = vals[j];                                                                    \\
-            if (B) {                                                                          \\
-                const T *b = B + row * (RR);                                                  \\
-                T dot = 0;                                                                    \\
-                SKTF_SIMD_SUM_DOT                                                             \\
-                for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * SKTF_KR_##NM(p, r);     \\
-                if (dot < eps) dot = eps;                                                     \\
-                w = w / dot;                                                                  \\
-            }                                                                                 \\
-            SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * SKTF_KR_##NM(p, r);      \\
-        }                                                                                     \\
+        if (B) { SKTF_PN_LOOP(T, RR, NM, DEC, 1) }                                            \\
+        else { SKTF_PN_LOOP(T, RR, NM, DEC, 0) }                                              \\
     }
 
     /* Kruskal model values of NM-way tensors (as SKTF_ALTO_VALUES; vals != NULL: the data
@@ -491,23 +508,26 @@ cdef extern from *:
     {                                                                                         \\
         const sktf_codec *cd = &jb->cd;                                                       \\
         const int64_t R = jb->R;                                                              \\
+        const int mode = -1;                       /* no output mode: decode all into co_ */  \\
         const T *fa[NM];                                                                      \\
-        for (int k = 0; k < (NM); ++k) fa[k] = ((T * const *) jb->fac)[k];                    \\
+        int ko[NM];                                                                           \\
+        for (int k = 0; k < (NM); ++k) { ko[k] = k; fa[k] = ((T * const *) jb->fac)[k]; }     \\
         const uint64_t * const lin = jb->lin;                                                 \\
-        DSETUP(NM)                                                                            \\
+        DSETUP(NM, NM)                                                                        \\
         (void) R; (void) cd;                                                                  \\
         double tot = 0;                                                                       \\
         for (int64_t j = s; j < e; ++j) {                                                     \\
-            int64_t c_[NM];                                                                   \\
+            int64_t co_[NM], row_;                                                            \\
             if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                   \\
-                DEC(NM, j + SKTF_PF_DIST, c_)                                                 \\
+                DEC(NM, NM, j + SKTF_PF_DIST, co_, row_)                                      \\
                 for (int k = 0; k < (NM); ++k)                                                \\
-                    SKTF_PF_ROW(fa[k] + c_[k] * (RR), (RR) * sizeof(T))                       \\
+                    SKTF_PF_ROW(fa[k] + co_[k] * (RR), (RR) * sizeof(T))                      \\
             }                                                                                 \\
             if (vals != NULL && vals[j] == 0) continue;                                       \\
-            DEC(NM, j, c_)                                                                    \\
+            DEC(NM, NM, j, co_, row_)                                                         \\
+            (void) row_;                                                                      \\
             const T *p[NM];                                                                   \\
-            for (int k = 0; k < (NM); ++k) p[k] = fa[k] + c_[k] * (RR);                       \\
+            for (int k = 0; k < (NM); ++k) p[k] = fa[k] + co_[k] * (RR);                      \\
             T acc = 0;                                                                        \\
             _Pragma("omp simd reduction(+:acc)")                                              \\
             for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * SKTF_ALL_##NM(p, r);  \\
