@@ -202,3 +202,17 @@ def test_opencl_variants_script_runs(capsys):
     out = capsys.readouterr().out
     for name in ("shipped", "no_gather", "no_index", "level chunk", "1000 nonzeros"):
         assert name in out
+
+
+def test_phi_script_runs(tmp_path, capsys):
+    """bench_phi times Φ of every mode and the data term for COO and ALTO and writes JSON."""
+    import json
+    from benchmarks import bench_phi
+    out = tmp_path / "phi.json"
+    bench_phi.main(["--shape", "30", "20", "10", "8", "--nnz", "2000", "--threads", "1",
+                    "--repeat", "1", "--out", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["format"] for r in rows] == ["coo", "alto"]
+    for r in rows:
+        assert len(r["phi_ms_per_mode"]) == 4 and r["phi_ms_sum"] > 0 and r["data_term_ms"] > 0
+    assert "data term" in capsys.readouterr().out
