@@ -13,7 +13,6 @@ import argparse
 import os
 import platform
 import sys
-import time
 
 import numpy as np
 
@@ -23,17 +22,8 @@ import sktensor_fast  # noqa: E402
 from sktensor_fast import num_threads  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402
 from sktensor_fast.formats import AltoFormat, CooFormat  # noqa: E402
-from benchmarks.common import cpu_model, write_report  # noqa: E402
+from benchmarks.common import best_of, cpu_model, write_report  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
-
-
-def best(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main(argv=None):
@@ -60,9 +50,9 @@ def main(argv=None):
         with num_threads(threads):
             for m in range(X.ndim):
                 be.phi(T, factors, m, factors[m], 1e-10)
-                per_mode.append(best(lambda: be.phi(T, factors, m, factors[m], 1e-10),
+                per_mode.append(best_of(lambda: be.phi(T, factors, m, factors[m], 1e-10),
                                      args.repeat))
-            ll = best(lambda: be.poisson_data_term(T, weights, factors, 1e-10), args.repeat)
+            ll = best_of(lambda: be.poisson_data_term(T, weights, factors, 1e-10), args.repeat)
         rows.append({"format": name, "phi_ms_per_mode": [t * 1e3 for t in per_mode],
                      "phi_ms_sum": sum(per_mode) * 1e3, "data_term_ms": ll * 1e3})
         print(f"{name:5s} Φ per mode " + " ".join(f"{t * 1e3:7.2f}" for t in per_mode)
