@@ -36,6 +36,11 @@ def build_parser():
                    help="cpals (least squares), cpapr (Poisson), gcp (generalized); default "
                         "cpapr when available, else cpals")
     f.add_argument("--rank", type=int, default=5, help="number of components (default 5)")
+    f.add_argument("--solver", default="pdnr", choices=["mu", "pdnr", "pqnr"],
+                   help="cpapr's solver (default pdnr: on data where a coordinate occurs in "
+                        "a single nonzero, the multiplicative update 'mu' can let the rows "
+                        "of two such coordinates vanish together, leaving a model that is "
+                        "zero at that nonzero)")
     f.add_argument("--max-iter", type=int, default=None, help="maximum outer iterations")
     f.add_argument("--tol", type=float, default=None, help="stopping tolerance")
     f.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -96,6 +101,8 @@ def _cmd_fit(args):
         params["max_iter"] = args.max_iter
     if args.tol is not None:
         params["tol"] = args.tol
+    if method == "cpapr":
+        params["solver"] = args.solver
     est = methods[method](**params)
     ctx = num_threads(args.threads) if args.threads else contextlib.nullcontext()
     t0 = time.perf_counter()
@@ -112,8 +119,10 @@ def _cmd_fit(args):
         summary += f", log-likelihood {est.log_likelihood_:.6g}"
         if not np.isfinite(est.log_likelihood_):
             summary += (" (the model is exactly zero at some nonzero of the data: every "
-                        "component vanished there; more random starts (--n-init 4) or another "
-                        "--seed may find a model without this)")
+                        "component vanished there; " + ("--solver pdnr, " if method == "cpapr"
+                                                       and args.solver != "pdnr" else "")
+                        + "more random starts (--n-init 4) or another --seed may find a "
+                        "model without this)")
     if hasattr(est, "loss_"):
         summary += f", loss {est.loss_:.6g}"
     print(summary)
