@@ -37,10 +37,10 @@ def build_parser():
                         "cpapr when available, else cpals")
     f.add_argument("--rank", type=int, default=5, help="number of components (default 5)")
     f.add_argument("--solver", default="pdnr", choices=["mu", "pdnr", "pqnr"],
-                   help="cpapr's solver (default pdnr: on data where a coordinate occurs in "
-                        "a single nonzero, the multiplicative update 'mu' can let the rows "
-                        "of two such coordinates vanish together, leaving a model that is "
-                        "zero at that nonzero)")
+                   help="cpapr's solver (default pdnr: on the embedded data the "
+                        "multiplicative update 'mu' lets the rows of two coordinates that "
+                        "share their only nonzero vanish together, leaving a model that is "
+                        "zero there)")
     f.add_argument("--max-iter", type=int, default=None, help="maximum outer iterations")
     f.add_argument("--tol", type=float, default=None, help="stopping tolerance")
     f.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
