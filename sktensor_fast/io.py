@@ -151,6 +151,8 @@ def _iter_blocks(stream, block_bytes, max_line_length=None, name="<stream>"):
             while pos <= cut:
                 r = buf.rfind(b"\n", pos, min(pos + limit + 1, cut + 1))
                 if r == -1:
+                    if pos:  # the lines before it first: an error there comes first
+                        yield buf[:pos]
                     raise too_long(lines_done + buf.count(b"\n", 0, pos) + 1)
                 pos = r + 1
         if cut == -1:
@@ -477,18 +479,20 @@ class _BlockParser:
                     i = int(idx[err])
                     errors.append((int(row_line[i]),
                                    f"{_token_text(a, vs[i], ve[i])!r} is not a number"))
-                else:
-                    vals[idx] = parsed
-                    finite = np.isfinite(parsed)
-                    if not finite.all():
-                        i = int(idx[np.flatnonzero(~finite)[0]])
-                        errors.append((int(row_line[i]),
-                                       f"value {_token_text(a, vs[i], ve[i])!r} is not finite"))
-        if self.dtype != np.float64 and not errors and nrows:
-            # a value rounds to the nearest float32: only what rounds to inf is too large
+                    idx, parsed = idx[:err], parsed[:err]  # the tokens read before it
+                vals[idx] = parsed
+                finite = np.isfinite(parsed)
+                if not finite.all():
+                    i = int(idx[np.flatnonzero(~finite)[0]])
+                    errors.append((int(row_line[i]),
+                                   f"value {_token_text(a, vs[i], ve[i])!r} is not finite"))
+        if self.dtype != np.float64 and nrows:
+            # a value rounds to the nearest float32: only what rounds to inf is too large.
+            # Rows from the first error on may hold undecoded values: they are not checked.
+            checked = nrows if not errors else int(np.searchsorted(row_line, min(errors)[0]))
             with np.errstate(over="ignore", under="ignore"):
                 narrow = vals.astype(self.dtype)
-            too_big = ~np.isfinite(narrow)
+            too_big = ~np.isfinite(narrow[:checked])
             if too_big.any():
                 i = int(np.flatnonzero(too_big)[0])
                 errors.append((int(row_line[i]),
@@ -507,7 +511,11 @@ class _BlockParser:
 
 
 def _parse_floats(a, starts, ends):
-    """Parse general floating-point tokens; returns ``(values, None)`` or ``(None, bad index)``."""
+    """Parse general floating-point tokens.
+
+    Returns ``(values, None)``, or ``(values, i)`` when token ``i`` is not a number (then only
+    ``values[:i]`` are set).
+    """
     lengths = ends - starts
     total = int(lengths.sum())
     # gather the tokens into one buffer separated by spaces and let NumPy parse it
@@ -528,7 +536,7 @@ def _parse_floats(a, starts, ends):
     for i in range(lengths.shape[0]):
         v = _float_or_none(bytes(a[starts[i]:ends[i]]))
         if v is None:
-            return None, i
+            return values, i
         values[i] = v
     return values, None
 

@@ -239,6 +239,18 @@ def test_error_reports_earliest_line():
         load_text("1 1 1\n0 1 1\n1 1 zz\n")
 
 
+@pytest.mark.parametrize("text, kwargs, match", [
+    # an error found later in the same block once hid these
+    ("1 1\n1 nan\n1 abc\n", {}, "line 2: value 'nan' is not finite"),
+    ("1 1\n1 3.5e38\n1\n", {"dtype": np.float32}, "line 2: value 3.5e38 is too large"),
+    ("1 1\n1 3.5e38\n1 x\n", {"dtype": np.float32}, "line 2: value 3.5e38 is too large"),
+    ("1\n1 1\n" + " " * 40 + "\n", {"max_line_length": 12}, "line 1: found 1 column"),
+])
+def test_earliest_error_wins_whatever_its_kind(text, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        load_text(text, **kwargs)
+
+
 def test_error_names_the_file(tmp_path):
     path = tmp_path / "bad.tns"
     path.write_text("1 1 1\n1 1\n")
