@@ -92,8 +92,11 @@ class SparseTensor:
         if subs.dtype.kind == "f":
             if not np.all(np.isfinite(subs)):
                 raise ValueError("subs holds NaN or infinite coordinates")
-            if np.any(subs != np.round(subs)):
-                raise ValueError("subs holds non-integer coordinates")
+            frac = subs != np.round(subs)
+            if np.any(frac):
+                r, k = np.argwhere(frac)[0]
+                raise ValueError(f"subs holds non-integer coordinates ({float(subs[r, k])!r} "
+                                 f"in mode {k}, row {r})")
         if subs.dtype.kind in "uf" and subs.size:
             # a cast to int64 would wrap these around silently
             lo = subs.min(axis=0).tolist()
@@ -146,8 +149,8 @@ class SparseTensor:
         if nnz and not np.all(np.isfinite(vals)):
             bad = int(np.flatnonzero(~np.isfinite(vals))[0])
             if given.dtype.kind == "f" and np.isfinite(given[bad]):
-                raise ValueError(f"vals holds {float(given[bad])!r} (at position {bad}), too large for "
-                                 f"{dtype.name}")
+                raise ValueError(f"vals holds {float(given[bad])!r} (at position {bad}), too "
+                                 f"large for {dtype.name}")
             raise ValueError(f"vals holds NaN or infinite values (first at position {bad})")
         if nnz and given.dtype.kind == "f" and given.dtype.itemsize > dtype.itemsize:
             lost = int(np.count_nonzero((vals == 0) & (given != 0)))
@@ -164,7 +167,8 @@ class SparseTensor:
                 dup = np.all(subs[1:] == subs[:-1], axis=1)
                 if dup.any():
                     if not sum_duplicates:
-                        raise ValueError("subs holds repeated coordinates")
+                        first = tuple(int(c) for c in subs[np.flatnonzero(dup)[0]])
+                        raise ValueError(f"subs holds repeated coordinates, e.g. {first}")
                     start = np.concatenate(([True], ~dup))
                     idx = np.flatnonzero(start)
                     with np.errstate(over="ignore"):
