@@ -157,6 +157,36 @@ def test_blas_runs_one_thread_during_a_fit_and_limits_are_restored(monkeypatch):
         assert sk.get_num_threads() == 1
 
 
+def test_concurrent_fits_restore_the_blas_limits():
+    """Overlapping scopes (fits in two Python threads, ending in either order): the limits of
+    before are back after the last."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import threading
+    blas = lambda: [i["num_threads"] for i in threadpoolctl.threadpool_info()  # noqa: E731
+                    if i["user_api"] == "blas"]
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        before = blas()
+        for main_first in (True, False):
+            entered, release = threading.Event(), threading.Event()
+
+            def other():
+                with cpu_backend.single_threaded_blas():
+                    entered.set()
+                    release.wait(10)
+
+            t = threading.Thread(target=other)
+            with cpu_backend.single_threaded_blas():
+                assert all(n == 1 for n in blas())
+                t.start()
+                entered.wait(10)
+                if not main_first:
+                    release.set()
+                    t.join()
+            release.set()
+            t.join()
+            assert blas() == before
+
+
 # ---------------------------------------------------------------------- reproducibility
 REPRO = """
     import hashlib, json, os, sys, numpy as np

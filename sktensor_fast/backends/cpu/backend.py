@@ -139,13 +139,12 @@ def single_threaded_blas():
     steps (Gram matrices, ``A @ M`` with R x R matrices, column norms) gain nothing from BLAS
     threads, while those threads, spinning after each call, take the cores from the OpenMP
     threads of the sparse kernels.  A user's own, lower limit holds (one is the least), and the
-    previous limits are restored on exit.  Without threadpoolctl it does nothing.
+    limits of before are restored on exit.  threadpoolctl's rules apply to Python threads: a
+    process-wide BLAS pool is limited by the thread that controls it (usually the main thread),
+    other threads leave it as it is.  Without threadpoolctl it does nothing.
     """
     ctl = _blas_controller()
-    if ctl is None or not ctl.lib_controllers:
-        yield
-        return
-    if all(lc.num_threads <= 1 for lc in ctl.lib_controllers):
+    if ctl is None or not any(lc.num_threads > 1 for lc in ctl.lib_controllers):
         yield
         return
     with ctl.limit(limits=1):
