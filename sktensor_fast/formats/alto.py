@@ -74,8 +74,7 @@ with other jobs) on FROSTT-shaped synthetic tensors (Uber 3.3M nonzeros, NIPS 3.
 shape with 20M): an MTTKRP sweep over all modes is 2.6–4.4× faster than with COO, Φ 2.2–3.5×,
 a CP-ALS iteration 1.9–3.8×, while building ALTO costs 0.9–1.4 such sweeps.  On Uber's shape,
 build + 10 sweeps cost ALTO 0.25–0.7 of COO from 10⁵ nonzeros up (when the run was not
-dominated by scheduler stalls); below that both take a few milliseconds, and COO keeps results
-bitwise independent of the thread count in every mode.
+dominated by scheduler stalls); below that both take a few milliseconds.
 
 Memory
 ------

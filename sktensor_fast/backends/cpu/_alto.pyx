@@ -26,8 +26,10 @@ partitions are resolved in one of two ways chosen by the caller (see ``formats/a
 * ``buffer``: every partition accumulates into a private buffer spanning its own row interval of
   the target mode; a parallel loop over output rows then adds the buffers in partition order.
   No atomics, and the result does not depend on the number of threads.
-* ``atomic``: partitions add straight into the output; rows that occur in more than one
-  partition (flagged once per mode) are updated with ``omp atomic``, the others plainly.
+* ``compact``: a partition adds straight into the output the rows no other partition touches,
+  and the rows it shares (flagged once per mode) into its own compact buffer, one entry per such
+  row (``slot[j]`` per nonzero); a parallel loop over row blocks then adds the compact buffers
+  in partition order.  No atomics either, and the same result for every thread count.
 
 Like the other kernels these trust their inputs: the Python layer validates shapes and dtypes.
 """
