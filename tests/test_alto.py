@@ -282,6 +282,29 @@ def test_buffer_waves_bound_memory_and_keep_the_result(monkeypatch, threads):
                          np.array([0, 5], dtype=np.int64))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compact_waves_keep_the_result(monkeypatch, threads):
+    """The compact path in waves of partitions (a small buffer budget) gives the bits of a
+    single wave, and the compact and buffer paths agree to rounding."""
+    rng = np.random.default_rng(5)
+    X = random_sparse((3000, 2000, 900), 20000, rng)
+    factors = [rng.random((s, 6)) for s in X.shape]
+    be = get_backend("cpu")
+    one = AltoFormat(X, conflict="compact", n_partitions=16)
+    with num_threads(threads):
+        ref = [be.mttkrp(one, factors, m) for m in range(3)]
+    monkeypatch.setattr(alto_mod, "BUFFER_ENTRIES_PER_NNZ", 0.02)
+    T = AltoFormat(X, conflict="compact", n_partitions=16)
+    with num_threads(threads):
+        for m in range(3):
+            waves, need = T.buffer_waves(m, 6, threads, "compact")
+            assert len(waves) > 2 and need < T.compact_rows(m) * 6
+            np.testing.assert_array_equal(be.mttkrp(T, factors, m), ref[m])
+            buf = AltoFormat(X, conflict="buffer", n_partitions=16)
+            _close(ref[m], be.mttkrp(buf, factors, m))
+            _close(ref[m], mttkrp_ref(X, factors, m))
+
+
 def test_conflict_choice_by_reuse():
     rng = np.random.default_rng(8)
     X = random_sparse((4, 3000, 20), 6000, rng, skew=0)
