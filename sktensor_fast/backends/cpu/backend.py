@@ -34,10 +34,14 @@ def _require_kernels():
     return _kernels
 
 
+#: CPUs of the machine (``os.cpu_count()``, whatever the affinity), read once.
+_CPUS = max(1, os.cpu_count() or 1)
+
+
 def max_threads():
     """The largest thread count the CPU kernels run: ``MAX_THREADS_PER_CPU`` times the CPUs
     of the machine (``os.cpu_count()``, whatever the affinity of this process)."""
-    return MAX_THREADS_PER_CPU * max(1, os.cpu_count() or 1)
+    return MAX_THREADS_PER_CPU * _CPUS
 
 
 def _checked(n, what):
