@@ -187,13 +187,18 @@ def thread_settings(threads, compare_spin=False):
 
 
 def section_contention(mode="quick", busy=None, threads=None, repeat=None, rounds=2,
-                       fits=tuple(FITS), timeout=1800, cores=None, compare_spin=False):
-    """Run both conditions; returns (result dict, Markdown table)."""
+                       fits=tuple(FITS), timeout=1800, cores=None, compare_spin=False,
+                       tensors=None):
+    """Run both conditions; returns (result dict, Markdown table).  ``tensors``: names from
+    the preset's list (default: all of them)."""
     cores = cores or len(os.sched_getaffinity(0))
     busy = cores if busy is None else int(busy)
     repeat = repeat or (1 if mode == "tiny" else 2)
     rounds = 1 if mode == "tiny" else rounds
-    tensors = TENSORS[mode]
+    names, tensors = tensors, [t for t in TENSORS[mode] if not tensors or t[0] in tensors]
+    if not tensors:
+        raise ValueError(f"no tensor of the {mode!r} preset is named in {names!r}; choose "
+                         f"from {[t[0] for t in TENSORS[mode]]}")
     spec = {"tensors": [list(t) for t in tensors], "fits": list(fits), "repeat": int(repeat)}
     settings = thread_settings(threads, compare_spin)
     conditions = [("quiet", 0)] + ([("busy", busy)] if busy > 0 else [])
@@ -312,6 +317,9 @@ def main(argv=None):
                    help="thread counts besides 1 (default: OpenMP's default)")
     p.add_argument("--repeat", type=int, default=None, help="timed fits per process")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--tensors", nargs="+", default=None,
+                   help="only these tensors of the preset (names as in TENSORS)")
+    p.add_argument("--fits", nargs="+", choices=sorted(FITS), default=list(FITS))
     p.add_argument("--compare-spin", action="store_true",
                    help="also time the many-thread runs with OpenMP's spinning default "
                         f"({', '.join(f'{k}={v}' for k, v in SPIN_ENV.items())})")
@@ -324,7 +332,8 @@ def main(argv=None):
     if args.threads and min(args.threads) < 1:
         raise SystemExit("--threads: thread counts must be >= 1")
     res, tab = section_contention(args.mode, args.busy, args.threads, args.repeat, args.rounds,
-                                  compare_spin=args.compare_spin)
+                                  fits=tuple(args.fits), compare_spin=args.compare_spin,
+                                  tensors=args.tensors)
     print(tab)
     for note in res["notes"]:
         print(f"- note: {note}")
