@@ -168,7 +168,8 @@ def test_default_partitions():
     assert alto_mod.default_partitions(10) == 1
     assert alto_mod.default_partitions(10 ** 5) == 7
     assert alto_mod.default_partitions(2 ** 20) == 64
-    assert alto_mod.default_partitions(2 ** 23) == 128
+    assert alto_mod.default_partitions(2 ** 23) == 64
+    assert alto_mod.default_partitions(2 ** 24) == 128
     assert alto_mod.default_partitions(10 ** 8) == 512
     P = [alto_mod.default_partitions(n) for n in range(1, 10 ** 8, 77777)]
     assert np.all(np.diff(P) >= 0)

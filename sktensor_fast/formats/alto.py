@@ -23,8 +23,9 @@ Partitions and conflict resolution
 The sorted nonzeros are cut into ``P`` partitions of equal nonzero counts.  ``P`` depends on the
 number of nonzeros only (:func:`default_partitions`), never on the machine, the thread setting
 or the CPU affinity: one partition per ``PART_NNZ`` = 2¹⁴ nonzeros up to 64 partitions, then
-one per 2¹⁶ nonzeros up to ``MAX_PARTS`` = 512.  For each partition the interval ``[min, max]``
-of its coordinates in every mode is recorded at build time.  Partitions are handed to the
+one per 2¹⁷ nonzeros up to ``MAX_PARTS`` = 512 (so 64 partitions from 1M to 8.4M nonzeros, the
+count earlier versions used on machines of up to 16 cores).  For each partition the interval
+``[min, max]`` of its coordinates in every mode is recorded at build time.  Partitions are handed to the
 threads dynamically, so a thread that the operating system holds back delays no other.
 
 The MTTKRP / Φ of mode ``n`` updates output rows that several partitions may share.  Two ways to
@@ -102,7 +103,7 @@ REUSE_THRESHOLD = 8.0
 #: MIN_PART_CAP partitions, then one per LARGE_PART_NNZ up to MAX_PARTS.
 PART_NNZ = 2 ** 14
 MIN_PART_CAP = 64
-LARGE_PART_NNZ = 2 ** 16
+LARGE_PART_NNZ = 2 ** 17
 MAX_PARTS = 512
 
 #: The buffer path is not used when its buffers would hold more rows than this times nnz.
