@@ -62,4 +62,10 @@ def show_config(file=None):
               file=out)
         for d in cfg["opencl_devices"]:
             print(f"    {d['device']}: {d['name']} [{d['type']}] on {d['platform']}, "
-                  f"fp64={'yes' if d['fp64'] else 'no'}", file=out)
+                  f"fp64={'yes' if d['fp64'] else 'no'}"
+                  + ("" if d.get("usable", True) is not False else ", UNUSABLE"), file=out)
+            if d.get("usable", True) is False:
+                first = d["error"].strip().splitlines()[0] if d["error"].strip() else "?"
+                print(f"      its OpenCL compiler cannot build kernels: {first}", file=out)
+                print("      (device='gpu'/'opencl' skip it; use device='cpu' or another device)",
+                      file=out)
