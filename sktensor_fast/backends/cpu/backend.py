@@ -28,7 +28,20 @@ def _require_kernels():
 
 def get_num_threads():
     """Threads the CPU kernels use: the value set by :func:`set_num_threads` / :func:`num_threads`,
-    else OpenMP's default (all cores, ``OMP_NUM_THREADS``, or a threadpoolctl limit)."""
+    else OpenMP's default (all cores, ``OMP_NUM_THREADS``, or a threadpoolctl limit).
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> with sktensor_fast.num_threads(1):
+    ...     sktensor_fast.get_num_threads()
+    1
+    """
     n = getattr(_local, "n", None)
     if n is None:
         n = _GLOBAL["n"]
@@ -41,7 +54,21 @@ _GLOBAL = {"n": None}
 
 
 def set_num_threads(n):
-    """Set the number of threads for the CPU kernels (``None`` restores the default)."""
+    """Set the number of threads for the CPU kernels (``None`` restores the default).
+
+    Parameters
+    ----------
+    n : int or None
+        A positive number of threads, or None for OpenMP's default.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> sktensor_fast.set_num_threads(1)
+    >>> sktensor_fast.get_num_threads()
+    1
+    >>> sktensor_fast.set_num_threads(None)      # back to the default
+    """
     if n is not None:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"the number of threads must be a positive integer or None, got {n!r}")
@@ -51,7 +78,24 @@ def set_num_threads(n):
 
 @contextlib.contextmanager
 def num_threads(n):
-    """Context manager: run the CPU kernels with ``n`` threads inside the block (this thread)."""
+    """Context manager: run the CPU kernels with ``n`` threads inside the block (this thread).
+
+    Parameters
+    ----------
+    n : int
+        A positive number of threads.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> from sktensor_fast import CPALS
+    >>> from sktensor_fast.datasets import load_flights_routes
+    >>> X = load_flights_routes().tensor
+    >>> with sktensor_fast.num_threads(1):
+    ...     model = CPALS(rank=2, random_state=0).fit(X)
+    >>> model.factors_[0].shape
+    (3, 2)
+    """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"the number of threads must be a positive integer, got {n!r}")
     old = getattr(_local, "n", None)

@@ -39,7 +39,26 @@ WHAT_TO_DO = (
 
 
 class NoDeviceError(RuntimeError):
-    """No usable OpenCL device matches the requested ``device`` string."""
+    """No usable OpenCL device matches the requested ``device`` string.
+
+    Raised when an estimator with ``device="gpu"``, ``"opencl"`` or ``"opencl:P:D"`` finds no
+    such device (the message lists the platforms and devices that PyOpenCL sees and how to
+    install a driver).
+
+    Examples
+    --------
+    >>> from sktensor_fast import CPALS
+    >>> from sktensor_fast.backends.opencl import NoDeviceError
+    >>> from sktensor_fast.datasets import load_flights_routes
+    >>> X = load_flights_routes().tensor
+    >>> try:
+    ...     CPALS(device="opencl:99:0").fit(X)
+    ... except NoDeviceError as exc:
+    ...     print("no such device")
+    ... except ImportError:             # PyOpenCL is not installed
+    ...     print("no such device")
+    no such device
+    """
 
 
 class DeviceUnusableError(NoDeviceError):
@@ -48,11 +67,29 @@ class DeviceUnusableError(NoDeviceError):
     Raised when the device is selected (``device="gpu"``, ``"opencl"`` or ``"opencl:P:D"``), so
     that a broken OpenCL installation fails once, with the compiler's own message, instead of
     at every kernel.  A subclass of :class:`NoDeviceError`.
+
+    Examples
+    --------
+    >>> from sktensor_fast.backends.opencl import DeviceUnusableError, NoDeviceError
+    >>> issubclass(DeviceUnusableError, NoDeviceError)
+    True
+    >>> from sktensor_fast import list_devices
+    >>> unusable = [d["device"] for d in list_devices() if d["usable"] is False]
     """
 
 
 class KernelBuildError(RuntimeError):
-    """The device's OpenCL compiler failed on one of the package's kernels."""
+    """The device's OpenCL compiler failed on one of the package's kernels.
+
+    The message names the device and quotes the compiler.  Devices whose compiler fails on
+    every program are refused earlier, with :class:`DeviceUnusableError`.
+
+    Examples
+    --------
+    >>> from sktensor_fast.backends.opencl import KernelBuildError
+    >>> issubclass(KernelBuildError, RuntimeError)
+    True
+    """
 
 
 def _truthy(value):
