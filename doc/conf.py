@@ -93,7 +93,7 @@ html_theme_options = {
     "footer_end": ["sphinx-version"],
     "logo": {"text": "sktensor_fast"},
 }
-html_sidebars = {"index": [], "auto_examples/index": []}
+html_sidebars = {"index": [], "auto_examples/index": [], "benchmarks": []}
 
 # ---------------------------------------------------------------- the home page's navigation
 #: the site's sections, added as a hidden toctree to index.md when it is read

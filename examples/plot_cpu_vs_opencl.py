@@ -26,8 +26,14 @@ from sktensor_fast import CPALS, CPAPR, SparseTensor
 
 devices = [d for d in sktensor_fast.list_devices() if d["usable"]]
 for d in sktensor_fast.list_devices():
-    print(f"{d['device']}: {d['name'].strip()} ({d['type']}), "
-          + ("usable" if d["usable"] else f"unusable: {d['error'].splitlines()[0]}"))
+    print(
+        f"{d['device']}: {d['name'].strip()} ({d['type']}), "
+        + (
+            "usable"
+            if d["usable"]
+            else f"unusable: {d['error'].splitlines()[0]}"
+        )
+    )
 print("CPU threads:", sktensor_fast.get_num_threads())
 targets = ["cpu"] + [d["device"] for d in devices[:1]]
 names = {"cpu": f"CPU, {sktensor_fast.get_num_threads()} threads"}
@@ -42,7 +48,9 @@ if devices:
 
 def synthetic(shape, nnz, seed=0):
     rng = np.random.default_rng(seed)
-    subs = np.stack([np.minimum(rng.zipf(1.3, nnz) - 1, n - 1) for n in shape], axis=1)
+    subs = np.stack(
+        [np.minimum(rng.zipf(1.3, nnz) - 1, n - 1) for n in shape], axis=1
+    )
     subs = (subs + rng.integers(0, 7, size=subs.shape)) % np.array(shape)
     return SparseTensor(subs, rng.poisson(1.0, nnz) + 1.0, shape)
 
@@ -58,21 +66,23 @@ print("nonzeros:", [X.nnz for X in tensors])
 # of 2 runs.  A first small fit on each device compiles its kernels, so that the timings do not
 # include it.
 fits = {
-    "CP-ALS, 10 iterations": lambda dev: CPALS(rank=16, max_iter=10, tol=0, random_state=0,
-                                               device=dev),
-    "CP-APR (mu), 3 outer iterations": lambda dev: CPAPR(rank=16, max_iter=3, tol=0,
-                                                         random_state=0, device=dev),
+    "CP-ALS, 10 iterations": lambda dev: CPALS(
+        rank=16, max_iter=10, tol=0, random_state=0, device=dev
+    ),
+    "CP-APR (mu), 3 outer iterations": lambda dev: CPAPR(
+        rank=16, max_iter=3, tol=0, random_state=0, device=dev
+    ),
 }
 for dev in targets:
     for make in fits.values():
-        make(dev).fit(tensors[0])                       # warm-up: kernel builds
+        make(dev).fit(tensors[0])  # warm-up: kernel builds
 
 times = {(fit, dev): [] for fit in fits for dev in targets}
 for X in tensors:
     for fit, make in fits.items():
         for dev in targets:
             best = np.inf
-            for _ in range(2):                          # best of 2
+            for _ in range(2):  # best of 2
                 t0 = time.perf_counter()
                 make(dev).fit(X)
                 best = min(best, time.perf_counter() - t0)

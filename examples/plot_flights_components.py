@@ -27,13 +27,18 @@ X = data.tensor
 print(X.shape, X.nnz, "nonzeros,", int(X.sum()), "flights")
 
 model = CPAPR(rank=5, solver="pdnr", random_state=0).fit(X)
-print(f"{model.n_iter_} outer iterations, log-likelihood {model.log_likelihood_:.6g}")
+print(
+    f"{model.n_iter_} outer iterations, "
+    f"log-likelihood {model.log_likelihood_:.6g}"
+)
 
 # %%
 # Each factor column of CP-APR sums to one: a distribution over that mode's indices, and the
 # weight is the expected number of flights the component explains.
 print("weights:", model.weights_.round(0))
-print("share of the flights:", (model.weights_ / model.weights_.sum()).round(3))
+print(
+    "share of the flights:", (model.weights_ / model.weights_.sum()).round(3)
+)
 
 # %%
 # Where, with whom, to where
@@ -45,8 +50,13 @@ import matplotlib.pyplot as plt
 
 from sktensor_fast.plotting import plot_components
 
-fig = plot_components(model, labels=data.labels, mode_names=data.mode_names, top=6,
-                      modes=[0, 1, 2])
+fig = plot_components(
+    model,
+    labels=data.labels,
+    mode_names=data.mode_names,
+    top=6,
+    modes=[0, 1, 2],
+)
 fig.suptitle("flights-routes, CP-APR rank 5: origin, destination, carrier")
 plt.show()
 
@@ -59,20 +69,46 @@ plt.show()
 import numpy as np
 
 hour, weekday = data.mode_names.index("hour"), data.mode_names.index("weekday")
-days = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+days = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+]
 day_order = [data.labels[weekday].index(d) for d in days]
 hour_order = np.argsort([int(h) for h in data.labels[hour]])
 
-fig, axes = plt.subplots(1, 2, figsize=(9, 4.2), layout="constrained",
-                         gridspec_kw={"width_ratios": [2, 1]})
+fig, axes = plt.subplots(
+    1,
+    2,
+    figsize=(9, 4.2),
+    layout="constrained",
+    gridspec_kw={"width_ratios": [2, 1]},
+)
 for r in range(model.rank):
     name = f"{r}: {data.labels[2][np.argmax(model.factors_[2][:, r])]}"
-    axes[0].plot([data.labels[hour][j] for j in hour_order],
-                 model.factors_[hour][hour_order, r], marker=".", label=name)
-    axes[1].plot([d[:3] for d in days], model.factors_[weekday][day_order, r], marker=".")
+    axes[0].plot(
+        [data.labels[hour][j] for j in hour_order],
+        model.factors_[hour][hour_order, r],
+        marker=".",
+        label=name,
+    )
+    axes[1].plot(
+        [d[:3] for d in days],
+        model.factors_[weekday][day_order, r],
+        marker=".",
+    )
 axes[0].set(title="scheduled hour", ylabel="share of the component's flights")
 axes[0].tick_params(axis="x", labelsize=8)
-fig.legend(title="component: main carrier", loc="outside lower center", ncols=5, fontsize=8)
+fig.legend(
+    title="component: main carrier",
+    loc="outside lower center",
+    ncols=5,
+    fontsize=8,
+)
 axes[1].set(title="weekday", ylim=(0, None))
 plt.show()
 
@@ -85,5 +121,8 @@ for r in range(model.rank):
     for k, name in enumerate(data.mode_names):
         col = model.factors_[k][:, r]
         top = np.argsort(-col)[:3]
-        parts.append(f"{name}: " + ", ".join(f"{data.labels[k][j]} {col[j]:.2f}" for j in top))
+        parts.append(
+            f"{name}: "
+            + ", ".join(f"{data.labels[k][j]} {col[j]:.2f}" for j in top)
+        )
     print(f"component {r}:\n   " + "\n   ".join(parts))

@@ -24,8 +24,12 @@ from sktensor_fast import CPALS, CPAPR, KruskalTensor, SparseTensor
 
 shape, rank = (30, 25, 20), 3
 rng = np.random.default_rng(0)
-gauss_truth = KruskalTensor(np.ones(rank), [rng.standard_normal((n, rank)) for n in shape])
-count_truth = KruskalTensor(np.ones(rank), [rng.gamma(0.3, 1.0, (n, rank)) for n in shape])
+gauss_truth = KruskalTensor(
+    np.ones(rank), [rng.standard_normal((n, rank)) for n in shape]
+)
+count_truth = KruskalTensor(
+    np.ones(rank), [rng.gamma(0.3, 1.0, (n, rank)) for n in shape]
+)
 
 # %%
 # Gaussian noise and CP-ALS
@@ -39,8 +43,9 @@ for eta in noise_levels:
     for seed in range(3):
         noise = np.random.default_rng(seed).standard_normal(shape)
         X = dense + eta * np.linalg.norm(dense) / np.linalg.norm(noise) * noise
-        model = CPALS(rank=rank, n_init=3, tol=1e-6, max_iter=300, random_state=seed).fit(
-            SparseTensor.from_dense(X))
+        model = CPALS(
+            rank=rank, n_init=3, tol=1e-6, max_iter=300, random_state=seed
+        ).fit(SparseTensor.from_dense(X))
         scores.append(model.model_.score(gauss_truth)[0])
     fms_gauss.append(scores)
     print(f"noise {eta:4.2f} x ||M||: FMS {np.mean(scores):.3f}")
@@ -58,26 +63,51 @@ fms_count, nnz = [], []
 for total in totals:
     scores = []
     for seed in range(3):
-        counts = np.random.default_rng(seed).poisson(total * rates).astype(float)
+        counts = (
+            np.random.default_rng(seed).poisson(total * rates).astype(float)
+        )
         X = SparseTensor.from_dense(counts)
-        model = CPAPR(rank=rank, solver="pdnr", n_init=3, random_state=seed).fit(X)
-        truth = KruskalTensor(count_truth.weights * scale * total, count_truth.factors)
+        model = CPAPR(
+            rank=rank, solver="pdnr", n_init=3, random_state=seed
+        ).fit(X)
+        truth = KruskalTensor(
+            count_truth.weights * scale * total, count_truth.factors
+        )
         scores.append(model.model_.score(truth)[0])
     fms_count.append(scores)
     nnz.append(X.nnz)
-    print(f"{total:7d} events ({X.nnz:5d} nonzeros): FMS {np.mean(scores):.3f}")
+    print(
+        f"{total:7d} events ({X.nnz:5d} nonzeros): FMS {np.mean(scores):.3f}"
+    )
 
 # %%
 # The curves
 # ----------
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
 for ax, x, fms, xlabel, title in (
-        (axes[0], noise_levels, fms_gauss, "noise norm / model norm", "CP-ALS, Gaussian noise"),
-        (axes[1], totals, fms_count, "expected number of events", "CP-APR, Poisson counts")):
+    (
+        axes[0],
+        noise_levels,
+        fms_gauss,
+        "noise norm / model norm",
+        "CP-ALS, Gaussian noise",
+    ),
+    (
+        axes[1],
+        totals,
+        fms_count,
+        "expected number of events",
+        "CP-APR, Poisson counts",
+    ),
+):
     fms = np.array(fms)
     ax.plot(x, fms.mean(axis=1), marker="o", label="mean of 3 draws")
-    ax.fill_between(x, fms.min(axis=1), fms.max(axis=1), alpha=0.25, label="min – max")
-    ax.set(xlabel=xlabel, ylabel="factor match score", title=title, ylim=(0, 1.05))
+    ax.fill_between(
+        x, fms.min(axis=1), fms.max(axis=1), alpha=0.25, label="min – max"
+    )
+    ax.set(
+        xlabel=xlabel, ylabel="factor match score", title=title, ylim=(0, 1.05)
+    )
     ax.legend(loc="lower right" if ax is axes[1] else "lower left")
 axes[1].set_xscale("log")
 plt.show()

@@ -26,10 +26,14 @@ from sktensor_fast import CPALS, KruskalTensor, SparseTensor
 
 rng = np.random.default_rng(1)
 shape, true_rank = (40, 30, 25), 3
-truth = KruskalTensor(np.ones(true_rank), [rng.standard_normal((n, true_rank)) for n in shape])
+truth = KruskalTensor(
+    np.ones(true_rank), [rng.standard_normal((n, true_rank)) for n in shape]
+)
 dense = truth.full()
 noise = rng.standard_normal(shape)
-dense += 0.3 * np.linalg.norm(dense) / np.linalg.norm(noise) * noise   # 30% noise
+dense += (
+    0.3 * np.linalg.norm(dense) / np.linalg.norm(noise) * noise
+)  # 30% noise
 X = SparseTensor.from_dense(dense)
 print(X.shape, X.nnz, "entries")
 
@@ -39,8 +43,11 @@ print(X.shape, X.nnz, "entries")
 # Five folds of the 40 mode-0 slices; each candidate is fitted with 3 random starts
 # (``n_init``) so that a bad start does not decide the comparison.
 ranks = [1, 2, 3, 4, 5, 6]
-search = GridSearchCV(CPALS(n_init=3, tol=1e-6, max_iter=200, random_state=0),
-                      {"rank": ranks}, cv=KFold(5, shuffle=True, random_state=0))
+search = GridSearchCV(
+    CPALS(n_init=3, tol=1e-6, max_iter=200, random_state=0),
+    {"rank": ranks},
+    cv=KFold(5, shuffle=True, random_state=0),
+)
 search.fit(X)
 cv_mean = search.cv_results_["mean_test_score"]
 cv_std = search.cv_results_["std_test_score"]
@@ -56,7 +63,10 @@ print("best rank by cross-validation:", search.best_params_["rank"])
 stability = []
 train_fit = []
 for rank in ranks:
-    models = [CPALS(rank=rank, tol=1e-6, max_iter=200, random_state=s).fit(X) for s in range(6)]
+    models = [
+        CPALS(rank=rank, tol=1e-6, max_iter=200, random_state=s).fit(X)
+        for s in range(6)
+    ]
     best = max(models, key=lambda m: m.fit_)
     scores = [m.model_.score(best.model_)[0] for m in models if m is not best]
     stability.append(scores)
@@ -66,17 +76,37 @@ for rank in ranks:
 # The curves
 # ----------
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
-axes[0].errorbar(ranks, cv_mean, yerr=cv_std, marker="o", capsize=3,
-                 label="held-out slices (5-fold CV)")
-axes[0].plot(ranks, train_fit, marker="s", linestyle="--", label="whole tensor (training)")
+axes[0].errorbar(
+    ranks,
+    cv_mean,
+    yerr=cv_std,
+    marker="o",
+    capsize=3,
+    label="held-out slices (5-fold CV)",
+)
+axes[0].plot(
+    ranks,
+    train_fit,
+    marker="s",
+    linestyle="--",
+    label="whole tensor (training)",
+)
 axes[0].axvline(true_rank, color="0.6", linestyle=":", label="planted rank")
-axes[0].set(xlabel="rank", ylabel="fit  1 − ‖X − M‖ / ‖X‖", title="Fit against rank")
+axes[0].set(
+    xlabel="rank",
+    ylabel="fit  1 − ‖X − M‖ / ‖X‖",
+    title="Fit against rank",
+)
 axes[0].legend()
 
 axes[1].boxplot(stability, positions=ranks, widths=0.5)
 axes[1].axvline(true_rank, color="0.6", linestyle=":")
-axes[1].set(xlabel="rank", ylabel="factor match score with the best run",
-            title="Stability over 6 random starts", ylim=(0, 1.05))
+axes[1].set(
+    xlabel="rank",
+    ylabel="factor match score with the best run",
+    title="Stability over 6 random starts",
+    ylim=(0, 1.05),
+)
 plt.show()
 
 # %%
