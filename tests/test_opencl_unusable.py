@@ -183,3 +183,59 @@ print("FIT", m.n_iter_)
     assert "FIT" in r.stdout
     assert "'IDX_T' macro redefined" in r.stderr           # logged at DEBUG
     assert "CompilerWarning" not in r.stderr
+
+
+class _FakeDevice:
+    def __init__(self, name, platform, gpu):
+        self.name, self.platform, self.type = name, platform, 4 if gpu else 2
+
+
+class _FakePlatform:
+    def __init__(self, name, specs):
+        self.name = name
+        self.devices = [_FakeDevice(n, self, gpu) for n, gpu in specs]
+
+    def get_devices(self, device_type=None):
+        if device_type == cl.device_type.GPU:
+            return [d for d in self.devices if d.type == 4]
+        return list(self.devices)
+
+
+def test_selection_skips_devices_that_cannot_compile(monkeypatch):
+    """'opencl' / 'gpu' take the first device whose test program builds (with a warning naming
+    the skipped ones); 'opencl:P:D' on a broken device and a host with only broken devices
+    raise DeviceUnusableError with every compiler message."""
+    from sktensor_fast.backends.opencl import DeviceUnusableError, backend as ob
+    plats = [_FakePlatform("Vendor A", [("gpu0", True), ("cpu0", False)]),
+             _FakePlatform("Vendor B", [("gpu1", True)])]
+    broken = {"gpu0": "error: unknown target CPU 'generic'", "cpu0": None, "gpu1": None}
+    monkeypatch.setattr(cl, "get_platforms", lambda: plats)
+    monkeypatch.setattr(ob, "probe_device", lambda dev: broken[dev.name])
+
+    with pytest.warns(RuntimeWarning, match="skipped the OpenCL device.*'gpu0'.*using 'cpu0'"):
+        assert ob.select_device("opencl").name == "cpu0"
+    with pytest.warns(RuntimeWarning, match="using 'gpu1'"):
+        assert ob.select_device("gpu").name == "gpu1"
+    with pytest.raises(DeviceUnusableError, match="'gpu0' on 'Vendor A'.*unknown target CPU"):
+        ob.select_device((0, 0))
+    assert ob.select_device((0, 1)).name == "cpu0"
+
+    broken.update(cpu0="BUILD_PROGRAM_FAILURE: x", gpu1="BUILD_PROGRAM_FAILURE: y")
+    with pytest.raises(DeviceUnusableError) as info:
+        ob.select_device("opencl")
+    msg = str(info.value)
+    assert "no OpenCL device can compile kernels" in msg
+    assert all(n in msg for n in ("gpu0", "cpu0", "gpu1", "unknown target CPU", "device='cpu'"))
+    with pytest.raises(DeviceUnusableError, match="'gpu0'.*'gpu1'"):
+        ob.select_device("gpu")
+
+
+def test_probe_result_is_cached(monkeypatch):
+    from sktensor_fast.backends.opencl import backend as ob
+    from _reference import opencl_backend_or_skip
+    be = opencl_backend_or_skip()
+    assert ob.probe_device(be.device) is None
+    calls = []
+    monkeypatch.setattr(ob, "build_program", lambda *a, **k: calls.append(a))
+    assert ob.probe_device(be.device) is None          # cached: no second build
+    assert calls == []
