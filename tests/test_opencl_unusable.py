@@ -31,14 +31,22 @@ def _first_platform_is_pocl():
     return bool(plats) and "Portable Computing Language" in plats[0].name
 
 
-needs_pocl = pytest.mark.skipif(not _first_platform_is_pocl(),
-                                reason="needs PoCL as the first OpenCL platform (its "
-                                       "POCL_EXTRA_BUILD_FLAGS makes the compiler fail)")
+@pytest.fixture
+def working_pocl():
+    """PoCL as the first platform, with a compiler that works in this process: the runs below
+    break it on purpose through POCL_EXTRA_BUILD_FLAGS (on a host whose compiler is already
+    broken they would test nothing, so they skip there, with the reason)."""
+    if not _first_platform_is_pocl():
+        pytest.skip("needs PoCL as the first OpenCL platform (its POCL_EXTRA_BUILD_FLAGS "
+                    "makes the compiler fail)")
+    from _reference import opencl_backend_or_skip
+    return opencl_backend_or_skip()
 
 
 def _env(**extra):
     env = dict(os.environ)
     env.pop("PYOPENCL_COMPILER_OUTPUT", None)
+    env.pop("POCL_EXTRA_BUILD_FLAGS", None)
     # no cached binaries: every program goes through the (failing) compiler
     env.update(POCL_KERNEL_CACHE="0", PYOPENCL_NO_CACHE="1", PYTHONPATH=str(ROOT))
     env.update(extra)
@@ -53,8 +61,7 @@ def _run(code, **env):
                           capture_output=True, text=True, timeout=300)
 
 
-@needs_pocl
-def test_broken_compiler_gives_one_clear_error():
+def test_broken_compiler_gives_one_clear_error(working_pocl):
     code = r'''
 import numpy as np
 from sktensor_fast import CPALS, list_devices
@@ -91,8 +98,7 @@ print("CPU", m.fit_ > 0)
     assert "GPU" in r.stdout and "CPU True" in r.stdout
 
 
-@needs_pocl
-def test_info_marks_the_device_unusable():
+def test_info_marks_the_device_unusable(working_pocl):
     r = subprocess.run([sys.executable, "-m", "sktensor_fast", "info"], cwd=ROOT,
                        env=_env(**BROKEN), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -105,8 +111,7 @@ def test_info_marks_the_device_unusable():
     assert "OpenCL" in r.stdout and "UNUSABLE" not in r.stdout
 
 
-@needs_pocl
-def test_opencl_tests_skip_with_the_reason():
+def test_opencl_tests_skip_with_the_reason(working_pocl):
     files = ["tests/test_opencl.py", "tests/test_opencl_cpapr.py", "tests/test_opencl_gcp.py"]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                         *files], cwd=ROOT, env=_env(**BROKEN), capture_output=True, text=True,
@@ -162,8 +167,7 @@ def test_failed_kernel_build_names_device_and_compiler():
     assert "device='cpu'" in str(info.value)
 
 
-@needs_pocl
-def test_no_compiler_warning_from_a_fit_with_compiler_output():
+def test_no_compiler_warning_from_a_fit_with_compiler_output(working_pocl):
     """PoCL warns about every program of the package (a redefined macro): the fit stays free
     of CompilerWarning (the warnings are errors in the subprocess) and the text goes to the
     DEBUG log."""
