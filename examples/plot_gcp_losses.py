@@ -67,7 +67,7 @@ count_truth = KruskalTensor(
 )
 rates = count_truth.full()
 scale = 1.0 / rates.sum()
-totals = [1_000, 2_000, 5_000, 20_000]
+totals = [1_000, 3_000, 10_000]
 count_fms = {"poisson": [], "gaussian": []}
 for total in totals:
     truth = KruskalTensor(

@@ -34,7 +34,7 @@ count_truth = KruskalTensor(
 # %%
 # Gaussian noise and CP-ALS
 # -------------------------
-# Three noise draws per level; each fit keeps the best of 3 random starts.
+# Three noise draws per level; each fit keeps the best of 2 random starts.
 noise_levels = [0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]
 dense = gauss_truth.full()
 fms_gauss = []
@@ -44,7 +44,7 @@ for eta in noise_levels:
         noise = np.random.default_rng(seed).standard_normal(shape)
         X = dense + eta * np.linalg.norm(dense) / np.linalg.norm(noise) * noise
         model = CPALS(
-            rank=rank, n_init=3, tol=1e-6, max_iter=300, random_state=seed
+            rank=rank, n_init=2, tol=1e-6, max_iter=300, random_state=seed
         ).fit(SparseTensor.from_dense(X))
         scores.append(model.model_.score(gauss_truth)[0])
     fms_gauss.append(scores)
@@ -68,7 +68,7 @@ for total in totals:
         )
         X = SparseTensor.from_dense(counts)
         model = CPAPR(
-            rank=rank, solver="pdnr", n_init=3, random_state=seed
+            rank=rank, solver="pdnr", n_init=2, random_state=seed
         ).fit(X)
         truth = KruskalTensor(
             count_truth.weights * scale * total, count_truth.factors
