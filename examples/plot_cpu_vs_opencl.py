@@ -8,9 +8,10 @@ answer.  This example times whole CP-ALS and CP-APR fits on synthetic sparse ten
 growing size on the CPU and, when :func:`~sktensor_fast.list_devices` reports a usable OpenCL
 device, on that device too.  Without one, only the CPU curves are drawn.
 
-The timings are those of the machine that built this page (a few cores, possibly shared), so
-read them as an example of the measurement, not as a benchmark: see :doc:`/benchmarks` for
-measured numbers.
+The timings are those of the machine that built this page (a few cores, possibly shared with
+other jobs, where threads that wait for each other can make the CPU fits much slower than on a
+quiet machine), so read them as an example of the measurement, not as a benchmark: see
+:doc:`/benchmarks` for measured numbers.
 """
 
 # %%
