@@ -68,6 +68,18 @@ def get_num_threads():
     The result is at most :func:`max_threads`.  A kernel call may use fewer: one thread per
     ``MIN_NNZ_PER_THREAD`` nonzeros at most, and no more threads than it has partitions
     (results do not depend on the thread count).
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> with sktensor_fast.num_threads(1):
+    ...     sktensor_fast.get_num_threads()
+    1
     """
     n = getattr(_local, "n", None)
     if n is None:
@@ -94,6 +106,19 @@ def set_num_threads(n):
 
     Values above :func:`max_threads` are capped with a ``RuntimeWarning``.  The setting takes
     precedence over ``OMP_NUM_THREADS`` and threadpoolctl limits of the OpenMP runtime.
+
+    Parameters
+    ----------
+    n : int or None
+        A positive number of threads, or None for OpenMP's default.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> sktensor_fast.set_num_threads(1)
+    >>> sktensor_fast.get_num_threads()
+    1
+    >>> sktensor_fast.set_num_threads(None)      # back to the default
     """
     if n is not None:
         n = _checked(n, " or None")
@@ -105,6 +130,22 @@ def num_threads(n):
     """Context manager: run the CPU kernels with ``n`` threads inside the block (this thread).
 
     Values above :func:`max_threads` are capped with a ``RuntimeWarning``.
+
+    Parameters
+    ----------
+    n : int
+        A positive number of threads.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> from sktensor_fast import CPALS
+    >>> from sktensor_fast.datasets import load_flights_routes
+    >>> X = load_flights_routes().tensor
+    >>> with sktensor_fast.num_threads(1):
+    ...     model = CPALS(rank=2, random_state=0).fit(X)
+    >>> model.factors_[0].shape
+    (3, 2)
     """
     n = _checked(n, "")
     old = getattr(_local, "n", None)
