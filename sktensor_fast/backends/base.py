@@ -108,6 +108,17 @@ class Backend(ABC):
     def tensor_norm_sq(self, T):
         return T.norm_sq
 
+    def model_zero_count(self, T, weights, factors):
+        """How many nonzeros of ``T`` the Kruskal model gives a value <= 0 (an int)."""
+        m = np.asarray(self.to_numpy(self.model_values(T, weights, factors)))
+        return int(np.count_nonzero(m <= 0))
+
+    def decide(self, flag):
+        """A host decision that every participant of the fit must take alike (e.g. a time
+        limit read from a clock): returned as it is on one device; the distributed backend
+        takes process 0's."""
+        return bool(flag)
+
     # --- CP-APR primitives ------------------------------------------------------------
     # Element-wise steps of CP-APR on (I x R) backend arrays, and the row subproblem solver of
     # its Newton variants.  Defaults raise, so a backend only claims CP-APR when it has them.
