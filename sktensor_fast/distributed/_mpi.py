@@ -62,6 +62,8 @@ def install_abort_hook():
                 f"{MPI.COMM_WORLD.Get_rank()} of {MPI.COMM_WORLD.Get_size()}: aborting the job "
                 f"(MPI_Abort) so that the other processes do not wait forever\n")
             sys.stderr.flush()
+            sys.stdout.flush()
+            time.sleep(0.2)   # let the launcher forward the message before the job is torn down
         finally:
             MPI.COMM_WORLD.Abort(1)
 

@@ -111,6 +111,8 @@ def backend_for(Xd, estimator):
             raise NotImplementedError(f"{name}: init='nvecs' is not available on a "
                                       f"DistributedTensor; use init='random' or given factors")
         if name == "GCP":
+            raise NotImplementedError("GCP on a DistributedTensor is not implemented yet "
+                                      "(CPALS and CPAPR are)")
             if params.get("mask") is not None:
                 raise NotImplementedError("GCP: a mask is not available on a "
                                           "DistributedTensor")
