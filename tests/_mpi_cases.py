@@ -297,6 +297,26 @@ def communication_matches_model():
     assert c.get("reduce", (0, 0))[1] <= iters * (SIZE - 1) * R * 8 + 64, c
 
 
+@case
+def opencl_device_same_model():
+    # each process's own OpenCL device (PoCL on the CPU here): arrays live on the device and
+    # rows are staged through the host for the gathers
+    try:
+        import pyopencl as cl
+        ok = bool(cl.get_platforms())
+    except Exception:
+        ok = False
+    if not all(everywhere(ok)):
+        return
+    X = random_tensor((20, 15, 12), 1200, seed=16)
+    Xd = scatter(X if RANK == 0 else None)
+    est = CPAPR(rank=3, random_state=0, max_iter=4, device="opencl")
+    a = CPAPR(**est.get_params()).fit(X)
+    b = est.fit(Xd)
+    assert_same_everywhere([b.weights_, *b.factors_])
+    compare_models(a, b, "CPAPR mu on OpenCL")
+
+
 # ------------------------------------------------------------------------------ bad input
 @case
 def disagreeing_processes_fail_together():
