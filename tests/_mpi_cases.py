@@ -367,11 +367,21 @@ def time_limit_taken_together():
 
 
 @case
-def gcp_not_yet():
-    X = random_tensor((10, 8, 6), 100, seed=13)
+def gcp_same_samples_same_model():
+    # every process draws the samples of the one-process draw that fall in its data
+    X = random_tensor((30, 25, 20), 2000, seed=13)
     Xd = scatter(X if RANK == 0 else None)
-    expect_error_everywhere(lambda: GCP(rank=2, random_state=0, max_iter=1).fit(Xd),
-                            NotImplementedError, "GCP")
+    for kw in (dict(loss="poisson", sampler="stratified"),
+               dict(loss="gaussian", sampler="semi-stratified", solver="adagrad"),
+               dict(loss="poisson", sampler="uniform", solver="sgd", learning_rate=1e-4)):
+        est = GCP(rank=3, random_state=0, max_iter=3, epoch_iters=30, **kw)
+        serial = GCP(**est.get_params()).fit(X)
+        dist = est.fit(Xd)
+        assert_same_everywhere([dist.weights_, *dist.factors_, dist.loss_history_])
+        compare_models(serial, dist, f"GCP {kw}")
+        assert abs(serial.loss_ - dist.loss_) <= TOL * abs(serial.loss_)
+    expect_error_everywhere(lambda: GCP(rank=2, solver="lbfgsb", random_state=0).fit(Xd),
+                            NotImplementedError, "lbfgsb")
 
 
 # ------------------------------------------------------------------------------ endings

@@ -224,6 +224,21 @@ class Backend(ABC):
         dense (the estimator checks the size first)."""
         self._gcp_missing("gcp_full_loss_grad")
 
+    def gcp_sample_gradient(self, sample, weights, factors, loss, out=None, active=None,
+                            with_loss=False):
+        """As :meth:`gcp_sampled_gradient`, over an explicit sample instead of a drawn one.
+
+        ``sample`` is ``(subs, x, w, corr)``: host arrays of coordinates (n x N, int64),
+        values, weights and semi-stratified correction flags (int8), in the order in which
+        the contributions are to be added.  The distributed backend uses it: each process
+        holds the part of a draw whose data it owns."""
+        self._gcp_missing("gcp_sample_gradient")
+
+    def gcp_sample_loss(self, sample, weights, factors, loss):
+        """Σ_j w_j (f(x_j, m_j) − corr_j f(0, m_j)) over an explicit ``sample`` (see
+        :meth:`gcp_sample_gradient`)."""
+        self._gcp_missing("gcp_sample_loss")
+
     def gcp_optimizer_state(self, solver, factors):
         """Zero moments of a stochastic solver (``adam``, ``adagrad``, ``sgd``): a dict of lists
         of backend arrays shaped like ``factors``."""

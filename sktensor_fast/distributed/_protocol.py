@@ -111,8 +111,10 @@ def backend_for(Xd, estimator):
             raise NotImplementedError(f"{name}: init='nvecs' is not available on a "
                                       f"DistributedTensor; use init='random' or given factors")
         if name == "GCP":
-            raise NotImplementedError("GCP on a DistributedTensor is not implemented yet "
-                                      "(CPALS and CPAPR are)")
+            if params.get("solver") == "lbfgsb":
+                raise NotImplementedError("GCP(solver='lbfgsb') needs the exact loss over the "
+                                          "dense tensor, not available on a "
+                                          "DistributedTensor; use 'adam', 'adagrad' or 'sgd'")
             if params.get("mask") is not None:
                 raise NotImplementedError("GCP: a mask is not available on a "
                                           "DistributedTensor")

@@ -105,6 +105,28 @@ def _crc(a):
     return zlib.crc32(a.view(np.uint8).reshape(-1)) if a.size else 0
 
 
+class _DistGcpState:
+    """The GCP state of one process: its share for drawing, the sampler plans, its part of
+    the fixed loss sample."""
+
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, share, plan_grad, plan_loss, loss_sample, n_entries, sampler):
+        self.share = share
+        self.plan_grad = plan_grad
+        self.plan_loss = plan_loss
+        self.loss_sample = loss_sample
+        self.n_grad = (plan_grad[0], plan_grad[1])
+        self.n_loss = (plan_loss[0], plan_loss[1])
+        self.n_entries = n_entries
+        self.sampler = sampler
+        self.work = None
+
+    def __repr__(self):
+        return (f"DistributedGcpState(sampler={self.sampler!r}, n_grad={self.n_grad}, "
+                f"n_loss={self.n_loss}, n_entries={self.n_entries})")
+
+
 class DistributedBackend(Backend):
     """Kernel interface over MPI processes, each running its own ``local`` backend.
 
@@ -460,6 +482,110 @@ class DistributedBackend(Backend):
                "n_changed": self.channel.isum(int(res["n_changed"]))}
         self._wrote_part(B)
         return out
+
+    # ------------------------------------------------------------------ GCP primitives
+    # Every process keeps the whole factors and the optimiser's moments; each draws the
+    # samples of the one-process draw whose data it owns (_sampling.py), computes their
+    # gradient with its backend, and the gradients are summed in rank order, so that the
+    # optimiser steps are the same on every process.
+    def gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
+        from ..backends.cpu import gcp_ops
+        from ._sampling import LocalShare, draw_owned, step_key
+        if sampler not in gcp_ops._SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}; use one of "
+                             f"{sorted(gcp_ops._SAMPLERS)}")
+        if zero_subs is not None:
+            raise NotImplementedError("GCP on a DistributedTensor samples every entry; a mask "
+                                      "(an explicit list of zeros) is not available")
+        n_entries = T.source.size
+        if n_entries <= gcp_ops._ZERO_LIST_MAX and T.nnz > gcp_ops._ZERO_LIST_DENSITY * n_entries:
+            raise NotImplementedError(
+                f"GCP on a DistributedTensor: the tensor is dense (density "
+                f"{T.nnz / n_entries:.2f}; one process lists its zeros explicitly, which is "
+                f"not done here): fit it on one process")
+        Xd = T.source
+        t0 = Xd.local[0]
+        lo0, hi0 = Xd.block(0)
+        subs = t0.subs.copy()
+        subs[:, 0] += lo0
+        counts = self.channel.allgather(int(t0.nnz), kind="setup")
+        share = LocalShare(subs, t0.vals, sum(counts[:self.channel.rank]), lo0, hi0, T.shape,
+                           T.nnz)
+        n_zero = n_entries - T.nnz
+        plan_g = gcp_ops.sampler_plan(sampler, T.nnz, n_zero, n_grad[0], n_grad[1])
+        plan_l = gcp_ops.sampler_plan("stratified", T.nnz, n_zero, n_loss[0], n_loss[1])
+        loss_sample = draw_owned(self.channel, share, step_key(loss_seed, 0), plan_l)[1:]
+        return _DistGcpState(share, plan_g, plan_l, loss_sample, n_entries, sampler)
+
+    def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
+                             active=None, with_loss=False):
+        from ._sampling import draw_owned, step_key
+        N = len(factors)
+        act = [True] * N if active is None else [bool(a) for a in active]
+        sample = draw_owned(self.channel, state.share, step_key(seed, step + 1),
+                            state.plan_grad)[1:]
+        facs = [self._full(self._darray(f)) for f in factors]
+        if state.work is None:
+            state.work = [self.local.zeros(tuple(f.shape), np.float64) for f in facs]
+        g, f = self.local.gcp_sample_gradient(sample, weights, facs, loss, out=state.work,
+                                              active=act, with_loss=with_loss)
+        state.work = g
+        modes = [k for k in range(N) if act[k]]
+        flat = np.concatenate([np.asarray(self.local.to_numpy(g[k])).reshape(-1)
+                               for k in modes]) if modes else np.zeros(0)
+        total = self.channel.sum_large(flat)
+        if out is None:
+            out = [None] * N
+        out = list(out)
+        at = 0
+        for k in range(N):
+            shape = tuple(facs[k].shape)
+            if not act[k]:
+                if out[k] is None:
+                    out[k] = self.zeros(shape, np.float64)
+                continue
+            size = int(np.prod(shape))
+            vals = total[at:at + size].reshape(shape)
+            at += size
+            if isinstance(out[k], DArray) and self.host and out[k].full is not None \
+                    and out[k].shape == shape:
+                out[k].full[...] = vals
+                self._wrote_full(out[k])
+            else:
+                out[k] = self._new(shape, np.float64, full=self.local.asarray(vals))
+        if with_loss:
+            f = self.channel.sum(float(f))
+        return out, f
+
+    def gcp_loss_estimate(self, T, state, weights, factors, loss):
+        facs = [self._full(self._darray(f)) for f in factors]
+        part = self.local.gcp_sample_loss(state.loss_sample, weights, facs, loss)
+        return self.channel.sum(float(part))
+
+    def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
+                           need_grad=True):
+        raise NotImplementedError("GCP on a DistributedTensor: the exact loss (solver "
+                                  "'lbfgsb') is not available; use a stochastic solver")
+
+    def gcp_optimizer_state(self, solver, factors):
+        st = self.local.gcp_optimizer_state(solver, [self._full(self._darray(f))
+                                                     for f in factors])
+        return {k: [self._new(tuple(a.shape), a.dtype, full=a) for a in v]
+                for k, v in st.items()}
+
+    def gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                           epsilon, active=None):
+        facs = [self._full(self._darray(f)) for f in factors]
+        gs = [self._full(g) if g is not None else None for g in grads]
+        st = {k: [self._full(a) for a in v] for k, v in state.items()}
+        self.local.gcp_optimizer_step(solver, facs, gs, st, lr, t, lower, beta1, beta2,
+                                      epsilon, active)
+        for k, f in enumerate(factors):
+            if active is None or active[k]:
+                self._wrote_full(f)
+                for v in state.values():
+                    self._wrote_full(v[k])
+        return factors
 
     # ------------------------------------------------------------------ decisions
     def decide(self, flag):
