@@ -85,6 +85,35 @@ def time_model(shape, nnz, R, P, algo, t_nnz, alpha, beta, t_row, n_inner_per_mo
     return {"compute": compute, "comm": comm, "total": compute + comm}
 
 
+def grid(shape, P):
+    """SPLATT-style process grid (p_0, ..., p_{N-1}), prod = P (a power of two here): each
+    factor 2 goes to the mode with the most rows per slab."""
+    p = [1] * len(shape)
+    left = P
+    while left > 1:
+        k = max(range(len(shape)), key=lambda n: shape[n] / p[n])
+        f = 2 if left % 2 == 0 else left
+        p[k] *= f
+        left //= f
+    return p
+
+
+def medium_grained_comm(shape, R, P, algo, alpha, beta, n_inner_per_mode=10):
+    """Model only (not implemented): seconds per outer iteration of communication with
+    SPLATT's medium-grained grid.  The P / p_n processes sharing a slab of mode n reduce its
+    partial rows (reduce-scatter) and gather the updated ones: about 2 (I_n / p_n) R 8 bytes
+    each per mode, and CP-APR MU reduces Φ at every inner iteration."""
+    p = grid(shape, P)
+    total = 0.0
+    for I, pn in zip(shape, p):
+        q = P // pn
+        if q == 1:
+            continue
+        rounds = (n_inner_per_mode if algo == "cpapr" else 1) + 1
+        total += rounds * (alpha * np.log2(q) + beta * I / pn * R * 8 * (q - 1) / q)
+    return total
+
+
 def memory_model(shape, nnz, R, P):
     """Bytes per process: N copies of nnz/P nonzeros (COO: N int64 coordinates, a value, a
     permutation entry per mode > 0) plus the replicated factors (and a work copy of each)."""
@@ -106,7 +135,8 @@ def extrapolate(args, measured=None):
                                args.t_row)
                 b = bytes_model(shape, args.rank, P, algo, n_inner=10 * len(shape))
                 mem = memory_model(shape, nnz, args.rank, P)
-                rows.append({"tensor": name, "algo": algo, "P": P,
+                mg = medium_grained_comm(shape, args.rank, P, algo, args.alpha, args.beta)
+                rows.append({"tensor": name, "algo": algo, "P": P, "grid_comm_s": mg,
                              "compute_s": t["compute"], "comm_s": t["comm"],
                              "iter_s": t["total"], "speedup_vs_1": one / t["total"],
                              "efficiency": one / t["total"] / P,
@@ -316,13 +346,13 @@ def main(argv=None):
         print(f"model: t_nnz={args.t_nnz:.3g} s, t_row={args.t_row:.3g} s, "
               f"alpha={args.alpha:.3g} s, beta={args.beta:.3g} s/B, R={args.rank}")
         print("| tensor | algo | P | compute s | comm s | s/iter | speedup vs 1 | efficiency |"
-              " MB recv/iter | GB per process |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              " MB recv/iter | GB per process | comm s, medium-grained grid (model) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['tensor']} | {r['algo']} | {r['P']} | {r['compute_s']:.4f} | "
                   f"{r['comm_s']:.4f} | {r['iter_s']:.4f} | {r['speedup_vs_1']:.1f} | "
                   f"{r['efficiency']:.2f} | {r['MB_per_iter']:.0f} | "
-                  f"{r['GB_per_process']:.1f} |")
+                  f"{r['GB_per_process']:.1f} | {r['grid_comm_s']:.4f} |")
         return rows
     if "," in args.shape:
         shape = tuple(int(s) for s in args.shape.split(","))
