@@ -221,7 +221,7 @@ def worker(cfg, out):
         full = np.random.default_rng(n).random((I, R))
         counts = np.diff(Xd.bounds[n]) * R
         displs = Xd.bounds[n][:-1] * R
-        best_g = best_r = np.inf
+        best_g = best_r = best_p = np.inf
         for _ in range(5):
             comm.Barrier()
             t = time.perf_counter()
@@ -229,10 +229,14 @@ def worker(cfg, out):
             best_g = min(best_g, time.perf_counter() - t)
             comm.Barrier()
             t = time.perf_counter()
+            Xd._chan.allgather_rows(full, np.diff(Xd.bounds[n]), Xd.bounds[n][:-1])
+            best_p = min(best_p, time.perf_counter() - t)
+            comm.Barrier()
+            t = time.perf_counter()
             comm.Allreduce(MPI.IN_PLACE, full, op=MPI.SUM)
             best_r = min(best_r, time.perf_counter() - t)
         coll.append({"mode": n, "rows": I, "MB": I * R * 8 / 1e6,
-                     "allgatherv_s": best_g, "allreduce_s": best_r})
+                     "allgatherv_s": best_g, "allreduce_s": best_r, "rows_exchange_s": best_p})
     res["collectives"] = coll
     res["own_rows"] = own
     res["local_nnz"] = Xd.local_nnz
@@ -338,7 +342,26 @@ def main(argv=None):
     ap.add_argument("--alpha", type=float, default=5e-6, help="model: latency per step (s)")
     ap.add_argument("--beta", type=float, default=1 / 12.5e9,
                     help="model: seconds per byte (default 100 Gb/s)")
+    ap.add_argument("--show", metavar="JSON", help="print the tables of a saved report and exit")
     args = ap.parse_args(argv)
+    if args.show:
+        with open(args.show) as f:
+            rep = json.load(f)
+        print(f"{rep['cpu']}, {rep['cores']} cores, {rep['date']}, loadavg before "
+              f"{[round(x, 2) for x in rep['loadavg_before']]}, after "
+              f"{[round(x, 2) for x in rep['loadavg_after']]}")
+        for key, run in rep["runs"].items():
+            for a, rows in run["tables"].items():
+                print_table(f"{a} {key} scaling", rows, key == "weak")
+            print("\n| P | mode | rows | MB | Allgatherv ms | Allreduce ms | rows exchange (used) ms |"
+                  "\n|---|---|---|---|---|---|---|")
+            for job in run["jobs"]:
+                for c in job[0]["collectives"]:
+                    if job[0]["P"] > 1:
+                        print(f"| {job[0]['P']} | {c['mode']} | {c['rows']} | {c['MB']:.2f} | "
+                              f"{c['allgatherv_s'] * 1e3:.3f} | {c['allreduce_s'] * 1e3:.3f} | "
+                              f"{c.get('rows_exchange_s', float('nan')) * 1e3:.3f} |")
+        return rep
     if args.worker:
         return worker(json.loads(args.worker[0]), args.worker[1])
     if args.extrapolate:
@@ -384,12 +407,13 @@ def main(argv=None):
             print_table(f"{a} {key} scaling, shape {shape}, R={args.rank}, "
                         f"{args.threads} thread(s) per process, device {args.device}",
                         report["runs"][key]["tables"][a], weak)
-        print("\ncollectives (process 0, best of 5): mode, rows, MB, Allgatherv s, "
-              "Allreduce s")
+        print("\ncollectives (process 0, best of 5): mode, rows, MB, Allgatherv, Allreduce, "
+              "the rows exchange the backend uses")
         for job in jobs:
             for c in job[0]["collectives"]:
                 print(f"  P={job[0]['P']} mode {c['mode']}: {c['rows']} rows, {c['MB']:.2f} MB, "
-                      f"{c['allgatherv_s'] * 1e3:.3f} ms, {c['allreduce_s'] * 1e3:.3f} ms")
+                      f"{c['allgatherv_s'] * 1e3:.3f} ms, {c['allreduce_s'] * 1e3:.3f} ms, "
+                      f"{c['rows_exchange_s'] * 1e3:.3f} ms")
     report["loadavg_after"] = os.getloadavg()
     print(f"loadavg before {load0}, after {report['loadavg_after']}")
     if args.out:

@@ -14,6 +14,11 @@ import numpy as np
 
 __all__ = ["require_mpi", "get_comm", "agree_on_errors", "Channel", "install_abort_hook"]
 
+#: up to this many processes the rows of a factor are exchanged point to point (every
+#: process sends its block to every other); above, with MPI_Allgatherv
+POINT_TO_POINT_MAX = 8
+_ROWS_TAG = 7301
+
 _EXTRA_HINT = ("sktensor_fast.distributed needs mpi4py and an MPI library: "
                "`pip install 'sktensor_fast[mpi]'` (brings mpi4py and MPICH from wheels), then "
                "run your script with `mpiexec -n 4 python script.py`")
@@ -168,7 +173,26 @@ class Channel:
         R = full.shape[1] if full.ndim == 2 else 1
         t0 = time.perf_counter()
         mpitype = self.MPI.DOUBLE if full.dtype == np.float64 else self.MPI.FLOAT
-        self.comm.Allgatherv(self.MPI.IN_PLACE, [full, counts * R, displs * R, mpitype])
+        if self.size <= POINT_TO_POINT_MAX:
+            # each block sent straight to every other process: on one host MPICH moves a large
+            # point-to-point message with a single copy, several times faster than its
+            # Allgatherv (measured: 0.15 ms against 0.4-4 ms for 3.7 MB between 2 processes)
+            flat = full.reshape(-1)
+            reqs = []
+            for p in range(self.size):
+                if p != self.rank and counts[p]:
+                    lo = int(displs[p]) * R
+                    reqs.append(self.comm.Irecv([flat[lo:lo + int(counts[p]) * R], mpitype],
+                                                source=p, tag=_ROWS_TAG))
+            lo = int(displs[self.rank]) * R
+            mine = flat[lo:lo + int(counts[self.rank]) * R]
+            if counts[self.rank]:
+                for p in range(self.size):
+                    if p != self.rank:
+                        reqs.append(self.comm.Isend([mine, mpitype], dest=p, tag=_ROWS_TAG))
+            self.MPI.Request.Waitall(reqs)
+        else:
+            self.comm.Allgatherv(self.MPI.IN_PLACE, [full, counts * R, displs * R, mpitype])
         own = int(counts[self.rank])
         self._count("rows", (full.shape[0] - own) * R * full.itemsize,
                     time.perf_counter() - t0)
