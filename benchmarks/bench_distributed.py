@@ -158,10 +158,12 @@ def worker(cfg, out):
     rank, P = comm.Get_rank(), comm.Get_size()
     shape = tuple(cfg["shape"])
     nnz = cfg["nnz"] * (P if cfg["weak"] else 1)
-    X = None
+    X = X1 = None
     t0 = time.perf_counter()
     if rank == 0:
         X = synthetic_tensor(shape, nnz, seed=0)
+        # the one-process reference: the same tensor (strong), or one process's share (weak)
+        X1 = synthetic_tensor(shape, cfg["nnz"], seed=0) if cfg["weak"] and P > 1 else X
     t_gen = time.perf_counter() - t0
     comm.Barrier()
     t0 = time.perf_counter()
@@ -172,39 +174,63 @@ def worker(cfg, out):
     res = {"P": P, "nnz": Xd.nnz, "shape": list(shape), "t_generate": t_gen,
            "t_scatter": t_scatter, "fits": {}}
     own = [hi - lo for lo, hi in (Xd.block(n) for n in range(len(shape)))]
+
+    def idle_until_rank0():
+        # the other processes wait without spinning while process 0 fits alone
+        req = comm.Ibarrier()
+        while not req.Test():
+            time.sleep(0.002)
+
     for algo in cfg["algos"]:
         Est = CPALS if algo == "cpals" else CPAPR
         params = dict(rank=R, random_state=0, tol=0, device=cfg["device"])
         if algo == "cpapr":
             params["max_inner_iter"] = 10
         # the time of an iteration is the difference between a fit of 1 + iters iterations
-        # and one of 1 (so that building the formats, the start and the end cancel out)
+        # and one of 1 (so that building the formats, the start and the end cancel out);
+        # the distributed fit and the one-process fit (process 0 alone, the others idle)
+        # alternate, best of ``repeat`` each: on a shared machine both see the same load
         Est(max_iter=1, **params).fit(Xd)      # warm-up: caches the copies, compiles kernels
+        if rank == 0:
+            Est(max_iter=1, **params).fit(X1)
+        idle_until_rank0()
         entry = {}
 
-        def timed(X_, n):
+        def timed_dist(n):
             comm.Barrier()
             t = time.perf_counter()
-            m_ = Est(max_iter=n, **params).fit(X_)
+            m_ = Est(max_iter=n, **params).fit(Xd)
             comm.Barrier()
             return time.perf_counter() - t, m_
 
-        def per_iter(X_):
-            # best of ``repeat`` (the machine may be shared), the two fits interleaved
-            t1 = tn = np.inf
-            for _ in range(cfg["repeat"]):
-                t1 = min(t1, timed(X_, 1)[0])
-                if X_ is Xd:
-                    Xd.comm_counters(reset=True)
-                t, m_ = timed(X_, 1 + cfg["iters"])
-                tn = min(tn, t)
-            return (tn - t1) / cfg["iters"], m_
+        def timed_one(n):
+            if rank != 0:
+                idle_until_rank0()
+                return None, None
+            t = time.perf_counter()
+            m_ = Est(max_iter=n, **params).fit(X1)
+            t = time.perf_counter() - t
+            idle_until_rank0()
+            return t, m_
 
-        if P == 1 and X is not None:
-            entry["serial_iter_s"], m1 = per_iter(X)
+        d1 = dn = s1 = sn = np.inf
+        m = m1 = None
+        for _ in range(cfg["repeat"]):
+            d1 = min(d1, timed_dist(1)[0])
+            Xd.comm_counters(reset=True)
+            t, m = timed_dist(1 + cfg["iters"])
+            dn = min(dn, t)
+            c = Xd.comm_counters()
+            t, _ = timed_one(1)
+            if rank == 0:
+                s1 = min(s1, t)
+            t, m1 = timed_one(1 + cfg["iters"])
+            if rank == 0:
+                sn = min(sn, t)
+        t_iter = (dn - d1) / cfg["iters"]
+        if rank == 0:
+            entry["serial_iter_s"] = (sn - s1) / cfg["iters"]
             entry["serial_score"] = float(m1.loss_history_[-1])
-        t_iter, m = per_iter(Xd)
-        c = Xd.comm_counters()
         n_inner = int(getattr(m, "n_inner_iter_", 0)) // m.n_iter_
         per = {k: (v[1] / m.n_iter_, v[2] / m.n_iter_) for k, v in c.items()}
         entry.update({
@@ -271,22 +297,21 @@ def run_job(P, cfg, tmp):
 
 
 def summarise(jobs, algo):
-    """Table rows for one algorithm: per P, the slowest process's time, speedups, bytes."""
+    """Table rows for one algorithm: per P, the slowest process's time, the one-process fit
+    timed in the same job (interleaved), bytes against the model."""
     rows = []
-    base = None
     for job in jobs:
         P = job[0]["P"]
         e0 = job[0]["fits"][algo]
-        if P == 1 and "serial_iter_s" in e0:
-            base = e0["serial_iter_s"]
         t = max(r["fits"][algo]["iter_s"] for r in job)
         got = [sum(r["fits"][algo]["bytes_per_iter"].get(k, 0.0) for k in ("rows", "reduce"))
                for r in job]
         model = [r["fits"][algo]["model_bytes"]["total"] for r in job]
         mpi = max(sum(r["fits"][algo]["mpi_s_per_iter"].get(k, 0.0) for k in ("rows", "reduce"))
                   for r in job)
-        rows.append({"P": P, "nnz": job[0]["nnz"], "iter_s": t,
-                     "serial_iter_s": e0.get("serial_iter_s"),
+        one = e0.get("serial_iter_s")
+        rows.append({"P": P, "nnz": job[0]["nnz"], "iter_s": t, "serial_iter_s": one,
+                     "speedup": one / t if one else None,
                      "MB_recv_per_iter": [g / 1e6 for g in got],
                      "MB_model_per_iter": [m / 1e6 for m in model],
                      "measured_over_model": max((g / m if m else 1.0)
@@ -294,24 +319,23 @@ def summarise(jobs, algo):
                      "mpi_s_per_iter": mpi, "score": e0["score"],
                      "share_MB": [r["share_MB"] for r in job],
                      "max_rss_MB": [r["max_rss_MB"] for r in job]})
-    for r in rows:
-        r["speedup"] = base / r["iter_s"] if base else None
     return rows
 
 
 def print_table(title, rows, weak):
     print(f"\n### {title}\n")
-    print("| P | nnz | s/iter (slowest process) | one-process fit s/iter | "
+    print("| P | nnz | s/iter (slowest process) | one-process fit s/iter (same job) | "
           + ("efficiency" if weak else "speedup") + " | MB recv/iter per process "
-          "(measured / model) | s in MPI/iter |")
-    print("|---|---|---|---|---|---|---|")
+          "(measured / model) | s in MPI/iter | share MB per process |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         one = f"{r['serial_iter_s']:.4f}" if r["serial_iter_s"] else ""
         sp = f"{r['speedup']:.2f}x" if r["speedup"] else ""
         mb = ", ".join(f"{g:.3f} / {m:.3f}" for g, m in zip(r["MB_recv_per_iter"],
                                                            r["MB_model_per_iter"]))
+        share = ", ".join(f"{m:.0f}" for m in r["share_MB"])
         print(f"| {r['P']} | {r['nnz']} | {r['iter_s']:.4f} | {one} | {sp} | {mb} | "
-              f"{r['mpi_s_per_iter']:.5f} |")
+              f"{r['mpi_s_per_iter']:.5f} | {share} |")
 
 
 def main(argv=None):
