@@ -23,7 +23,8 @@ partition reducing partial MTTKRP rows would need.
 Model of the bytes a process receives per outer iteration (owner-computes, fp64)::
 
     rows:    Σ_n (I_n - own_n) R 8            (mean over processes: (P-1)/P Σ_n I_n R 8)
-    reduce:  CP-ALS: (P-1) R 8 (⟨X, M⟩);  CP-APR MU: (P-1) 8 (inner iterations + N + 1)
+    reduce:  CP-ALS: (P-1) 8 (N (R + R²) + R)   (column norms and Gram of the new rows, ⟨X, M⟩)
+             CP-APR MU: (P-1) 8 (inner iterations + N + 1 + N R)
 """
 import argparse
 import json
@@ -62,9 +63,9 @@ def bytes_model(shape, R, P, algo, n_inner=0, own=None):
         rows = sum(I - o for I, o in zip(shape, own))
     rows *= R * 8
     if algo == "cpals":
-        red = (P - 1) * R * 8
+        red = (P - 1) * 8 * (N * (R + R * R) + R)
     else:
-        red = (P - 1) * 8 * (n_inner + N + 1)
+        red = (P - 1) * 8 * (n_inner + N + 1 + N * R)
     return {"rows": rows, "reduce": red, "total": rows + red}
 
 
@@ -72,13 +73,14 @@ def time_model(shape, nnz, R, P, algo, t_nnz, alpha, beta, t_row, n_inner_per_mo
     """Seconds per outer iteration on P processes (owner-computes).
 
     ``t_nnz``: seconds per nonzero and mode of the process's kernel (MTTKRP or Φ); ``t_row``:
-    seconds per factor row of the replicated dense steps (Gram, norms, scaling: every process
-    does them on the whole factor); ``alpha``, ``beta``: latency (s) and seconds per byte of an
-    Allgatherv (ring: (P-1) steps of latency).
+    seconds per factor row of the dense steps (Gram, norms, scaling: on the process's own rows,
+    and for CP-APR's log-likelihood on the whole factors); ``alpha``, ``beta``: latency (s) and
+    seconds per byte of a row exchange (ring Allgatherv: (P-1) steps of latency).
     """
     N = len(shape)
     kernels = (n_inner_per_mode if algo == "cpapr" else 1) * N
-    compute = kernels * t_nnz * nnz / P + t_row * sum(shape)
+    dense_rows = sum(shape) / P + (sum(shape) if algo == "cpapr" else 0)
+    compute = kernels * t_nnz * nnz / P + t_row * dense_rows
     comm = sum(alpha * (P - 1) * (P > 1) + beta * I * R * 8 * (P - 1) / P for I in shape)
     if algo == "cpapr":
         comm += alpha * np.log2(max(P, 2)) * (P > 1) * N * n_inner_per_mode

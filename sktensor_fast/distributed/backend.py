@@ -11,10 +11,13 @@ answer:
   and outer iteration);
 - MTTKRP and CP-APR's Φ of mode ``n`` are computed by each process for the rows it owns, from
   its copy of those rows' nonzeros, so they are complete and never reduced;
-- column norms and Gram matrices are computed on the whole (gathered) factor, as on one device,
-  so they are the same bits on every process and as in a one-process fit; sums over the
-  nonzeros (inner products with a partial result, the Poisson data term) add the processes'
-  partial sums in rank order; maxima and counts are exact.
+- column norms and Gram matrices of a factor whose rows were just updated are summed from
+  each process's rows (R or R x R values), so that the dense steps cost ``I_n / P`` rows per
+  process and the rows are gathered only when a kernel needs them (once per mode); on a
+  whole factor they are computed as on one device.  Every sum over processes (these, the
+  inner products with a partial result, the Poisson data term, GCP's gradients) adds the
+  partial sums in rank order, so all processes get the same bits; maxima and counts are
+  exact.
 
 The process's own backend does the arithmetic (``local``); attributes this class does not
 define are looked up there.
@@ -391,7 +394,11 @@ class DistributedBackend(Backend):
 
     # ------------------------------------------------------------------ small dense steps
     def gram(self, A):
-        return self.local.gram(self._full(self._darray(A)))
+        A = self._darray(A)
+        if A.full_ok:
+            return self.local.gram(A.full)
+        # only the own rows are current: Σ_p A_pᵀ A_p, added in rank order (R x R values)
+        return self.channel.sum(np.asarray(self.local.gram(A.part), dtype=np.float64))
 
     def matmul_small(self, A, M):
         A = self._darray(A)
@@ -410,7 +417,17 @@ class DistributedBackend(Backend):
         return out
 
     def column_norms(self, A, ord=2):
-        return self.local.column_norms(self._full(self._darray(A)), ord)
+        A = self._darray(A)
+        if A.full_ok:
+            return self.local.column_norms(A.full, ord)
+        part = np.asarray(self.local.column_norms(A.part, ord), dtype=np.float64)
+        if ord == np.inf:
+            return self.channel.max(part)
+        if ord == 1:
+            return self.channel.sum(part)
+        if ord == 2:
+            return np.sqrt(self.channel.sum(part * part))
+        return self.local.column_norms(self._full(A), ord)
 
     def scale_columns(self, A, s):
         if A.full_ok:
