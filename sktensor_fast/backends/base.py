@@ -114,6 +114,17 @@ class Backend(ABC):
     def tensor_norm_sq(self, T):
         return T.norm_sq
 
+    def model_zero_count(self, T, weights, factors):
+        """How many nonzeros of ``T`` the Kruskal model gives a value <= 0 (an int)."""
+        m = np.asarray(self.to_numpy(self.model_values(T, weights, factors)))
+        return int(np.count_nonzero(m <= 0))
+
+    def decide(self, flag):
+        """A host decision that every participant of the fit must take alike (e.g. a time
+        limit read from a clock): returned as it is on one device; the distributed backend
+        takes process 0's."""
+        return bool(flag)
+
     # --- CP-APR primitives ------------------------------------------------------------
     # Element-wise steps of CP-APR on (I x R) backend arrays, and the row subproblem solver of
     # its Newton variants.  Defaults raise, so a backend only claims CP-APR when it has them.
@@ -218,6 +229,21 @@ class Backend(ABC):
         derivative tensor.  Returns ``(float, grads)``; only for tensors small enough to be
         dense (the estimator checks the size first)."""
         self._gcp_missing("gcp_full_loss_grad")
+
+    def gcp_sample_gradient(self, sample, weights, factors, loss, out=None, active=None,
+                            with_loss=False):
+        """As :meth:`gcp_sampled_gradient`, over an explicit sample instead of a drawn one.
+
+        ``sample`` is ``(subs, x, w, corr)``: host arrays of coordinates (n x N, int64),
+        values, weights and semi-stratified correction flags (int8), in the order in which
+        the contributions are to be added.  The distributed backend uses it: each process
+        holds the part of a draw whose data it owns."""
+        self._gcp_missing("gcp_sample_gradient")
+
+    def gcp_sample_loss(self, sample, weights, factors, loss):
+        """Σ_j w_j (f(x_j, m_j) − corr_j f(0, m_j)) over an explicit ``sample`` (see
+        :meth:`gcp_sample_gradient`)."""
+        self._gcp_missing("gcp_sample_loss")
 
     def gcp_optimizer_state(self, solver, factors):
         """Zero moments of a stochastic solver (``adam``, ``adagrad``, ``sgd``): a dict of lists

@@ -120,6 +120,11 @@ class BaseCP(TransformerMixin, BaseEstimator):
     # ------------------------------------------------------------------ input handling
     def _validate_input(self, X, reset):
         name = type(self).__name__
+        spread = getattr(X, "_sktf_validate", None)
+        if spread is not None:
+            # a tensor spread over processes (sktensor_fast.distributed) runs these checks on
+            # every process's share and makes all processes agree on the outcome
+            return spread(self, reset)
         X = as_sparse_tensor(X)
         if X.ndim < 2:
             raise ValueError(f"{name} needs a tensor with at least 2 modes, got {X.ndim}")
@@ -142,7 +147,12 @@ class BaseCP(TransformerMixin, BaseEstimator):
                     f"{X.shape[1:]} in those modes")
         return self._check_data(X)
 
-    def _backend(self):
+    def _backend(self, X=None):
+        place = getattr(X, "_sktf_backend", None)
+        if place is not None:
+            # a tensor spread over processes runs on the distributed backend, which wraps
+            # each process's backend for ``device``
+            return place(self)
         return get_backend(self.device)
 
     def _log(self, msg):
@@ -169,7 +179,7 @@ class BaseCP(TransformerMixin, BaseEstimator):
         return self
 
     def _fit_impl(self, X):
-        backend = self._backend()
+        backend = self._backend(X)
         with backend.compute_scope():
             return self._fit_in_scope(backend, X)
 

@@ -275,8 +275,7 @@ class CPAPR(BaseCP):
                                      "diverged")
         n_zero = 0
         if loglik == -np.inf:
-            m = np.asarray(backend.to_numpy(backend.model_values(T, weights, final)))
-            n_zero = int(np.count_nonzero(m <= 0))
+            n_zero = backend.model_zero_count(T, weights, final)
         self._log(f"done: {n_iter} outer / {n_inner} inner iterations, log-likelihood "
                   f"{loglik:.10g}, kkt {kkt:.3e}, {time.perf_counter() - t0:.2f}s")
         return {"weights": weights, "factors": [h.astype(np.float64, copy=False) for h in host],
@@ -306,7 +305,8 @@ class CPAPR(BaseCP):
                                      f"log-likelihood)")
         history.append(loglik)
         self._report(it, loglik, kkt, n_inner, t0)
-        return self.max_time is not None and time.perf_counter() - t0 > self.max_time
+        return backend.decide(self.max_time is not None
+                              and time.perf_counter() - t0 > self.max_time)
 
     def _iterate_mu(self, backend, T, A, weights, t0):
         N = len(A)

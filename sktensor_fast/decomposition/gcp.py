@@ -411,7 +411,7 @@ class GCP(BaseCP):
         R = self.rank
         U = [np.array(f, dtype=np.float64) for f in init]
         if isinstance(self.init, str):
-            U = _scale_to_norm(U, float(np.sqrt(np.sum(obs.X.vals.astype(np.float64) ** 2))))
+            U = _scale_to_norm(U, obs.X.norm())
         if loss.lower > -np.inf:
             U = [np.maximum(u, loss.lower) for u in U]
         seed = int(rng.randint(0, 2 ** 62))

@@ -361,6 +361,16 @@ class CpuBackend(Backend):
         from . import gcp_ops
         return gcp_ops.full_loss_grad(T, weights, factors, loss, mask, modes, need_grad)
 
+    def gcp_sample_gradient(self, sample, weights, factors, loss, out=None, active=None,
+                            with_loss=False):
+        from . import gcp_ops
+        return gcp_ops.explicit_gradient(sample, weights, factors, loss, out, active,
+                                         with_loss, get_num_threads())
+
+    def gcp_sample_loss(self, sample, weights, factors, loss):
+        from . import gcp_ops
+        return gcp_ops.sample_loss(*sample, weights, factors, loss, get_num_threads())
+
     def gcp_optimizer_state(self, solver, factors):
         from . import gcp_ops
         return gcp_ops.optimizer_state(solver, factors)

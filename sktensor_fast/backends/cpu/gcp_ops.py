@@ -240,6 +240,38 @@ def sampled_gradient(T, state, weights, factors, loss, seed, step, out=None, act
     return out, f
 
 
+def explicit_gradient(sample, weights, factors, loss, out=None, active=None, with_loss=False,
+                      num_threads=1):
+    """The fused gradient over an explicit sample ``(subs, x, w, corr)``."""
+    N = len(factors)
+    facs = [np.ascontiguousarray(f, dtype=np.float64) for f in factors]
+    lam = np.ascontiguousarray(weights, dtype=np.float64)
+    act = np.ones(N, dtype=np.int8) if active is None else np.asarray(active, dtype=np.int8)
+    if out is None:
+        out = [np.zeros_like(f) for f in facs]
+    subs = np.ascontiguousarray(sample[0], dtype=np.int64).reshape(-1, N)
+    x = np.ascontiguousarray(sample[1], dtype=np.float64)
+    w = np.ascontiguousarray(sample[2], dtype=np.float64)
+    corr = np.ascontiguousarray(sample[3], dtype=np.int8)
+    if subs.shape[0] == 0:
+        for k in range(N):
+            if act[k]:
+                out[k][...] = 0
+        return out, (0.0 if with_loss else None)
+    if loss.code >= 0:
+        f = _gcp.gradient(None, 0, int(loss.code), float(loss.param), lam, facs, out, act,
+                          bool(with_loss), num_threads, xsubs=subs, xvals=x, xw=w, xcorr=corr)
+        return out, (float(f) if with_loss else None)
+    m = _model_values(subs, lam, facs, num_threads)
+    y = _custom_weights(loss, x, w, corr, m)
+    _gcp.gradient(None, 0, -1, 0.0, lam, facs, out, act, False, num_threads, xsubs=subs,
+                  xvals=x, xw=w, xcorr=corr, xy=y)
+    f = None
+    if with_loss:
+        f = float(np.sum(_custom_weights(loss, x, w, corr, m, deriv=False)))
+    return out, f
+
+
 def _workspace(state, N, lam):
     n = int(state.grad_sampler.n_samples)
     block = max(1, min(_gcp.default_block(N, len(lam)), n))
@@ -251,6 +283,8 @@ def _workspace(state, N, lam):
 
 def sample_loss(subs, x, w, corr, weights, factors, loss, num_threads=1):
     """Σ w (f(x, m) − corr f(0, m)) over an explicit sample."""
+    if np.shape(subs)[0] == 0:
+        return 0.0
     facs = [np.ascontiguousarray(f, dtype=np.float64) for f in factors]
     lam = np.ascontiguousarray(weights, dtype=np.float64)
     if loss.code >= 0:

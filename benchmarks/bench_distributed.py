@@ -1,0 +1,451 @@
+"""Distributed CP-ALS / CP-APR over MPI processes: strong and weak scaling, bytes per iteration.
+
+One command runs every configuration (each process count is an ``mpiexec`` job started from
+here) and prints the tables of ``doc/scaling.md``::
+
+    python benchmarks/bench_distributed.py                       # 1 -> 2 processes, CPU
+    python benchmarks/bench_distributed.py --device gpu --shape nell2 --nnz 76879419 \\
+        --threads 8 --out benchmarks/results/distributed_2gpu.json   # one GPU per process
+    python benchmarks/bench_distributed.py --extrapolate         # the model only (no MPI)
+
+For every process count P (``--procs``) and algorithm (``--algos``), on a synthetic tensor
+with Zipf-skewed coordinates (``benchmarks/synth.py``): the wall time per iteration of a
+distributed fit (process 0 builds the tensor and :func:`sktensor_fast.distributed.scatter`
+spreads it; one warm-up fit of one iteration first), the bytes every process received per
+iteration (counted by the distributed backend) against the model below, the seconds spent in
+MPI, and the memory of each process's share.  With P = 1 the one-process fit without MPI is
+timed too: speedups are against it.  Strong scaling keeps ``--nnz`` fixed; weak scaling
+(``--weak``) gives each process ``--nnz`` nonzeros.  Every process runs ``--threads`` OpenMP
+threads.  The collective micro-benchmark times, per mode, the ``Allgatherv`` of an
+``I_n x R`` factor that owner-computes needs and the ``Allreduce`` of the same size that a
+partition reducing partial MTTKRP rows would need.
+
+Model of the bytes a process receives per outer iteration (owner-computes, fp64)::
+
+    rows:    Σ_n (I_n - own_n) R 8            (mean over processes: (P-1)/P Σ_n I_n R 8)
+    reduce:  CP-ALS: (P-1) 8 (N (R + R²) + R)   (column norms and Gram of the new rows, ⟨X, M⟩)
+             CP-APR MU: (P-1) 8 (inner iterations + N + 1 + N R)
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks.common import cpu_model, write_report  # noqa: E402
+from benchmarks.synth import FROSTT, synthetic_tensor  # noqa: E402
+
+#: FROSTT sizes used by the extrapolation (frostt.io)
+LARGE = {
+    "amazon": ((4_821_207, 1_774_269, 1_805_187), 1_741_809_018),
+    "reddit-2015": ((8_211_298, 176_962, 8_116_559), 4_687_474_081),
+}
+
+
+# ---------------------------------------------------------------------------------- model
+def bytes_model(shape, R, P, algo, n_inner=0, own=None):
+    """Bytes one process receives per outer iteration (see the module notes).
+
+    ``own``: rows this process owns per mode (default: the mean ``I_n / P``)."""
+    N = len(shape)
+    if own is None:
+        rows = sum(I * (P - 1) / P for I in shape)
+    else:
+        rows = sum(I - o for I, o in zip(shape, own))
+    rows *= R * 8
+    if algo == "cpals":
+        red = (P - 1) * 8 * (N * (R + R * R) + R)
+    else:
+        red = (P - 1) * 8 * (n_inner + N + 1 + N * R)
+    return {"rows": rows, "reduce": red, "total": rows + red}
+
+
+def time_model(shape, nnz, R, P, algo, t_nnz, alpha, beta, t_row, n_inner_per_mode=10):
+    """Seconds per outer iteration on P processes (owner-computes).
+
+    ``t_nnz``: seconds per nonzero and mode of the process's kernel (MTTKRP or Φ); ``t_row``:
+    seconds per factor row of the dense steps (Gram, norms, scaling: on the process's own rows,
+    and for CP-APR's log-likelihood on the whole factors); ``alpha``, ``beta``: latency (s) and
+    seconds per byte of a row exchange (ring Allgatherv: (P-1) steps of latency).
+    """
+    N = len(shape)
+    kernels = (n_inner_per_mode if algo == "cpapr" else 1) * N
+    dense_rows = sum(shape) / P + (sum(shape) if algo == "cpapr" else 0)
+    compute = kernels * t_nnz * nnz / P + t_row * dense_rows
+    comm = sum(alpha * (P - 1) * (P > 1) + beta * I * R * 8 * (P - 1) / P for I in shape)
+    if algo == "cpapr":
+        comm += alpha * np.log2(max(P, 2)) * (P > 1) * N * n_inner_per_mode
+    return {"compute": compute, "comm": comm, "total": compute + comm}
+
+
+def grid(shape, P):
+    """SPLATT-style process grid (p_0, ..., p_{N-1}), prod = P (a power of two here): each
+    factor 2 goes to the mode with the most rows per slab."""
+    p = [1] * len(shape)
+    left = P
+    while left > 1:
+        k = max(range(len(shape)), key=lambda n: shape[n] / p[n])
+        f = 2 if left % 2 == 0 else left
+        p[k] *= f
+        left //= f
+    return p
+
+
+def medium_grained_comm(shape, R, P, algo, alpha, beta, n_inner_per_mode=10):
+    """Model only (not implemented): seconds per outer iteration of communication with
+    SPLATT's medium-grained grid.  The P / p_n processes sharing a slab of mode n reduce its
+    partial rows (reduce-scatter) and gather the updated ones: about 2 (I_n / p_n) R 8 bytes
+    each per mode, and CP-APR MU reduces Φ at every inner iteration."""
+    p = grid(shape, P)
+    total = 0.0
+    for I, pn in zip(shape, p):
+        q = P // pn
+        if q == 1:
+            continue
+        rounds = (n_inner_per_mode if algo == "cpapr" else 1) + 1
+        total += rounds * (alpha * np.log2(q) + beta * I / pn * R * 8 * (q - 1) / q)
+    return total
+
+
+def memory_model(shape, nnz, R, P):
+    """Bytes per process: N copies of nnz/P nonzeros (COO: N int64 coordinates, a value, a
+    permutation entry per mode > 0) plus the replicated factors (and a work copy of each)."""
+    N = len(shape)
+    per_nz = N * 8 + 8 + (N - 1) * 8
+    return {"tensor": N * per_nz * nnz / P, "factors": 2 * sum(shape) * R * 8}
+
+
+def extrapolate(args, measured=None):
+    """The model on the FROSTT Amazon and Reddit-2015 sizes, 16 to 1024 processes."""
+    t_nnz = args.t_nnz
+    rows = []
+    for name, (shape, nnz) in LARGE.items():
+        for algo in ("cpals", "cpapr"):
+            one = time_model(shape, nnz, args.rank, 1, algo, t_nnz, args.alpha, args.beta,
+                             args.t_row)["total"]
+            for P in (16, 64, 256, 1024):
+                t = time_model(shape, nnz, args.rank, P, algo, t_nnz, args.alpha, args.beta,
+                               args.t_row)
+                b = bytes_model(shape, args.rank, P, algo, n_inner=10 * len(shape))
+                mem = memory_model(shape, nnz, args.rank, P)
+                mg = medium_grained_comm(shape, args.rank, P, algo, args.alpha, args.beta)
+                rows.append({"tensor": name, "algo": algo, "P": P, "grid_comm_s": mg,
+                             "compute_s": t["compute"], "comm_s": t["comm"],
+                             "iter_s": t["total"], "speedup_vs_1": one / t["total"],
+                             "efficiency": one / t["total"] / P,
+                             "MB_per_iter": b["total"] / 1e6,
+                             "GB_per_process": (mem["tensor"] + mem["factors"]) / 1e9})
+    return rows
+
+
+# ---------------------------------------------------------------------------------- worker
+def _rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def worker(cfg, out):
+    from mpi4py import MPI
+    from sktensor_fast import CPALS, CPAPR
+    from sktensor_fast.distributed import scatter
+    comm = MPI.COMM_WORLD
+    rank, P = comm.Get_rank(), comm.Get_size()
+    shape = tuple(cfg["shape"])
+    nnz = cfg["nnz"] * (P if cfg["weak"] else 1)
+    X = X1 = None
+    t0 = time.perf_counter()
+    if rank == 0:
+        X = synthetic_tensor(shape, nnz, seed=0)
+        # the one-process reference: the same tensor (strong), or one process's share (weak)
+        X1 = synthetic_tensor(shape, cfg["nnz"], seed=0) if cfg["weak"] and P > 1 else X
+    t_gen = time.perf_counter() - t0
+    comm.Barrier()
+    t0 = time.perf_counter()
+    Xd = scatter(X)
+    comm.Barrier()
+    t_scatter = time.perf_counter() - t0
+    R = cfg["rank"]
+    res = {"P": P, "nnz": Xd.nnz, "shape": list(shape), "t_generate": t_gen,
+           "t_scatter": t_scatter, "fits": {}}
+    own = [hi - lo for lo, hi in (Xd.block(n) for n in range(len(shape)))]
+
+    def idle_until_rank0():
+        # the other processes wait without spinning while process 0 fits alone
+        req = comm.Ibarrier()
+        while not req.Test():
+            time.sleep(0.002)
+
+    for algo in cfg["algos"]:
+        Est = CPALS if algo == "cpals" else CPAPR
+        params = dict(rank=R, random_state=0, tol=0, device=cfg["device"])
+        if algo == "cpapr":
+            params["max_inner_iter"] = 10
+        # the time of an iteration is the difference between a fit of 1 + iters iterations
+        # and one of 1 (so that building the formats, the start and the end cancel out);
+        # the distributed fit and the one-process fit (process 0 alone, the others idle)
+        # alternate, best of ``repeat`` each: on a shared machine both see the same load
+        Est(max_iter=1, **params).fit(Xd)      # warm-up: caches the copies, compiles kernels
+        if rank == 0:
+            Est(max_iter=1, **params).fit(X1)
+        idle_until_rank0()
+        entry = {}
+
+        def timed_dist(n):
+            comm.Barrier()
+            t = time.perf_counter()
+            m_ = Est(max_iter=n, **params).fit(Xd)
+            comm.Barrier()
+            return time.perf_counter() - t, m_
+
+        def timed_one(n):
+            if rank != 0:
+                idle_until_rank0()
+                return None, None
+            t = time.perf_counter()
+            m_ = Est(max_iter=n, **params).fit(X1)
+            t = time.perf_counter() - t
+            idle_until_rank0()
+            return t, m_
+
+        d1 = dn = s1 = sn = np.inf
+        m = m1 = None
+        for _ in range(cfg["repeat"]):
+            d1 = min(d1, timed_dist(1)[0])
+            Xd.comm_counters(reset=True)
+            t, m = timed_dist(1 + cfg["iters"])
+            dn = min(dn, t)
+            c = Xd.comm_counters()
+            t, _ = timed_one(1)
+            if rank == 0:
+                s1 = min(s1, t)
+            t, m1 = timed_one(1 + cfg["iters"])
+            if rank == 0:
+                sn = min(sn, t)
+        t_iter = (dn - d1) / cfg["iters"]
+        if rank == 0:
+            entry["serial_iter_s"] = (sn - s1) / cfg["iters"]
+            entry["serial_score"] = float(m1.loss_history_[-1])
+        n_inner = int(getattr(m, "n_inner_iter_", 0)) // m.n_iter_
+        per = {k: (v[1] / m.n_iter_, v[2] / m.n_iter_) for k, v in c.items()}
+        entry.update({
+            "iter_s": t_iter, "n_iter": m.n_iter_, "score": float(m.loss_history_[-1]),
+            "n_inner_per_iter": n_inner,
+            "bytes_per_iter": {k: v[0] for k, v in per.items()},
+            "mpi_s_per_iter": {k: v[1] for k, v in per.items()},
+            "model_bytes": bytes_model(shape, R, P, algo, n_inner, own),
+        })
+        res["fits"][algo] = entry
+    # collective micro-benchmark: what owner-computes moves vs a reduction of partial rows
+    coll = []
+    for n, I in enumerate(shape):
+        full = np.random.default_rng(n).random((I, R))
+        counts = np.diff(Xd.bounds[n]) * R
+        displs = Xd.bounds[n][:-1] * R
+        best_g = best_r = best_p = np.inf
+        for _ in range(5):
+            comm.Barrier()
+            t = time.perf_counter()
+            comm.Allgatherv(MPI.IN_PLACE, [full, counts, displs, MPI.DOUBLE])
+            best_g = min(best_g, time.perf_counter() - t)
+            comm.Barrier()
+            t = time.perf_counter()
+            Xd._chan.allgather_rows(full, np.diff(Xd.bounds[n]), Xd.bounds[n][:-1])
+            best_p = min(best_p, time.perf_counter() - t)
+            comm.Barrier()
+            t = time.perf_counter()
+            comm.Allreduce(MPI.IN_PLACE, full, op=MPI.SUM)
+            best_r = min(best_r, time.perf_counter() - t)
+        coll.append({"mode": n, "rows": I, "MB": I * R * 8 / 1e6,
+                     "allgatherv_s": best_g, "allreduce_s": best_r, "rows_exchange_s": best_p})
+    res["collectives"] = coll
+    res["own_rows"] = own
+    res["local_nnz"] = Xd.local_nnz
+    res["share_MB"] = Xd.nbytes / 1e6
+    res["prepared_MB"] = sum(p.nbytes for p in Xd._prepared.values()) / 1e6
+    res["max_rss_MB"] = _rss_mb()
+    everyone = comm.gather(res, root=0)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(everyone, f)
+
+
+# ---------------------------------------------------------------------------------- driver
+def _mpiexec():
+    cand = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return cand if os.path.exists(cand) else "mpiexec"
+
+
+def run_job(P, cfg, tmp):
+    out = os.path.join(tmp, f"job_P{P}_{'weak' if cfg['weak'] else 'strong'}.json")
+    env = dict(os.environ, OMP_NUM_THREADS=str(cfg["threads"]),
+               OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep +
+               os.environ.get("PYTHONPATH", ""))
+    cmd = [_mpiexec(), "-n", str(P), sys.executable, os.path.abspath(__file__), "--worker",
+           json.dumps(cfg), out]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
+    print(f"  P={P} ({'weak' if cfg['weak'] else 'strong'}): {time.perf_counter() - t0:.1f}s",
+          flush=True)
+    with open(out) as f:
+        return json.load(f)
+
+
+def summarise(jobs, algo):
+    """Table rows for one algorithm: per P, the slowest process's time, the one-process fit
+    timed in the same job (interleaved), bytes against the model."""
+    rows = []
+    for job in jobs:
+        P = job[0]["P"]
+        e0 = job[0]["fits"][algo]
+        t = max(r["fits"][algo]["iter_s"] for r in job)
+        got = [sum(r["fits"][algo]["bytes_per_iter"].get(k, 0.0) for k in ("rows", "reduce"))
+               for r in job]
+        model = [r["fits"][algo]["model_bytes"]["total"] for r in job]
+        mpi = max(sum(r["fits"][algo]["mpi_s_per_iter"].get(k, 0.0) for k in ("rows", "reduce"))
+                  for r in job)
+        one = e0.get("serial_iter_s")
+        rows.append({"P": P, "nnz": job[0]["nnz"], "iter_s": t, "serial_iter_s": one,
+                     "speedup": one / t if one else None,
+                     "MB_recv_per_iter": [g / 1e6 for g in got],
+                     "MB_model_per_iter": [m / 1e6 for m in model],
+                     "measured_over_model": max((g / m if m else 1.0)
+                                                for g, m in zip(got, model)),
+                     "mpi_s_per_iter": mpi, "score": e0["score"],
+                     "share_MB": [r["share_MB"] for r in job],
+                     "max_rss_MB": [r["max_rss_MB"] for r in job]})
+    return rows
+
+
+def print_table(title, rows, weak):
+    print(f"\n### {title}\n")
+    print("| P | nnz | s/iter (slowest process) | one-process fit s/iter (same job) | "
+          + ("efficiency" if weak else "speedup") + " | MB recv/iter per process "
+          "(measured / model) | s in MPI/iter | share MB per process |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        one = f"{r['serial_iter_s']:.4f}" if r["serial_iter_s"] else ""
+        sp = f"{r['speedup']:.2f}x" if r["speedup"] else ""
+        mb = ", ".join(f"{g:.3f} / {m:.3f}" for g, m in zip(r["MB_recv_per_iter"],
+                                                           r["MB_model_per_iter"]))
+        share = ", ".join(f"{m:.0f}" for m in r["share_MB"])
+        print(f"| {r['P']} | {r['nnz']} | {r['iter_s']:.4f} | {one} | {sp} | {mb} | "
+              f"{r['mpi_s_per_iter']:.5f} | {share} |")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--worker", nargs=2, metavar=("CONFIG", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--procs", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--shape", default="nell2",
+                    help="a FROSTT name of benchmarks/synth.py or I,J,K (default nell2)")
+    ap.add_argument("--nnz", type=int, default=3_200_000,
+                    help="nonzeros (per process with --weak); default 3.2M")
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many timings")
+    ap.add_argument("--algos", nargs="+", default=["cpals", "cpapr"],
+                    choices=["cpals", "cpapr"])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1, help="OpenMP threads per process")
+    ap.add_argument("--weak", action="store_true", help="weak scaling only")
+    ap.add_argument("--strong", action="store_true", help="strong scaling only")
+    ap.add_argument("--out", default=None, help="JSON report (default: print only)")
+    ap.add_argument("--extrapolate", action="store_true",
+                    help="print the model for the Amazon and Reddit-2015 sizes and exit")
+    ap.add_argument("--t-nnz", type=float, default=2e-3 / 76_879_419,
+                    help="model: seconds per nonzero and mode of one process's kernel "
+                         "(default: 2 ms for a NELL-2 mode on one H200)")
+    ap.add_argument("--t-row", type=float, default=1e-9,
+                    help="model: seconds per factor row of the replicated dense steps")
+    ap.add_argument("--alpha", type=float, default=5e-6, help="model: latency per step (s)")
+    ap.add_argument("--beta", type=float, default=1 / 12.5e9,
+                    help="model: seconds per byte (default 100 Gb/s)")
+    ap.add_argument("--show", metavar="JSON", help="print the tables of a saved report and exit")
+    args = ap.parse_args(argv)
+    if args.show:
+        with open(args.show) as f:
+            rep = json.load(f)
+        print(f"{rep['cpu']}, {rep['cores']} cores, {rep['date']}, loadavg before "
+              f"{[round(x, 2) for x in rep['loadavg_before']]}, after "
+              f"{[round(x, 2) for x in rep['loadavg_after']]}")
+        for key, run in rep["runs"].items():
+            for a, rows in run["tables"].items():
+                print_table(f"{a} {key} scaling", rows, key == "weak")
+            print("\n| P | mode | rows | MB | Allgatherv ms | Allreduce ms | rows exchange (used) ms |"
+                  "\n|---|---|---|---|---|---|---|")
+            for job in run["jobs"]:
+                for c in job[0]["collectives"]:
+                    if job[0]["P"] > 1:
+                        print(f"| {job[0]['P']} | {c['mode']} | {c['rows']} | {c['MB']:.2f} | "
+                              f"{c['allgatherv_s'] * 1e3:.3f} | {c['allreduce_s'] * 1e3:.3f} | "
+                              f"{c.get('rows_exchange_s', float('nan')) * 1e3:.3f} |")
+        return rep
+    if args.worker:
+        return worker(json.loads(args.worker[0]), args.worker[1])
+    if args.extrapolate:
+        rows = extrapolate(args)
+        print(f"model: t_nnz={args.t_nnz:.3g} s, t_row={args.t_row:.3g} s, "
+              f"alpha={args.alpha:.3g} s, beta={args.beta:.3g} s/B, R={args.rank}")
+        print("| tensor | algo | P | compute s | comm s | s/iter | speedup vs 1 | efficiency |"
+              " MB recv/iter | GB per process | comm s, medium-grained grid (model) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['tensor']} | {r['algo']} | {r['P']} | {r['compute_s']:.4f} | "
+                  f"{r['comm_s']:.4f} | {r['iter_s']:.4f} | {r['speedup_vs_1']:.1f} | "
+                  f"{r['efficiency']:.2f} | {r['MB_per_iter']:.0f} | "
+                  f"{r['GB_per_process']:.1f} | {r['grid_comm_s']:.4f} |")
+        return rows
+    if "," in args.shape:
+        shape = tuple(int(s) for s in args.shape.split(","))
+    else:
+        shape = FROSTT[args.shape][0]
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="bench_dist_")
+    kinds = [False, True]
+    if args.weak:
+        kinds = [True]
+    if args.strong:
+        kinds = [False]
+    load0 = os.getloadavg()
+    report = {"benchmark": "distributed", "argv": sys.argv[1:], "cpu": cpu_model(),
+              "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "loadavg_before": load0, "shape": shape, "rank": args.rank,
+              "threads_per_process": args.threads, "device": args.device, "runs": {}}
+    print(f"machine: {report['cpu']}, {report['cores']} cores, loadavg {load0}")
+    for weak in kinds:
+        cfg = {"shape": list(shape), "nnz": args.nnz, "rank": args.rank, "iters": args.iters,
+               "repeat": args.repeat,
+               "algos": args.algos, "device": args.device, "threads": args.threads,
+               "weak": weak}
+        jobs = [run_job(P, cfg, tmp) for P in args.procs]
+        key = "weak" if weak else "strong"
+        report["runs"][key] = {"jobs": jobs,
+                               "tables": {a: summarise(jobs, a) for a in args.algos}}
+        for a in args.algos:
+            print_table(f"{a} {key} scaling, shape {shape}, R={args.rank}, "
+                        f"{args.threads} thread(s) per process, device {args.device}",
+                        report["runs"][key]["tables"][a], weak)
+        print("\ncollectives (process 0, best of 5): mode, rows, MB, Allgatherv, Allreduce, "
+              "the rows exchange the backend uses")
+        for job in jobs:
+            for c in job[0]["collectives"]:
+                print(f"  P={job[0]['P']} mode {c['mode']}: {c['rows']} rows, {c['MB']:.2f} MB, "
+                      f"{c['allgatherv_s'] * 1e3:.3f} ms, {c['allreduce_s'] * 1e3:.3f} ms, "
+                      f"{c['rows_exchange_s'] * 1e3:.3f} ms")
+    report["loadavg_after"] = os.getloadavg()
+    print(f"loadavg before {load0}, after {report['loadavg_after']}")
+    if args.out:
+        write_report(report, args.out)
+    return report
+
+
+if __name__ == "__main__":
+    main()

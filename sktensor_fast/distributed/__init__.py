@@ -1,0 +1,45 @@
+"""Distributed fits over MPI processes (mpi4py), SPMD.
+
+Run a script with ``mpiexec -n 4 python script.py``; in it, every process builds its part of
+a distributed tensor and calls ``fit`` with the same parameters::
+
+    from sktensor_fast import CPAPR
+    from sktensor_fast.distributed import load_tns
+    Xd = load_tns("counts.tns")                      # every process reads its byte range
+    model = CPAPR(rank=10, random_state=0).fit(Xd)   # same fitted attributes on every process
+
+``scatter(X)`` spreads a tensor held by process 0 instead.  The fit runs the estimators' own
+algorithms on :class:`~sktensor_fast.distributed.backend.DistributedBackend`, which wraps
+each process's backend (``device="cpu"``, or ``device="gpu"``: the process's own GPU, chosen
+by its rank on the host).  See ``doc/scaling.md`` for the partition and its cost.
+
+Needs the ``mpi`` extra (``pip install 'sktensor_fast[mpi]'``); without mpi4py, importing
+this package works and using it raises an ImportError that names the extra.
+"""
+from ._mpi import require_mpi
+
+__all__ = ["scatter", "load_tns", "DistributedTensor", "DistributedBackend", "require_mpi"]
+
+
+def scatter(X, comm=None):
+    """Spread the tensor ``X`` of process 0 over ``comm`` (see :func:`.tensor.scatter`)."""
+    require_mpi()
+    from .tensor import scatter as _scatter
+    return _scatter(X, comm)
+
+
+def load_tns(path, comm=None, **kwargs):
+    """Read a ``.tns`` file in parallel (see :func:`.tensor.load_tns`)."""
+    require_mpi()
+    from .tensor import load_tns as _load
+    return _load(path, comm, **kwargs)
+
+
+def __getattr__(name):
+    if name == "DistributedTensor":
+        from .tensor import DistributedTensor
+        return DistributedTensor
+    if name == "DistributedBackend":
+        from .backend import DistributedBackend
+        return DistributedBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

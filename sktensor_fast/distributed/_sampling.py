@@ -1,0 +1,176 @@
+"""GCP's samples, drawn by the processes that own them.
+
+The CPU kernels draw sample ``j`` of a step from a counter-based generator (splitmix64's
+finaliser applied to the step key and ``j``, see ``backends/cpu/_gcp.pyx``).  Here every
+process evaluates the same generator for the sample numbers and keeps the samples whose data
+it holds: a nonzero sample ``t`` (the ``t``-th nonzero in lexicographic order) belongs to the
+process whose share of mode 0 holds it, a sample of the other entries to the owner of its
+mode-0 coordinate, which alone can tell whether it hit a nonzero (and, for the stratified
+sampler, reject it: the sample then moves on to its next coordinates, which may belong to
+another process; those few are settled in rounds).  So the processes together draw exactly
+the samples of a one-process fit, whatever their number.
+"""
+import numpy as np
+
+__all__ = ["step_key", "LocalShare", "draw_owned"]
+
+_M64 = (1 << 64) - 1
+_PHI = np.uint64(0x9E3779B97F4A7C15)
+_C1 = np.uint64(0xBF58476D1CE4E5B9)
+_C2 = np.uint64(0x94D049BB133111EB)
+_C3 = 0xD1B54A32D192ED03
+_LOW = np.uint64(0xFFFFFFFF)
+_S32 = np.uint64(32)
+#: attempts of the rejection sampler before it takes a coordinate as it is (as the kernels)
+MAX_ATTEMPTS = 256
+
+
+def _mix(z):
+    z = np.asarray(z, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _C1
+        z = (z ^ (z >> np.uint64(27))) * _C2
+    return z ^ (z >> np.uint64(31))
+
+
+def _mix_int(z):
+    z &= _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def step_key(seed, step):
+    """The generator key of step ``step`` of a run seeded with ``seed`` (as the kernels)."""
+    a = _mix_int(int(seed) + 0x9E3779B97F4A7C15)
+    return _mix_int(a ^ ((int(step) * _C3 + 1) & _M64))
+
+
+def _sample_keys(key, j):
+    with np.errstate(over="ignore"):
+        return _mix(np.uint64(key) ^ (j.astype(np.uint64) * _PHI + _PHI))
+
+
+def _rand(skey, c):
+    with np.errstate(over="ignore"):
+        return _mix(skey + (np.asarray(c, dtype=np.uint64) + np.uint64(1)) * _PHI)
+
+
+def _below(r, n):
+    """High 64 bits of r * n (uniform integer in [0, n)), r uint64 array, 1 <= n < 2**63."""
+    n = int(n)
+    nh, nl = np.uint64(n >> 32), np.uint64(n & 0xFFFFFFFF)
+    rh, rl = r >> _S32, r & _LOW
+    with np.errstate(over="ignore"):
+        lo = rl * nl
+        m1 = rh * nl
+        m2 = rl * nh
+        t = (lo >> _S32) + (m1 & _LOW) + (m2 & _LOW)
+        hi = rh * nh + (m1 >> _S32) + (m2 >> _S32) + (t >> _S32)
+    return hi.astype(np.int64)
+
+
+class LocalShare:
+    """What a process needs to draw its samples: its nonzeros of mode 0 (global coordinates,
+    lexicographic order), their global position, its mode-0 rows, and the global sizes."""
+
+    def __init__(self, subs, vals, first, lo0, hi0, shape, nnz):
+        self.subs = subs
+        self.vals = np.ascontiguousarray(vals, dtype=np.float64)
+        self.first = int(first)
+        self.lo0, self.hi0 = int(lo0), int(hi0)
+        self.shape = tuple(int(s) for s in shape)
+        self.nnz = int(nnz)
+        size = 1
+        for s in self.shape:
+            size *= s
+        self.linear = size < 2 ** 63
+        if self.linear:
+            self.strides = np.array([int(np.prod(self.shape[k + 1:], dtype=object))
+                                     for k in range(len(self.shape))], dtype=np.int64)
+            self.lin = subs @ self.strides if subs.shape[0] else np.zeros(0, np.int64)
+
+    def find(self, idx):
+        """Positions of coordinate rows ``idx`` (all in this process's mode-0 rows) among the
+        local nonzeros, -1 when absent."""
+        out = np.full(idx.shape[0], -1, dtype=np.int64)
+        if idx.shape[0] == 0 or self.subs.shape[0] == 0:
+            return out
+        if self.linear:
+            key = idx @ self.strides
+            pos = np.searchsorted(self.lin, key)
+            pos = np.minimum(pos, self.lin.shape[0] - 1)
+            hit = self.lin[pos] == key
+        else:
+            rows = [tuple(r) for r in self.subs.tolist()]
+            table = {r: i for i, r in enumerate(rows)}
+            pos = np.array([table.get(tuple(r), -1) for r in idx.tolist()], dtype=np.int64)
+            hit = pos >= 0
+        out[hit] = pos[hit]
+        return out
+
+
+def draw_owned(chan, share, key, plan):
+    """This process's samples of a draw: ``(j, subs, x, w, corr)`` sorted by sample number.
+
+    ``plan`` is ``(p, q, wp, wq, zmode, include_nz, correct)`` as from
+    ``backends.cpu.gcp_ops.sampler_plan`` (sampling of all entries, no explicit zero list).
+    Collective when there are samples of the other entries (rejections are settled in rounds).
+    """
+    p, q, wp, wq, zmode, include_nz, correct = plan
+    N = len(share.shape)
+    js, subs, xs, ws, cs = [], [], [], [], []
+    # ---- samples of the nonzeros
+    if p:
+        j = np.arange(p, dtype=np.int64)
+        t = _below(_rand(_sample_keys(key, j), 0), share.nnz)
+        t -= share.first
+        mine = (t >= 0) & (t < share.subs.shape[0])
+        t = t[mine]
+        js.append(j[mine])
+        subs.append(share.subs[t])
+        xs.append(share.vals[t])
+        ws.append(np.full(t.shape[0], wp))
+        cs.append(np.full(t.shape[0], 1 if correct else 0, dtype=np.int8))
+    # ---- samples of the other entries
+    if q:
+        pending = np.arange(p, p + q, dtype=np.int64)
+        skey = _sample_keys(key, pending)
+        for attempt in range(MAX_ATTEMPTS):
+            idx = np.empty((pending.shape[0], N), dtype=np.int64)
+            for k in range(N):
+                idx[:, k] = _below(_rand(skey, attempt * N + k), share.shape[k])
+            mine = (idx[:, 0] >= share.lo0) & (idx[:, 0] < share.hi0)
+            pj, pidx = pending[mine], idx[mine]
+            x = np.zeros(pj.shape[0])
+            keep = np.ones(pj.shape[0], dtype=bool)
+            if zmode != 0:
+                pos = share.find(pidx)
+                hit = pos >= 0
+                if zmode == 1:
+                    x[hit] = share.vals[pos[hit]]
+                elif attempt < MAX_ATTEMPTS - 1:
+                    keep = ~hit
+            js.append(pj[keep])
+            subs.append(pidx[keep])
+            xs.append(x[keep])
+            ws.append(np.full(int(keep.sum()), wq))
+            cs.append(np.zeros(int(keep.sum()), dtype=np.int8))
+            if zmode != 2:
+                break
+            rejected = pj[~keep]
+            everyone = chan.allgather(rejected, kind="reduce") if chan.size > 1 else [rejected]
+            rejected = np.sort(np.concatenate(everyone))
+            if rejected.shape[0] == 0:
+                break
+            back = np.searchsorted(pending, rejected)
+            pending, skey = rejected, skey[back]
+    if not js:
+        return (np.zeros(0, np.int64), np.zeros((0, N), np.int64), np.zeros(0), np.zeros(0),
+                np.zeros(0, np.int8))
+    j = np.concatenate(js)
+    order = np.argsort(j, kind="stable")
+    return (j[order], np.ascontiguousarray(np.concatenate(subs)[order], dtype=np.int64),
+            np.ascontiguousarray(np.concatenate(xs)[order]),
+            np.ascontiguousarray(np.concatenate(ws)[order]),
+            np.ascontiguousarray(np.concatenate(cs)[order]))

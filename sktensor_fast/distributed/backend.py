@@ -1,0 +1,614 @@
+"""The distributed backend: each process's own backend (CPU kernels or its GPU), wrapped.
+
+The algorithms of ``decomposition/`` call the kernel interface of
+:class:`~sktensor_fast.backends.base.Backend` as on one device.  Here every call is collective
+(every process makes the same calls in the same order) and answers with what one device would
+answer:
+
+- a factor matrix is a :class:`DArray`: every process keeps the whole ``I x R`` matrix, and
+  after an update only the rows this process owns are current until the next operation that
+  needs all rows, which first gathers the rows from their owners (one ``Allgatherv`` per mode
+  and outer iteration);
+- MTTKRP and CP-APR's Φ of mode ``n`` are computed by each process for the rows it owns, from
+  its copy of those rows' nonzeros, so they are complete and never reduced;
+- column norms and Gram matrices of a factor whose rows were just updated are summed from
+  each process's rows (R or R x R values), so that the dense steps cost ``I_n / P`` rows per
+  process and the rows are gathered only when a kernel needs them (once per mode); on a
+  whole factor they are computed as on one device.  Every sum over processes (these, the
+  inner products with a partial result, the Poisson data term, GCP's gradients) adds the
+  partial sums in rank order, so all processes get the same bits; maxima and counts are
+  exact.
+
+The process's own backend does the arithmetic (``local``); attributes this class does not
+define are looked up there.
+"""
+import zlib
+
+import numpy as np
+
+from ..backends.base import Backend
+
+__all__ = ["DistributedBackend", "DArray", "PreparedDistributed"]
+
+
+class _Layout:
+    """Row blocks of one mode: process ``p`` owns rows ``bounds[p]:bounds[p + 1]``."""
+
+    def __init__(self, bounds, rank):
+        self.bounds = np.asarray(bounds, dtype=np.int64)
+        self.counts = np.diff(self.bounds)
+        self.displs = np.ascontiguousarray(self.bounds[:-1])
+        self.lo = int(self.bounds[rank])
+        self.hi = int(self.bounds[rank + 1])
+        self.rows = self.hi - self.lo
+
+
+class PreparedDistributed:
+    """A :class:`DistributedTensor` laid out by the process's backend: one prepared copy per
+    mode (None where this process owns no row of the mode)."""
+
+    name = "distributed"
+
+    def __init__(self, Xd, local_backend, format):
+        self.source = Xd
+        self.shape = Xd.shape
+        self.ndim = Xd.ndim
+        self.nnz = Xd.nnz
+        self.dtype = Xd.dtype
+        self.norm_sq = Xd.norm_sq
+        self.layouts = [_Layout(b, Xd.rank) for b in Xd.bounds]
+        self.local = [local_backend.prepare(t, format) if t.shape[n] > 0 else None
+                      for n, t in enumerate(Xd.local)]
+        notes = {getattr(t, "note", None) for t in self.local if t is not None}
+        notes.discard(None)
+        self.note = "; ".join(sorted(notes)) or None
+        kinds = sorted({type(t).__name__ for t in self.local if t is not None})
+        self.format_names = kinds
+
+    @property
+    def nbytes(self):
+        return sum(int(getattr(t, "nbytes", 0)) for t in self.local if t is not None)
+
+
+class DArray:
+    """A backend array of the distributed backend (see the module notes).
+
+    ``full`` is the process's whole array (a local-backend array), ``part`` the rows of
+    ``layout`` this process owns; ``full_ok`` / ``part_ok`` say which is current.  On the CPU,
+    ``part`` is a view into ``full``.
+    """
+
+    __slots__ = ("shape", "dtype", "full", "part", "layout", "full_ok", "part_ok", "view")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.full = None
+        self.part = None
+        self.layout = None
+        self.full_ok = False
+        self.part_ok = False
+        self.view = False
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self):
+        state = "all rows" if self.full_ok else "own rows"
+        return f"DArray(shape={self.shape}, dtype={self.dtype.name}, {state})"
+
+
+def _crc(a):
+    a = np.ascontiguousarray(a)
+    return zlib.crc32(a.view(np.uint8).reshape(-1)) if a.size else 0
+
+
+class _DistGcpState:
+    """The GCP state of one process: its share for drawing, the sampler plans, its part of
+    the fixed loss sample."""
+
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, share, plan_grad, plan_loss, loss_sample, n_entries, sampler):
+        self.share = share
+        self.plan_grad = plan_grad
+        self.plan_loss = plan_loss
+        self.loss_sample = loss_sample
+        self.n_grad = (plan_grad[0], plan_grad[1])
+        self.n_loss = (plan_loss[0], plan_loss[1])
+        self.n_entries = n_entries
+        self.sampler = sampler
+        self.work = None
+
+    def __repr__(self):
+        return (f"DistributedGcpState(sampler={self.sampler!r}, n_grad={self.n_grad}, "
+                f"n_loss={self.n_loss}, n_entries={self.n_entries})")
+
+
+class DistributedBackend(Backend):
+    """Kernel interface over MPI processes, each running its own ``local`` backend.
+
+    Obtained by ``fit`` on a :class:`~sktensor_fast.distributed.DistributedTensor` (one per
+    tensor and local backend).  ``channel`` counts the bytes this process receives and the
+    time it spends in MPI (:meth:`DistributedTensor.comm_counters`).
+    """
+
+    name = "distributed"
+
+    def __init__(self, local, channel):
+        self.local = local
+        self.channel = channel
+        self.host = getattr(local, "name", "") == "cpu"
+
+    @classmethod
+    def wrap(cls, local, Xd):
+        cache = Xd.__dict__.setdefault("_backends", {})
+        key = id(local)
+        if key not in cache:
+            cache[key] = (local, cls(local, Xd._chan))
+        return cache[key][1]
+
+    def __getattr__(self, attr):
+        # only called for attributes not defined here: look them up on the local backend;
+        # a method gets every DArray argument as the whole local array (it runs the same on
+        # every process) and may not be given a prepared distributed tensor
+        if attr.startswith("__") or attr in ("local", "channel", "host"):
+            raise AttributeError(attr)
+        value = getattr(self.local, attr)
+        if not callable(value):
+            return value
+
+        def forwarded(*args, **kwargs):
+            conv = [self._full(a) if isinstance(a, DArray) else a for a in args]
+            kw = {k: self._full(v) if isinstance(v, DArray) else v for k, v in kwargs.items()}
+            if any(isinstance(a, PreparedDistributed) for a in list(conv) + list(kw.values())):
+                raise NotImplementedError(f"the distributed backend does not implement "
+                                          f"{attr!r} on a distributed tensor")
+            return value(*conv, **kw)
+        return forwarded
+
+    # ------------------------------------------------------------------ array states
+    def _new(self, shape, dtype, full=None, part=None, layout=None):
+        a = DArray(shape, dtype)
+        a.full, a.part, a.layout = full, part, layout
+        a.full_ok = full is not None
+        return a
+
+    def _alloc_part(self, a, layout):
+        """Storage for ``a``'s rows of ``layout`` (contents undefined); returns it."""
+        if a.layout is not layout or a.part is None:
+            if self.host:
+                if a.full is None or a.full.shape != a.shape:
+                    a.full = np.empty(a.shape, dtype=a.dtype)
+                    a.full_ok = False
+                a.part = a.full[layout.lo:layout.hi]
+                a.view = True
+            else:
+                a.part = self.local.zeros((layout.rows,) + a.shape[1:], a.dtype)
+                a.view = False
+            a.layout = layout
+            a.part_ok = False
+        return a.part
+
+    def _wrote_part(self, a):
+        a.part_ok = True
+        a.full_ok = False
+
+    def _wrote_full(self, a):
+        a.full_ok = True
+        a.part_ok = bool(a.view and a.part is not None)
+
+    def _full(self, a):
+        """The whole array of ``a``, gathering the rows of their owners first if needed."""
+        if not isinstance(a, DArray):
+            return a
+        if a.full_ok:
+            return a.full
+        L = a.layout
+        if self.host:
+            if a.full is None or not a.view:
+                full = np.empty(a.shape, dtype=a.dtype)
+                full[L.lo:L.hi] = a.part
+                a.full, a.part, a.view = full, full[L.lo:L.hi], True
+            self.channel.allgather_rows(a.full, L.counts, L.displs)
+        else:
+            h = np.empty(a.shape, dtype=a.dtype)
+            h[L.lo:L.hi] = self.local.to_numpy(a.part)
+            self.channel.allgather_rows(h, L.counts, L.displs)
+            a.full = self.local.asarray(h)
+        a.full_ok = True
+        return a.full
+
+    def _part(self, a, layout):
+        """The current rows of ``layout`` of ``a`` (gathering first if ``a`` holds the rows of
+        another layout)."""
+        if a.layout is layout and a.part_ok:
+            return a.part
+        if not a.full_ok:
+            self._full(a)
+        if self.host:
+            a.part = a.full[layout.lo:layout.hi]
+            a.view = True
+        else:
+            a.part = self.local.asarray(self.local.to_numpy(a.full)[layout.lo:layout.hi])
+            a.view = False
+        a.layout = layout
+        a.part_ok = True
+        return a.part
+
+    def _any_rows(self, a, R, dtype):
+        """Something of R columns to stand for the factor of the mode being computed (the
+        kernels do not read it)."""
+        if isinstance(a, DArray):
+            if a.full_ok:
+                return a.full
+            if a.part_ok:
+                return a.part
+        return self.local.zeros((1, R), dtype)
+
+    def _darray(self, a):
+        return a if isinstance(a, DArray) else self.asarray(a)
+
+    def _layout_of(self, *arrays):
+        """The layout of the first operand holding only its own rows, or None when every
+        operand is whole."""
+        for a in arrays:
+            if isinstance(a, DArray) and not a.full_ok:
+                return a.layout
+        return None
+
+    # ------------------------------------------------------------------ data placement
+    def prepare(self, X, format="auto"):
+        from .tensor import DistributedTensor
+        if not isinstance(X, DistributedTensor):
+            raise TypeError(f"the distributed backend prepares a DistributedTensor, got "
+                            f"{type(X).__name__}")
+        key = (id(self.local), format)
+        if key not in X._prepared:
+            X._prepared[key] = PreparedDistributed(X, self.local, format)
+        return X._prepared[key]
+
+    def asarray(self, a, dtype=None):
+        if isinstance(a, DArray):
+            if dtype is None or np.dtype(dtype) == a.dtype:
+                return a
+            full = self.local.asarray(self.local.to_numpy(self._full(a)), dtype=dtype)
+            return self._new(a.shape, dtype, full=full)
+        if not isinstance(a, np.ndarray) and hasattr(self.local, "to_numpy"):
+            try:
+                a = self.local.to_numpy(a)
+            except Exception:
+                pass
+        h = np.ascontiguousarray(a, dtype=dtype)
+        # a replicated array must be the same on every process (an initial guess drawn with
+        # different seeds would silently give every process a different model)
+        mine = (h.shape, h.dtype.str, _crc(h))
+        everyone = self.channel.allgather(mine, kind="check")
+        if any(e != mine for e in everyone):
+            bad = [r for r, e in enumerate(everyone) if e != everyone[0]]
+            raise ValueError(
+                f"the processes hold different values for an array of shape {h.shape} that "
+                f"must be the same everywhere (processes {bad} differ from process 0): give "
+                f"every process the same init (or the same int random_state)")
+        return self._new(h.shape, h.dtype, full=self.local.asarray(h))
+
+    def to_numpy(self, a):
+        if isinstance(a, DArray):
+            return np.asarray(self.local.to_numpy(self._full(a)))
+        return np.asarray(self.local.to_numpy(a))
+
+    def zeros(self, shape, dtype):
+        return self._new(shape, dtype, full=self.local.zeros(shape, dtype))
+
+    def copy(self, a):
+        if not isinstance(a, DArray):
+            return self.local.copy(a)
+        b = DArray(a.shape, a.dtype)
+        b.layout, b.full_ok, b.part_ok = a.layout, a.full_ok, a.part_ok
+        if a.full is not None:
+            b.full = self.local.copy(a.full)
+        if a.part is not None:
+            if a.view and b.full is not None:
+                b.part, b.view = b.full[a.layout.lo:a.layout.hi], True
+            else:
+                b.part = self.local.copy(a.part)
+        return b
+
+    # ------------------------------------------------------------------ sparse kernels
+    def _mode_call(self, T, factors, mode, B=None):
+        """Whole factors for the modes other than ``mode``, and the layout of ``mode``."""
+        R = self.check_factors(T, factors, mode, B=B)
+        factors = [self._darray(f) for f in factors]
+        L = T.layouts[mode]
+        if B is not None:
+            B = self._darray(B)
+            Bp = self._part(B, L)
+        facs = [self._full(f) if k != mode else None for k, f in enumerate(factors)]
+        facs[mode] = Bp if B is not None else self._any_rows(factors[mode], R, T.dtype)
+        return R, L, facs, (Bp if B is not None else None)
+
+    def _out(self, out, T, mode, R, L):
+        if not isinstance(out, DArray) or out.shape != (T.shape[mode], R) \
+                or out.dtype != T.dtype:
+            out = DArray((T.shape[mode], R), T.dtype)
+        return out, self._alloc_part(out, L)
+
+    def mttkrp(self, T, factors, mode, out=None):
+        R, L, facs, _ = self._mode_call(T, factors, mode)
+        out, dst = self._out(out, T, mode, R, L)
+        if T.local[mode] is not None:
+            res = self.local.mttkrp(T.local[mode], facs, mode, out=dst)
+            if res is not dst:     # a backend that ignored ``out``
+                out.part, out.view = res, False
+        self._wrote_part(out)
+        return out
+
+    def phi(self, T, factors, mode, B, eps, out=None):
+        R, L, facs, Bp = self._mode_call(T, factors, mode, B=B)
+        out, dst = self._out(out, T, mode, R, L)
+        if T.local[mode] is not None:
+            res = self.local.phi(T.local[mode], facs, mode, Bp, eps, out=dst)
+            if res is not dst:
+                out.part, out.view = res, False
+        self._wrote_part(out)
+        return out
+
+    def model_values(self, T, weights, factors):
+        raise NotImplementedError("the model values at every nonzero of a distributed tensor "
+                                  "would gather the whole tensor; use model_zero_count or "
+                                  "poisson_data_term")
+
+    def model_zero_count(self, T, weights, factors):
+        self.check_factors(T, factors, weights=weights)
+        facs = [self._full(self._darray(f)) for f in factors]
+        n = 0
+        if T.local[0] is not None and T.local[0].nnz:
+            facs[0] = self._rows(facs[0], T.layouts[0])
+            m = np.asarray(self.local.to_numpy(self.local.model_values(T.local[0], weights,
+                                                                       facs)))
+            n = int(np.count_nonzero(m <= 0))
+        return self.channel.isum(n)
+
+    def poisson_data_term(self, T, weights, factors, eps=0.0):
+        self.check_factors(T, factors, weights=weights)
+        facs = [self._full(self._darray(f)) for f in factors]
+        part = 0.0
+        if T.local[0] is not None:
+            L = T.layouts[0]
+            facs[0] = self._rows(facs[0], L)
+            part = float(self.local.poisson_data_term(T.local[0], weights, facs, eps))
+        return self.channel.sum(part)
+
+    def _rows(self, full, L):
+        if self.host:
+            return full[L.lo:L.hi]
+        return self.local.asarray(self.local.to_numpy(full)[L.lo:L.hi])
+
+    def tensor_norm_sq(self, T):
+        return T.norm_sq
+
+    # ------------------------------------------------------------------ small dense steps
+    def gram(self, A):
+        A = self._darray(A)
+        if A.full_ok:
+            return self.local.gram(A.full)
+        # only the own rows are current: Σ_p A_pᵀ A_p, added in rank order (R x R values)
+        return self.channel.sum(np.asarray(self.local.gram(A.part), dtype=np.float64))
+
+    def matmul_small(self, A, M):
+        A = self._darray(A)
+        if A.full_ok:
+            res = self.local.matmul_small(A.full, M)
+            return self._new(tuple(res.shape), res.dtype, full=res)
+        L = A.layout
+        res = self.local.matmul_small(A.part, M)
+        out = DArray((A.shape[0], res.shape[1]), res.dtype)
+        if self.host:
+            dst = self._alloc_part(out, L)
+            dst[...] = res
+        else:
+            out.part, out.layout, out.view = res, L, False
+        self._wrote_part(out)
+        return out
+
+    def column_norms(self, A, ord=2):
+        A = self._darray(A)
+        if A.full_ok:
+            return self.local.column_norms(A.full, ord)
+        part = np.asarray(self.local.column_norms(A.part, ord), dtype=np.float64)
+        if ord == np.inf:
+            return self.channel.max(part)
+        if ord == 1:
+            return self.channel.sum(part)
+        if ord == 2:
+            return np.sqrt(self.channel.sum(part * part))
+        return self.local.column_norms(self._full(A), ord)
+
+    def scale_columns(self, A, s):
+        if A.full_ok:
+            self.local.scale_columns(A.full, s)
+            self._wrote_full(A)
+        else:
+            self.local.scale_columns(A.part, s)
+            self._wrote_part(A)
+        return A
+
+    def inner(self, A, B):
+        A, B = self._darray(A), self._darray(B)
+        L = self._layout_of(A, B)
+        if L is None:
+            return self.local.inner(A.full, B.full)
+        part = self.local.inner(self._part(A, L), self._part(B, L))
+        return self.channel.sum(np.asarray(part, dtype=np.float64))
+
+    # ------------------------------------------------------------------ CP-APR primitives
+    def _pair(self, A, B):
+        L = self._layout_of(A, B)
+        if L is None:
+            return None, A.full, B.full
+        return L, self._part(A, L), self._part(B, L)
+
+    def apr_shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+        L, a, p = self._pair(A, Phi)
+        n = self.local.apr_shift_inadmissible(a, p, kappa_tol, kappa)
+        if L is None:
+            self._wrote_full(A)
+            return n
+        n = self.channel.isum(int(n))
+        if n:
+            self._wrote_part(A)
+        return n
+
+    def apr_kkt_violation(self, B, Phi):
+        L, b, p = self._pair(B, Phi)
+        v = self.local.apr_kkt_violation(b, p)
+        return float(v) if L is None else self.channel.max(float(v))
+
+    def multiply_(self, B, Phi):
+        L, b, p = self._pair(B, Phi)
+        self.local.multiply_(b, p)
+        if L is None:
+            self._wrote_full(B)
+        else:
+            self._wrote_part(B)
+        return B
+
+    def apr_mu_rows_(self, B, Phi, tol):
+        L, b, p = self._pair(B, Phi)
+        n = self.local.apr_mu_rows_(b, p, tol)
+        if L is None:
+            self._wrote_full(B)
+            return n
+        n = self.channel.isum(int(n))
+        if n:
+            self._wrote_part(B)
+        return n
+
+    def apr_row_solve(self, T, factors, mode, B, method, params):
+        R, L, facs, Bp = self._mode_call(T, factors, mode, B=B)
+        res = {"kkt": 0.0, "n_inner": 0, "n_changed": 0}
+        if T.local[mode] is not None:
+            res = self.local.apr_row_solve(T.local[mode], facs, mode, Bp, method, params)
+        out = {"kkt": self.channel.max(float(res["kkt"])),
+               "n_inner": self.channel.isum(int(res["n_inner"])),
+               "n_changed": self.channel.isum(int(res["n_changed"]))}
+        self._wrote_part(B)
+        return out
+
+    # ------------------------------------------------------------------ GCP primitives
+    # Every process keeps the whole factors and the optimiser's moments; each draws the
+    # samples of the one-process draw whose data it owns (_sampling.py), computes their
+    # gradient with its backend, and the gradients are summed in rank order, so that the
+    # optimiser steps are the same on every process.
+    def gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
+        from ..backends.cpu import gcp_ops
+        from ._sampling import LocalShare, draw_owned, step_key
+        if sampler not in gcp_ops._SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}; use one of "
+                             f"{sorted(gcp_ops._SAMPLERS)}")
+        if zero_subs is not None:
+            raise NotImplementedError("GCP on a DistributedTensor samples every entry; a mask "
+                                      "(an explicit list of zeros) is not available")
+        n_entries = T.source.size
+        if n_entries <= gcp_ops._ZERO_LIST_MAX and T.nnz > gcp_ops._ZERO_LIST_DENSITY * n_entries:
+            raise NotImplementedError(
+                f"GCP on a DistributedTensor: the tensor is dense (density "
+                f"{T.nnz / n_entries:.2f}; one process lists its zeros explicitly, which is "
+                f"not done here): fit it on one process")
+        Xd = T.source
+        t0 = Xd.local[0]
+        lo0, hi0 = Xd.block(0)
+        subs = t0.subs.copy()
+        subs[:, 0] += lo0
+        counts = self.channel.allgather(int(t0.nnz), kind="setup")
+        share = LocalShare(subs, t0.vals, sum(counts[:self.channel.rank]), lo0, hi0, T.shape,
+                           T.nnz)
+        n_zero = n_entries - T.nnz
+        plan_g = gcp_ops.sampler_plan(sampler, T.nnz, n_zero, n_grad[0], n_grad[1])
+        plan_l = gcp_ops.sampler_plan("stratified", T.nnz, n_zero, n_loss[0], n_loss[1])
+        loss_sample = draw_owned(self.channel, share, step_key(loss_seed, 0), plan_l)[1:]
+        return _DistGcpState(share, plan_g, plan_l, loss_sample, n_entries, sampler)
+
+    def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
+                             active=None, with_loss=False):
+        from ._sampling import draw_owned, step_key
+        N = len(factors)
+        act = [True] * N if active is None else [bool(a) for a in active]
+        sample = draw_owned(self.channel, state.share, step_key(seed, step + 1),
+                            state.plan_grad)[1:]
+        facs = [self._full(self._darray(f)) for f in factors]
+        if state.work is None:
+            state.work = [self.local.zeros(tuple(f.shape), np.float64) for f in facs]
+        g, f = self.local.gcp_sample_gradient(sample, weights, facs, loss, out=state.work,
+                                              active=act, with_loss=with_loss)
+        state.work = g
+        modes = [k for k in range(N) if act[k]]
+        flat = np.concatenate([np.asarray(self.local.to_numpy(g[k])).reshape(-1)
+                               for k in modes]) if modes else np.zeros(0)
+        total = self.channel.sum_large(flat)
+        if out is None:
+            out = [None] * N
+        out = list(out)
+        at = 0
+        for k in range(N):
+            shape = tuple(facs[k].shape)
+            if not act[k]:
+                if out[k] is None:
+                    out[k] = self.zeros(shape, np.float64)
+                continue
+            size = int(np.prod(shape))
+            vals = total[at:at + size].reshape(shape)
+            at += size
+            if isinstance(out[k], DArray) and self.host and out[k].full is not None \
+                    and out[k].shape == shape:
+                out[k].full[...] = vals
+                self._wrote_full(out[k])
+            else:
+                out[k] = self._new(shape, np.float64, full=self.local.asarray(vals))
+        if with_loss:
+            f = self.channel.sum(float(f))
+        return out, f
+
+    def gcp_loss_estimate(self, T, state, weights, factors, loss):
+        facs = [self._full(self._darray(f)) for f in factors]
+        part = self.local.gcp_sample_loss(state.loss_sample, weights, facs, loss)
+        return self.channel.sum(float(part))
+
+    def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
+                           need_grad=True):
+        raise NotImplementedError("GCP on a DistributedTensor: the exact loss (solver "
+                                  "'lbfgsb') is not available; use a stochastic solver")
+
+    def gcp_optimizer_state(self, solver, factors):
+        st = self.local.gcp_optimizer_state(solver, [self._full(self._darray(f))
+                                                     for f in factors])
+        return {k: [self._new(tuple(a.shape), a.dtype, full=a) for a in v]
+                for k, v in st.items()}
+
+    def gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                           epsilon, active=None):
+        facs = [self._full(self._darray(f)) for f in factors]
+        gs = [self._full(g) if g is not None else None for g in grads]
+        st = {k: [self._full(a) for a in v] for k, v in state.items()}
+        self.local.gcp_optimizer_step(solver, facs, gs, st, lr, t, lower, beta1, beta2,
+                                      epsilon, active)
+        for k, f in enumerate(factors):
+            if active is None or active[k]:
+                self._wrote_full(f)
+                for v in state.values():
+                    self._wrote_full(v[k])
+        return factors
+
+    # ------------------------------------------------------------------ decisions
+    def decide(self, flag):
+        """Process 0's decision, on every process (e.g. a time limit read from its clock)."""
+        return bool(self.channel.bcast(bool(flag), kind="reduce"))
+
+    def info(self):
+        return {"name": self.name, "processes": self.channel.size,
+                "local": self.local.info()}

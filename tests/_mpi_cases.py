@@ -1,0 +1,449 @@
+"""Cases of the distributed tests, run under ``mpiexec -n P python tests/_mpi_cases.py``.
+
+Run by tests/test_distributed.py.  ``python _mpi_cases.py OUT.json [case ...]`` runs the named
+cases (all by default) on every process; each case does its collective work first and its
+assertions last, so that a failed assertion on one process cannot leave the others waiting.
+Process 0 writes {case: {"ok": bool, "errors": [per-process traceback or None], "seconds"}}
+to OUT.json, updated after every case.  ``python _mpi_cases.py --abort-uncaught`` and
+``--kill-one`` end the job in the two ways a job must not hang.
+"""
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+from mpi4py import MPI
+
+from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor, save_tns
+from sktensor_fast import load_tns as load_tns_serial
+from sktensor_fast.distributed import load_tns, scatter
+
+comm = MPI.COMM_WORLD
+RANK, SIZE = comm.Get_rank(), comm.Get_size()
+CASES = {}
+TOL = 1e-10
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def random_tensor(shape, nnz, seed=0, counts=True, skew=False):
+    rng = np.random.default_rng(seed)
+    cols = []
+    for s in shape:
+        if skew:   # a few heavy rows, as real data have
+            p = 1.0 / np.arange(1, s + 1) ** 1.2
+            cols.append(rng.choice(s, nnz, p=p / p.sum()))
+        else:
+            cols.append(rng.integers(0, s, nnz))
+    vals = (rng.poisson(2.0, nnz) + 1.0) if counts else rng.standard_normal(nnz)
+    return SparseTensor(np.stack(cols, 1), vals, shape)
+
+
+def everywhere(obj):
+    """The list of ``obj`` of every process."""
+    return comm.allgather(obj)
+
+
+def assert_same_everywhere(arrays):
+    got = everywhere([np.asarray(a) for a in arrays])
+    for r, other in enumerate(got):
+        for a, b in zip(got[0], other):
+            assert np.array_equal(a, b), f"process {r} differs from process 0"
+
+
+def rel(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-300))
+
+
+def compare_models(serial, dist, what):
+    assert serial.n_iter_ == dist.n_iter_, (what, serial.n_iter_, dist.n_iter_)
+    assert rel(serial.loss_history_, dist.loss_history_) < TOL, what
+    assert rel(serial.weights_, dist.weights_) < TOL, what
+    for k, (a, b) in enumerate(zip(serial.factors_, dist.factors_)):
+        assert rel(a, b) < TOL, (what, k, rel(a, b))
+
+
+def expect_error_everywhere(fn, exc_type, *fragments):
+    """Run ``fn`` collectively; every process must raise ``exc_type`` naming ``fragments``."""
+    try:
+        fn()
+    except exc_type as exc:
+        msg = str(exc)
+    else:
+        msg = None
+    got = everywhere(msg)
+    for r, m in enumerate(got):
+        assert m is not None, f"process {r} did not raise {exc_type.__name__}"
+        for f in fragments:
+            assert f in m, f"process {r}: {f!r} not in {m!r}"
+    return got
+
+
+def shared_tmpdir():
+    d = tempfile.mkdtemp(prefix="sktf-mpi-") if RANK == 0 else None
+    return comm.bcast(d, root=0)
+
+
+# ------------------------------------------------------------------------------ the tensor
+@case
+def scatter_partition():
+    X = random_tensor((40, 30, 3), 3000, seed=1, skew=True)
+    Xd = scatter(X if RANK == 0 else None)
+    back = Xd.gather(root=0)
+    blocks = [Xd.block(n) for n in range(3)]
+    # every nonzero of the copy of mode n lies in this process's rows of mode n
+    inside = [bool(np.all(t.subs[:, n] < hi - lo)) for n, (t, (lo, hi))
+              in enumerate(zip(Xd.local, blocks))]
+    per_mode = everywhere(Xd.local_nnz)
+    attrs = everywhere((Xd.shape, Xd.nnz, Xd.norm(), Xd.sum(),
+                        [b.tolist() for b in Xd.bounds]))
+    assert all(a == attrs[0] for a in attrs)
+    assert attrs[0][:2] == (X.shape, X.nnz)
+    assert abs(attrs[0][2] - X.norm()) <= 1e-12 * X.norm()
+    assert all(inside)
+    # each mode's copies hold every nonzero once; balanced by nonzeros (rows are not split)
+    totals = np.sum(per_mode, axis=0)
+    assert np.all(totals == X.nnz), totals
+    longest = max(np.bincount(X.subs[:, n]).max() for n in range(3))
+    for n in range(3):
+        shares = [p[n] for p in per_mode]
+        assert max(shares) - X.nnz / SIZE <= longest, (n, shares)
+    if RANK == 0:
+        assert back == X
+
+
+@case
+def scatter_float32_and_tiny_modes():
+    # mode 2 has fewer rows than processes: some processes own no row of it
+    X = random_tensor((7, 5, 1), 30, seed=2).astype(np.float32)
+    Xd = scatter(X if RANK == 0 else None)
+    back = Xd.gather()
+    rows = everywhere(Xd.block(2))
+    model = CPALS(rank=2, random_state=0, max_iter=10, tol=0, format="coo").fit(Xd)
+    serial = CPALS(rank=2, random_state=0, max_iter=10, tol=0, format="coo").fit(X)
+    assert Xd.dtype == np.float32
+    assert sorted(hi - lo for lo, hi in rows) == [0] * (SIZE - 1) + [1]
+    if RANK == 0:
+        assert back == X
+    assert abs(model.fit_ - serial.fit_) < 1e-5
+
+
+def _write_messy_tns(path, X, rng):
+    """X in a .tns with comments, blank lines, shuffled lines, split repeats and a zero."""
+    lines = []
+    for s, v in zip(X.subs.tolist(), X.vals.tolist()):
+        c = " ".join(str(i + 1) for i in s)
+        if rng.random() < 0.1:
+            lines.append(f"{c} {v - 1.0}")   # a repeat: the two lines add up to v
+            lines.append(f"{c}  1.0")
+        else:
+            lines.append(f"{c}\t{v}")
+    lines.append(" ".join(str(i + 1) for i in X.subs[0]) + " 0")   # explicit zero, then
+    lines.append(" ".join(str(i + 1) for i in X.subs[0]) + " 0.0")   # added to X's entry
+    order = rng.permutation(len(lines))
+    out = ["# a comment", ""]
+    for i in order:
+        out.append(lines[i])
+        if rng.random() < 0.02:
+            out.append("   # indented comment")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+@case
+def load_tns_parallel():
+    d = shared_tmpdir()
+    path = os.path.join(d, "x.tns")
+    gz = os.path.join(d, "x.tns.gz")
+    if RANK == 0:
+        X0 = random_tensor((20, 15, 12, 6), 1500, seed=3)
+        _write_messy_tns(path, X0, np.random.default_rng(0))
+        save_tns(gz, X0)
+    comm.Barrier()
+    Xd = load_tns(path)
+    Xg = load_tns(gz)
+    Xs = load_tns(path, shape=(25, 15, 12, 6))
+    back, back_gz, back_s = Xd.gather(), Xg.gather(), Xs.gather()
+    if RANK == 0:
+        ref = load_tns_serial(path)
+        assert back == ref
+        assert back_gz == load_tns_serial(gz)
+        assert back_s.shape == (25, 15, 12, 6)
+        assert np.array_equal(back_s.subs, ref.subs)
+
+
+@case
+def load_tns_errors():
+    d = shared_tmpdir()
+    path = os.path.join(d, "bad.tns")
+    if RANK == 0:
+        rows = [f"{i % 5 + 1} {i % 7 + 1} {i % 3 + 1} 1.5" for i in range(400)]
+        rows[350] = "3 4 x 2.0"     # line 351, in the last process's byte range
+        with open(path, "w") as f:
+            f.write("\n".join(rows) + "\n")
+    comm.Barrier()
+    expect_error_everywhere(lambda: load_tns(path), ValueError, "line 351", "'x'")
+    expect_error_everywhere(lambda: load_tns(os.path.join(d, "missing.tns")),
+                            FileNotFoundError, "missing.tns")
+    # a file one process cannot read: every process raises
+    good = os.path.join(d, "good.tns")
+    if RANK == 0:
+        with open(good, "w") as f:
+            f.write("1 1 1 1\n2 2 2 2\n")
+    comm.Barrier()
+    import sktensor_fast.io as io_mod
+    real = io_mod._open_binary
+
+    def denied(p):
+        raise PermissionError(f"[Errno 13] Permission denied: {p!r}")
+    if RANK == SIZE - 1:
+        io_mod._open_binary = denied
+    try:
+        msgs = expect_error_everywhere(lambda: load_tns(good), PermissionError, "good.tns")
+    finally:
+        io_mod._open_binary = real
+    assert f"process {SIZE - 1}" in msgs[0]
+    # different arguments on different processes
+    expect_error_everywhere(lambda: load_tns(good, shape=(2, 2, 2 + RANK)), ValueError,
+                            "different arguments")
+
+
+# ------------------------------------------------------------------------------ the fits
+@case
+def cpals_same_model():
+    for shape, nnz, fmt in [((30, 25, 20), 2500, "coo"), ((12, 9, 8, 7), 1500, "auto"),
+                            ((50, 40), 600, "alto")]:
+        X = random_tensor(shape, nnz, seed=4, counts=False)
+        Xd = scatter(X if RANK == 0 else None)
+        est = CPALS(rank=3, random_state=1, max_iter=25, tol=0, format=fmt)
+        serial = CPALS(**est.get_params()).fit(X)
+        dist = est.fit(Xd)
+        assert_same_everywhere([dist.weights_, *dist.factors_, dist.loss_history_])
+        compare_models(serial, dist, f"CPALS {shape} {fmt}")
+        assert abs(serial.fit_ - dist.fit_) < TOL
+    # a given init, and the default tolerance (the stopping iteration must agree too)
+    init = [np.random.default_rng(5).random((s, 3)) for s in X.shape]
+    a = CPALS(rank=3, init=init, max_iter=200).fit(X)
+    b = CPALS(rank=3, init=init, max_iter=200).fit(Xd)
+    compare_models(a, b, "CPALS init")
+
+
+@case
+def cpapr_mu_same_model():
+    X = random_tensor((25, 20, 15), 2000, seed=6, skew=True)
+    Xd = scatter(X if RANK == 0 else None)
+    for fmt in ("coo", "alto"):
+        est = CPAPR(rank=4, random_state=2, max_iter=15, format=fmt)
+        serial = CPAPR(**est.get_params()).fit(X)
+        dist = est.fit(Xd)
+        assert_same_everywhere([dist.weights_, *dist.factors_, dist.loss_history_])
+        compare_models(serial, dist, f"CPAPR mu {fmt}")
+        assert abs(serial.log_likelihood_ - dist.log_likelihood_) <= \
+            TOL * abs(serial.log_likelihood_)
+        assert serial.n_inner_iter_ == dist.n_inner_iter_
+        assert abs(serial.kkt_violation_ - dist.kkt_violation_) <= TOL * serial.kkt_violation_
+
+
+@case
+def cpapr_newton_same_model():
+    X = random_tensor((25, 20, 15), 2000, seed=7)
+    Xd = scatter(X if RANK == 0 else None)
+    for solver in ("pdnr", "pqnr"):
+        est = CPAPR(rank=3, solver=solver, random_state=3, max_iter=6)
+        serial = CPAPR(**est.get_params()).fit(X)
+        dist = est.fit(Xd)
+        assert_same_everywhere([dist.weights_, *dist.factors_, dist.loss_history_])
+        compare_models(serial, dist, f"CPAPR {solver}")
+        assert serial.n_inner_iter_ == dist.n_inner_iter_
+
+
+@case
+def fits_on_a_loaded_file():
+    d = shared_tmpdir()
+    path = os.path.join(d, "counts.tns")
+    if RANK == 0:
+        save_tns(path, random_tensor((30, 20, 10), 1500, seed=8))
+    comm.Barrier()
+    Xd = load_tns(path)
+    X = load_tns_serial(path)
+    a = CPAPR(rank=3, random_state=0, max_iter=10).fit(X)
+    b = CPAPR(rank=3, random_state=0, max_iter=10).fit(Xd)
+    compare_models(a, b, "CPAPR from load_tns")
+
+
+@case
+def communication_matches_model():
+    X = random_tensor((60, 50, 40), 4000, seed=9, counts=False)
+    Xd = scatter(X if RANK == 0 else None)
+    R, iters = 5, 4
+    Xd.comm_counters(reset=True)
+    CPALS(rank=R, random_state=0, max_iter=iters, tol=0, format="coo").fit(Xd)
+    c = Xd.comm_counters()
+    own = [hi - lo for lo, hi in (Xd.block(n) for n in range(3))]
+    # one gather of every mode's new rows per iteration, 8-byte values
+    expect = iters * sum((s - o) * R * 8 for s, o in zip(X.shape, own))
+    calls = c["rows"][0]
+    assert c["rows"][1] == expect, (c, expect)
+    assert calls == iters * 3, c
+    # per mode the column norms (R) and the Gram matrix (R x R) of the new rows, per
+    # iteration ⟨X, M⟩ (R), summed over processes
+    expect_reduce = iters * (SIZE - 1) * 8 * (3 * (R + R * R) + R)
+    assert c["reduce"][1] == expect_reduce, (c, expect_reduce)
+    # the rows go point to point between few processes, by MPI_Allgatherv between many:
+    # both give the same bits
+    from sktensor_fast.distributed import _mpi
+    est = CPALS(rank=R, random_state=0, max_iter=iters, tol=0, format="coo")
+    a = est.fit(Xd)
+    a = [f.copy() for f in a.factors_]
+    old = _mpi.POINT_TO_POINT_MAX
+    _mpi.POINT_TO_POINT_MAX = 1
+    try:
+        b = est.fit(Xd).factors_
+    finally:
+        _mpi.POINT_TO_POINT_MAX = old
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+@case
+def opencl_device_same_model():
+    # each process's own OpenCL device (PoCL on the CPU here): arrays live on the device and
+    # rows are staged through the host for the gathers
+    try:
+        import pyopencl as cl
+        ok = bool(cl.get_platforms())
+    except Exception:
+        ok = False
+    if not all(everywhere(ok)):
+        return
+    X = random_tensor((20, 15, 12), 1200, seed=16)
+    Xd = scatter(X if RANK == 0 else None)
+    est = CPAPR(rank=3, random_state=0, max_iter=4, device="opencl")
+    a = CPAPR(**est.get_params()).fit(X)
+    b = est.fit(Xd)
+    assert_same_everywhere([b.weights_, *b.factors_])
+    compare_models(a, b, "CPAPR mu on OpenCL")
+
+
+# ------------------------------------------------------------------------------ bad input
+@case
+def disagreeing_processes_fail_together():
+    X = random_tensor((20, 15, 10), 800, seed=10)
+    Xd = scatter(X if RANK == 0 else None)
+    expect_error_everywhere(lambda: CPALS(rank=2 + RANK, random_state=0).fit(Xd), ValueError,
+                            "different parameters", "rank")
+    expect_error_everywhere(lambda: (CPALS if RANK == 0 else CPAPR)(rank=2, random_state=0)
+                            .fit(Xd), ValueError, "different estimators")
+    expect_error_everywhere(lambda: CPAPR(rank=2).fit(Xd), ValueError, "random_state")
+    init = [np.random.default_rng(RANK).random((s, 2)) for s in X.shape]
+    expect_error_everywhere(lambda: CPALS(rank=2, init=init).fit(Xd), ValueError,
+                            "different parameters", "init")
+    expect_error_everywhere(lambda: CPALS(rank=2, init="nvecs", random_state=0).fit(Xd),
+                            NotImplementedError, "nvecs")
+    # verbose may differ (e.g. only process 0 prints)
+    CPALS(rank=2, random_state=0, max_iter=2, verbose=0).fit(Xd)
+
+
+@case
+def bad_data_on_one_process_fails_everywhere():
+    X = random_tensor((20, 15, 10), 800, seed=11)
+    vals = X.vals.copy()
+    vals[-1] = -3.0           # in the last mode-0 rows: the last process's share
+    Xn = SparseTensor(X.subs, vals, X.shape)
+    Xd = scatter(Xn if RANK == 0 else None)
+    msgs = expect_error_everywhere(lambda: CPAPR(rank=2, random_state=0).fit(Xd), ValueError,
+                                   "Negative values")
+    assert f"process {SIZE - 1}" in msgs[0]
+    Xh = SparseTensor(X.subs, X.vals + 0.5 * (X.subs[:, 0] >= 15), X.shape)
+    Xd = scatter(Xh if RANK == 0 else None)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        CPAPR(rank=2, random_state=0, max_iter=2).fit(Xd)
+    said = any("non-integer" in str(w.message) for w in rec)
+    assert all(everywhere(said)), "every process warns about non-integer counts"
+    expect_error_everywhere(lambda: CPALS(rank=2, random_state=0).fit(Xd).transform(Xd),
+                            NotImplementedError, "transform")
+
+
+@case
+def time_limit_taken_together():
+    X = random_tensor((30, 20, 10), 1500, seed=12)
+    Xd = scatter(X if RANK == 0 else None)
+    model = CPAPR(rank=3, random_state=0, max_iter=500, tol=0, max_time=0.05).fit(Xd)
+    n = everywhere(model.n_iter_)
+    assert len(set(n)) == 1 and n[0] < 500
+
+
+@case
+def gcp_same_samples_same_model():
+    # every process draws the samples of the one-process draw that fall in its data
+    X = random_tensor((30, 25, 20), 2000, seed=13)
+    Xd = scatter(X if RANK == 0 else None)
+    for kw in (dict(loss="poisson", sampler="stratified"),
+               dict(loss="gaussian", sampler="semi-stratified", solver="adagrad"),
+               dict(loss="poisson", sampler="uniform", solver="sgd", learning_rate=1e-4)):
+        est = GCP(rank=3, random_state=0, max_iter=3, epoch_iters=30, **kw)
+        serial = GCP(**est.get_params()).fit(X)
+        dist = est.fit(Xd)
+        assert_same_everywhere([dist.weights_, *dist.factors_, dist.loss_history_])
+        compare_models(serial, dist, f"GCP {kw}")
+        assert abs(serial.loss_ - dist.loss_) <= TOL * abs(serial.loss_)
+    expect_error_everywhere(lambda: GCP(rank=2, solver="lbfgsb", random_state=0).fit(Xd),
+                            NotImplementedError, "lbfgsb")
+
+
+# ------------------------------------------------------------------------------ endings
+def abort_uncaught():
+    X = random_tensor((10, 8, 6), 200, seed=14)
+    Xd = scatter(X if RANK == 0 else None)
+    if RANK == SIZE - 1:
+        raise RuntimeError("deliberate failure before the fit")
+    CPALS(rank=2, random_state=0).fit(Xd)   # the others would wait here forever
+
+
+def kill_one():
+    import signal
+    X = random_tensor((40, 30, 20), 4000, seed=15)
+    Xd = scatter(X if RANK == 0 else None)
+    est = CPAPR(rank=3, random_state=0, max_iter=100000, tol=0)
+    if RANK == SIZE - 1:
+        import threading
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    est.fit(Xd)
+
+
+def main():
+    if sys.argv[1] == "--abort-uncaught":
+        return abort_uncaught()
+    if sys.argv[1] == "--kill-one":
+        return kill_one()
+    out = sys.argv[1]
+    names = sys.argv[2:] or list(CASES)
+    results = {}
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            CASES[name]()
+            err = None
+        except Exception:
+            err = traceback.format_exc()
+        errs = comm.gather(err, root=0)
+        if RANK == 0:
+            results[name] = {"ok": all(e is None for e in errs), "errors": errs,
+                             "seconds": time.perf_counter() - t0}
+            print(f"{name}: {'ok' if results[name]['ok'] else 'FAILED'} "
+                  f"({results[name]['seconds']:.2f}s)", flush=True)
+            with open(out, "w") as f:
+                json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main()

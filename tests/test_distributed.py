@@ -1,0 +1,158 @@
+"""Distributed fits: the cases of _mpi_cases.py run under ``mpiexec -n 2`` (CPU backend).
+
+Every case runs in one mpiexec job (bounded by a timeout: a hang fails the cases not reached
+instead of blocking the suite); two more jobs check that a job whose process dies of an
+exception or is killed ends instead of hanging.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CASES = os.path.join(HERE, "_mpi_cases.py")
+NPROCS = 2
+JOB_TIMEOUT = 240
+
+
+def _mpiexec():
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None, "mpi4py is not installed (pip install 'sktensor_fast[mpi]')"
+    cand = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    exe = cand if os.path.exists(cand) else shutil.which("mpiexec")
+    if exe is None:
+        return None, "no mpiexec next to the Python interpreter or on PATH"
+    return exe, None
+
+
+MPIEXEC, WHY = _mpiexec()
+needs_mpi = pytest.mark.skipif(MPIEXEC is None, reason=str(WHY))
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    return env
+
+
+def _run(args, timeout):
+    return subprocess.run([MPIEXEC, "-n", str(NPROCS), sys.executable, CASES, *args],
+                          capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT)
+
+
+def _case_names():
+    # the case names, without importing mpi4py here
+    names = []
+    with open(CASES) as f:
+        lines = f.read().splitlines()
+    for prev, line in zip(lines, lines[1:]):
+        if prev.strip() == "@case" and line.startswith("def "):
+            names.append(line[4:line.index("(")])
+    return names
+
+
+@pytest.fixture(scope="module")
+def mpi_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mpi") / "results.json"
+    try:
+        proc = _run([str(out)], JOB_TIMEOUT)
+        log = proc.stdout + proc.stderr
+        timed_out = False
+    except subprocess.TimeoutExpired as exc:
+        log = (exc.stdout or b"").decode(errors="replace") + \
+            (exc.stderr or b"").decode(errors="replace")
+        timed_out = True
+    results = json.loads(out.read_text()) if out.exists() else {}
+    return results, log, timed_out
+
+
+@needs_mpi
+@pytest.mark.parametrize("name", _case_names())
+def test_mpi_case(mpi_results, name):
+    results, log, timed_out = mpi_results
+    if name not in results:
+        state = f"timed out after {JOB_TIMEOUT}s" if timed_out else "ended"
+        pytest.fail(f"the mpiexec job {state} before case {name!r} finished:\n{log[-4000:]}")
+    res = results[name]
+    if not res["ok"]:
+        msgs = "\n".join(f"--- process {r}:\n{e}" for r, e in enumerate(res["errors"]) if e)
+        pytest.fail(f"case {name!r} failed:\n{msgs}")
+
+
+@needs_mpi
+def test_uncaught_exception_aborts_the_job():
+    proc = _run(["--abort-uncaught"], 60)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0, log
+    assert "deliberate failure before the fit" in log, log
+    assert "aborting the job" in log, log
+
+
+@needs_mpi
+def test_killed_process_ends_the_job():
+    proc = _run(["--kill-one"], 60)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0, log
+    assert "KILLED" in log.upper(), log
+
+
+def test_missing_mpi4py_names_the_extra(monkeypatch):
+    from sktensor_fast import distributed
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    with pytest.raises(ImportError, match=r"sktensor_fast\[mpi\]"):
+        distributed.scatter(None)
+    with pytest.raises(ImportError, match="mpiexec"):
+        distributed.load_tns("x.tns")
+
+
+def test_balanced_blocks():
+    import numpy as np
+    from sktensor_fast.distributed.tensor import balanced_blocks
+    counts = np.array([5, 0, 0, 1, 1, 1, 1, 1, 10, 0])
+    b = balanced_blocks(counts, 2)
+    assert b.tolist() == [0, 8, 10]             # 10 | 10 nonzeros
+    b = balanced_blocks(counts, 4)
+    assert b[0] == 0 and b[-1] == 10 and np.all(np.diff(b) >= 1)
+    # fewer rows than parts: empty blocks, still monotone and covering
+    b = balanced_blocks(np.array([3, 4]), 4)
+    assert b[0] == 0 and b[-1] == 2 and np.all(np.diff(b) >= 0)
+    assert balanced_blocks(np.zeros(6, dtype=int), 3).tolist() == [0, 2, 4, 6]
+
+
+def test_gcp_draws_replicate_the_cpu_sampler():
+    """The distributed draw (one process owning everything) is the CPU kernels' draw, bit for
+    bit, for every sampler (rejections included: density 0.44)."""
+    import numpy as np
+    from sktensor_fast import SparseTensor
+    from sktensor_fast.backends.cpu import _gcp, gcp_ops
+    from sktensor_fast.distributed._sampling import LocalShare, draw_owned, step_key
+    from sktensor_fast.formats import CooFormat
+    rng = np.random.default_rng(0)
+    shape = (13, 11, 7)
+    X = SparseTensor(np.stack([rng.integers(0, s, 600) for s in shape], 1),
+                     rng.random(600) + 0.5, shape)
+    T = CooFormat(X)
+    for seed, step in [(5, 0), (123456789, 17), (2 ** 61 + 3, 999)]:
+        assert step_key(seed, step) == int(_gcp.step_key(np.uint64(seed), np.uint64(step)))
+
+    class OneProcess:
+        size = 1
+    lin = gcp_ops._linear_index(T)
+    share = LocalShare(X.subs, X.vals, 0, 0, shape[0], shape, X.nnz)
+    for kind in ("stratified", "semi-stratified", "uniform"):
+        sampler, _ = gcp_ops._make_sampler(T, kind, 50, 70, None, lin, T.vals)
+        key = step_key(42, 3)
+        ref = gcp_ops.draw(sampler, key, 3)
+        plan = gcp_ops.sampler_plan(kind, X.nnz, X.size - X.nnz, 50, 70)
+        j, subs, x, w, c = draw_owned(OneProcess, share, key, plan)
+        assert j.tolist() == list(range(120))
+        for got, want in zip((subs, x, w, c), ref):
+            assert np.array_equal(got, want), kind
