@@ -194,6 +194,58 @@ def test_stratified_zero_samples_are_zeros_and_uniform_looks_values_up():
             np.testing.assert_allclose(w[p:], (X.size - X.nnz) / q)
 
 
+@pytest.mark.parametrize("threshold,attempts,list_max", [
+    (0.5, 256, 1 << 24),  # dense: the explicit list of zeros
+    (0.5, 256, 0),        # dense: zeros computed from the linear indices
+    (2.0, 256, 0),        # rejection (a zero is usually found)
+    (2.0, 1, 0),          # rejection giving up at once: the zero is computed
+    (2.0, 3, 0),
+])
+def test_stratified_zeros_are_zeros_whatever_the_path(monkeypatch, threshold, attempts,
+                                                      list_max):
+    """Every zero sample of the stratified sampler is a zero, drawn uniformly among the zeros,
+    whether it comes from a list, from the linear indices or from (failing) rejection."""
+    monkeypatch.setattr(gcp_ops, "_ZERO_LIST_DENSITY", threshold)
+    monkeypatch.setattr(gcp_ops, "_MAX_ATTEMPTS", attempts)
+    monkeypatch.setattr(gcp_ops, "_ZERO_LIST_MAX", list_max)
+    X, _ = small_problem(shape=(20, 15, 10), density=0.9)
+    dense = X.to_dense()
+    n_zero = X.size - X.nnz
+    be = get_backend("cpu")
+    state = be.gcp_setup(be.prepare(X), "stratified", (10, 60000), (10, 3000), 0)
+    subs, x, w, _ = gcp_ops.draw(state.grad_sampler, 5, 3)
+    zs = subs[10:]
+    assert np.all(dense[tuple(zs.T)] == 0) and np.all(x[10:] == 0)
+    np.testing.assert_allclose(w[10:], n_zero / 60000)
+    # uniform over the zeros: every zero drawn about 60000 / n_zero times
+    lin = np.ravel_multi_index(tuple(zs.T), X.shape)
+    counts = np.unique(lin, return_counts=True)[1]
+    expect = 60000 / n_zero
+    assert counts.size == n_zero and np.all(np.abs(counts - expect) < 6 * np.sqrt(expect))
+    lsubs = state.loss_sample[0][10:]
+    assert np.all(dense[tuple(lsubs.T)] == 0)
+
+
+def test_stratified_zeros_of_a_dense_tensor_above_2_24_entries():
+    """A tensor of more than 2^24 entries, 99 % nonzero: no nonzero is taken for a zero (the
+    zeros used to be found by rejection there, giving up after 256 draws)."""
+    shape = (4097, 4097)
+    size = shape[0] * shape[1]
+    assert size > 2 ** 24
+    rng = np.random.default_rng(0)
+    is_nz = np.ones(size, dtype=bool)
+    is_nz[rng.integers(0, size, size // 100)] = False
+    lin = np.flatnonzero(is_nz)
+    subs = np.stack(np.divmod(lin, shape[1]), axis=1)
+    X = SparseTensor._from_canonical(subs, np.ones(lin.size), shape)
+    del subs, lin
+    be = get_backend("cpu")
+    state = be.gcp_setup(be.prepare(X, "coo"), "stratified", (10, 20000), (10, 20000), 0)
+    for zs in (gcp_ops.draw(state.grad_sampler, 5, 2)[0][10:], state.loss_sample[0][10:]):
+        assert zs.shape[0] == 20000
+        assert not is_nz[zs[:, 0] * shape[1] + zs[:, 1]].any()
+
+
 def test_nonzero_lookup_with_and_without_linear_index():
     rng = np.random.default_rng(3)
     big = (2 ** 22, 2 ** 22, 2 ** 22)  # the linear index would overflow int64
