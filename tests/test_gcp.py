@@ -530,3 +530,174 @@ def test_lbfgsb_refuses_large_tensors():
     X = SparseTensor([[0, 0, 0], [999, 999, 99]], [1.0, 2.0], (1000, 1000, 100))
     with pytest.raises(ValueError, match="stochastic solver"):
         GCP(solver="lbfgsb").fit(X)
+
+
+# ---------------------------------------------------------------------------- hostile input
+@pytest.mark.parametrize("kw", [
+    dict(n_samples_grad=2 ** 62),
+    dict(n_samples_grad=2 ** 30),            # 2^30 nonzeros and 2^30 zeros: one too many
+    dict(n_samples_grad=(2 ** 31 - 1, 1)),
+    dict(n_samples_grad=2 ** 31, sampler="uniform"),
+    dict(n_samples_loss=2 ** 40),
+    dict(n_samples_loss=(1, 2 ** 31)),
+])
+def test_sample_counts_are_bounded(kw):
+    with pytest.raises(ValueError, match="GCP_MAX_SAMPLES = 2\\*\\*31 - 1"):
+        GCP(**kw).fit(np.ones((3, 3, 3)))
+
+
+def test_sample_counts_at_the_bound_pass_validation():
+    from sktensor_fast.decomposition.gcp import GCP_MAX_SAMPLES
+    for kw in [dict(n_samples_grad=GCP_MAX_SAMPLES, sampler="uniform"),
+               dict(n_samples_grad=(GCP_MAX_SAMPLES - 1, 1)),
+               dict(n_samples_loss=(GCP_MAX_SAMPLES // 2))]:
+        GCP(**kw)._check_counts()
+
+
+def test_large_sampling_step_is_interruptible():
+    """A step of 2·10⁹ samples runs for minutes inside one compiled call: Ctrl-C (SIGINT)
+    stops it within a fraction of a second, on one thread and on two."""
+    import subprocess
+    import sys
+    code = r'''
+import os, signal, threading, time
+import numpy as np
+from sktensor_fast import GCP, num_threads
+X = np.random.default_rng(0).poisson(1.0, (30, 20, 10)).astype(float)
+for threads in (1, 2):
+    est = GCP(rank=2, loss="poisson", n_samples_grad=10 ** 9, epoch_iters=1, max_iter=1,
+              random_state=0)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    t = time.perf_counter()
+    timer.start()
+    try:
+        with num_threads(threads):
+            est.fit(X)
+        print("finished", threads)
+    except KeyboardInterrupt:
+        print("interrupted", threads, time.perf_counter() - t - 0.5)
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+    lines = [ln.split() for ln in out.stdout.splitlines()]
+    assert [ln[:2] for ln in lines] == [["interrupted", "1"], ["interrupted", "2"]], \
+        out.stdout + out.stderr
+    for ln in lines:
+        assert float(ln[2]) < 5.0, out.stdout  # seconds from the signal to the exception
+
+
+def test_losses_without_zero_in_their_domain_match_their_definition():
+    """zero_in_domain is False exactly for the losses whose f(0, m) is unbounded below."""
+    for name in sorted(LOSSES):
+        params = [PARAMS.get(name)] if name != "beta" else [0.5, 2.0, -0.5, -2.0]
+        for p in params:
+            loss = get_loss(name, p)
+            m = np.array([0.0, 1e-12, 1e-6, 1e-3]) if loss.lower == 0 else \
+                -np.logspace(-3, 2, 6)
+            with np.errstate(over="ignore"):
+                lowest = float(np.min(loss.value(np.zeros_like(m), m)))
+            assert loss.zero_in_domain == (lowest > -5.0), (name, p, lowest)
+    assert {n for n in LOSSES if not get_loss(n, PARAMS.get(n)).zero_in_domain} == \
+        {"zt_poisson", "gamma", "rayleigh"}
+
+
+@pytest.mark.parametrize("loss,param", [("zt_poisson", None), ("gamma", None),
+                                        ("rayleigh", None), ("beta", -0.5)])
+@pytest.mark.parametrize("solver", ["lbfgsb", "adam"])
+def test_losses_without_zero_refuse_zeros_unless_masked(loss, param, solver):
+    rng = np.random.default_rng(0)
+    X = np.where(rng.random((8, 7, 6)) < 0.4, rng.poisson(3.0, (8, 7, 6)) + 1.0, 0.0)
+    kw = dict(rank=2, loss=loss, loss_param=param, solver=solver, max_iter=5, epoch_iters=20,
+              random_state=0)
+    with pytest.raises(ValueError, match="defined for data > 0 only.*mask"):
+        GCP(**kw).fit(SparseTensor.from_dense(X))
+    with pytest.raises(ValueError, match="defined for data > 0 only"):
+        GCP(**kw).fit(X)  # a dense array's zeros are zeros too
+    # a mask that observes some zeros is refused, one of the nonzeros only fits
+    with pytest.raises(ValueError, match="the mask observes 1 zero"):
+        GCP(mask=(X > 0) | (np.arange(X.size) == np.flatnonzero(X == 0)[0]).reshape(X.shape),
+            **kw).fit(X)
+    g = GCP(mask=X > 0, **kw).fit(X)
+    assert np.isfinite(g.loss_) and all(np.all(np.isfinite(f)) for f in g.factors_)
+    # transform / score of data with zeros: refused as well
+    with pytest.raises(ValueError, match="defined for data > 0 only"):
+        g.transform(X)
+    # the same data without zeros fit without a mask
+    GCP(**kw).fit(X + 1.0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: GCP(rank=3, loss="poisson", epoch_iters=100, max_iter=3, tol=0, random_state=0),
+    lambda: GCP(rank=3, loss="poisson", solver="lbfgsb", max_iter=15, random_state=0),
+    lambda: CPALS(rank=3, max_iter=30, tol=0, random_state=0),
+], ids=["gcp-adam", "gcp-lbfgsb", "cpals"])
+def test_one_estimator_fitted_from_threads_at_once(make):
+    """Fits of one estimator object from 4 threads at once: none raises (the state of a fit is
+    passed down, not stored on the estimator) and the model left is that of a serial fit."""
+    import threading
+    rng = np.random.default_rng(0)
+    X = rng.poisson(2.0, (30, 20, 15)).astype(float)
+    ref = make().fit(X)
+    est = make()
+    errors = []
+
+    def work():
+        try:
+            est.fit(X)
+        except Exception as exc:  # pragma: no cover - reported by the assertion
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert not any(k.startswith("_fit") for k in vars(est))
+    np.testing.assert_array_equal(est.weights_, ref.weights_)
+    for a, b in zip(est.factors_, ref.factors_):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("solver", ["adam", "sgd", "adagrad", "lbfgsb"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_fit_transform_agrees_with_transform_for_every_solver(solver, masked):
+    _, X = planted(shape=(15, 9, 8), noise=0.05)
+    mask = np.random.default_rng(1).random(X.shape) < 0.8 if masked else None
+    g = GCP(rank=3, solver=solver, epoch_iters=20, max_iter=5, random_state=0, mask=mask)
+    W = g.fit_transform(X)
+    np.testing.assert_allclose(W, g.factors_[0] * g.weights_)
+    if masked:
+        return  # transform sees every entry, the fit the observed ones only
+    np.testing.assert_allclose(g.transform(X), W, rtol=1e-3, atol=1e-3 * np.abs(W).max())
+
+
+def test_final_mode0_step_of_lbfgsb_stops_at_the_fits_tolerance(monkeypatch):
+    """After an L-BFGS-B fit that converged, the final step on the mode-0 loadings takes a
+    few iterations (it used to be solved again to machine precision)."""
+    from sktensor_fast.decomposition import gcp as gcp_mod
+    calls = []
+    orig = gcp_mod.GCP._lbfgsb
+
+    def spy(self, *args, **kw):
+        out = orig(self, *args, **kw)
+        calls.append((kw.get("active"), out[2]))
+        return out
+
+    monkeypatch.setattr(gcp_mod.GCP, "_lbfgsb", spy)
+    _, X = planted(shape=(20, 15, 10), noise=0.05)
+    g = GCP(rank=3, solver="lbfgsb", max_iter=500, random_state=0).fit(X)
+    assert len(calls) == 2 and calls[0][0] is None and calls[1][0][0]
+    assert calls[0][1] < 500  # the fit converged
+    assert calls[1][1] <= 3, calls
+    np.testing.assert_allclose(g.transform(X), g.fit_transform(X), rtol=1e-4, atol=1e-4)
+
+
+def test_score_of_zero_samples_is_a_value_error():
+    _, X = planted()
+    g = GCP(rank=2, solver="lbfgsb", max_iter=5, random_state=0).fit(X)
+    empty = SparseTensor._from_canonical(np.zeros((0, 3), np.int64), np.zeros(0),
+                                         (0,) + X.shape[1:])
+    for method in (g.score, g.transform):
+        with pytest.raises(ValueError, match="at least one sample"):
+            method(empty)
