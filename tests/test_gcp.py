@@ -701,3 +701,16 @@ def test_score_of_zero_samples_is_a_value_error():
     for method in (g.score, g.transform):
         with pytest.raises(ValueError, match="at least one sample"):
             method(empty)
+
+
+@pytest.mark.parametrize("solver", ["lbfgsb", "adam"])
+def test_non_finite_initial_loss_is_a_value_error(solver):
+    """exp(m) of poisson_log overflows at the given init, and (x - m)² of data near 1e300: the
+    initial guess has no finite loss, a problem of the input, not a FloatingPointError."""
+    X = np.random.default_rng(0).poisson(2.0, (4, 3, 2)).astype(float)
+    init = [np.full((s, 1), 10.0) for s in X.shape]  # m = 1000, exp(m) = inf
+    kw = dict(rank=1, solver=solver, max_iter=2, epoch_iters=5, random_state=0)
+    with pytest.raises(ValueError, match="loss of the initial guess .*poisson_log"):
+        GCP(loss="poisson_log", init=init, **kw).fit(X)
+    with pytest.raises(ValueError, match="loss of the initial guess .*gaussian"):
+        GCP(**kw).fit(X * 1e300)

@@ -152,6 +152,23 @@ class BaseCP(TransformerMixin, BaseEstimator):
     def _init_options(self):
         return self._init_strings
 
+    #: a given initial model whose entries may exceed this is refused (its loss or its squares
+    #: would overflow float64 in the first iteration)
+    _INIT_MODEL_MAX = 1e150
+
+    def _check_init_scale(self, factors):
+        """Refuse given initial factors whose model overflows the computations (a bound of its
+        entries: Σ_r Π_k max_i |A⁽ᵏ⁾[i, r]|).  Returns the factors to start from."""
+        with np.errstate(divide="ignore"):
+            logs = sum(np.log10(np.max(np.abs(f), axis=0)) for f in factors if f.shape[0])
+        top = float(np.max(logs)) if np.size(logs) else -np.inf
+        if top > np.log10(self._INIT_MODEL_MAX):
+            raise ValueError(
+                f"init: the initial model reaches values of about 1e{top:.0f} (products of the "
+                f"largest factor entries of a component), beyond {self._INIT_MODEL_MAX:.0e}: "
+                f"its loss would overflow float64. Scale the initial factors down")
+        return factors
+
     # ------------------------------------------------------------------ input handling
     def _validate_input(self, X, reset, check_data=True):
         name = type(self).__name__
@@ -222,6 +239,8 @@ class BaseCP(TransformerMixin, BaseEstimator):
         for trial in range(self.n_init):
             factors0 = initialize_factors(init_param, X, self.rank, rng, self._init_options(),
                                           dtype=X.dtype)
+            if not isinstance(init_param, str):
+                factors0 = self._check_init_scale(factors0)
             t1 = time.perf_counter()
             result = self._fit_model(backend, T, X, factors0, rng, **fit_args)
             result["time"] = time.perf_counter() - t1

@@ -1,6 +1,7 @@
 """CP decomposition by alternating least squares (CP-ALS)."""
 import math
 import time
+import warnings
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, Real
@@ -142,6 +143,28 @@ class CPALS(BaseCP):
         self.device = device
         self.format = format
         self.verbose = verbose
+
+    def _check_init_scale(self, factors):
+        """CP-ALS does not depend on the scale of the initial columns (each update solves for
+        a whole factor): columns of extreme magnitude, whose Gram matrices would overflow or
+        underflow, are scaled by a power of two to entries below 1 (exact, and nothing changes
+        for initial factors of ordinary scale)."""
+        out = []
+        for f in factors:
+            # the largest magnitude of a column (its norm could itself over/underflow)
+            top = np.max(np.abs(f), axis=0) if f.shape[0] else np.zeros(f.shape[1])
+            bad = (top > 0) & ((top > 2.0 ** _SAFE_EXPONENT) | (top < 2.0 ** -_SAFE_EXPONENT))
+            if np.any(bad):
+                exps = np.where(bad, np.frexp(np.where(bad, top, 1.0))[1], 0)
+                f = np.ascontiguousarray(np.ldexp(f, -exps[None, :]), dtype=f.dtype)
+            out.append(f)
+        for k, f in enumerate(out[1:], start=1):  # mode 0 is solved for first, whatever it is
+            dead = np.flatnonzero(~np.any(f != 0, axis=0)) if f.shape[0] else []
+            if len(dead):
+                warnings.warn(f"init: column(s) {list(map(int, dead))} of factor {k} are zero; "
+                              f"CP-ALS keeps such components at zero", UserWarning,
+                              stacklevel=5)
+        return out
 
     def _fit_impl(self, X, **fit_args):
         s = _data_scale(X.vals)

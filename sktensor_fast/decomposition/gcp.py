@@ -491,7 +491,7 @@ class GCP(BaseCP):
         opt = backend.gcp_optimizer_state(self.solver, U)
         f = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
         if not np.isfinite(f):
-            raise FloatingPointError(f"the estimated loss of the initial guess is {f}; check the "
+            raise ValueError(f"the estimated loss of the initial guess is {f}; check the "
                                      f"data against the loss {loss.name!r} or give an init")
         history = [f]
         t = n_fails = draws = n_epochs = 0
@@ -566,7 +566,7 @@ class GCP(BaseCP):
             bounds = Bounds(np.full(x0.size, loss.lower), np.full(x0.size, np.inf))
         history = [fg(x0)[0]]
         if not np.isfinite(history[0]):
-            raise FloatingPointError(f"the loss of the initial guess is not finite; check the "
+            raise ValueError(f"the loss of the initial guess is not finite; check the "
                                      f"data against the loss {loss.name!r} or give an init")
         t0 = time.perf_counter()
 
