@@ -259,8 +259,8 @@ class GCP(BaseCP):
         Component weights (factor columns have unit 2-norm), in decreasing order.
     factors_ : list of ndarray
     loss_ : float
-        Final loss Σ f(x, m) over the (observed) entries: exact for L-BFGS-B, estimated on the
-        fixed sample for the stochastic solvers.
+        Final loss Σ f(x, m) over the (observed) entries, after the final refit of the mode-0
+        loadings: exact for L-BFGS-B, estimated on the fixed sample for the stochastic solvers.
     loss_history_ : ndarray
         Loss at the start and after every epoch / iteration.
     n_iter_ : int
@@ -271,9 +271,18 @@ class GCP(BaseCP):
     Notes
     -----
     ``transform`` fits the mode-0 loadings of new slices under the same loss with the other
-    factors fixed: by L-BFGS-B on those loadings when the new tensor has at most
+    factors fixed: by L-BFGS-B on those loadings (to near machine precision, so that the answer
+    does not depend on which slices are transformed together) when the new tensor has at most
     :data:`GCP_DENSE_LIMIT` entries, else by the estimator's stochastic solver.  ``score`` is
     ``−F / (number of entries)`` after that refit (exact or estimated likewise).
+
+    So that ``fit_transform(X)`` agrees with ``transform(X)``, every fit of a tensor of at
+    most :data:`GCP_DENSE_LIMIT` entries ends with the same refit of the mode-0 loadings,
+    started from where the solver stopped, to the fit's tolerance (scipy's ``ftol = tol ·
+    1e-4``) and at most 100 L-BFGS-B iterations: about one iteration after an L-BFGS-B fit that
+    converged, about as much as a ``transform(X)`` after a short stochastic fit.  Above that
+    size ``transform`` is a stochastic estimate, and the two agree only as closely as
+    stochastic solutions of one problem do.
 
     Examples
     --------
