@@ -9,7 +9,7 @@ from sklearn.utils._param_validation import HasMethods, Integral, Interval, Real
 
 from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
-from .cp_als import _arrange
+from .cp_als import _arrange, _inverse_gram
 from .losses import LOSSES, get_loss
 
 __all__ = ["GCP", "GCP_DENSE_LIMIT", "GCP_MAX_SAMPLES"]
@@ -457,16 +457,11 @@ class GCP(BaseCP):
         if loss.lower > -np.inf:
             U = [np.maximum(u, loss.lower) for u in U]
         seed = int(rng.randint(0, 2 ** 62))
-        mode0 = [True] + [False] * (len(U) - 1)
         if self.solver == "lbfgsb":
             U, F, n_iter, history = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask)
-            # the mode-0 loadings solved as transform solves them (a problem in those loadings
-            # alone), from where the fit ended and to the fit's tolerance, so that
-            # fit_transform(X) agrees with transform(X); a few iterations when the fit
-            # converged, more when it stopped at max_iter
-            U, F, _, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask, active=mode0,
-                                      maxiter=_FINAL_MAXITER)
-            history[-1] = F
+            U, F_exact = self._refit_mode0(backend, T, X, U, loss, obs)
+            if F_exact is not None:
+                F = history[-1] = F_exact
         else:
             if ctx.state is None:
                 To = T if self.mask is None else backend.prepare(obs.X, self._storage_format())
@@ -477,12 +472,9 @@ class GCP(BaseCP):
                 self._log(f"{self.sampler} sampling: {ctx.state.n_grad} samples per step "
                           f"(nonzeros, others), loss sample {ctx.state.n_loss}")
             U, F, n_iter, history = self._stochastic(backend, ctx.To, ctx.state, U, loss, seed)
-            if X.size <= GCP_DENSE_LIMIT:
-                # the final mode-0 step that transform takes (exact L-BFGS-B on the mode-0
-                # loadings, to the fit's tolerance), so that fit_transform(X) agrees with
-                # transform(X); loss_ stays the estimate on the fixed sample
-                U, _, _, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
-                                          active=mode0, maxiter=_FINAL_MAXITER)
+            U0 = U[0]
+            U, _ = self._refit_mode0(backend, T, X, U, loss, obs)
+            if U[0] is not U0:  # loss_ stays the estimate on the fixed sample
                 U = [backend.asarray(backend.to_numpy(u), dtype=ctx.state.dtype) for u in U]
                 F = float(backend.gcp_loss_estimate(ctx.To, ctx.state, np.ones(R), U, loss))
                 history[-1] = F
@@ -490,6 +482,32 @@ class GCP(BaseCP):
                                                  for u in U])
         return {"weights": weights, "factors": factors, "n_iter": n_iter,
                 "loss_history": history, "loss": float(F)}
+
+    def _refit_mode0(self, backend, T, X, U, loss, obs):
+        """The last step of every fit: the mode-0 loadings refitted as ``transform`` refits
+        them, from where the solver stopped, so that ``fit_transform(X)`` agrees with
+        ``transform(X)``.  Squared error without a mask: the exact least-squares loadings
+        (what transform computes, at any size).  Other losses, tensors of at most
+        GCP_DENSE_LIMIT entries: L-BFGS-B on the mode-0 loadings to the fit's tolerance, at
+        most ``_FINAL_MAXITER`` iterations (a few after a fit that converged).  Larger tensors:
+        nothing (transform is a stochastic estimate there).  Returns the factors and the exact
+        loss (None when not computed)."""
+        if _least_squares(loss) and obs.dense_mask is None:
+            U = list(U)
+            W = _least_squares_loadings(backend, T, [None] + U[1:], X.dtype)
+            U[0] = backend.asarray(W, dtype=X.dtype)
+            F = None
+            if X.size <= GCP_DENSE_LIMIT:
+                F, _ = backend.gcp_full_loss_grad(T, np.ones(W.shape[1]), U, loss,
+                                                  need_grad=False)
+                F = float(F)
+            return U, F
+        if X.size > GCP_DENSE_LIMIT:
+            return U, None
+        U, F, _, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
+                                  active=[True] + [False] * (len(U) - 1),
+                                  maxiter=_FINAL_MAXITER)
+        return U, F
 
     # ------------------------------------------------------------------ solvers
     def _stochastic(self, backend, T, state, U, loss, seed, active=None):
@@ -605,6 +623,8 @@ class GCP(BaseCP):
         W0 = np.tile(np.maximum(W0, loss.lower), (X.shape[0], 1))
         U = [W0] + [np.array(f, dtype=np.float64) for f in factors[1:]]
         active = [True] + [False] * (N - 1)
+        if _least_squares(loss):
+            return _least_squares_loadings(backend, T, [None] + U[1:], X.dtype)
         if X.size <= GCP_DENSE_LIMIT:
             U, *_ = self._lbfgsb(backend, T, U, loss, active=active, tight=True)
         else:
@@ -630,6 +650,26 @@ class GCP(BaseCP):
                                       int(rng.randint(0, 2 ** 62)))
             F = backend.gcp_loss_estimate(T, state, ones, U, loss)
         return -float(F) / X.size
+
+
+def _least_squares(loss):
+    """Whether ``loss`` is the built-in squared error (its mode-0 problem is least squares)."""
+    return isinstance(loss, LOSSES["gaussian"])
+
+
+def _least_squares_loadings(backend, T, factors, dtype):
+    """Mode-0 loadings minimising Σ (x − m)² over every entry with ``factors[1:]`` fixed:
+    ``MTTKRP(X) (⊛_{k>0} A⁽ᵏ⁾ᵀA⁽ᵏ⁾)⁻¹`` (pseudo-inverse when singular), as CPALS solves them."""
+    others = [np.asarray(backend.to_numpy(f), dtype=np.float64) for f in factors[1:]]
+    R = others[0].shape[1]
+    gram = np.ones((R, R))
+    for f in others:
+        gram *= f.T @ f
+    U = [backend.asarray(np.zeros((T.shape[0], R)), dtype=dtype)]
+    U += [backend.asarray(f, dtype=dtype) for f in others]
+    M = backend.mttkrp(T, U, 0)
+    W = backend.matmul_small(M, _inverse_gram(gram))
+    return np.asarray(backend.to_numpy(W), dtype=np.float64)
 
 
 def _check_zero_domain(loss, n_zero, masked):
