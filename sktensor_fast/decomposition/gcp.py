@@ -271,18 +271,21 @@ class GCP(BaseCP):
     Notes
     -----
     ``transform`` fits the mode-0 loadings of new slices under the same loss with the other
-    factors fixed: by L-BFGS-B on those loadings (to near machine precision, so that the answer
-    does not depend on which slices are transformed together) when the new tensor has at most
+    factors fixed.  For the squared error (``"gaussian"``) these are the least-squares
+    loadings, computed exactly at any size (one MTTKRP, as :class:`CPALS` does).  For the other
+    losses: by L-BFGS-B on those loadings (to near machine precision, so that the answer does
+    not depend on which slices are transformed together) when the new tensor has at most
     :data:`GCP_DENSE_LIMIT` entries, else by the estimator's stochastic solver.  ``score`` is
     ``−F / (number of entries)`` after that refit (exact or estimated likewise).
 
-    So that ``fit_transform(X)`` agrees with ``transform(X)``, every fit of a tensor of at
-    most :data:`GCP_DENSE_LIMIT` entries ends with the same refit of the mode-0 loadings,
-    started from where the solver stopped, to the fit's tolerance (scipy's ``ftol = tol ·
-    1e-4``) and at most 100 L-BFGS-B iterations: about one iteration after an L-BFGS-B fit that
-    converged, about as much as a ``transform(X)`` after a short stochastic fit.  Above that
-    size ``transform`` is a stochastic estimate, and the two agree only as closely as
-    stochastic solutions of one problem do.
+    So that ``fit_transform(X)`` agrees with ``transform(X)``, every fit ends with the same
+    refit of the mode-0 loadings: exact for the squared error without a mask; for the other
+    losses (or a mask) and at most :data:`GCP_DENSE_LIMIT` entries, L-BFGS-B started from
+    where the solver stopped, to the fit's tolerance (scipy's ``ftol = tol · 1e-4``) and at
+    most 100 iterations: about one iteration after an L-BFGS-B fit that converged, about as
+    much as a ``transform(X)`` after a short stochastic fit.  Above that size ``transform`` of
+    those losses is a stochastic estimate, and the two agree only as closely as stochastic
+    solutions of one problem do.
 
     Examples
     --------
