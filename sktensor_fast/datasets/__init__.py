@@ -45,7 +45,9 @@ def load_flights_routes(return_X_labels=False):
 
     Every flight that left a New York City airport (EWR, JFK, LGA) in 2013, counted by
     origin × destination × carrier × scheduled hour × weekday: shape (3, 105, 16, 20, 7), 15,188
-    nonzeros, 336,776 flights in all.
+    nonzeros, 336,776 flights in all.  Indices follow the natural order of their labels:
+    hours ascending, weekdays from Monday to Sunday, airports and carriers alphabetical, so a
+    factor column can be plotted against its index.
 
     Parameters
     ----------
@@ -70,7 +72,7 @@ def load_flights_routes(return_X_labels=False):
     >>> from sktensor_fast.datasets import load_flights_routes
     >>> X, labels = load_flights_routes(return_X_labels=True)
     >>> X.nnz, int(X.sum()), labels[4][:2]
-    (15188, 336776, ['Friday', 'Monday'])
+    (15188, 336776, ['Monday', 'Tuesday'])
     """
     folder = os.path.join(_DATA_DIR, "flights-routes")
     X, labels = load_tns(os.path.join(folder, "tensor.tns.gz"), with_labels=True)
