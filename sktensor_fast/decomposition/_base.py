@@ -15,10 +15,12 @@ Subclasses implement three methods:
 """
 import sys
 import time
+import warnings
 from abc import abstractmethod
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Integral, Interval, Options, Real, StrOptions
 from sklearn.utils.validation import check_is_fitted
@@ -80,7 +82,11 @@ class BaseCP(TransformerMixin, BaseEstimator):
         "device": [_DeviceConstraint()],
         "format": [StrOptions(set(FORMATS))],
         "verbose": ["verbose"],
+        "max_time": [Interval(Real, 0, None, closed="neither"), None],
     }
+
+    #: what one unit of ``max_iter`` is called in messages
+    _iteration_name = "iterations"
 
     # ------------------------------------------------------------------ hooks
     @abstractmethod
@@ -166,7 +172,24 @@ class BaseCP(TransformerMixin, BaseEstimator):
         self._validate_params()
         X = self._validate_input(X, reset=True)
         self._fit_impl(X)
+        self._warn_if_not_converged()
         return self
+
+    def _warn_if_not_converged(self):
+        """ConvergenceWarning when the kept fit stopped at max_iter or max_time."""
+        if self.converged_:
+            return
+        name = type(self).__name__
+        what = self._iteration_name
+        if self.stop_reason_ == "max_time":
+            msg = (f"{name} stopped at max_time={self.max_time:g}s after {self.n_iter_} {what}, "
+                   f"before reaching its tolerance (tol={self.tol:g}); the model may be far "
+                   f"from converged: increase max_time")
+        else:
+            msg = (f"{name} stopped at max_iter={self.max_iter} {what} before reaching its "
+                   f"tolerance (tol={self.tol:g}); the model may be far from converged: "
+                   f"increase max_iter (or loosen tol)")
+        warnings.warn(msg, ConvergenceWarning, stacklevel=3)
 
     def _fit_impl(self, X):
         backend = self._backend()
@@ -194,6 +217,8 @@ class BaseCP(TransformerMixin, BaseEstimator):
         self.weights_ = np.asarray(best["weights"], dtype=np.float64)
         self.factors_ = [np.asarray(f) for f in best["factors"]]
         self.n_iter_ = int(best["n_iter"])
+        self.converged_ = bool(best["converged"])
+        self.stop_reason_ = str(best["stop"])
         self.loss_history_ = np.asarray(best["loss_history"], dtype=np.float64)
         for key, val in best.get("attributes", {}).items():
             setattr(self, key, val)

@@ -127,7 +127,9 @@ class CPAPR(BaseCP):
         Print progress (iteration, log-likelihood, KKT violation, time) to stderr: every 10
         outer iterations, or every iteration when ``verbose > 1``.
     max_time : float or None, default=None
-        Stop after the outer iteration during which this many seconds have passed.
+        Stop after the outer iteration during which this many seconds have passed (counted
+        for each of the ``n_init`` starts).  A fit that stops at ``max_iter`` or ``max_time``
+        before reaching ``tol`` warns (``sklearn.exceptions.ConvergenceWarning``).
 
     Attributes
     ----------
@@ -142,7 +144,12 @@ class CPAPR(BaseCP):
     kkt_violation_ : float
         Largest KKT violation of the last outer iteration.
     n_iter_ : int
-        Outer iterations run.
+        Outer iterations run (by the kept start when ``n_init > 1``).
+    converged_ : bool
+        Whether the fit stopped because every KKT violation fell below ``tol`` (False: it
+        stopped at ``max_iter`` or ``max_time``, with a ConvergenceWarning).
+    stop_reason_ : {"tol", "max_iter", "max_time"}
+        Why the fit stopped.
     n_inner_iter_ : int
         Inner iterations run in total (``mu``: Φ evaluations; ``pdnr``/``pqnr``: summed over
         rows).
@@ -209,7 +216,6 @@ class CPAPR(BaseCP):
         "lbfgs_mem": [Interval(Integral, 1, None, closed="left")],
         "inexact": ["boolean"],
         "init": [_InitConstraint({"random"})],
-        "max_time": [Interval(Real, 0, None, closed="neither"), None],
     }
 
     def __init__(self, rank=2, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
@@ -306,7 +312,7 @@ class CPAPR(BaseCP):
             state = self._iterate_mu(backend, T, X, A, weights, t0, eps)
         else:
             state = self._iterate_rows(backend, T, X, A, weights, t0, eps)
-        weights, n_iter, n_inner, kkt, history, converged = state
+        weights, n_iter, n_inner, kkt, history, stop = state
         # final model: every mode normalised again, components by decreasing weight
         for f in A:
             weights = weights * _normalize_columns(backend, f)
@@ -326,6 +332,7 @@ class CPAPR(BaseCP):
                   f"{loglik:.10g}, kkt {kkt:.3e}, {time.perf_counter() - t0:.2f}s")
         return {"weights": weights, "factors": [h.astype(np.float64, copy=False) for h in host],
                 "n_iter": n_iter, "loss_history": history, "score": loglik,
+                "converged": stop == "tol", "stop": stop,
                 "log_likelihood": loglik, "n_model_zero": n_zero,
                 "attributes": {"log_likelihood_": float(loglik), "kkt_violation_": float(kkt),
                                "n_inner_iter_": int(n_inner)}}
@@ -389,7 +396,7 @@ class CPAPR(BaseCP):
         n_inner = 0
         kkt = 0.0
         it = -1
-        converged = False
+        converged = out_of_time = False
         for it in range(self.max_iter):
             converged = True
             for n in range(N):
@@ -419,7 +426,8 @@ class CPAPR(BaseCP):
             if out_of_time:
                 self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
-        return weights, it + 1, n_inner, kkt, history, converged
+        stop = "tol" if converged else ("max_time" if out_of_time else "max_iter")
+        return weights, it + 1, n_inner, kkt, history, stop
 
     def _iterate_rows(self, backend, T, X, A, weights, t0, eps):
         N = len(A)
@@ -429,7 +437,7 @@ class CPAPR(BaseCP):
         n_inner = 0
         kkt = 0.0
         it = -1
-        converged = False
+        converged = out_of_time = False
         for it in range(self.max_iter):
             converged = True
             kkt_mode = np.zeros(N)
@@ -459,7 +467,8 @@ class CPAPR(BaseCP):
             if out_of_time:
                 self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
-        return weights, it + 1, n_inner, kkt, history, converged
+        stop = "tol" if converged else ("max_time" if out_of_time else "max_iter")
+        return weights, it + 1, n_inner, kkt, history, stop
 
     # ------------------------------------------------------------------ sklearn hooks
     def _solve_mode0(self, backend, T, X, factors):

@@ -231,6 +231,11 @@ class GCP(BaseCP):
         Print the sample counts and the loss after every epoch / iteration to stderr.
     beta1, beta2, epsilon : float, default=0.9, 0.999, 1e-8
         Adam's moment decay rates and the guard of its (and AdaGrad's) denominator.
+    max_time : float or None, default=None
+        Stop once this many seconds have passed (counted for each of the ``n_init`` starts;
+        checked after every step of the stochastic solvers and every L-BFGS-B iteration).  A
+        fit that stops at ``max_iter`` or ``max_time`` before its own criterion warns
+        (``sklearn.exceptions.ConvergenceWarning``).
 
     Attributes
     ----------
@@ -243,7 +248,16 @@ class GCP(BaseCP):
     loss_history_ : ndarray
         Loss at the start and after every epoch / iteration.
     n_iter_ : int
-        Epochs (stochastic) or iterations (L-BFGS-B) run.
+        Epochs (stochastic, failed ones included) or iterations (L-BFGS-B: those of the fit
+        and of the final refit of the mode-0 loadings) run by the kept start.
+    converged_ : bool
+        Whether the fit stopped by its own criterion: the relative change of the estimated
+        loss over an epoch below ``tol`` or more than ``max_fails`` failed epochs (stochastic
+        solvers), scipy's ``ftol`` / ``gtol`` or a line search that finds no decrease
+        (L-BFGS-B).  False when it stopped at ``max_iter`` or ``max_time`` (with a
+        ConvergenceWarning).
+    stop_reason_ : {"tol", "fails", "linesearch", "max_iter", "max_time"}
+        Why the fit stopped.
     n_features_in_ : int
     tensor_shape_ : tuple
 
@@ -293,7 +307,7 @@ class GCP(BaseCP):
                  learning_rate=1e-3, decay=0.1, max_fails=1, epoch_iters=1000, max_iter=1000,
                  tol=1e-4, mask=None, init="random", random_state=None, n_init=1,
                  device="cpu", format="auto", verbose=0, beta1=0.9, beta2=0.999,
-                 epsilon=1e-8):
+                 epsilon=1e-8, max_time=None):
         self.rank = rank
         self.loss = loss
         self.loss_param = loss_param
@@ -317,6 +331,11 @@ class GCP(BaseCP):
         self.beta1 = beta1
         self.beta2 = beta2
         self.epsilon = epsilon
+        self.max_time = max_time
+
+    @property
+    def _iteration_name(self):
+        return "iterations" if self.solver == "lbfgsb" else "epochs"
 
     # ------------------------------------------------------------------ validation
     def _make_loss(self):
@@ -399,6 +418,7 @@ class GCP(BaseCP):
             self.loss_ = float(best["loss"])
         finally:
             del self._fit_ctx
+        self._warn_if_not_converged()
         return self
 
     def _result_key(self, result):
@@ -415,12 +435,17 @@ class GCP(BaseCP):
         if loss.lower > -np.inf:
             U = [np.maximum(u, loss.lower) for u in U]
         seed = int(rng.randint(0, 2 ** 62))
+        t0 = time.perf_counter()
         if self.solver == "lbfgsb":
-            U, F, n_iter, history = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask)
+            U, F, n_iter, history, stop = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
+                                                       t0=t0)
             # polish the mode-0 loadings (a convex problem with the other factors fixed) to the
             # precision of transform, so that fit_transform(X) agrees with transform(X)
-            U, F, _, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
-                                      active=[True] + [False] * (len(U) - 1), tight=True)
+            U, F, n_polish, polish, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
+                                                     active=[True] + [False] * (len(U) - 1),
+                                                     tight=True, t0=t0)
+            n_iter += n_polish
+            history = history + polish[1:]
             history[-1] = F
         else:
             if "state" not in ctx:
@@ -431,16 +456,22 @@ class GCP(BaseCP):
                                                  int(rng.randint(0, 2 ** 62)), obs.zero_subs)
                 self._log(f"{self.sampler} sampling: {ctx['state'].n_grad} samples per step "
                           f"(nonzeros, others), loss sample {ctx['state'].n_loss}")
-            U, F, n_iter, history = self._stochastic(backend, ctx["To"], ctx["state"], U,
-                                                     loss, seed)
+            U, F, n_iter, history, stop = self._stochastic(backend, ctx["To"], ctx["state"], U,
+                                                           loss, seed, t0=t0)
         weights, factors = _arrange(np.ones(R), [np.asarray(backend.to_numpy(u), np.float64)
                                                  for u in U])
         return {"weights": weights, "factors": factors, "n_iter": n_iter,
-                "loss_history": history, "loss": float(F)}
+                "loss_history": history, "loss": float(F), "converged": stop not in ("max_iter", "max_time"),
+                "stop": stop}
 
     # ------------------------------------------------------------------ solvers
-    def _stochastic(self, backend, T, state, U, loss, seed, active=None):
-        """Epochs of Adam / SGD / AdaGrad on the factors (only those with ``active[k]``)."""
+    def _stochastic(self, backend, T, state, U, loss, seed, active=None, t0=None):
+        """Epochs of Adam / SGD / AdaGrad on the factors (only those with ``active[k]``).
+
+        Returns the factors, the estimated loss, the epochs run, the loss history and why it
+        stopped: ``"tol"``, ``"fails"`` (more than ``max_fails`` failed epochs), ``"max_iter"``
+        or ``"max_time"`` (checked after every step, measured from ``t0``; None: no limit).
+        """
         R = U[0].shape[1]
         ones = np.ones(R)
         U = [backend.asarray(u, dtype=state.dtype) for u in U]
@@ -452,7 +483,9 @@ class GCP(BaseCP):
         history = [f]
         t = n_fails = draws = n_epochs = 0
         G = None
-        t0 = time.perf_counter()
+        limit = None if (t0 is None or self.max_time is None) else t0 + self.max_time
+        t0 = time.perf_counter() if t0 is None else t0
+        stop = "max_iter"
         for epoch in range(self.max_iter):
             saved = ([backend.copy(u) for u in U],
                      {k: [backend.copy(a) for a in v] for k, v in opt.items()}, t)
@@ -464,6 +497,9 @@ class GCP(BaseCP):
                 t += 1
                 backend.gcp_optimizer_step(self.solver, U, G, opt, lr, t, loss.lower,
                                            self.beta1, self.beta2, self.epsilon, active)
+                if limit is not None and time.perf_counter() > limit:
+                    stop = "max_time"
+                    break
             f_new = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
             n_epochs += 1
             failed = not f_new <= f  # NaN counts as a failure
@@ -480,17 +516,25 @@ class GCP(BaseCP):
                           + (f"  failed ({n_fails}), restored" if failed else
                              f"  change {change:.2e}")
                           + f"  {time.perf_counter() - t0:.2f}s")
+            if stop == "max_time":
+                self._log(f"stopping: max_time={self.max_time:g}s reached")
+                break
             if n_fails > self.max_fails:
+                stop = "fails"
                 break
             if not failed and change < self.tol:
+                stop = "tol"
                 break
-        return U, f, n_epochs, history
+        return U, f, n_epochs, history, stop
 
-    def _lbfgsb(self, backend, T, U, loss, mask=None, active=None, tight=False):
+    def _lbfgsb(self, backend, T, U, loss, mask=None, active=None, tight=False, t0=None):
         """L-BFGS-B on the exact loss; only the factors with ``active[k]`` move.
 
         ``tight``: solve to (near) machine precision, for the convex problems of
         ``transform`` (the answer then does not depend on which slices are solved together).
+        ``t0``: start of the fit, from which ``max_time`` is counted (None: no limit).
+        Returns the factors, the loss, the iterations, the loss history and why it stopped
+        (``"tol"``, ``"max_iter"``, ``"max_time"`` or ``"linesearch"``).
         """
         N = len(U)
         R = U[0].shape[1]
@@ -522,13 +566,18 @@ class GCP(BaseCP):
         if not np.isfinite(history[0]):
             raise FloatingPointError(f"the loss of the initial guess is not finite; check the "
                                      f"data against the loss {loss.name!r} or give an init")
-        t0 = time.perf_counter()
+        limit = None if (t0 is None or self.max_time is None) else t0 + self.max_time
+        t0 = time.perf_counter() if t0 is None else t0
+        timed_out = []
 
         def callback(intermediate_result):
             history.append(float(intermediate_result.fun))
             if self.verbose:
                 self._log(f"iter {len(history) - 1:4d}  loss {history[-1]:.8e}  "
                           f"{time.perf_counter() - t0:.2f}s")
+            if limit is not None and time.perf_counter() > limit:
+                timed_out.append(True)
+                raise StopIteration
 
         if tight:
             options = {"maxiter": max(self.max_iter, 1000), "ftol": 1e-15, "gtol": 1e-12,
@@ -540,7 +589,15 @@ class GCP(BaseCP):
                        options=options)
         unpack(res.x)
         self._log(f"L-BFGS-B: {res.nit} iterations, loss {res.fun:.8e} ({res.message})")
-        return dev, float(res.fun), int(res.nit), history
+        if timed_out:
+            stop = "max_time"
+        elif res.status == 1:           # maxiter or maxfun reached
+            stop = "max_iter"
+        elif res.status == 0:
+            stop = "tol"
+        else:                           # the line search could not decrease the loss further
+            stop = "linesearch"
+        return dev, float(res.fun), int(res.nit), history, stop
 
     # ------------------------------------------------------------------ sklearn hooks
     def _solve_mode0(self, backend, T, X, factors):
