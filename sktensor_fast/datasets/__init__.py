@@ -12,6 +12,7 @@ Examples
 import os
 
 from ..io import load_tns
+from ..tensor import _attach_labels
 
 __all__ = ["list_datasets", "load_flights_routes"]
 
@@ -59,7 +60,9 @@ def load_flights_routes(return_X_labels=False):
     data : sklearn.utils.Bunch
         With fields
 
-        - ``tensor``: the :class:`~sktensor_fast.tensor.SparseTensor` of counts (float64);
+        - ``tensor``: the :class:`~sktensor_fast.tensor.SparseTensor` of counts (float64),
+          carrying ``labels`` and ``mode_names`` (so that ``tensor.transpose(...)`` keeps
+          them);
         - ``labels``: list with one list of strings per mode (index ``j`` of mode ``k`` is
           named ``labels[k][j]``);
         - ``mode_names``: ``["origin", "dest", "carrier", "hour", "weekday"]``;
@@ -76,6 +79,7 @@ def load_flights_routes(return_X_labels=False):
     """
     folder = os.path.join(_DATA_DIR, "flights-routes")
     X, labels = load_tns(os.path.join(folder, "tensor.tns.gz"), with_labels=True)
+    _attach_labels(X, labels, _FLIGHTS_ROUTES_MODES)
     if return_X_labels:
         return X, labels
     from sklearn.utils import Bunch
