@@ -19,7 +19,7 @@ import warnings
 from abc import abstractmethod
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Integral, Interval, Options, Real, StrOptions
@@ -68,7 +68,7 @@ class _InitConstraint(Options):
                 f"matrices")
 
 
-class BaseCP(TransformerMixin, BaseEstimator):
+class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Base class of the CP estimators (not for direct use)."""
 
     _init_strings = {"random", "nvecs"}
@@ -135,6 +135,9 @@ class BaseCP(TransformerMixin, BaseEstimator):
                                  f"is zero")
             self.tensor_shape_ = tuple(X.shape)
             self.n_features_in_ = int(np.prod(X.shape[1:], dtype=np.int64))
+            # labels of the modes, when the tensor carries them (describe_components, save_model)
+            self.labels_ = getattr(X, "labels", None)
+            self.mode_names_ = getattr(X, "mode_names", None)
         else:
             fitted = self.tensor_shape_
             if X.ndim != len(fitted) or tuple(X.shape[1:]) != tuple(fitted[1:]):
@@ -278,6 +281,11 @@ class BaseCP(TransformerMixin, BaseEstimator):
     @property
     def rank_(self):
         return self.factors_[0].shape[1]
+
+    @property
+    def _n_features_out(self):
+        """Number of output features (the rank), for ``get_feature_names_out``."""
+        return self.rank_
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
