@@ -123,6 +123,9 @@ def save_model(model, path, labels=None, mode_names=None):
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)       # mkstemp's 0600 would hide the file from others
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
