@@ -73,6 +73,13 @@ def test_check_estimator_gcp(solver):
     check_estimator(GCP(solver=solver, epoch_iters=10, max_iter=3, random_state=0))
 
 
+# ---------------------------------------------------------------------------- convergence
+def _counts(seed=0, shape=(12, 10, 8)):
+    rng = np.random.default_rng(seed)
+    M = KruskalTensor(None, [rng.random((s, 2)) for s in shape]).full()
+    return SparseTensor.from_dense(rng.poisson(4 * M).astype(float))
+
+
 def _estimators():
     from sktensor_fast import CPAPR, GCP
     return [CPALS(), CPAPR(), GCP()]
@@ -129,3 +136,55 @@ def test_initial_factors_of_extreme_scale(est):
         with pytest.raises(ValueError, match="init: the initial model reaches values of "
                                              "about 1e600"):
             clone(est).set_params(init=[f * 1e200 for f in init], **kw).fit(X)
+
+
+def _convergence_estimators():
+    from sktensor_fast import CPAPR, GCP
+    return {
+        "CPALS": lambda **kw: CPALS(rank=2, random_state=0, **kw),
+        "CPAPR-mu": lambda **kw: CPAPR(rank=2, random_state=0, **kw),
+        "CPAPR-pdnr": lambda **kw: CPAPR(rank=2, solver="pdnr", random_state=0, **kw),
+        "GCP-adam": lambda **kw: GCP(rank=2, loss="poisson", random_state=0, epoch_iters=20,
+                                     **kw),
+        "GCP-lbfgsb": lambda **kw: GCP(rank=2, loss="poisson", solver="lbfgsb",
+                                       random_state=0, **kw),
+    }
+
+
+@pytest.mark.parametrize("name", list(_convergence_estimators()))
+def test_stopping_at_max_iter_warns_and_says_so(name):
+    from sklearn.exceptions import ConvergenceWarning
+    X = _counts()
+    make = _convergence_estimators()[name]
+    with pytest.warns(ConvergenceWarning, match=r"stopped at max_iter=2 .*tol="):
+        est = make(max_iter=2, tol=0.0).fit(X)
+    assert est.converged_ is False and est.stop_reason_ == "max_iter"
+    assert est.n_iter_ >= 2
+    # run to its own criterion: no warning, converged_
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = make(max_iter=1000).fit(X)
+    assert est.converged_ is True and est.stop_reason_ not in ("max_iter", "max_time")
+    assert est.n_iter_ < 1000 or name == "GCP-lbfgsb"
+
+
+@pytest.mark.parametrize("name", list(_convergence_estimators()))
+def test_max_time_stops_every_estimator(name):
+    from sklearn.exceptions import ConvergenceWarning
+    X = _counts()
+    make = _convergence_estimators()[name]
+    with pytest.warns(ConvergenceWarning, match="stopped at max_time=1e-09s after"):
+        est = make(max_iter=1000, tol=0.0, max_time=1e-9).fit(X)
+    assert est.stop_reason_ == "max_time" and not est.converged_
+    assert est.n_iter_ <= 2
+
+
+def test_lbfgsb_n_iter_counts_the_refit_of_the_loadings():
+    """GCP's L-BFGS-B refits the mode-0 loadings after the fit; n_iter_ counts those
+    iterations too, and the loss history has one entry per iteration."""
+    from sktensor_fast import GCP
+    X = _counts()
+    est = GCP(rank=2, loss="poisson", solver="lbfgsb", random_state=0, max_iter=3).fit(X)
+    assert est.n_iter_ > 3
+    assert est.n_iter_ == len(est.loss_history_) - 1

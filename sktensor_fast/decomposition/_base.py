@@ -15,10 +15,12 @@ Subclasses implement three methods:
 """
 import sys
 import time
+import warnings
 from abc import abstractmethod
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import (Integral, Interval, InvalidParameterError, Options,
                                             Real, StrOptions)
@@ -89,7 +91,7 @@ def _describe(constraints):
     return " or ".join(dict.fromkeys(parts))
 
 
-class BaseCP(TransformerMixin, BaseEstimator):
+class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Base class of the CP estimators (not for direct use)."""
 
     _init_strings = {"random", "nvecs"}
@@ -103,7 +105,11 @@ class BaseCP(TransformerMixin, BaseEstimator):
         "device": [_DeviceConstraint()],
         "format": [StrOptions(set(FORMATS))],
         "verbose": ["verbose"],
+        "max_time": [Interval(Real, 0, None, closed="neither"), None],
     }
+
+    #: what one unit of ``max_iter`` is called in messages
+    _iteration_name = "iterations"
 
     def _validate_params(self):
         """scikit-learn's validation of the constructor parameters, and bools refused where a
@@ -186,6 +192,9 @@ class BaseCP(TransformerMixin, BaseEstimator):
                                  f"is zero")
             self.tensor_shape_ = tuple(X.shape)
             self.n_features_in_ = int(np.prod(X.shape[1:], dtype=np.int64))
+            # labels of the modes, when the tensor carries them (describe_components, save_model)
+            self.labels_ = getattr(X, "labels", None)
+            self.mode_names_ = getattr(X, "mode_names", None)
         else:
             if X.shape[0] == 0:
                 raise ValueError(f"{name} needs at least one sample (mode-0 slice); X has shape "
@@ -231,7 +240,24 @@ class BaseCP(TransformerMixin, BaseEstimator):
         self._validate_params()
         X = self._validate_input(X, reset=True)
         self._fit_impl(X)
+        self._warn_if_not_converged()
         return self
+
+    def _warn_if_not_converged(self):
+        """ConvergenceWarning when the kept fit stopped at max_iter or max_time."""
+        if self.converged_:
+            return
+        name = type(self).__name__
+        what = self._iteration_name
+        if self.stop_reason_ == "max_time":
+            msg = (f"{name} stopped at max_time={self.max_time:g}s after {self.n_iter_} {what}, "
+                   f"before reaching its tolerance (tol={self.tol:g}); the model may be far "
+                   f"from converged: increase max_time")
+        else:
+            msg = (f"{name} stopped at max_iter={self.max_iter} {what} before reaching its "
+                   f"tolerance (tol={self.tol:g}); the model may be far from converged: "
+                   f"increase max_iter (or loosen tol)")
+        warnings.warn(msg, ConvergenceWarning, stacklevel=3)
 
     def _fit_impl(self, X, **fit_args):
         """Run ``n_init`` fits; ``fit_args`` go to every ``_fit_model`` call (the state of
@@ -267,6 +293,8 @@ class BaseCP(TransformerMixin, BaseEstimator):
         self.weights_ = np.asarray(best["weights"], dtype=np.float64)
         self.factors_ = [np.asarray(f) for f in best["factors"]]
         self.n_iter_ = int(best["n_iter"])
+        self.converged_ = bool(best["converged"])
+        self.stop_reason_ = str(best["stop"])
         self.loss_history_ = np.asarray(best["loss_history"], dtype=np.float64)
         for key, val in best.get("attributes", {}).items():
             setattr(self, key, val)
@@ -328,6 +356,11 @@ class BaseCP(TransformerMixin, BaseEstimator):
     @property
     def rank_(self):
         return self.factors_[0].shape[1]
+
+    @property
+    def _n_features_out(self):
+        """Number of output features (the rank), for ``get_feature_names_out``."""
+        return self.rank_
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -94,6 +94,10 @@ class CPALS(BaseCP):
         picks ALTO for large tensors it fits (see :func:`sktensor_fast.formats.build_format`).
     verbose : int, default=0
         Print progress (iteration, fit, change, time) to stderr.
+    max_time : float or None, default=None
+        Stop after the iteration during which this many seconds have passed (counted for each
+        of the ``n_init`` starts).  A fit that stops at ``max_iter`` or ``max_time`` before the
+        change in fit falls below ``tol`` warns (``sklearn.exceptions.ConvergenceWarning``).
 
     Attributes
     ----------
@@ -106,7 +110,12 @@ class CPALS(BaseCP):
         2⁻²⁰⁰ (where ‖X‖² would overflow or underflow) are fitted after an exact scaling by a
         power of two, and the weights scaled back.
     n_iter_ : int
-        Iterations run.
+        Iterations run (by the kept start when ``n_init > 1``).
+    converged_ : bool
+        Whether the change in fit fell below ``tol`` (False: the fit stopped at ``max_iter``
+        or ``max_time``, with a ConvergenceWarning).
+    stop_reason_ : {"tol", "max_iter", "max_time"}
+        Why the fit stopped.
     loss_history_ : ndarray
         Fit after every iteration.
     n_features_in_ : int
@@ -133,7 +142,7 @@ class CPALS(BaseCP):
     }
 
     def __init__(self, rank=2, *, max_iter=100, tol=1e-4, init="random", random_state=None,
-                 n_init=1, device="cpu", format="auto", verbose=0):
+                 n_init=1, device="cpu", format="auto", verbose=0, max_time=None):
         self.rank = rank
         self.max_iter = max_iter
         self.tol = tol
@@ -143,6 +152,7 @@ class CPALS(BaseCP):
         self.device = device
         self.format = format
         self.verbose = verbose
+        self.max_time = max_time
 
     def _check_init_scale(self, factors):
         """CP-ALS does not depend on the scale of the initial columns (each update solves for
@@ -188,6 +198,7 @@ class CPALS(BaseCP):
         weights = np.ones(self.rank)
         t0 = time.perf_counter()
         n_iter = 0
+        stop = "max_iter"
         for it in range(self.max_iter):
             fit_old = fit
             for n in range(N):
@@ -218,12 +229,18 @@ class CPALS(BaseCP):
                 self._log(f"iter {n_iter:4d}  fit {fit:.8f}  change {change:.2e}  "
                           f"{time.perf_counter() - t0:.2f}s")
             if it > 0 and change < self.tol:
+                stop = "tol"
+                break
+            if self.max_time is not None and time.perf_counter() - t0 > self.max_time:
+                stop = "max_time"
+                self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
         self._log(f"done: {n_iter} iterations, fit {fit:.8f}, {time.perf_counter() - t0:.2f}s")
         host = [np.asarray(backend.to_numpy(u), dtype=np.float64) for u in U]
         weights, host = _arrange(weights, host)
         return {"weights": weights, "factors": host, "n_iter": n_iter, "loss_history": history,
-                "score": fit, "attributes": {"fit_": float(fit)}}
+                "score": fit, "converged": stop == "tol", "stop": stop,
+                "attributes": {"fit_": float(fit)}}
 
     def _solve_mode0(self, backend, T, X, factors):
         U = [backend.asarray(np.empty((X.shape[0], self.rank_), dtype=X.dtype))]
