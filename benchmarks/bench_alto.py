@@ -7,7 +7,8 @@
 Synthetic tensors with the shapes and nonzero counts of FROSTT's Uber (4-way, 3.3M), NIPS
 (4-way, 3.1M) and a 20M-nonzero slice of NELL-2's shape (``benchmarks/synth.py``; duplicate
 coordinates are summed, so the final counts are a little lower).  For every mode: MTTKRP over
-COO and over ALTO (conflict resolution chosen by reuse, and both forced), Φ over COO and ALTO;
+COO and over ALTO (conflict resolution chosen by reuse, and both paths forced: private
+buffers over row intervals, compact buffers of the shared rows), Φ over COO and ALTO;
 format construction times; one CP-ALS iteration with each format, and with GenTen (pygenten,
 OpenMP) when ``--genten`` is given and pygenten imports.  STREAM triad is measured in the same
 run.  ``--auto-sweep`` adds build + 10 MTTKRP sweeps of both formats at small nonzero counts,
@@ -155,7 +156,7 @@ def main(argv=None):
               f" | bytes COO {C.nbytes / 1e6:.0f} MB, ALTO {A.nbytes / 1e6:.0f} MB "
               f"(+ subs/vals {(A.subs.nbytes + A.vals.nbytes) / 1e6:.0f} MB of the tensor)")
         print(f"{'mode':>4} {'I_n':>7} {'reuse':>8} {'ALTO uses':>9} | {'MTTKRP ms':>9}: "
-              f"{'COO':>8} {'ALTO':>8} {'speedup':>7} {'buffer':>8} {'atomic':>8} | "
+              f"{'COO':>8} {'ALTO':>8} {'speedup':>7} {'buffer':>8} {'compact':>8} | "
               f"{'Phi ms':>6}: {'COO':>8} {'ALTO':>8} {'speedup':>7}")
         modes = []
         for m in range(len(shape)):
@@ -163,7 +164,7 @@ def main(argv=None):
             B = rng.random((shape[m], R))
             t = {}
             t["coo"] = best_of(lambda: C.accumulate(factors, m, out, None, 0.0, th), rep)
-            for how in ("buffer", "atomic"):
+            for how in ("buffer", "compact"):
                 A.accumulate(factors, m, out, None, 0.0, th, conflict=how)  # flags, workspace
                 t[how] = best_of(lambda: A.accumulate(factors, m, out, None, 0.0, th,
                                                       conflict=how), rep)
@@ -176,7 +177,7 @@ def main(argv=None):
                           **{f"{k}_s": v for k, v in t.items()}})
             print(f"{m:>4} {shape[m]:>7} {A.reuse(m):>8.0f} {choice:>9} | {'':>9}  "
                   f"{t['coo'] * 1e3:>8.1f} {t['alto'] * 1e3:>8.1f} {t['coo'] / t['alto']:>7.2f} "
-                  f"{t['buffer'] * 1e3:>8.1f} {t['atomic'] * 1e3:>8.1f} | {'':>6}  "
+                  f"{t['buffer'] * 1e3:>8.1f} {t['compact'] * 1e3:>8.1f} | {'':>6}  "
                   f"{t['phi_coo'] * 1e3:>8.1f} {t['phi_alto'] * 1e3:>8.1f} "
                   f"{t['phi_coo'] / t['phi_alto']:>7.2f}", flush=True)
         tot = {k: sum(md[f"{k}_s"] for md in modes) for k in ("coo", "alto", "phi_coo",

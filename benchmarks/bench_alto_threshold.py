@@ -1,4 +1,4 @@
-"""Where ALTO's private-buffer path starts to beat atomics: MTTKRP time versus reuse.
+"""Where ALTO's private-buffer path starts to beat the compact path: MTTKRP time versus reuse.
 
     python benchmarks/bench_alto_threshold.py                      # defaults below
     python benchmarks/bench_alto_threshold.py --nnz 2e6 --rank 16 --threads 2 --repeat 5 \\
@@ -7,8 +7,8 @@
 Builds 3-way tensors with a fixed number of nonzeros whose target mode (``--mode``) has length
 2^k for k in ``--log2-lengths`` (the other two modes are fixed), so that the reuse
 ``nnz / I_target`` sweeps several decades, and times that mode's MTTKRP over ALTO with
-conflicts resolved by private buffers and by atomics, and over COO for reference (best of
-``--repeat``).  Prints a table and the
+conflicts resolved by private buffers over row intervals and by compact buffers of the shared
+rows, and over COO for reference (best of ``--repeat``).  Prints a table and the
 smallest reuse from which buffers win at every larger reuse, and writes JSON.
 """
 import argparse
@@ -64,7 +64,7 @@ def main(argv=None):
           f"threads={args.threads}, "
           f"decoder={_alto.get_decoder()}, other modes {args.other}, zipf={args.zipf}")
     print(f"{'I_target':>9} {'nnz':>9} {'reuse':>9} {'parts':>5} {'buf rows':>9} "
-          f"{'buffer ms':>10} {'atomic ms':>10} {'atomic/buffer':>13} {'COO ms':>8}")
+          f"{'buffer ms':>10} {'compact ms':>10} {'compact/buffer':>14} {'COO ms':>8}")
     for k in args.log2_lengths:
         shape = [*args.other]
         shape.insert(args.mode, 2 ** k)
@@ -79,22 +79,23 @@ def main(argv=None):
         m = args.mode
         t["coo"] = best_of(lambda: C.accumulate(factors, m, out, None, 0.0, args.threads),
                            args.repeat)
-        for how in ("buffer", "atomic"):
+        for how in ("buffer", "compact"):
             T.accumulate(factors, m, out, None, 0.0, args.threads, conflict=how)  # warm up
             t[how] = best_of(lambda: T.accumulate(factors, m, out, None, 0.0, args.threads,
                                                   conflict=how), args.repeat)
         row = {"shape": shape, "nnz": X.nnz, "reuse": T.reuse(m), "partitions": T.n_partitions,
-               "buffer_rows": T.buffer_rows(m), "buffer_s": t["buffer"], "atomic_s": t["atomic"],
+               "buffer_rows": T.buffer_rows(m), "buffer_s": t["buffer"], "compact_s": t["compact"],
+               "compact_rows": T.compact_rows(m),
                "coo_s": t["coo"]}
         rows.append(row)
         print(f"{shape[m]:>9} {X.nnz:>9} {row['reuse']:>9.1f} {T.n_partitions:>5} "
-              f"{row['buffer_rows']:>9} {t['buffer'] * 1e3:>10.2f} {t['atomic'] * 1e3:>10.2f} "
-              f"{t['atomic'] / t['buffer']:>13.2f} {t['coo'] * 1e3:>8.2f}", flush=True)
+              f"{row['buffer_rows']:>9} {t['buffer'] * 1e3:>10.2f} {t['compact'] * 1e3:>10.2f} "
+              f"{t['compact'] / t['buffer']:>14.2f} {t['coo'] * 1e3:>8.2f}", flush=True)
     # smallest reuse from which buffers win at every larger reuse
     by_reuse = sorted(rows, key=lambda r: r["reuse"])
     crossover = None
     for i, r in enumerate(by_reuse):
-        if all(q["buffer_s"] <= q["atomic_s"] for q in by_reuse[i:]):
+        if all(q["buffer_s"] <= q["compact_s"] for q in by_reuse[i:]):
             crossover = r["reuse"]
             break
     print(f"buffers win from reuse ≈ {crossover}" if crossover is not None

@@ -35,6 +35,11 @@ fits
 scaling
     MTTKRP and Φ (all modes) against the number of nonzeros (NELL-2's shape) and against the
     number of threads, on log-log axes.
+contention (only when asked for: ``--sections contention``)
+    Whole fits (CP-ALS, CP-APR MU, GCP Adam) in fresh processes with one thread and with the
+    default thread count (or ``--threads``), on a quiet machine and with ``--busy N`` busy
+    processes started by the benchmark (default: one per core); see
+    ``benchmarks/contention.py``.
 
 Output: one table per section on stdout (Markdown), ``OUT/benchmarks.json`` (machine, CPU,
 threads, devices, versions, date and every section) and PNG plots in ``OUT``.
@@ -58,6 +63,7 @@ import sktensor_fast  # noqa: E402
 from sktensor_fast import SparseTensor, load_tns, num_threads  # noqa: E402
 from sktensor_fast.backends import get_backend, parse_device  # noqa: E402
 from sktensor_fast.formats import FORMATS  # noqa: E402
+from benchmarks import contention  # noqa: E402
 from benchmarks import peers  # noqa: E402
 from benchmarks import stream as stream_mod  # noqa: E402
 from benchmarks.byte_models import genten_mttkrp_bytes, mttkrp_bytes, phi_bytes  # noqa: E402
@@ -857,11 +863,18 @@ def make_plots(report, outdir):
                      "dotted: ideal)", fontsize=9)
         ax.legend(fontsize=7)
         save(fig, "scaling_threads.png")
+    if report.get("contention", {}).get("rows"):
+        fig = contention.plot(report["contention"], outdir, plt)
+        if fig is not None:
+            save(fig, "contention.png")
     return files
 
 
 # ====================================================================== main
-SECTIONS = ("stream", "kernels", "fits", "scaling")
+SECTIONS = ("stream", "kernels", "fits", "scaling", "contention")
+
+#: Sections run when --sections is not given (contention starts busy processes: only on request)
+DEFAULT_SECTIONS = ("stream", "kernels", "fits", "scaling")
 
 
 def parse_args(argv):
@@ -880,7 +893,13 @@ def parse_args(argv):
     p.add_argument("--out", default="bench_out", help="folder for the JSON and the plots")
     p.add_argument("--threads", type=int, nargs="+", default=None,
                    help="CPU thread counts (default: 1 and all cores)")
-    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(DEFAULT_SECTIONS),
+                   help="sections to run (default: all but contention)")
+    p.add_argument("--busy", type=int, default=None,
+                   help="contention: busy processes of the loaded condition (default: one per "
+                        "core)")
+    p.add_argument("--compare-spin", action="store_true",
+                   help="contention: also time OpenMP's spinning default at many threads")
     p.add_argument("--stream-size", type=int, default=None,
                    help="STREAM elements per array (default: preset, at least 4x the LLC)")
     p.add_argument("--max-nnz", type=int, default=None,
@@ -934,6 +953,8 @@ def main(argv=None):
     threads = sorted(set(args.threads or {1, cores()}))
     if min(threads) < 1:
         raise SystemExit("--threads: thread counts must be >= 1")
+    if args.busy is not None and args.busy < 0:
+        raise SystemExit("--busy must be >= 0")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     devices = [{"device": "cpu", "ok": True, "name": cpu_model(), "kind": "Cython/OpenMP"}]
@@ -963,7 +984,9 @@ def main(argv=None):
           + f" | load average {m['load_average_start'][0]:.2f}\n", flush=True)
     synth = Synth()
     titles = {"stream": "STREAM (GB/s, best of the rounds after the first)",
-              "kernels": "Kernels", "fits": "Whole fits", "scaling": "Scaling"}
+              "kernels": "Kernels", "fits": "Whole fits", "scaling": "Scaling",
+              "contention": "Whole fits on a quiet and on a busy machine (fresh processes, "
+                            "best seconds; ratio: many threads over one)"}
     for s in SECTIONS:
         if s not in args.sections:
             continue
@@ -974,6 +997,10 @@ def main(argv=None):
             res, table = section_kernels(cfg, threads, devices, report["stream"], synth)
         elif s == "fits":
             res, table = section_fits(cfg, threads, devices)
+        elif s == "contention":
+            res, table = contention.section_contention(
+                args.mode, args.busy, args.threads, args.repeat, cores=cores(),
+                compare_spin=args.compare_spin)
         else:
             res, table = section_scaling(cfg, threads, devices, synth)
         res["section_seconds"] = time.time() - t0

@@ -99,7 +99,8 @@ def opencl_stream(backend, n, trials=5):
     dtype = np.dtype(np.float64 if backend.fp64 else np.float32)
     header = ("#define USE_FP64 1\n#define VAL_T double\n" if dtype == np.float64
               else "#define VAL_T float\n")
-    prog = cl.Program(backend.ctx, header + _opencl_source()).build()
+    from sktensor_fast.backends.opencl.backend import build_program
+    prog = build_program(backend.ctx, header + _opencl_source(), what="the STREAM kernels")
     q = backend.queue
     n = int(n)
     a, b, c = (cla.empty(q, n, dtype) for _ in range(3))

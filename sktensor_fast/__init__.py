@@ -6,12 +6,21 @@ the CPU (Cython/OpenMP) or on OpenCL devices, chosen by each estimator's ``devic
 """
 __version__ = "0.1.0"
 
-from .tensor import SparseTensor
-from .kruskal import KruskalTensor
-from .io import load_tns, save_tns
-from .decomposition import CPALS, CPAPR, GCP
-from .backends import list_devices
-from .backends.cpu import get_num_threads, set_num_threads, num_threads
+from . import _config
+
+# The OpenMP runtime reads its waiting policy once, when the compiled kernels load it: ask for
+# passive waiting (threads sleep at barriers instead of spinning against the threads they wait
+# for) unless the user chose a policy.  The environment is restored right after.
+_config._openmp_env_enter()
+try:
+    from .tensor import SparseTensor
+    from .kruskal import KruskalTensor
+    from .io import load_tns, save_tns
+    from .decomposition import CPALS, CPAPR, GCP
+    from .backends import list_devices
+    from .backends.cpu import get_num_threads, set_num_threads, num_threads
+finally:
+    _config._openmp_env_exit()
 from ._config import show_config, get_config
 
 __all__ = [

@@ -12,20 +12,35 @@ go through a slower path, so that well-formed files of tens of millions of lines
 Every problem with the content is reported as a :class:`ValueError` naming its line.
 """
 import bz2
+import contextlib
 import glob
 import gzip
 import io
 import lzma
+import numbers
 import os
+import secrets
+import stat
+import warnings
+import zlib
 
 import numpy as np
 
-from .tensor import SparseTensor, _check_shape, as_sparse_tensor
+from .tensor import SparseTensor, _SumOverflowError, _check_shape, as_sparse_tensor
 
 __all__ = ["load_tns", "save_tns", "read_labels", "write_labels"]
 
 #: Bytes of text parsed at a time; bounds the memory used on top of the result.
 _BLOCK_BYTES = 1 << 24
+#: Nonzeros formatted and written at a time by :func:`save_tns`.
+_WRITE_CHUNK = 1 << 20
+#: Default limits of :func:`load_tns`: longest line (bytes) and most coordinates a line.
+MAX_LINE_LENGTH = 1 << 20
+MAX_MODES = 64
+#: Largest zero-based coordinate + 1 (a mode length must fit in int64).
+_COORD_LIMIT = 2 ** 63 - 1
+# errors of the decompressors that are not OSError
+_READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _BZ2_MAGIC = b"BZh"
@@ -41,14 +56,56 @@ _POW10 = np.array([float(10 ** k) for k in range(23)])
 
 
 # ---------------------------------------------------------------------------------- helpers
+class _FileObjectReader(io.RawIOBase):
+    """Raw binary reads from a user's file object (binary or text), as they are consumed."""
+
+    def __init__(self, f):
+        self._f = f
+        self._pending = b""
+
+    def readable(self):
+        return True
+
+    def _fill(self, n):
+        while len(self._pending) < n:
+            chunk = self._f.read(max(n - len(self._pending), 1 << 16))
+            if not chunk:
+                break
+            if isinstance(chunk, str):
+                chunk = chunk.encode("utf-8")
+            self._pending += bytes(chunk)
+
+    def peek(self, n):
+        self._fill(n)
+        return self._pending[:n]
+
+    def readinto(self, b):
+        if not self._pending:
+            self._fill(min(len(b), 1 << 24))
+        k = min(len(b), len(self._pending))
+        b[:k] = self._pending[:k]
+        self._pending = self._pending[k:]
+        return k
+
+
 def _open_binary(path):
-    """Return ``(readable binary stream, name)`` with decompression applied."""
+    """Return ``(readable binary stream, name)`` with decompression applied.
+
+    Nothing is read ahead beyond a few bytes: the caller reads the stream in blocks.
+    """
     if hasattr(path, "read"):
-        raw = path.read()
-        if isinstance(raw, str):
-            raw = raw.encode("utf-8")
-        name = getattr(path, "name", "<stream>")
-        return io.BytesIO(_decompress(bytes(raw))), str(name)
+        # the caller's object is wrapped, not closed; compressed data is inflated as it is read
+        raw = _FileObjectReader(path)
+        head = raw.peek(6)
+        name = str(getattr(path, "name", "<stream>"))
+        source = io.BufferedReader(raw)
+        if head.startswith(_GZIP_MAGIC):
+            return gzip.GzipFile(fileobj=source, mode="rb"), name
+        if head.startswith(_BZ2_MAGIC):
+            return bz2.BZ2File(source, "rb"), name
+        if head.startswith(_XZ_MAGIC):
+            return lzma.LZMAFile(source, "rb"), name
+        return source, name
     name = os.fspath(path)
     with open(name, "rb") as f:
         head = f.read(6)
@@ -61,20 +118,21 @@ def _open_binary(path):
     return open(name, "rb"), name
 
 
-def _decompress(raw):
-    if raw.startswith(_GZIP_MAGIC):
-        return gzip.decompress(raw)
-    if raw.startswith(_BZ2_MAGIC):
-        return bz2.decompress(raw)
-    if raw.startswith(_XZ_MAGIC):
-        return lzma.decompress(raw)
-    return raw
+def _iter_blocks(stream, block_bytes, max_line_length=None, name="<stream>"):
+    """Yield chunks of ``stream`` that each end at a line break (the last one may not).
 
-
-def _iter_blocks(stream, block_bytes):
-    """Yield chunks of ``stream`` that each end at a line break (the last one may not)."""
+    A line longer than ``max_line_length`` bytes (line break excluded) raises ValueError, so
+    that the memory used is bounded by ``block_bytes + max_line_length`` whatever the text.
+    """
+    limit = max_line_length
     leftover = b""
+    lines_done = 0  # line breaks in the chunks yielded so far
     first = True
+
+    def too_long(line):
+        return ValueError(f"{name}, line {line}: the line is longer than {limit} bytes "
+                          f"(the max_line_length of load_tns)")
+
     while True:
         chunk = stream.read(block_bytes)
         if first:
@@ -87,11 +145,24 @@ def _iter_blocks(stream, block_bytes):
             return
         buf = leftover + chunk if leftover else chunk
         cut = buf.rfind(b"\n")
+        if limit is not None and cut != -1:
+            # every complete line: jump from line start to the last break within reach
+            pos = 0
+            while pos <= cut:
+                r = buf.rfind(b"\n", pos, min(pos + limit + 1, cut + 1))
+                if r == -1:
+                    if pos:  # the lines before it first: an error there comes first
+                        yield buf[:pos]
+                    raise too_long(lines_done + buf.count(b"\n", 0, pos) + 1)
+                pos = r + 1
         if cut == -1:
             leftover = buf
-            continue
-        yield buf[:cut + 1]
-        leftover = buf[cut + 1:]
+        else:
+            yield buf[:cut + 1]
+            lines_done += buf.count(b"\n", 0, cut + 1)
+            leftover = buf[cut + 1:]
+        if limit is not None and len(leftover) > limit:
+            raise too_long(lines_done + 1)
 
 
 def _blank_comment_lines(a, block, offset):
@@ -222,11 +293,13 @@ def _int_or_none(tok):
 class _BlockParser:
     """Turns blocks of whole lines into coordinates and values, checking everything."""
 
-    def __init__(self, name, shape, index_base, dtype=np.float64):
+    def __init__(self, name, shape, index_base, dtype=np.float64, max_modes=None):
         self.name = name
         self.dtype = np.dtype(dtype)
         self.shape = shape
         self.index_base = int(index_base)
+        self.max_modes = max_modes
+        self.underflows = 0  # nonzero values that round to 0 in ``dtype``
         self.ncols = None
         self.first_line = None
         self.lines_before = 0
@@ -265,6 +338,11 @@ class _BlockParser:
         en[:-1] &= ws[1:]
         tok_e = np.flatnonzero(en) + 1
         del en, nonws
+        ntok = tok_s.shape[0]
+        if ntok == 0:
+            # only blanks and comments: no per-line arrays needed
+            self.lines_before += block.count(b"\n")
+            return
         special_bytes = np.flatnonzero(((a - np.uint8(48)) > 9) & ~ws)
         del ws
         nl = np.flatnonzero(a == 10)
@@ -274,9 +352,6 @@ class _BlockParser:
         if line_starts[-1] >= pad + nbytes:
             line_starts = line_starts[:-1]
             line_ends = line_ends[:-1]
-        ntok = tok_s.shape[0]
-        if ntok == 0:
-            return
         nlines = line_starts.shape[0]
         errors = []
         if self.ncols is None:
@@ -288,6 +363,11 @@ class _BlockParser:
                 raise ValueError(
                     f"{self._where(self.first_line)}: found {self.ncols} column; a nonzero "
                     f"needs its coordinates followed by its value")
+            if self.max_modes is not None and self.ncols - 1 > self.max_modes:
+                raise ValueError(
+                    f"{self._where(self.first_line)}: found {self.ncols - 1} coordinates, more "
+                    f"than max_modes={self.max_modes} (pass a larger max_modes to load_tns if "
+                    f"the tensor really has that many modes)")
             if self.shape is not None and self.ncols - 1 != len(self.shape):
                 raise ValueError(
                     f"{self._where(self.first_line)}: found {self.ncols - 1} coordinates but "
@@ -349,7 +429,13 @@ class _BlockParser:
             for i in idx[~ok]:
                 tok = bytes(a[cs[i]:ce[i]])
                 value = _int_or_none(tok)
-                if value is None or abs(value) >= 2 ** 62:
+                if value is not None and value - base >= _COORD_LIMIT:
+                    coords[i] = base
+                    errors.append((int(row_line[i // nmodes]),
+                                   f"coordinate {tok.decode('latin-1')!r} in mode "
+                                   f"{i % nmodes + 1} is too large: a zero-based coordinate "
+                                   f"must be below 2**63 - 1"))
+                elif value is None or value < base:
                     coords[i] = base
                     if _float_or_none(tok) is None:
                         errors.append((int(row_line[i // nmodes]),
@@ -393,20 +479,27 @@ class _BlockParser:
                     i = int(idx[err])
                     errors.append((int(row_line[i]),
                                    f"{_token_text(a, vs[i], ve[i])!r} is not a number"))
-                else:
-                    vals[idx] = parsed
-                    finite = np.isfinite(parsed)
-                    if not finite.all():
-                        i = int(idx[np.flatnonzero(~finite)[0]])
-                        errors.append((int(row_line[i]),
-                                       f"value {_token_text(a, vs[i], ve[i])!r} is not finite"))
-        if self.dtype != np.float64 and not errors and nrows:
-            too_big = np.abs(vals) > np.finfo(self.dtype).max
+                    idx, parsed = idx[:err], parsed[:err]  # the tokens read before it
+                vals[idx] = parsed
+                finite = np.isfinite(parsed)
+                if not finite.all():
+                    i = int(idx[np.flatnonzero(~finite)[0]])
+                    errors.append((int(row_line[i]),
+                                   f"value {_token_text(a, vs[i], ve[i])!r} is not finite"))
+        if self.dtype != np.float64 and nrows:
+            # a value rounds to the nearest float32: only what rounds to inf is too large.
+            # Rows from the first error on may hold undecoded values: they are not checked.
+            checked = nrows if not errors else int(np.searchsorted(row_line, min(errors)[0]))
+            with np.errstate(over="ignore", under="ignore"):
+                narrow = vals.astype(self.dtype)
+            too_big = ~np.isfinite(narrow[:checked])
             if too_big.any():
                 i = int(np.flatnonzero(too_big)[0])
                 errors.append((int(row_line[i]),
                                f"value {_token_text(a, vs[i], ve[i])} is too large for "
                                f"{self.dtype.name}"))
+            self.underflows += int(np.count_nonzero((narrow == 0) & (vals != 0)))
+            vals = narrow
         if errors:
             line, msg = min(errors)
             raise ValueError(f"{self._where(line)}: {msg}")
@@ -418,7 +511,11 @@ class _BlockParser:
 
 
 def _parse_floats(a, starts, ends):
-    """Parse general floating-point tokens; returns ``(values, None)`` or ``(None, bad index)``."""
+    """Parse general floating-point tokens.
+
+    Returns ``(values, None)``, or ``(values, i)`` when token ``i`` is not a number (then only
+    ``values[:i]`` are set).
+    """
     lengths = ends - starts
     total = int(lengths.sum())
     # gather the tokens into one buffer separated by spaces and let NumPy parse it
@@ -439,12 +536,54 @@ def _parse_floats(a, starts, ends):
     for i in range(lengths.shape[0]):
         v = _float_or_none(bytes(a[starts[i]:ends[i]]))
         if v is None:
-            return None, i
+            return values, i
         values[i] = v
     return values, None
 
 
 # ---------------------------------------------------------------------------------- labels
+@contextlib.contextmanager
+def _atomic_output(path):
+    """Write a file all at once: yield a binary file object for a temporary file next to
+    ``path``; when the block completes, flush it to disk and rename it onto ``path``.
+
+    On any exception (KeyboardInterrupt included) the temporary file is removed and ``path``,
+    if it existed, is left as it was.  A symbolic link is written through, like ``open``.
+    """
+    target = os.path.realpath(os.fspath(path))
+    directory, base = os.path.split(target)
+    while True:
+        tmp = os.path.join(directory, f".{base}.{secrets.token_hex(4)}.tmp")
+        try:
+            # 0o666 less the umask, as open() would create it
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
+                         0o666)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))  # keep the old file's mode
+        except FileNotFoundError:
+            pass
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    # make the rename itself durable (not possible on every platform)
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
 def _map_files(directory, ndim):
     found = []
     for k in range(1, ndim + 1):
@@ -458,8 +597,14 @@ def _map_files(directory, ndim):
 
 
 def _read_map(path):
-    with open(path, "r", encoding="utf-8", newline="") as f:
-        text = f.read()
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ValueError(f"{path}, line {line}: the label file is not valid UTF-8 "
+                         f"({exc.reason} at byte {exc.start})") from None
     if text.startswith("\ufeff"):
         text = text[1:]
     if not text:
@@ -557,14 +702,20 @@ def write_labels(directory, labels, names=None):
         if bad:
             raise ValueError(f"label {bad[0]!r} of mode {k + 1} holds a line break")
         path = os.path.join(directory, f"mode-{k + 1}-{name}.map")
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write("".join(x + "\n" for x in lab))
+        try:
+            data = "".join(x + "\n" for x in lab).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"a label of mode {k + 1} cannot be written in UTF-8: "
+                             f"{exc.reason}") from None
+        with _atomic_output(path) as f:
+            f.write(data)
         paths.append(path)
     return paths
 
 
 # ---------------------------------------------------------------------------------- loading
-def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_base=1):
+def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_base=1,
+             max_line_length=MAX_LINE_LENGTH, max_modes=MAX_MODES):
     """Load a sparse tensor from a FROSTT ``.tns`` file (plain or compressed).
 
     Parameters
@@ -581,6 +732,11 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
         Value dtype of the result.
     index_base : int, default=1
         Value of the first index in the file (1 for FROSTT; 0 for zero-based files).
+    max_line_length : int or None, default=1048576
+        Longest line accepted, in bytes (line break excluded); None for no limit.  With a
+        limit, the memory used while reading is bounded whatever the file holds.
+    max_modes : int or None, default=64
+        Most coordinates a line may hold; None for no limit.
 
     Returns
     -------
@@ -595,8 +751,17 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
     ValueError
         With the file name and line number, when a line has a different number of columns than
         the first data line, a token is not a number, a coordinate is not an integer
-        ``>= index_base`` or lies beyond ``shape``, or a value is not finite; also when the file
-        holds no nonzeros and ``shape`` is not given, or a label file is too short.
+        ``>= index_base`` or lies beyond ``shape``, a value is not finite (or too large for
+        ``dtype``), a line is longer than ``max_line_length`` or holds more than ``max_modes``
+        coordinates; with the file name and the coordinate, when repeated coordinates sum past
+        the range of ``dtype``; also when the file holds no nonzeros and ``shape`` is not
+        given, or a label file is too short or not UTF-8.
+
+    Warns
+    -----
+    UserWarning
+        With ``dtype=np.float32``, when values too small for float32 round to 0: they are
+        dropped, as the constructor of :class:`SparseTensor` drops zeros.
 
     Examples
     --------
@@ -621,17 +786,24 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
         raise TypeError(f"dtype must be float32 or float64, got {dtype}")
     if with_labels and hasattr(path, "read"):
         raise TypeError("with_labels=True needs a file path to locate the label files")
+    for arg, value in (("max_line_length", max_line_length), ("max_modes", max_modes)):
+        if value is not None and (isinstance(value, bool)
+                                  or not isinstance(value, numbers.Integral) or value < 1):
+            raise ValueError(f"{arg} must be a positive integer or None, got {value!r}")
     stream, name = _open_binary(path)
-    parser = _BlockParser(name, shape, int(index_base), dtype)
+    parser = _BlockParser(name, shape, int(index_base), dtype, max_modes)
     try:
-        for block in _iter_blocks(stream, _BLOCK_BYTES):
+        for block in _iter_blocks(stream, _BLOCK_BYTES, max_line_length, name):
             parser.feed(block)
-    except (OSError, EOFError) as exc:
+    except _READ_ERRORS as exc:
         if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
             raise
         raise ValueError(f"{name}: cannot read the file: {exc}") from exc
     finally:
         stream.close()
+    if parser.underflows:
+        warnings.warn(f"{name}: {parser.underflows} value(s) too small for {dtype.name} round "
+                      f"to 0 and are dropped", UserWarning, stacklevel=2)
     if parser.ncols is None:
         if shape is None:
             raise ValueError(f"{name} holds no nonzeros; pass `shape` to load an empty tensor")
@@ -654,7 +826,10 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
                     grown[k] = max(grown[k], len(_read_map(p)))
             shape = tuple(grown)
         labels = read_labels(directory, shape)
-    X = _to_tensor(subs, vals, shape, dtype)
+    try:
+        X = _to_tensor(subs, vals, shape, dtype)
+    except _SumOverflowError as exc:
+        raise _SumOverflowError(exc.coord, exc.dtype, index_base, f"{name}: ") from None
     return (X, labels) if with_labels else X
 
 
@@ -719,7 +894,7 @@ def _format_rows(subs, vals, integral, precision):
         parts.append(_int_digits(vals.astype(np.int64), sign_column=True))
     else:
         if precision is None:
-            text = vals.astype("S")
+            text = _shortest_text(vals)
         else:
             text = np.char.mod(f"%.{int(precision)}g".encode(), vals.astype(np.float64))
         text = np.ascontiguousarray(text)
@@ -729,18 +904,32 @@ def _format_rows(subs, vals, integral, precision):
     return flat[flat != 0].tobytes()
 
 
-def _open_for_writing(path):
-    if hasattr(path, "write"):
-        return path, False
-    name = os.fspath(path)
+def _shortest_text(vals):
+    """Shortest text of every value that reads back (as a double, then rounded to the dtype
+    of ``vals``) as the same value."""
+    text = vals.astype("S")
+    if vals.dtype != np.float64:
+        # the shortest float32 text is exact when read as a float32, but the reader parses a
+        # double first; where that double rounding differs, nine digits are always exact
+        back = text.astype(np.float64).astype(vals.dtype)
+        bad = np.flatnonzero(back != vals)
+        if bad.shape[0]:
+            nine = np.char.mod(b"%.9g", vals[bad].astype(np.float64))
+            text = text.astype(f"S{max(text.dtype.itemsize, nine.dtype.itemsize)}")
+            text[bad] = nine
+    return text
+
+
+def _compressed(f, name):
+    """A compressing writer over the binary file ``f``, chosen by the suffix of ``name``."""
     lower = name.lower()
     if lower.endswith(".gz"):
-        return gzip.open(name, "wb", compresslevel=6), True
+        return gzip.GzipFile(filename=name, mode="wb", fileobj=f, compresslevel=6)
     if lower.endswith(".bz2"):
-        return bz2.open(name, "wb"), True
+        return bz2.BZ2File(f, "wb")
     if lower.endswith(".xz"):
-        return lzma.open(name, "wb"), True
-    return open(name, "wb"), True
+        return lzma.LZMAFile(f, "wb")
+    return contextlib.nullcontext(f)
 
 
 def save_tns(path, X, *, precision=None):
@@ -750,13 +939,17 @@ def save_tns(path, X, *, precision=None):
     ----------
     path : str, path-like or binary file object
         Destination; compressed with gzip when the name ends with ``.gz`` (``.bz2`` and
-        ``.xz`` select bzip2 and xz).
+        ``.xz`` select bzip2 and xz).  A file is written whole or not at all: the text goes to
+        a temporary file in the same folder, which replaces ``path`` only once complete (if
+        writing fails or is interrupted, an existing ``path`` is left as it was).
     X : SparseTensor or convertible (see :func:`~sktensor_fast.tensor.as_sparse_tensor`)
         The tensor.
     precision : int, optional
         Significant digits of non-integral values (``%.{precision}g``).  By default values are
-        written with the shortest text that reads back as the same floating-point number.
-        When every value is an integer, values are written without decimals.
+        written with the shortest text that reads back as the same floating-point number (the
+        same float32 for a float32 tensor loaded with ``dtype=np.float32``), so that
+        :func:`load_tns` gives back exactly the tensor saved.  When every value is an integer,
+        values are written without decimals.
 
     Examples
     --------
@@ -776,12 +969,15 @@ def save_tns(path, X, *, precision=None):
     vals = X.vals
     integral = bool(X.nnz == 0 or (np.all(vals == np.round(vals))
                                    and float(np.abs(vals).max()) < 2.0 ** 53))
-    f, must_close = _open_for_writing(path)
-    try:
-        chunk = 1 << 20
-        for lo in range(0, X.nnz, chunk):
-            hi = min(lo + chunk, X.nnz)
+
+    def write(f):
+        for lo in range(0, X.nnz, _WRITE_CHUNK):
+            hi = min(lo + _WRITE_CHUNK, X.nnz)
             f.write(_format_rows(X.subs[lo:hi], vals[lo:hi], integral, precision))
-    finally:
-        if must_close:
-            f.close()
+
+    if hasattr(path, "write"):
+        write(path)
+        return
+    name = os.fspath(path)
+    with _atomic_output(name) as raw, _compressed(raw, name) as f:
+        write(f)

@@ -40,13 +40,22 @@ class SparseTensor:
     sum_duplicates : bool, default=True
         Add up the values of repeated coordinates (always done; ``False`` raises on duplicates).
     dtype : {None, np.float32, np.float64}
-        Force a value dtype.
+        Force a value dtype.  Values that only round to 0 in float32 are dropped with a
+        warning; values too large for it raise ValueError.
+    copy : bool, default=True
+        With ``False`` the tensor may keep (read-only views of) the given arrays when they
+        already have the right dtype and order; the caller must then not modify them.
 
     Notes
     -----
     Construction validates everything: coordinates must be integers inside the shape, values
-    finite.  Duplicate coordinates are summed and explicit zeros dropped, so ``nnz`` counts the
-    distinct nonzero entries.  Coordinates are sorted lexicographically.
+    finite.  Duplicate coordinates are summed (a sum beyond the dtype's range is an error) and
+    explicit zeros dropped, so ``nnz`` counts the distinct nonzero entries.  Coordinates are
+    sorted lexicographically.
+
+    ``subs``, ``vals`` and ``shape`` are read-only: the compiled kernels trust them, so they
+    cannot be changed after validation (writing into the arrays raises ``ValueError``,
+    assigning the attributes ``AttributeError``).  Build a new tensor instead.
 
     Examples
     --------
@@ -60,6 +69,8 @@ class SparseTensor:
     __array_priority__ = 10
 
     def __init__(self, subs, vals, shape=None, *, sum_duplicates=True, dtype=None, copy=True):
+        if shape is not None:
+            shape = _check_shape(shape)
         subs = np.asarray(subs)
         vals = np.asarray(vals)
         if vals.ndim != 1:
@@ -81,10 +92,21 @@ class SparseTensor:
         if subs.dtype.kind == "f":
             if not np.all(np.isfinite(subs)):
                 raise ValueError("subs holds NaN or infinite coordinates")
-            if np.any(subs != np.round(subs)):
-                raise ValueError("subs holds non-integer coordinates")
-        if subs.dtype.kind == "u" and subs.size and subs.max() > np.iinfo(np.int64).max:
-            raise ValueError("subs holds coordinates too large for int64")
+            frac = subs != np.round(subs)
+            if np.any(frac):
+                r, k = np.argwhere(frac)[0]
+                raise ValueError(f"subs holds non-integer coordinates ({float(subs[r, k])!r} "
+                                 f"in mode {k}, row {r})")
+        if subs.dtype.kind in "uf" and subs.size:
+            # a cast to int64 would wrap these around silently
+            lo = subs.min(axis=0).tolist()
+            hi = subs.max(axis=0).tolist()
+            for k in range(subs.shape[1]):
+                if lo[k] < 0:
+                    raise ValueError(f"subs holds a negative coordinate ({lo[k]!r}) in mode {k}")
+                if hi[k] >= 2 ** 63:
+                    raise ValueError(f"subs holds coordinate {hi[k]!r} in mode {k}, too large "
+                                     f"for int64")
         subs = subs.astype(np.int64, copy=copy)
         ndim = subs.shape[1]
         if shape is None:
@@ -115,14 +137,27 @@ class SparseTensor:
         if vals.dtype.kind not in "iufb":
             try:
                 vals = vals.astype(np.float64)
+            except OverflowError as exc:
+                raise ValueError(f"vals holds a number too large for float64: {exc}") from None
             except (TypeError, ValueError) as exc:
                 raise TypeError(f"vals must be numeric, got dtype {vals.dtype}") from exc
         if dtype is None:
             dtype = np.dtype(np.float32) if vals.dtype == np.float32 else np.dtype(np.float64)
-        vals = vals.astype(dtype, copy=copy)
+        given = vals
+        with np.errstate(over="ignore", under="ignore"):
+            vals = vals.astype(dtype, copy=copy)
         if nnz and not np.all(np.isfinite(vals)):
             bad = int(np.flatnonzero(~np.isfinite(vals))[0])
+            if given.dtype.kind == "f" and np.isfinite(given[bad]):
+                raise ValueError(f"vals holds {float(given[bad])!r} (at position {bad}), too "
+                                 f"large for {dtype.name}")
             raise ValueError(f"vals holds NaN or infinite values (first at position {bad})")
+        if nnz and given.dtype.kind == "f" and given.dtype.itemsize > dtype.itemsize:
+            lost = int(np.count_nonzero((vals == 0) & (given != 0)))
+            if lost:
+                warnings.warn(f"{lost} value(s) too small for {dtype.name} round to 0 and are "
+                              f"dropped", UserWarning, stacklevel=2)
+        del given
         # --- canonical form: sorted, duplicates summed, zeros dropped ---------------------
         if nnz:
             order = _lexsort(subs, shape)
@@ -132,27 +167,76 @@ class SparseTensor:
                 dup = np.all(subs[1:] == subs[:-1], axis=1)
                 if dup.any():
                     if not sum_duplicates:
-                        raise ValueError("subs holds repeated coordinates")
+                        first = tuple(int(c) for c in subs[np.flatnonzero(dup)[0]])
+                        raise ValueError(f"subs holds repeated coordinates, e.g. {first}")
                     start = np.concatenate(([True], ~dup))
                     idx = np.flatnonzero(start)
-                    vals = np.add.reduceat(vals, idx).astype(dtype, copy=False)
+                    with np.errstate(over="ignore"):
+                        vals = np.add.reduceat(vals, idx).astype(dtype, copy=False)
                     subs = subs[idx]
+                    over = ~np.isfinite(vals)
+                    if over.any():
+                        raise _SumOverflowError(subs[np.flatnonzero(over)[0]], dtype)
             keep = vals != 0
             if not keep.all():
                 subs = subs[keep]
                 vals = vals[keep]
-        self.subs = np.ascontiguousarray(subs)
-        self.vals = np.ascontiguousarray(vals)
-        self.shape = shape
+        self._set(subs, vals, shape)
+
+    def _set(self, subs, vals, shape):
+        # the kernels trust these arrays: they are only ever exposed as read-only views
+        self._subs = _read_only(np.ascontiguousarray(subs, dtype=np.int64))
+        self._vals = _read_only(np.ascontiguousarray(vals))
+        self._shape = tuple(int(s) for s in shape)
+
+    # ------------------------------------------------------------------ read-only data
+    @property
+    def subs(self):
+        """Coordinates of the nonzeros: int64 array of shape ``(nnz, ndim)``, read-only."""
+        return self._subs
+
+    @subs.setter
+    def subs(self, value):
+        _refuse_assignment("subs")
+
+    @property
+    def vals(self):
+        """Values of the nonzeros: array of shape ``(nnz,)``, read-only."""
+        return self._vals
+
+    @vals.setter
+    def vals(self, value):
+        _refuse_assignment("vals")
+
+    @property
+    def shape(self):
+        """Length of every mode: a tuple of int."""
+        return self._shape
+
+    @shape.setter
+    def shape(self, value):
+        _refuse_assignment("shape")
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        for key in ("subs", "vals", "shape"):
+            state[key] = state.pop("_" + key)
+        return state
+
+    def __setstate__(self, state):
+        # an unpickled tensor is outside data like any other: validate it again (repeated
+        # coordinates are an error here, not summed)
+        state = dict(state)
+        subs, vals, shape = (state.pop(key) for key in ("subs", "vals", "shape"))
+        self.__dict__.update(state)
+        self.__init__(subs, vals, shape, sum_duplicates=False, copy=False)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
     def _from_canonical(cls, subs, vals, shape):
         """Wrap arrays already validated, sorted and free of duplicates/zeros (internal)."""
         obj = cls.__new__(cls)
-        obj.subs = np.ascontiguousarray(subs, dtype=np.int64)
-        obj.vals = np.ascontiguousarray(vals)
-        obj.shape = tuple(int(s) for s in shape)
+        obj._set(subs, vals, shape)
         return obj
 
     @classmethod
@@ -188,7 +272,16 @@ class SparseTensor:
 
     @classmethod
     def from_sparse(cls, array, dtype=None):
-        """Build from a pydata ``sparse.COO`` array."""
+        """Build from a pydata ``sparse.COO`` array.
+
+        The implicit entries of a SparseTensor are 0, so an array with another ``fill_value``
+        (or NaN) is refused rather than silently changed.
+        """
+        fill = getattr(array, "fill_value", 0)
+        if np.ndim(fill) != 0 or np.isnan(fill) or fill != 0:
+            raise ValueError(f"the sparse array has fill_value={np.asarray(fill).item()!r}; "
+                             f"a SparseTensor's implicit entries are 0, so only fill_value=0 "
+                             f"converts exactly (densify it, or subtract the fill value first)")
         coords = np.asarray(array.coords)
         vals = np.asarray(array.data)
         if dtype is None and vals.dtype == np.float32:
@@ -342,6 +435,34 @@ class SparseTensor:
         return SparseTensor._from_canonical(subs[perm], vals[perm], shape)
 
 
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+class _SumOverflowError(ValueError):
+    """Repeated coordinates whose values add up beyond the largest float of the dtype."""
+
+    def __init__(self, coord, dtype, index_base=0, where=""):
+        self.coord = tuple(int(c) for c in coord)
+        self.dtype = np.dtype(dtype)
+        shown = tuple(c + index_base for c in self.coord)
+        base = "zero-based" if index_base == 0 else f"{index_base}-based"
+        super().__init__(f"{where}the values repeated at coordinate {shown} ({base}) add up to "
+                         f"more than the largest {self.dtype.name}; they cannot be summed")
+
+
+def _refuse_assignment(name):
+    raise AttributeError(
+        f"SparseTensor.{name} is read-only: a tensor is validated once, when it is built; "
+        f"build a new one instead, e.g. SparseTensor(subs, vals, shape)")
+
+
+def _read_only(a):
+    """A read-only view of ``a``; ``a`` itself (perhaps the caller's array) is left as it is."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def _check_shape(shape):
     if isinstance(shape, numbers.Integral):
         shape = (shape,)
@@ -358,6 +479,9 @@ def _check_shape(shape):
                 raise TypeError(f"shape must hold integers, got {shape!r}")
         if s < 1:
             raise ValueError(f"every mode must have length >= 1, got shape {shape!r}")
+        if s > _INT64_MAX:
+            raise ValueError(f"mode {len(out)} of shape {shape!r} is longer than 2**63 - 1, the "
+                             f"largest length int64 coordinates can index")
         out.append(int(s))
     return tuple(out)
 

@@ -49,10 +49,16 @@ def phi_ref(X, factors, mode, B, eps):
 
 
 def opencl_backend_or_skip():
-    """The OpenCL backend on the first OpenCL device, or skip the test when there is none."""
+    """The OpenCL backend on the first usable OpenCL device, or skip the test with the reason:
+    PyOpenCL missing, no device, or no device whose compiler can build kernels (the device
+    selection builds a test program on each device once per process)."""
     import pytest
     from sktensor_fast.backends import get_backend
     try:
+        from sktensor_fast.backends.opencl import NoDeviceError
+    except ImportError as exc:
+        pytest.skip(f"OpenCL unavailable: {exc}")
+    try:
         return get_backend("opencl")
-    except Exception as exc:  # no platform at all
-        pytest.skip(f"no OpenCL device: {exc}")
+    except (ImportError, NoDeviceError) as exc:
+        pytest.skip(f"OpenCL unavailable: {exc}")

@@ -140,14 +140,39 @@ def test_shared_rows_flags():
         np.testing.assert_array_equal(T.shared_rows(mode), expected)
 
 
+@pytest.mark.parametrize("shape", [(30, 20, 10), (2,) * 3 + (32,) * 12])
+def test_compact_plan(shape, decoder):
+    """Per partition the sorted rows it shares with another; per nonzero its row's entry
+    among them (-1 where the partition owns the row)."""
+    rng = np.random.default_rng(7)
+    X = random_sparse(shape, 1500, rng)
+    T = AltoFormat(X, n_partitions=5)
+    D = T.decode()
+    for mode in range(len(shape)):
+        slot, rows, roff = T.compact_plan(mode)
+        shared = T.shared_rows(mode).astype(bool)
+        assert slot.dtype == np.int32 and roff[0] == 0 and roff[-1] == rows.size
+        for p in range(T.n_partitions):
+            r = D[T.parts[p]:T.parts[p + 1], mode]
+            mine = np.unique(r[shared[r]])
+            np.testing.assert_array_equal(rows[roff[p]:roff[p + 1]], mine)
+            expect = np.where(shared[r], np.searchsorted(mine, r), -1)
+            np.testing.assert_array_equal(slot[T.parts[p]:T.parts[p + 1]], expect)
+        assert T.compact_rows(mode) == rows.size
+
+
 def test_default_partitions():
+    """A function of the nonzero count alone (not of the cores, threads or affinity)."""
     assert alto_mod.default_partitions(0) == 0
-    assert alto_mod.default_partitions(1, cores=2) == 1
-    assert alto_mod.default_partitions(10, cores=2) == 2
-    assert alto_mod.default_partitions(10 ** 5, cores=2) == 7
-    assert alto_mod.default_partitions(10 ** 8, cores=2) == 64
-    assert alto_mod.default_partitions(10 ** 8, cores=64) == 256
-    assert alto_mod.default_partitions(10, cores=64) == 10
+    assert alto_mod.default_partitions(1) == 1
+    assert alto_mod.default_partitions(10) == 1
+    assert alto_mod.default_partitions(10 ** 5) == 7
+    assert alto_mod.default_partitions(2 ** 20) == 64
+    assert alto_mod.default_partitions(2 ** 23) == 64
+    assert alto_mod.default_partitions(2 ** 24) == 128
+    assert alto_mod.default_partitions(10 ** 8) == 512
+    P = [alto_mod.default_partitions(n) for n in range(1, 10 ** 8, 77777)]
+    assert np.all(np.diff(P) >= 0)
 
 
 # ---------------------------------------------------------------------- kernels vs COO
@@ -160,7 +185,7 @@ def _close(got, ref, rtol=1e-12):
 
 
 @pytest.mark.parametrize("shape", KERNEL_SHAPES)
-@pytest.mark.parametrize("conflict", ["buffer", "atomic"])
+@pytest.mark.parametrize("conflict", ["buffer", "compact"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_mttkrp_and_phi_match_coo(shape, conflict, threads, decoder):
     rng = np.random.default_rng(len(shape) + 10 * threads)
@@ -188,7 +213,7 @@ def test_rank_fast_paths(rank, decoder):
     be = get_backend("cpu")
     with num_threads(2):
         for mode in range(3):
-            for conflict in ("buffer", "atomic"):
+            for conflict in ("buffer", "compact"):
                 out = np.empty((X.shape[mode], rank))
                 T.accumulate(factors, mode, out, None, 0.0, 2, conflict=conflict)
                 _close(out, mttkrp_ref(X, factors, mode), 1e-11)
@@ -258,16 +283,41 @@ def test_buffer_waves_bound_memory_and_keep_the_result(monkeypatch, threads):
                          np.array([0, 5], dtype=np.int64))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compact_waves_keep_the_result(monkeypatch, threads):
+    """The compact path in waves of partitions (a small buffer budget) gives the bits of a
+    single wave, and the compact and buffer paths agree to rounding."""
+    rng = np.random.default_rng(5)
+    X = random_sparse((3000, 2000, 900), 20000, rng)
+    factors = [rng.random((s, 6)) for s in X.shape]
+    be = get_backend("cpu")
+    one = AltoFormat(X, conflict="compact", n_partitions=16)
+    with num_threads(threads):
+        ref = [be.mttkrp(one, factors, m) for m in range(3)]
+    monkeypatch.setattr(alto_mod, "BUFFER_ENTRIES_PER_NNZ", 0.02)
+    T = AltoFormat(X, conflict="compact", n_partitions=16)
+    with num_threads(threads):
+        for m in range(3):
+            waves, need = T.buffer_waves(m, 6, threads, "compact")
+            assert len(waves) > 2 and need < T.compact_rows(m) * 6
+            np.testing.assert_array_equal(be.mttkrp(T, factors, m), ref[m])
+            buf = AltoFormat(X, conflict="buffer", n_partitions=16)
+            _close(ref[m], be.mttkrp(buf, factors, m))
+            _close(ref[m], mttkrp_ref(X, factors, m))
+
+
 def test_conflict_choice_by_reuse():
     rng = np.random.default_rng(8)
     X = random_sparse((4, 3000, 20), 6000, rng, skew=0)
     T = AltoFormat(X, n_partitions=4)
     assert T.conflict_for(0) == "buffer"      # reuse 1500
-    assert T.conflict_for(1) == "atomic"      # reuse 2
-    T.conflict = "atomic"
-    assert T.conflict_for(0) == "atomic"
+    assert T.conflict_for(1) == "compact"     # reuse 2
+    T.conflict = "compact"
+    assert T.conflict_for(0) == "compact"
     with pytest.raises(ValueError, match="conflict"):
         AltoFormat(X, conflict="locks")
+    with pytest.raises(ValueError, match="conflict"):
+        AltoFormat(X, conflict="atomic")      # replaced by the deterministic compact path
 
 
 def test_empty_and_tiny():

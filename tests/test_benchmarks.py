@@ -216,3 +216,74 @@ def test_phi_script_runs(tmp_path, capsys):
     for r in rows:
         assert len(r["phi_ms_per_mode"]) == 4 and r["phi_ms_sum"] > 0 and r["data_term_ms"] > 0
     assert "data term" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ contention section
+def test_contention_is_only_run_when_asked_for(tiny):
+    _, rep = tiny
+    assert "skipped" in rep["contention"]
+    assert "contention" in run.SECTIONS and "contention" not in run.DEFAULT_SECTIONS
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_busy_processes_are_stopped_and_bounded():
+    import time
+    from benchmarks.contention import BusyProcesses
+    with BusyProcesses(2) as bp:
+        pids = [p.pid for p in bp.procs]
+        time.sleep(0.2)
+        assert all(_alive(p) for p in pids)
+    assert not any(_alive(p) for p in pids)           # stopped on leaving the block
+    with pytest.raises(RuntimeError):
+        with BusyProcesses(1) as bp:
+            pid = bp.procs[0].pid
+            raise RuntimeError("interrupted")
+    assert not _alive(pid)                             # ... and on an exception
+    bp = BusyProcesses(1, seconds=0.3).start()         # their own deadline
+    try:
+        bp.procs[0].wait(timeout=30)
+        assert bp.check() == 1 and bp.restarted == 1   # restarted when found ended
+    finally:
+        bp.stop()
+
+
+def test_contention_child_and_summary(tmp_path):
+    """One fresh fit process, then the table and the plot from its numbers."""
+    from benchmarks import contention
+    spec = {"tensors": [["synthetic-tiny", [20, 15, 10], 600, 3]], "fits": ["cpals"],
+            "repeat": 1}
+    r = contention.run_child(spec, 1, timeout=600)
+    assert r["threads"] == 1 and r["omp_num_threads"] == "1"
+    from sktensor_fast._config import OPENMP_WAIT_VARIABLES
+    if not any(v in os.environ for v in OPENMP_WAIT_VARIABLES):
+        assert r["wait_policy"].startswith("passive")
+    (res,) = r["results"]
+    assert res["fit"] == "cpals" and res["nnz"] > 0 and len(res["seconds"]) == 1
+    settings = contention.thread_settings(None, compare_spin=True)
+    assert [s[0] for s in settings] == ["1", "default", "default+spin"]
+    assert settings[2][2] == contention.SPIN_ENV
+    runs = []
+    for cond, busy in (("quiet", 0), ("busy", 2)):
+        for label, t in (("1", 1.0), ("default", 0.6), ("default+spin", 3.0)):
+            runs.append({"condition": cond, "setting": label, "threads": 2,
+                         "results": [{"tensor": "T", "fit": "cpals", "seconds": [t, t * 2]}]})
+    rows = contention.summarize(runs, settings, [("quiet", 0), ("busy", 2)],
+                                [("T", None, None, 3)], ["cpals"])
+    assert len(rows) == 2 and rows[1]["busy"] == 2
+    assert rows[0]["ratio_default"] == pytest.approx(0.6)
+    assert rows[0]["ratio_default+spin"] == pytest.approx(3.0)
+    assert "| busy (+2) | T | cpals |" in contention.table(rows, settings)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = contention.plot({"rows": rows, "settings": [{"label": s[0]} for s in settings]},
+                          tmp_path, plt)
+    fig.savefig(tmp_path / "c.png")
+    assert (tmp_path / "c.png").read_bytes()[:8] == PNG_MAGIC

@@ -239,6 +239,18 @@ def test_error_reports_earliest_line():
         load_text("1 1 1\n0 1 1\n1 1 zz\n")
 
 
+@pytest.mark.parametrize("text, kwargs, match", [
+    # an error found later in the same block once hid these
+    ("1 1\n1 nan\n1 abc\n", {}, "line 2: value 'nan' is not finite"),
+    ("1 1\n1 3.5e38\n1\n", {"dtype": np.float32}, "line 2: value 3.5e38 is too large"),
+    ("1 1\n1 3.5e38\n1 x\n", {"dtype": np.float32}, "line 2: value 3.5e38 is too large"),
+    ("1\n1 1\n" + " " * 40 + "\n", {"max_line_length": 12}, "line 1: found 1 column"),
+])
+def test_earliest_error_wins_whatever_its_kind(text, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        load_text(text, **kwargs)
+
+
 def test_error_names_the_file(tmp_path):
     path = tmp_path / "bad.tns"
     path.write_text("1 1 1\n1 1\n")
@@ -366,6 +378,229 @@ def test_shared_mode_without_map(shared_data):
     assert X.nnz == 148286 and X.sum() == 181363
     assert labels[0] is None
     assert len(labels[1]) == 12971 and len(labels[2]) == 944
+
+
+# ---------------------------------------------------------------------------- writing safely
+def interrupt_after(monkeypatch, calls, exc=KeyboardInterrupt):
+    """Make the chunk writer of save_tns raise on its call number ``calls``."""
+    real = tns_io._format_rows
+    seen = []
+
+    def flaky(*args, **kwargs):
+        seen.append(1)
+        if len(seen) == calls:
+            raise exc("interrupted while writing")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tns_io, "_WRITE_CHUNK", 7)
+    monkeypatch.setattr(tns_io, "_format_rows", flaky)
+
+
+@pytest.mark.parametrize("name", ["x.tns", "x.tns.gz", "x.tns.bz2", "x.tns.xz"])
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, OSError])
+def test_interrupted_save_keeps_the_old_file(tmp_path, monkeypatch, name, exc):
+    """Overwriting once truncated the file first: an interruption left a valid-looking prefix."""
+    old = random_tensor(seed=11)
+    path = tmp_path / name
+    save_tns(path, old)
+    before = path.read_bytes()
+    interrupt_after(monkeypatch, 3, exc)
+    with pytest.raises(exc, match="interrupted"):
+        save_tns(path, random_tensor(nnz=60, seed=12))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no temporary file left
+    assert load_tns(path, shape=old.shape) == old
+
+
+def test_interrupted_first_save_leaves_nothing(tmp_path, monkeypatch):
+    interrupt_after(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        save_tns(tmp_path / "new.tns.gz", random_tensor(seed=13))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_replaces_whole_file_keeping_its_mode(tmp_path, monkeypatch):
+    monkeypatch.setattr(tns_io, "_WRITE_CHUNK", 5)
+    path = tmp_path / "x.tns.gz"
+    save_tns(path, random_tensor(nnz=80, seed=14))
+    path.chmod(0o640)
+    X = random_tensor(nnz=30, seed=15)
+    save_tns(path, X)
+    assert load_tns(path, shape=X.shape) == X
+    assert path.stat().st_mode & 0o777 == 0o640
+    # the gzip header names the file, not the temporary one
+    assert gzip.GzipFile(path).read() and path.read_bytes()[10:16] == b"x.tns\0"
+    # a link is written through, as open() does
+    link = tmp_path / "link.tns"
+    link.symlink_to(tmp_path / "target.tns")
+    save_tns(link, X)
+    assert link.is_symlink() and load_tns(tmp_path / "target.tns", shape=X.shape) == X
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.tns", "target.tns", "x.tns.gz"]
+
+
+def test_interrupted_write_labels_keeps_the_old_map(tmp_path, monkeypatch):
+    write_labels(tmp_path, [["a", "b"]], names=["x"])
+    before = (tmp_path / "mode-1-x.map").read_bytes()
+
+    def no_sync(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tns_io.os, "fsync", no_sync)
+    with pytest.raises(KeyboardInterrupt):
+        write_labels(tmp_path, [["c", "d", "e"]], names=["x"])
+    assert (tmp_path / "mode-1-x.map").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["mode-1-x.map"]
+
+
+# ---------------------------------------------------------------------------- bounded reading
+class EndlessStream:
+    """A file object repeating ``unit`` for ever; fails the test if read far beyond ``cap``."""
+
+    def __init__(self, unit, cap, head=b""):
+        self.unit, self.cap, self.given, self.head = unit, cap, 0, head
+
+    def read(self, n=-1):
+        assert self.given <= self.cap, "the reader keeps reading a line that never ends"
+        n = 1 << 16 if n is None or n < 0 else min(n, 1 << 16)
+        out = self.head + (self.unit * (n // len(self.unit) + 1))[:n]
+        self.head = b""
+        self.given += len(out)
+        return out
+
+
+@pytest.mark.parametrize("unit", [b"1 ", b" ", b"\t\r", b"# comment "])
+@pytest.mark.parametrize("head", [b"", b"1 1 1\n\n"])
+def test_a_line_without_end_is_refused_in_bounded_memory(monkeypatch, unit, head):
+    """512 MB of '1 1 1 ...' without a line break once took 17.5 GB."""
+    monkeypatch.setattr(tns_io, "_BLOCK_BYTES", 1 << 16)
+    src = EndlessStream(unit, 1 << 20, head)
+    line = 1 + head.count(b"\n")
+    with pytest.raises(ValueError, match=f"<stream>, line {line}: the line is longer than 4096 "
+                                         f"bytes"):
+        load_tns(src, max_line_length=4096)
+    assert src.given <= 3 * (1 << 16)
+
+
+def test_long_line_named_wherever_it_is(monkeypatch):
+    text = "1 1 1\n" * 5 + "1 1 " + "0" * 200 + "1\n" + "1 1 1\n"
+    for block in (16, 64, 1 << 24):
+        monkeypatch.setattr(tns_io, "_BLOCK_BYTES", block)
+        with pytest.raises(ValueError, match="line 6: the line is longer than 100 bytes"):
+            load_text(text, max_line_length=100)
+        assert load_text(text, max_line_length=205).vals.tolist() == [7.0]  # summed
+    with pytest.raises(ValueError, match="line 3: the line is longer than 10 bytes"):
+        load_text("1 1 1\n\n" + " " * 11 + "\n1 1 1\n", max_line_length=10)
+    assert load_text("1 1 1\n" + " " * 10 + "\n", max_line_length=10).nnz == 1
+    assert load_text("1 1 " + "0" * 100 + "1\n", max_line_length=None).nnz == 1
+
+
+def test_whitespace_only_streams():
+    for data in (b" " * 100000, b"\n" * 100000, b" \n\t" * 30000, gzip.compress(b"\n" * 10 ** 6)):
+        with pytest.raises(ValueError, match="holds no nonzeros"):
+            load_tns(io.BytesIO(data))
+    with pytest.raises(ValueError, match="line 1: the line is longer than 1048576 bytes"):
+        load_tns(io.BytesIO(gzip.compress(b" " * (4 << 20))))
+
+
+def test_too_many_modes():
+    line = " ".join(["1"] * 66) + "\n"
+    with pytest.raises(ValueError, match="line 2: found 65 coordinates, more than max_modes=64"):
+        load_text("# header\n" + line)
+    assert load_text(line, max_modes=None).ndim == 65
+    assert load_text(line, max_modes=65).ndim == 65
+    with pytest.raises(ValueError, match="found 3 coordinates, more than max_modes=2"):
+        load_text("1 1 1 1\n", max_modes=2)
+    for bad in (0, -1, 1.5, True, "8"):
+        with pytest.raises(ValueError, match="must be a positive integer or None"):
+            load_text("1 1 1\n", max_modes=bad)
+        with pytest.raises(ValueError, match="must be a positive integer or None"):
+            load_text("1 1 1\n", max_line_length=bad)
+
+
+def test_streams_are_read_as_they_go():
+    X = random_tensor(seed=16)
+    buf = io.BytesIO()
+    save_tns(buf, X)
+    text = buf.getvalue()
+    assert load_tns(io.StringIO(text.decode()), shape=X.shape) == X
+    for packed in (gzip.compress(text), __import__("bz2").compress(text),
+                   __import__("lzma").compress(text)):
+        assert load_tns(io.BytesIO(packed), shape=X.shape) == X
+    with pytest.raises(ValueError, match="cannot read the file"):
+        load_tns(io.BytesIO(gzip.compress(text)[:-20]))
+
+
+@pytest.mark.parametrize("damage", [slice(20, 40), slice(-8, None)])
+@pytest.mark.parametrize("how", ["path", "stream"])
+def test_damaged_compressed_data(tmp_path, damage, how):
+    text = b"".join(b"%d 1 %d\n" % (i, i) for i in range(1, 3000))
+    for packed in (gzip.compress(text), __import__("lzma").compress(text),
+                   __import__("bz2").compress(text)):
+        data = bytearray(packed)
+        data[damage] = bytes(len(data[damage]))
+        src = tmp_path / "x.bin"
+        src.write_bytes(bytes(data))
+        with pytest.raises(ValueError, match=r"cannot read the file|line \d+"):
+            load_tns(src if how == "path" else io.BytesIO(bytes(data)))
+
+
+# ---------------------------------------------------------------------------- exact round trips
+def test_repeated_coordinates_summing_past_the_dtype():
+    with pytest.raises(ValueError, match=r"<stream>: .*coordinate \(1, 2\) \(1-based\) add up "
+                                         r"to more than the largest float64"):
+        load_text("1 2 1e308\n2 1 1\n1 2 1e308\n")
+    with pytest.raises(ValueError, match=r"coordinate \(0, 1\) \(zero-based\).*largest float32"):
+        load_text("0 1 3e38\n0 1 3e38\n", dtype=np.float32, index_base=0)
+
+
+def test_largest_coordinates_round_trip(tmp_path):
+    top = 2 ** 63 - 2  # the largest zero-based coordinate (mode length 2**63 - 1)
+    X = SparseTensor(np.array([[2 ** 62 - 1, 0], [top, 1]]), [1.5, 2.0],
+                     shape=(2 ** 63 - 1, 2))
+    save_tns(tmp_path / "x.tns", X)
+    assert (tmp_path / "x.tns").read_text().splitlines()[1] == f"{top + 1} 2 2.0"
+    assert load_tns(tmp_path / "x.tns") == X
+    assert load_tns(tmp_path / "x.tns", shape=X.shape) == X
+    with pytest.raises(ValueError, match=r"line 1: coordinate '9223372036854775808' in mode 1 "
+                                         r"is too large"):
+        load_text("9223372036854775808 1 1\n")
+    with pytest.raises(ValueError, match=r"line 2: coordinate '1e20' in mode 2 is too large"):
+        load_text("1 1 1\n1 1e20 1\n")
+    with pytest.raises(ValueError, match=r"coordinate '9223372036854775807' in mode 1 is too"):
+        load_text("9223372036854775807 1 1\n", index_base=0)
+
+
+def test_float32_extremes_round_trip(tmp_path):
+    f32 = np.finfo(np.float32)
+    vals = np.array([f32.max, -f32.max, f32.tiny, f32.smallest_subnormal, 0.1, 1 / 3,
+                     16777217.0, 1e-30], dtype=np.float32)
+    X = SparseTensor(np.arange(8)[:, None] * [1, 1], vals, shape=(8, 8))
+    save_tns(tmp_path / "x.tns", X)
+    Y = load_tns(tmp_path / "x.tns", shape=X.shape, dtype=np.float32)
+    assert Y == X and Y.dtype == np.float32
+    np.testing.assert_array_equal(Y.vals.view(np.uint32), X.vals.view(np.uint32))
+    # the shortest text is kept where it is exact
+    assert (tmp_path / "x.tns").read_text().splitlines()[4] == "5 5 0.1"
+    # the largest float32 is written as 3.4028235e+38, a little above it as a double
+    assert load_text("1 1 3.4028235e+38\n", dtype=np.float32).vals[0] == f32.max
+    with pytest.raises(ValueError, match="line 1: value 3.40282357e38 is too large for float32"):
+        load_text("1 1 3.40282357e38\n", dtype=np.float32)
+
+
+def test_float32_underflow_dropped_with_a_warning():
+    with pytest.warns(UserWarning, match=r"<stream>: 2 value\(s\) too small for float32 round "
+                                         r"to 0 and are dropped"):
+        X = load_text("1 1 1e-50\n1 2 2\n2 1 -1e-46\n", dtype=np.float32)
+    assert X.subs.tolist() == [[0, 1]] and X.vals.tolist() == [2.0] and X.shape == (2, 2)
+    # float64 keeps them, explicit zeros are dropped silently in both
+    assert load_text("1 1 1e-50\n1 2 0\n").nnz == 1
+
+
+def test_map_file_not_utf8(tmp_path):
+    (tmp_path / "mode-1-x.map").write_bytes(b"ok\nfine\nbad \xff\xfe here\n")
+    with pytest.raises(ValueError, match=r"mode-1-x\.map, line 3: the label file is not valid "
+                                         r"UTF-8"):
+        read_labels(tmp_path, (3,))
 
 
 # ---------------------------------------------------------------------------- speed

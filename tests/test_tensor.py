@@ -305,3 +305,175 @@ def test_norm_sum_copy(pair):
     assert len(X) == 6
     assert X.size == 72 and X.density == pytest.approx(X.nnz / 72)
     assert "SparseTensor(shape=(6, 4, 3)" in repr(X)
+
+
+# ---------------------------------------------------------------------------- invariants kept
+def assert_canonical(X):
+    """The invariants the compiled kernels rely on."""
+    assert X.subs.dtype == np.int64 and X.subs.shape == (X.nnz, X.ndim)
+    assert X.vals.dtype in (np.float32, np.float64) and X.vals.shape == (X.nnz,)
+    assert not X.subs.flags.writeable and not X.vals.flags.writeable
+    assert X.subs.flags.c_contiguous and X.vals.flags.c_contiguous
+    if X.nnz:
+        assert X.subs.min() >= 0 and np.all(X.subs.max(axis=0) < np.array(X.shape))
+        assert np.all(np.isfinite(X.vals)) and np.all(X.vals != 0)
+        d = np.diff(X.subs, axis=0)
+        # strictly increasing in lexicographic order: the first nonzero difference is positive
+        first = np.argmax(d != 0, axis=1)
+        assert np.all(d[np.arange(d.shape[0]), first] > 0)
+
+
+def test_data_cannot_be_changed_after_validation():
+    X = SparseTensor([[0, 1, 2], [1, 0, 0]], [3.0, 4.0], shape=(2, 2, 3))
+    with pytest.raises(ValueError, match="read-only"):
+        X.subs[0, 1] = 10 ** 9
+    with pytest.raises(ValueError, match="read-only"):
+        X.vals[0] = np.nan
+    with pytest.raises(ValueError, match="read-only"):
+        X.subs.sort(axis=0)
+    for name, value in [("subs", np.zeros((2, 3), np.int64)), ("vals", np.ones(2)),
+                        ("shape", (1, 1, 1)), ("nnz", 5), ("ndim", 2)]:
+        with pytest.raises(AttributeError):
+            setattr(X, name, value)
+    assert_canonical(X)
+    assert X.shape == (2, 2, 3) and X.subs.tolist() == [[0, 1, 2], [1, 0, 0]]
+
+
+def test_caller_arrays_stay_writeable_with_copy_false():
+    subs = np.array([[0, 1], [1, 0]], dtype=np.int64)
+    vals = np.array([1.0, 2.0])
+    X = SparseTensor(subs, vals, copy=False)
+    assert subs.flags.writeable and vals.flags.writeable
+    subs[0, 0] = 1  # the caller's array is still theirs to write
+    assert_canonical(X)
+
+
+def test_derived_tensors_keep_the_invariants():
+    import copy
+    import pickle
+    X = SparseTensor.from_dense(random_dense((5, 4, 3), seed=4))
+    for Y in [X.copy(), X.astype(np.float32), X[[3, 0, 3]], X[1:], X[2], copy.copy(X),
+              copy.deepcopy(X), pickle.loads(pickle.dumps(X))]:
+        assert_canonical(Y)
+    Y = pickle.loads(pickle.dumps(X))
+    assert Y == X and Y.dtype == X.dtype
+
+
+def test_unpickled_tensor_is_validated():
+    import pickle
+    X = SparseTensor([[0, 1], [1, 0]], [1.0, 2.0])
+    state = X.__getstate__()
+    state["subs"] = np.array([[0, 1], [5, 0]])  # a corrupted or hand-made pickle
+    Y = SparseTensor.__new__(SparseTensor)
+    with pytest.raises(ValueError, match="outside the shape"):
+        Y.__setstate__(state)
+    state = X.__getstate__()
+    state["subs"] = np.array([[0, 1], [0, 1]])
+    with pytest.raises(ValueError, match="repeated coordinates"):
+        SparseTensor.__new__(SparseTensor).__setstate__(state)
+    # the state of an older pickle (plain attributes) is accepted and validated
+    Z = SparseTensor.__new__(SparseTensor)
+    Z.__setstate__({"subs": np.array([[1, 0], [0, 1]]), "vals": np.array([2.0, 1.0]),
+                    "shape": (2, 2)})
+    assert Z == X
+    assert_canonical(pickle.loads(pickle.dumps(Z)))
+
+
+CRASH_SCRIPT = """
+import sys
+import numpy as np
+from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor
+rng = np.random.default_rng(0)
+X = SparseTensor(rng.integers(0, 5, (60, 3)), rng.integers(1, 4, 60), (5, 5, 5))
+est = {"cpals": CPALS(rank=2, max_iter=3), "cpapr": CPAPR(rank=2, max_iter=2),
+       "gcp": GCP(rank=2, loss="poisson", max_iter=2)}[sys.argv[1]]
+attacks = {
+    "subs": lambda: X.subs.__setitem__((0, 1), 10 ** 9),
+    "reorder": lambda: X.subs.__setitem__(slice(None), X.subs[::-1].copy()),
+    "vals": lambda: X.vals.__setitem__(0, -1.0),
+    "shape": lambda: setattr(X, "shape", (1, 1, 1)),
+}
+for name, attack in attacks.items():
+    try:
+        attack()
+    except (ValueError, AttributeError) as exc:
+        print(name, type(exc).__name__, exc)
+    else:
+        print(name, "accepted")
+est.random_state = 0
+est.fit(X)
+print("fit ok", X.shape, X.nnz)
+"""
+
+
+@pytest.mark.parametrize("method", ["cpals", "cpapr", "gcp"])
+def test_changing_a_tensor_cannot_crash_a_fit(method):
+    """Writing an out-of-range coordinate or a wrong shape once segfaulted the kernels."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import sktensor_fast
+    root = str(Path(sktensor_fast.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    r = subprocess.run([sys.executable, "-c", CRASH_SCRIPT, method], capture_output=True,
+                       text=True, timeout=300, cwd=root, env=env)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    out = r.stdout
+    assert "subs ValueError assignment destination is read-only" in out
+    assert "reorder ValueError assignment destination is read-only" in out
+    assert "vals ValueError assignment destination is read-only" in out
+    assert "shape AttributeError" in out
+    assert "fit ok (5, 5, 5)" in out
+
+
+# ---------------------------------------------------------------------------- value ranges
+@pytest.mark.parametrize("dtype, big", [(np.float64, 1e308), (np.float32, 3e38)])
+def test_repeated_coordinates_whose_sum_overflows(dtype, big):
+    with pytest.raises(ValueError, match=r"coordinate \(0, 1\).*largest " + np.dtype(dtype).name):
+        SparseTensor([[0, 1], [1, 0], [0, 1]], np.array([big, 1.0, big], dtype=dtype))
+    # a sum that stays in range is fine
+    X = SparseTensor([[0, 1], [0, 1]], np.array([big, -big / 2], dtype=dtype))
+    assert X.vals.tolist() == [np.array(big / 2, dtype=dtype).item()]
+
+
+def test_float_coordinates_too_large_for_int64():
+    with pytest.raises(ValueError, match="coordinate 1e\\+20 in mode 1, too large for int64"):
+        SparseTensor(np.array([[0.0, 1e20]]), [1.0])
+    with pytest.raises(ValueError, match="in mode 0, too large for int64"):
+        SparseTensor(np.array([[2.0 ** 63, 0.0]]), [1.0])
+    with pytest.raises(ValueError, match=r"negative coordinate \(-1e\+20\) in mode 0"):
+        SparseTensor(np.array([[-1e20, 0.0]]), [1.0], shape=(2, 2))
+    with pytest.raises(ValueError, match="9223372036854775808 in mode 0, too large"):
+        SparseTensor(np.array([[2 ** 63, 0]], dtype=np.uint64), [1.0])
+    with pytest.raises(ValueError, match="longer than 2\\*\\*63 - 1"):
+        SparseTensor([[0, 0]], [1.0], shape=(2 ** 63, 1))
+    # the largest coordinate int64 can hold in a mode of the largest length
+    top = 2 ** 63 - 2
+    X = SparseTensor(np.array([[top, 0]]), [1.0], shape=(2 ** 63 - 1, 1))
+    assert X.subs[0, 0] == top
+
+
+def test_values_out_of_float32_range():
+    with pytest.raises(ValueError, match="1e\\+300 .*too large for float32"):
+        SparseTensor([[0, 0], [1, 1]], [1.0, 1e300], dtype=np.float32)
+    with pytest.warns(UserWarning, match="1 value\\(s\\) too small for float32"):
+        X = SparseTensor([[0, 0], [1, 1]], [1e-50, 2.0], dtype=np.float32)
+    assert X.nnz == 1 and X.subs.tolist() == [[1, 1]]
+    with pytest.raises(ValueError, match="too large for float64"):
+        SparseTensor([[0, 0]], np.array([10 ** 400], dtype=object))
+
+
+@pytest.mark.parametrize("fill", [5.0, np.nan, -1])
+def test_pydata_sparse_fill_value_refused(fill):
+    sparse = pytest.importorskip("sparse")
+    S = sparse.COO(np.array([[0, 1], [1, 0]]), np.array([1.0, 2.0]), shape=(2, 2),
+                   fill_value=fill)
+    with pytest.raises(ValueError, match="fill_value"):
+        as_sparse_tensor(S)
+    with pytest.raises(ValueError, match="fill_value"):
+        as_sparse_tensor(sparse.GCXS(S))
+    ok = sparse.COO(np.array([[0, 1], [1, 0]]), np.array([1.0, 2.0]), shape=(2, 2))
+    assert as_sparse_tensor(ok).sum() == 3.0

@@ -52,8 +52,32 @@ def get_backend(device="cpu"):
     return backend
 
 
-def list_devices():
-    """OpenCL devices visible to PyOpenCL as a list of dicts (empty without PyOpenCL)."""
+def list_devices(check=True):
+    """The OpenCL devices visible to PyOpenCL.
+
+    Parameters
+    ----------
+    check : bool, default=True
+        Build a small test program on each device (once per device and process) and report
+        whether its compiler works: a device that cannot compile kernels (``usable`` False)
+        is skipped by ``device="gpu"``/``"opencl"`` and refused by ``"opencl:P:D"``.
+
+    Returns
+    -------
+    list of dict
+        One dict per device with keys ``device`` (the string to pass as ``device=``),
+        ``platform``, ``name``, ``type``, ``fp64``, ``global_mem_bytes``, ``usable`` (bool, or
+        None when not checked) and ``error`` (the compiler's message when not usable, else
+        None).  Empty without PyOpenCL or without any OpenCL platform.
+
+    Examples
+    --------
+    >>> from sktensor_fast import list_devices
+    >>> devices = list_devices()
+    >>> all(d["device"].startswith("opencl:") for d in devices)
+    True
+    >>> usable = [d["device"] for d in devices if d["usable"]]   # e.g. ['opencl:0:0']
+    """
     try:
         import pyopencl as cl
     except ImportError:
@@ -69,8 +93,13 @@ def list_devices():
         except Exception:
             continue
         for d, dev in enumerate(devices):
+            error = None
+            if check:
+                from .opencl.backend import probe_device
+                error = probe_device(dev)
             out.append({"device": f"opencl:{p}:{d}", "platform": plat.name, "name": dev.name,
                         "type": cl.device_type.to_string(dev.type),
                         "fp64": bool(dev.double_fp_config),
-                        "global_mem_bytes": int(dev.global_mem_size)})
+                        "global_mem_bytes": int(dev.global_mem_size),
+                        "usable": (error is None) if check else None, "error": error})
     return out

@@ -8,6 +8,7 @@ matrices, length-R vectors and scalars come back to the host as NumPy objects.
 Backend arrays are whatever the backend uses (NumPy arrays on the CPU, ``pyopencl.array.Array``
 on an OpenCL device).  Factor matrices are C-contiguous (I_n x R).
 """
+import contextlib
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -40,6 +41,11 @@ class Backend(ABC):
 
     def copy(self, a):
         return a.copy()
+
+    def compute_scope(self):
+        """Context manager entered around a whole fit, ``transform`` or ``score`` (settings
+        that hold for the computation, e.g. the CPU backend's single-threaded BLAS)."""
+        return contextlib.nullcontext()
 
     # ------------------------------------------------------------------ sparse kernels
     @abstractmethod

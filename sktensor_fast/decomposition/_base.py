@@ -180,6 +180,10 @@ class BaseCP(TransformerMixin, BaseEstimator):
 
     def _fit_impl(self, X):
         backend = self._backend(X)
+        with backend.compute_scope():
+            return self._fit_in_scope(backend, X)
+
+    def _fit_in_scope(self, backend, X):
         t0 = time.perf_counter()
         T = backend.prepare(X, self._storage_format())
         self._log(f"tensor {X.shape}, nnz={X.nnz}, prepared for {backend.name} "
@@ -240,17 +244,19 @@ class BaseCP(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
         backend = self._backend()
-        T = backend.prepare(X, self._storage_format())
-        return self._solve_mode0(backend, T, X, self.factors_)
+        with backend.compute_scope():
+            T = backend.prepare(X, self._storage_format())
+            return self._solve_mode0(backend, T, X, self.factors_)
 
     def score(self, X, y=None):
         """Goodness of fit of ``X`` after refitting its mode-0 loadings (greater is better)."""
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
         backend = self._backend()
-        T = backend.prepare(X, self._storage_format())
-        W = self._solve_mode0(backend, T, X, self.factors_)
-        return float(self._score_loadings(backend, T, X, W, self.factors_))
+        with backend.compute_scope():
+            T = backend.prepare(X, self._storage_format())
+            W = self._solve_mode0(backend, T, X, self.factors_)
+            return float(self._score_loadings(backend, T, X, W, self.factors_))
 
     def inverse_transform(self, W):
         """The Kruskal model whose mode-0 loadings are ``W`` (other factors fitted)."""

@@ -18,8 +18,8 @@ name                          f(x, m)                                    data   
 ``gamma``                     x / (m + ε) + log(m + ε)                   ≥ 0          0
 ``rayleigh``                  2 log(m + ε) + (π/4) (x / (m + ε))²        ≥ 0          0
 ``negative_binomial`` (r)     (r + x) log(1 + m) − x log(m + ε)          counts ≥ 0   0
-``huber`` (δ)                 (x − m)² if |x − m| < δ,                   real         −inf
-                              else 2δ|x − m| − δ²
+``huber`` (δ)                 (x − m)² if abs(x − m) < δ,                real         −inf
+                              else 2δ abs(x − m) − δ²
 ``beta`` (β)                  (m + ε)^β / β − x (m + ε)^(β−1) / (β − 1)  ≥ 0          0
 ``zt_poisson``                m − x log(m + ε) + log(1 − e⁻ᵐ + ε)        counts ≥ 0   0
 ============================  =========================================  ===========  =========
@@ -387,7 +387,41 @@ class CustomLoss:
 
 
 def get_loss(loss, param=None):
-    """The loss object for a name (with its parameter), a :class:`Loss`, or a user object."""
+    """The loss object for a name (with its parameter), a :class:`Loss`, or a user object.
+
+    This is what :class:`~sktensor_fast.GCP` does with its ``loss`` and ``loss_param``.
+
+    Parameters
+    ----------
+    loss : str or object
+        A name of the table above (case and ``-``/``_`` do not matter), a loss object of this
+        module, or an object with ``value(x, m)``, ``deriv(x, m)`` and ``lower``.
+    param : float, optional
+        The loss's parameter (``negative_binomial``, ``huber``, ``beta``); None for the others.
+
+    Returns
+    -------
+    loss
+        An object with ``value``, ``deriv``, ``lower`` and ``check_data``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, a missing or invalid parameter, or a parameter given with a loss
+        object.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sktensor_fast.decomposition.losses import get_loss
+    >>> poisson = get_loss("poisson")
+    >>> poisson.lower
+    0.0
+    >>> poisson.deriv(np.array([2.0]), np.array([1.0]))      # 1 - x / (m + eps)
+    array([-1.])
+    >>> get_loss("negative_binomial", 3.0).name
+    'negative_binomial'
+    """
     if isinstance(loss, (Loss, CustomLoss)):
         if param is not None:
             raise ValueError("loss_param must be None when loss is a loss object")

@@ -21,25 +21,35 @@ with a precomputed table of (shift, mask) groups per mode (``backends/cpu/_alto.
 Partitions and conflict resolution
 ----------------------------------
 The sorted nonzeros are cut into ``P`` partitions of equal nonzero counts.  ``P`` depends on the
-number of nonzeros and the machine's cores only, never on the thread setting of a call:
-``P = min(nnz, max(cores, min(⌈nnz / 2¹⁴⌉, max(64, 4·cores))))``.  For each partition the
-interval ``[min, max]`` of its coordinates in every mode is recorded at build time.
+number of nonzeros only (:func:`default_partitions`), never on the machine, the thread setting
+or the CPU affinity: one partition per ``PART_NNZ`` = 2¹⁴ nonzeros up to 64 partitions, then
+one per 2¹⁷ nonzeros up to ``MAX_PARTS`` = 512 (so 64 partitions from 1M to 8.4M nonzeros, the
+count earlier versions used on machines of up to 16 cores).  For each partition the interval
+``[min, max]`` of its coordinates in every mode is recorded at build time.  Partitions are handed to the
+threads dynamically, so a thread that the operating system holds back delays no other.
 
 The MTTKRP / Φ of mode ``n`` updates output rows that several partitions may share.  Two ways to
 resolve this, chosen per mode (``conflict="auto"``) by the reuse ``nnz / I_n``:
 
 * ``"buffer"`` (high reuse): each partition accumulates into a private buffer over its own row
   interval of mode ``n``; a parallel loop over output rows then adds the buffers, in partition
-  order.  No atomics; the result is the same for every thread count.  Extra traffic:
-  ``Σ_p (interval_p) · R`` values zeroed, written and merged, small when rows are reused a lot.
-* ``"atomic"`` (low reuse): partitions add straight into the output.  Rows updated by more than
-  one partition (flagged once per mode, on first use) are added with ``omp atomic``, all other
-  rows plainly.  Sums over shared rows may be taken in a different order from run to run.
+  order.  Extra traffic: ``Σ_p (interval_p) · R`` values zeroed, written and merged, small when
+  rows are reused a lot.
+* ``"compact"`` (low reuse): a partition adds straight into the output the rows that no other
+  partition touches; the rows it shares with another partition go to its own compact buffer
+  (one entry per such row), and a parallel loop over output rows adds those buffers in
+  partition order.  The plan (which rows each partition shares, and per nonzero its row's
+  entry in the compact buffer: 4 bytes) is built once per mode, on first use.
+
+In both, every output row is the sum of its partitions' contributions in partition order, each
+in nonzero order: the result is bitwise the same for every thread count, affinity and schedule.
+(Earlier versions resolved low-reuse modes with atomic adds, whose order varies from run to run.)
 
 The switch is at ``REUSE_THRESHOLD`` = 8 nonzeros per row, measured with
 ``benchmarks/bench_alto_threshold.py`` (2 threads, R = 16, AMD EPYC Zen 3 with 2 cores shared
-with other jobs, best of 7, two runs): a 3-way tensor of 2²¹ nonzeros whose middle mode sweeps
-lengths 2⁶ … 2²¹.  Time of the atomic path over the buffer path:
+with other jobs, best of 7, two runs) against the atomic path the compact one replaced: a 3-way
+tensor of 2²¹ nonzeros whose middle mode sweeps lengths 2⁶ … 2²¹.  Time of the atomic path over
+the buffer path:
 
 ==================  =====  =====  =====  =====  =====  =====  =====
 reuse               32704   2048     32     16      8      4      1
@@ -54,8 +64,7 @@ to a few nonzeros per row and lose only when the buffers approach the nonzero co
 both sweeps favour the buffers in both runs; below it the gain is small or negative and the
 buffers would take more memory than the tensor's own index.  The buffer path is also skipped
 when its buffers would hold more than ``MAX_BUFFER_ROWS_PER_NNZ`` · nnz rows (memory:
-``buffer_rows · R`` values, kept between calls).  With one thread the atomic path adds plainly
-(there is nothing to race with).
+``buffer_rows · R`` values, kept between calls).
 
 Choosing ALTO (``format="auto"``)
 ---------------------------------
@@ -66,8 +75,7 @@ with other jobs) on FROSTT-shaped synthetic tensors (Uber 3.3M nonzeros, NIPS 3.
 shape with 20M): an MTTKRP sweep over all modes is 2.6–4.4× faster than with COO, Φ 2.2–3.5×,
 a CP-ALS iteration 1.9–3.8×, while building ALTO costs 0.9–1.4 such sweeps.  On Uber's shape,
 build + 10 sweeps cost ALTO 0.25–0.7 of COO from 10⁵ nonzeros up (when the run was not
-dominated by scheduler stalls); below that both take a few milliseconds, and COO keeps results
-bitwise independent of the thread count in every mode.
+dominated by scheduler stalls); below that both take a few milliseconds.
 
 Memory
 ------
@@ -78,11 +86,9 @@ solvers, GCP's samplers) keep using them, and they cost no memory beyond what th
 already holds.  The per-mode permutations of COO (``perms``, ``row_ptr``, ``linear_index``) are
 built only when such a kernel asks for them, through a COO view sharing ``subs`` and ``vals``.
 """
-import os
-
 import numpy as np
 
-from .coo import CooFormat
+from .coo import CooFormat, useful_threads
 
 __all__ = ["AltoFormat", "alto_bits", "alto_layout", "alto_support", "MAX_BITS",
            "REUSE_THRESHOLD"]
@@ -93,10 +99,12 @@ MAX_BITS = 128
 #: Reuse (nonzeros per row of the target mode) from which the private-buffer path is used.
 REUSE_THRESHOLD = 8.0
 
-#: Partitioning: target nonzeros per partition, and the cap on the partition count.
+#: Partitioning (by the nonzero count only): one partition per PART_NNZ nonzeros up to
+#: MIN_PART_CAP partitions, then one per LARGE_PART_NNZ up to MAX_PARTS.
 PART_NNZ = 2 ** 14
 MIN_PART_CAP = 64
-PARTS_PER_CORE = 4
+LARGE_PART_NNZ = 2 ** 17
+MAX_PARTS = 512
 
 #: The buffer path is not used when its buffers would hold more rows than this times nnz.
 MAX_BUFFER_ROWS_PER_NNZ = 0.5
@@ -106,14 +114,7 @@ MAX_BUFFER_ROWS_PER_NNZ = 0.5
 #: wave at least as many partitions as threads.
 BUFFER_ENTRIES_PER_NNZ = 1.0
 
-CONFLICTS = ("auto", "buffer", "atomic")
-
-
-def _cores():
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - not on Linux
-        return max(1, os.cpu_count() or 1)
+CONFLICTS = ("auto", "buffer", "compact")
 
 
 def alto_bits(shape):
@@ -211,13 +212,15 @@ def make_codec(shape):
     return codec, a["total"]
 
 
-def default_partitions(nnz, cores=None):
-    """Partition count for ``nnz`` nonzeros (see the module docstring)."""
+def default_partitions(nnz):
+    """Partition count for ``nnz`` nonzeros: a function of ``nnz`` alone (see the module
+    docstring), so that results do not depend on the machine, the threads or the affinity."""
+    nnz = int(nnz)
     if nnz <= 0:
         return 0
-    cores = _cores() if cores is None else cores
-    cap = max(MIN_PART_CAP, PARTS_PER_CORE * cores)
-    return int(min(nnz, max(cores, min(-(-nnz // PART_NNZ), cap))))
+    small = min(-(-nnz // PART_NNZ), MIN_PART_CAP)
+    large = min(-(-nnz // LARGE_PART_NNZ), MAX_PARTS)
+    return int(min(nnz, max(small, large)))
 
 
 class AltoFormat:
@@ -230,7 +233,7 @@ class AltoFormat:
         copied.
     n_partitions : int, optional
         Number of equal-nonzero partitions (default: :func:`default_partitions`).
-    conflict : {"auto", "buffer", "atomic"}, default="auto"
+    conflict : {"auto", "buffer", "compact"}, default="auto"
         How output conflicts between partitions are resolved: per mode by reuse, or forced.
     num_threads : int, optional
         Threads for building (default: the CPU kernels' setting).
@@ -269,7 +272,7 @@ class AltoFormat:
         if num_threads is None:
             from ..backends.cpu import get_num_threads
             num_threads = get_num_threads()
-        nt = int(num_threads)
+        nt = useful_threads(int(X.nnz), int(num_threads))
         self.shape = tuple(int(s) for s in X.shape)
         self.ndim = len(self.shape)
         self.nnz = int(X.nnz)
@@ -279,6 +282,7 @@ class AltoFormat:
         self.norm_sq = float(np.dot(self.vals.astype(np.float64), self.vals.astype(np.float64)))
         self.conflict = conflict
         self.codec, self.bits = make_codec(self.shape)
+        self.mode_bits = alto_bits(self.shape)
         self.words = self.codec.words
         # encode, then sort the indices carrying the values along (LSD radix sort)
         self.lin = self.codec.encode(self.subs, nt)
@@ -291,6 +295,7 @@ class AltoFormat:
         self.parts = (np.arange(P + 1, dtype=np.int64) * self.nnz) // max(P, 1)
         self.part_min, self.part_max = self.codec.intervals(self.lin, self.parts, nt)
         self._shared = {}
+        self._plans = {}
         self._coo = None
         self._work = None
 
@@ -305,6 +310,7 @@ class AltoFormat:
         n = (self.lin.nbytes + self.sorted_vals.nbytes + self.parts.nbytes
              + self.part_min.nbytes + self.part_max.nbytes)
         n += sum(f.nbytes for f in self._shared.values())
+        n += sum(a.nbytes for plan in self._plans.values() for a in plan)
         if self._work is not None:
             n += self._work.nbytes
         return n
@@ -321,13 +327,19 @@ class AltoFormat:
         return int(np.sum(np.maximum(d, 0)))
 
     def conflict_for(self, mode):
-        """``"buffer"`` or ``"atomic"``: how :meth:`accumulate` resolves conflicts for ``mode``."""
+        """``"buffer"`` or ``"compact"``: how :meth:`accumulate` resolves conflicts for
+        ``mode`` (a function of the data and the partitions only)."""
         if self.conflict != "auto":
             return self.conflict
         if (self.reuse(mode) >= REUSE_THRESHOLD
                 and self.buffer_rows(mode) <= MAX_BUFFER_ROWS_PER_NNZ * self.nnz):
             return "buffer"
-        return "atomic"
+        return "compact"
+
+    def threads_for(self, num_threads):
+        """Threads worth running for one call: at most one per partition and one per
+        ``MIN_NNZ_PER_THREAD`` nonzeros (see :func:`~sktensor_fast.formats.coo.useful_threads`)."""
+        return max(1, min(useful_threads(self.nnz, num_threads), self.n_partitions))
 
     def shared_rows(self, mode):
         """uint8 flags over the rows of ``mode``: 1 where several partitions have nonzeros."""
@@ -335,6 +347,22 @@ class AltoFormat:
             self._shared[mode] = self.codec.shared_rows(self.lin, self.parts, int(mode),
                                                         self.shape[mode])
         return self._shared[mode]
+
+    def compact_plan(self, mode):
+        """The compact path's plan for ``mode`` (built on first use and kept): ``slot`` (int32
+        per nonzero: its row's entry in its partition's compact buffer, -1 where the partition
+        owns the row), ``rows`` (the shared rows of every partition, sorted per partition) and
+        ``roff`` (partition offsets into ``rows``)."""
+        if mode not in self._plans:
+            from ..backends.cpu import get_num_threads
+            self._plans[mode] = self.codec.compact_plan(
+                self.lin, self.parts, int(mode), self.shared_rows(mode),
+                int(self.mode_bits[mode]), self.threads_for(get_num_threads()))
+        return self._plans[mode]
+
+    def compact_rows(self, mode):
+        """Entries of the compact buffers of ``mode`` (all partitions)."""
+        return int(self.compact_plan(mode)[2][-1])
 
     def decode(self, num_threads=1):
         """Coordinates (nnz, N) in ALTO order (a new array)."""
@@ -344,36 +372,38 @@ class AltoFormat:
     def accumulate(self, factors, mode, out, B, eps, num_threads, conflict=None):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``.
 
-        ``conflict`` (``"buffer"`` / ``"atomic"``) overrides :meth:`conflict_for`.  The buffer
-        path keeps its workspace on this object, so two calls on the same object must not run
-        at the same time.
+        ``conflict`` (``"buffer"`` / ``"compact"``) overrides :meth:`conflict_for`.  At most
+        :meth:`threads_for` threads run.  The buffers are kept on this object, so two calls on
+        the same object must not run at the same time.
         """
         from ..backends.cpu import _alto
         how = conflict or self.conflict_for(mode)
-        if how not in ("buffer", "atomic"):
-            raise ValueError(f"conflict must be 'buffer' or 'atomic', got {how!r}")
-        shared = self.shared_rows(mode) if how == "atomic" else None
-        work = waves = None
-        if how == "buffer":
-            waves, need = self.buffer_waves(mode, out.shape[1], num_threads)
-            work = self._work
-            if work is None or work.dtype != out.dtype or work.shape[0] < need:
-                # kept between calls: the pages of a fresh allocation would fault every time
-                work = self._work = np.empty(need, dtype=out.dtype)
+        if how not in ("buffer", "compact"):
+            raise ValueError(f"conflict must be 'buffer' or 'compact', got {how!r}")
+        nt = self.threads_for(num_threads)
+        plan = self.compact_plan(mode) if how == "compact" else None
+        waves, need = self.buffer_waves(mode, out.shape[1], nt, how)
+        work = self._work
+        if need > 0 and (work is None or work.dtype != out.dtype or work.shape[0] < need):
+            # kept between calls: the pages of a fresh allocation would fault every time
+            work = self._work = np.empty(need, dtype=out.dtype)
         _alto.accumulate(self.codec, self.lin, self.sorted_vals, self.parts, self.part_min,
-                         self.part_max, factors, int(mode), out, B, float(eps), int(num_threads),
-                         how == "buffer", shared, work, waves)
+                         self.part_max, factors, int(mode), out, B, float(eps), nt,
+                         how == "buffer", plan, work, waves)
         return out
 
-    def buffer_waves(self, mode, R, num_threads):
-        """Waves of the buffer path for ``mode`` at rank ``R``: (boundaries into the
-        partitions, buffer entries the largest wave needs).  Consecutive partitions are
+    def buffer_waves(self, mode, R, num_threads, conflict="buffer"):
+        """Waves of the buffer (or compact) path for ``mode`` at rank ``R``: (boundaries into
+        the partitions, buffer entries the largest wave needs).  Consecutive partitions are
         grouped while their buffers fit in ``BUFFER_ENTRIES_PER_NNZ * nnz`` entries, and every
         wave but the last has at least ``num_threads`` partitions."""
-        key = (int(mode), int(R), int(num_threads))
+        key = (int(mode), int(R), int(num_threads), conflict)
         cache = self.__dict__.setdefault("_waves", {})
         if key not in cache:
-            spans = np.maximum(self.part_max[:, mode] - self.part_min[:, mode] + 1, 0) * int(R)
+            if conflict == "compact":
+                spans = np.diff(self.compact_plan(mode)[2]) * int(R)
+            else:
+                spans = np.maximum(self.part_max[:, mode] - self.part_min[:, mode] + 1, 0) * int(R)
             cap = max(1, int(BUFFER_ENTRIES_PER_NNZ * self.nnz))
             bounds, start, size, need = [0], 0, 0, 0
             for p, sp in enumerate(spans.tolist()):
@@ -392,14 +422,14 @@ class AltoFormat:
         out = np.empty(self.nnz, dtype=self.dtype)
         w = np.ascontiguousarray(weights, dtype=self.dtype)
         facs = [np.ascontiguousarray(f, dtype=self.dtype) for f in factors]
-        _alto.kruskal_values(self.codec, self.lin, w, facs, out, int(num_threads))
+        _alto.kruskal_values(self.codec, self.lin, w, facs, out, self.threads_for(num_threads))
         return out
 
     def poisson_data_term(self, weights, factors, eps, num_threads=1):
         """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
         from ..backends.cpu import _alto
         return _alto.poisson_data_term(self.codec, self.lin, self.sorted_vals, weights, factors,
-                                       float(eps), int(num_threads))
+                                       float(eps), self.threads_for(num_threads))
 
     # ------------------------------------------------------------------ COO view
     def _coo_view(self):

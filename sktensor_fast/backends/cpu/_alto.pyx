@@ -26,8 +26,10 @@ partitions are resolved in one of two ways chosen by the caller (see ``formats/a
 * ``buffer``: every partition accumulates into a private buffer spanning its own row interval of
   the target mode; a parallel loop over output rows then adds the buffers in partition order.
   No atomics, and the result does not depend on the number of threads.
-* ``atomic``: partitions add straight into the output; rows that occur in more than one
-  partition (flagged once per mode) are updated with ``omp atomic``, the others plainly.
+* ``compact``: a partition adds straight into the output the rows no other partition touches,
+  and the rows it shares (flagged once per mode) into its own compact buffer, one entry per such
+  row (``slot[j]`` per nonzero); a parallel loop over row blocks then adds the compact buffers
+  in partition order.  No atomics either, and the same result for every thread count.
 
 Like the other kernels these trust their inputs: the Python layer validates shapes and dtypes.
 """
@@ -94,8 +96,9 @@ cdef extern from *:
         const void *B;            /* NULL for MTTKRP, (I_mode x R) for Φ */
         double eps;
         void *out;                /* (I_mode x R) */
-        const uint8_t *shared;    /* atomic path: rows used by more than one partition */
-        int atomic;               /* 0: plain adds everywhere (a single thread) */
+        const int32_t *slot;      /* compact path: per nonzero, its row's index in its
+                                     partition's compact buffer, -1 for a row the partition
+                                     owns (written in place); NULL otherwise */
     } sktf_alto_job;
 
     static int sktf_use_pext = 0;
@@ -299,6 +302,64 @@ cdef extern from *:
         return 0;
     }
 
+    /* coordinate of mode n of one index */
+    static inline int64_t sktf_decode_mode(const sktf_codec *cd, uint64_t lo, uint64_t hi, int n) {
+    #if SKTF_BMI2_BUILD
+        if (sktf_use_pext) return sktf_decode_pext1(cd, lo, hi, n);
+    #endif
+        return sktf_decode_gen1(cd, lo, hi, n);
+    }
+
+    /* The compact path's plan for mode n in one partition (nonzeros s..e): the rows of its
+       nonzeros that are flagged shared, sorted and without repeats, into rows_out (room for
+       e - s); returns their count.  slot[j] = index of nonzero j's row among them, or -1 for
+       a row that no other partition touches.  k1, k2 (int64) and i1, i2 (int32): scratch of
+       e - s entries each.  The order of the rows (hence of the slots) depends on the data
+       only. */
+    static int64_t sktf_compact_part(const sktf_codec *cd, const uint64_t *lin, int64_t s,
+                                     int64_t e, int n, int nbits, const uint8_t *shared,
+                                     int32_t *slot, int64_t *rows_out, int64_t *k1, int64_t *k2,
+                                     int32_t *i1, int32_t *i2) {
+        int64_t m = 0, cnt[256];
+        for (int64_t j = s; j < e; ++j) {
+            uint64_t lo, hi;
+            sktf_load(cd, lin, j, &lo, &hi);
+            const int64_t row = sktf_decode_mode(cd, lo, hi, n);
+            if (shared[row]) { k1[m] = row; i1[m] = (int32_t) (j - s); ++m; }
+            else slot[j] = -1;
+        }
+        /* LSD radix sort of (row, offset) by row, 8-bit digits (stable: offsets ascend) */
+        for (int sh = 0; sh < nbits; sh += 8) {
+            memset(cnt, 0, sizeof cnt);
+            for (int64_t t = 0; t < m; ++t) cnt[(k1[t] >> sh) & 255]++;
+            int64_t run = 0;
+            for (int d = 0; d < 256; ++d) { const int64_t c = cnt[d]; cnt[d] = run; run += c; }
+            for (int64_t t = 0; t < m; ++t) {
+                const int64_t o = cnt[(k1[t] >> sh) & 255]++;
+                k2[o] = k1[t];
+                i2[o] = i1[t];
+            }
+            int64_t *kt = k1; k1 = k2; k2 = kt;
+            int32_t *it = i1; i1 = i2; i2 = it;
+        }
+        int64_t u = -1;
+        for (int64_t t = 0; t < m; ++t) {
+            if (t == 0 || k1[t] != k1[t - 1]) rows_out[++u] = k1[t];
+            slot[s + i1[t]] = (int32_t) u;
+        }
+        return u + 1;
+    }
+
+    /* first index of the sorted a[0..n) with a[k] >= v */
+    static inline int64_t sktf_lower_bound(const int64_t *a, int64_t n, int64_t v) {
+        int64_t lo = 0, hi = n;
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (a[mid] < v) lo = mid + 1; else hi = mid;
+        }
+        return lo;
+    }
+
     /* ---------------------------------------------------------------- one partition */
     /* The rank loops are short (R values); ask for SIMD explicitly, since after full
        unrolling of a constant trip count the compiler may otherwise keep them scalar. */
@@ -312,7 +373,7 @@ cdef extern from *:
 
     #define SKTF_ALTO_PART(FN, T, RR, ATTR, DECODE, PIDECL)                                   \\
     ATTR static void FN(const sktf_alto_job *jb, int64_t s, int64_t e, T *buf,                \\
-                        int64_t buf_lo, T *scratch, int64_t *c)                                \\
+                        int64_t buf_lo, T *cb, T *scratch, int64_t *c)                         \\
     {                                                                                         \\
         const sktf_codec *cd = &jb->cd;                                                       \\
         const int64_t R = jb->R;                                                              \\
@@ -321,7 +382,7 @@ cdef extern from *:
         const T *vals = (const T *) jb->vals;                                                 \\
         const T *B = (const T *) jb->B;                                                       \\
         T *out = (T *) jb->out;                                                               \\
-        const uint8_t *shared = jb->shared;                                                   \\
+        const int32_t *slot = jb->slot;                                                       \\
         const T eps = (T) jb->eps;                                                            \\
         PIDECL;                                                                               \\
         (void) R; (void) scratch;                                                             \\
@@ -351,15 +412,8 @@ cdef extern from *:
             if (buf) {                                                                        \\
                 T *d = buf + (row - buf_lo) * (RR);                                           \\
                 SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * pi[r];               \\
-            } else if (jb->atomic && (shared == NULL || shared[row])) {                       \\
-                T *d = out + row * (RR);                                                      \\
-                for (int64_t r = 0; r < (RR); ++r) {                                          \\
-                    T v = w * pi[r];                                                          \\
-                    _Pragma("omp atomic")                                                     \\
-                    d[r] += v;                                                                \\
-                }                                                                             \\
             } else {                                                                          \\
-                T *d = out + row * (RR);                                                      \\
+                T *d = (slot && slot[j] >= 0) ? cb + (int64_t) slot[j] * (RR) : out + row * (RR); \\
                 SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * pi[r];               \\
             }                                                                                 \\
         }                                                                                     \\
@@ -456,12 +510,15 @@ cdef extern from *:
                 for (int q = 0; q < (NM) - 1; ++q)                                            \\
                     SKTF_PF_ROW(fo[q] + co_[q] * (RR), (RR) * sizeof(T))                      \\
                 if (HASB) SKTF_PF_ROW(B + row * (RR), (RR) * sizeof(T))                       \\
-                SKTF_PF_ROW(dst + (row - dst_lo) * (RR), (RR) * sizeof(T))                    \\
+                SKTF_PF_ROW((slot && slot[j + SKTF_PF_DIST] >= 0)                             \\
+                            ? cb + (int64_t) slot[j + SKTF_PF_DIST] * (RR)                    \\
+                            : dst + (row - dst_lo) * (RR), (RR) * sizeof(T))                  \\
             }                                                                                 \\
             DEC(NM, (NM) - 1, j, co_, row)                                                    \\
             const T *p[(NM) - 1];                                                             \\
             for (int q = 0; q < (NM) - 1; ++q) p[q] = fo[q] + co_[q] * (RR);                  \\
-            T *d = dst + (row - dst_lo) * (RR);                                               \\
+            T *d = (slot && slot[j] >= 0) ? cb + (int64_t) slot[j] * (RR)                     \\
+                                          : dst + (row - dst_lo) * (RR);                      \\
             T w = vals[j];                                                                    \\
             if (HASB) {                                                                       \\
                 const T *b = B + row * (RR);                                                  \\
@@ -474,14 +531,15 @@ cdef extern from *:
             SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * SKTF_KR_##NM(p, r);      \\
         }
 
-    /* NM-way tensors, NM = 3..5, no atomics: the coordinates decoded into registers, the
-       Khatri-Rao row formed where it is used (never stored), the rows of the nonzero
-       SKTF_PF_DIST ahead prefetched.  A nonzero costs NM - 1 factor row loads (and B's row
-       for Φ) and one read-modify-write of its output row.  dst is the partition's private
-       buffer (rows from dst_lo) or the output itself (dst_lo = 0). */
+    /* NM-way tensors, NM = 3..5: the coordinates decoded into registers, the Khatri-Rao row
+       formed where it is used (never stored), the rows of the nonzero SKTF_PF_DIST ahead
+       prefetched.  A nonzero costs NM - 1 factor row loads (and B's row for Φ) and one
+       read-modify-write of its output row.  dst is the partition's private buffer (rows from
+       dst_lo) or the output itself (dst_lo = 0); with jb->slot, the rows the partition shares
+       go to its compact buffer cb instead. */
     #define SKTF_ALTO_PARTN(FN, T, RR, NM, ATTR, DSETUP, DEC)                                 \\
     ATTR static void FN(const sktf_alto_job *jb, int64_t s, int64_t e, T *dst,                \\
-                        int64_t dst_lo)                                                       \\
+                        int64_t dst_lo, T *cb)                                                \\
     {                                                                                         \\
         const sktf_codec *cd = &jb->cd;                                                       \\
         const int64_t R = jb->R;                                                              \\
@@ -494,6 +552,7 @@ cdef extern from *:
         const T * const B = (const T *) jb->B;                                                \\
         const T eps = (T) jb->eps;                                                            \\
         const uint64_t * const lin = jb->lin;                                                 \\
+        const int32_t * const slot = jb->slot;                                                \\
         DSETUP(NM, (NM) - 1)                                                                  \\
         (void) R; (void) cd;                                                                  \\
         if (B) { SKTF_PN_LOOP(T, RR, NM, DEC, 1) }                                            \\
@@ -618,10 +677,10 @@ cdef extern from *:
     #define SKTF_PEXT_DISPATCH(SUF)                                                           \\
         if (sktf_use_pext) {                                                                  \\
             switch (jb->R) {                                                                  \\
-            case 8: sktf_pext_##SUF##_8(jb, s, e, buf, buf_lo, scratch, c); return;           \\
-            case 16: sktf_pext_##SUF##_16(jb, s, e, buf, buf_lo, scratch, c); return;         \\
-            case 32: sktf_pext_##SUF##_32(jb, s, e, buf, buf_lo, scratch, c); return;         \\
-            default: sktf_pext_##SUF##_rr(jb, s, e, buf, buf_lo, scratch, c); return;         \\
+            case 8: sktf_pext_##SUF##_8(jb, s, e, buf, buf_lo, cb, scratch, c); return;           \\
+            case 16: sktf_pext_##SUF##_16(jb, s, e, buf, buf_lo, cb, scratch, c); return;         \\
+            case 32: sktf_pext_##SUF##_32(jb, s, e, buf, buf_lo, cb, scratch, c); return;         \\
+            default: sktf_pext_##SUF##_rr(jb, s, e, buf, buf_lo, cb, scratch, c); return;         \\
             }                                                                                 \\
         }
     #else
@@ -630,19 +689,19 @@ cdef extern from *:
 
     #define SKTF_ALTO_DISPATCH(T, SUF)                                                        \\
     static void sktf_alto_part_##SUF(const sktf_alto_job *jb, int64_t s, int64_t e, T *buf,   \\
-                                     int64_t buf_lo, T *scratch, int64_t *c)                  \\
+                                     int64_t buf_lo, T *cb, T *scratch, int64_t *c)           \\
     {                                                                                         \\
-        if (buf != NULL || !jb->atomic) {                                                     \\
+        {                                                                                     \\
             T *dst = buf ? buf : (T *) jb->out;                                               \\
             const int64_t dst_lo = buf ? buf_lo : 0;                                          \\
-            SKTF_NWAY_CALL(sktf_pn, SUF, (jb, s, e, dst, dst_lo))                             \\
+            SKTF_NWAY_CALL(sktf_pn, SUF, (jb, s, e, dst, dst_lo, cb))                         \\
         }                                                                                     \\
         SKTF_PEXT_DISPATCH(SUF)                                                               \\
         switch (jb->R) {                                                                      \\
-        case 8: sktf_gen_##SUF##_8(jb, s, e, buf, buf_lo, scratch, c); return;                \\
-        case 16: sktf_gen_##SUF##_16(jb, s, e, buf, buf_lo, scratch, c); return;              \\
-        case 32: sktf_gen_##SUF##_32(jb, s, e, buf, buf_lo, scratch, c); return;              \\
-        default: sktf_gen_##SUF##_rr(jb, s, e, buf, buf_lo, scratch, c); return;              \\
+        case 8: sktf_gen_##SUF##_8(jb, s, e, buf, buf_lo, cb, scratch, c); return;                \\
+        case 16: sktf_gen_##SUF##_16(jb, s, e, buf, buf_lo, cb, scratch, c); return;              \\
+        case 32: sktf_gen_##SUF##_32(jb, s, e, buf, buf_lo, cb, scratch, c); return;              \\
+        default: sktf_gen_##SUF##_rr(jb, s, e, buf, buf_lo, cb, scratch, c); return;              \\
         }                                                                                     \\
     }                                                                                         \\
     static void sktf_alto_values_##SUF(const sktf_alto_job *jb, const T *weights, int64_t s,  \\
@@ -782,8 +841,7 @@ cdef extern from *:
         const void* B
         double eps
         void* out
-        const uint8_t* shared
-        int atomic
+        const int32_t* slot
 
     int sktf_use_pext
     int sktf_pf_dist
@@ -800,9 +858,10 @@ cdef extern from *:
     int sktf_shared_rows(const sktf_codec* cd, const uint64_t* lin, const int64_t* ptr,
                          int64_t nparts, int n, int64_t nrows, uint8_t* shared) noexcept nogil
     void sktf_alto_part_f64(const sktf_alto_job* jb, int64_t s, int64_t e, double* buf,
-                            int64_t buf_lo, double* scratch, int64_t* c) noexcept nogil
+                            int64_t buf_lo, double* cb, double* scratch,
+                            int64_t* c) noexcept nogil
     void sktf_alto_part_f32(const sktf_alto_job* jb, int64_t s, int64_t e, float* buf,
-                            int64_t buf_lo, float* scratch, int64_t* c) noexcept nogil
+                            int64_t buf_lo, float* cb, float* scratch, int64_t* c) noexcept nogil
     void sktf_alto_values_f64(const sktf_alto_job* jb, const double* weights, int64_t s,
                               int64_t e, double* res, double* pi, int64_t* c,
                               const double* vals, double eps, double* sum) noexcept nogil
@@ -811,6 +870,11 @@ cdef extern from *:
                               const float* vals, double eps, double* sum) noexcept nogil
     int sktf_radix_sort(uint64_t* key, void* val, int64_t n, int words, int vsize, int nbits,
                         int nthreads, int dbits) noexcept nogil
+    int64_t sktf_compact_part(const sktf_codec* cd, const uint64_t* lin, int64_t s, int64_t e,
+                              int n, int nbits, const uint8_t* shared, int32_t* slot,
+                              int64_t* rows_out, int64_t* k1, int64_t* k2, int32_t* i1,
+                              int32_t* i2) noexcept nogil
+    int64_t sktf_lower_bound(const int64_t* a, int64_t n, int64_t v) noexcept nogil
 
 ctypedef fused floating:
     float
@@ -951,7 +1015,7 @@ cdef class Codec:
         if nnz == 0:
             return lin
         with nogil:
-            for b in prange(nchunks, schedule='static', num_threads=num_threads):
+            for b in prange(nchunks, schedule='dynamic', num_threads=num_threads):
                 s = b * chunk
                 e = min(s + chunk, nnz)
                 sktf_encode(&self.cd, &subs[0, 0], s, e, &flat[0])
@@ -969,7 +1033,7 @@ cdef class Codec:
         if nnz == 0 or self.nmodes == 0:
             return subs
         with nogil:
-            for b in prange(nchunks, schedule='static', num_threads=num_threads):
+            for b in prange(nchunks, schedule='dynamic', num_threads=num_threads):
                 s = b * chunk
                 e = min(s + chunk, nnz)
                 sktf_decode_range(&self.cd, &flat[0], s, e, &sv[s, 0])
@@ -1029,6 +1093,58 @@ cdef class Codec:
             raise MemoryError()
         return flags
 
+    def compact_plan(self, lin, const int64_t[::1] part_ptr, int mode, const uint8_t[::1] shared,
+                     int nbits, int num_threads=1):
+        """The compact path's plan for ``mode``: ``(slot, rows, roff)``.
+
+        ``rows[roff[p]:roff[p + 1]]`` are the rows of ``mode`` that partition ``p`` shares with
+        another partition (``shared`` flags, from :meth:`shared_rows`), sorted; ``slot[j]``
+        (int32, one per nonzero) is the index of nonzero ``j``'s row among its partition's, or
+        -1 where the partition owns the row.  ``nbits``: bits of the mode's coordinates.  The
+        plan depends on the data and the partitions only.
+        """
+        cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
+        cdef Py_ssize_t nparts = part_ptr.shape[0] - 1
+        cdef Py_ssize_t nnz = flat.shape[0] // self.words
+        cdef Py_ssize_t p, q, big = 0
+        cdef int failed = 0
+        cdef int* failed_p = &failed
+        cdef char* blk
+        slot_a = np.empty(nnz, dtype=np.int32)
+        tmp_a = np.empty(max(nnz, 1), dtype=np.int64)
+        cnt_a = np.zeros(max(nparts, 0), dtype=np.int64)
+        cdef int32_t[::1] slot = slot_a
+        cdef int64_t[::1] tmp = tmp_a
+        cdef int64_t[::1] cnt = cnt_a
+        if mode < 0 or mode >= self.nmodes or shared.shape[0] == 0 or nparts <= 0 or nnz == 0:
+            return slot_a, np.zeros(0, dtype=np.int64), np.zeros(max(nparts, 0) + 1, np.int64)
+        for p in range(nparts):
+            big = max(big, part_ptr[p + 1] - part_ptr[p])
+        if big >= 2 ** 31:
+            raise ValueError("the compact path needs partitions of fewer than 2**31 nonzeros")
+        with nogil, parallel(num_threads=num_threads):
+            blk = <char*> malloc(big * 2 * (sizeof(int64_t) + sizeof(int32_t)) + 16)
+            if blk == NULL:
+                failed_p[0] = 1
+            for p in prange(nparts, schedule='dynamic'):
+                if blk != NULL:
+                    cnt[p] = sktf_compact_part(&self.cd, &flat[0], part_ptr[p], part_ptr[p + 1],
+                                               mode, nbits, &shared[0], &slot[0],
+                                               &tmp[part_ptr[p]], <int64_t*> blk,
+                                               (<int64_t*> blk) + big,
+                                               <int32_t*> ((<int64_t*> blk) + 2 * big),
+                                               (<int32_t*> ((<int64_t*> blk) + 2 * big)) + big)
+            free(blk)
+        if failed:
+            raise MemoryError("ALTO: cannot allocate the scratch of the compact path's plan")
+        roff = np.zeros(nparts + 1, dtype=np.int64)
+        np.cumsum(cnt_a, out=roff[1:])
+        rows = np.empty(int(roff[nparts]), dtype=np.int64)
+        for p in range(nparts):
+            q = part_ptr[p]
+            rows[roff[p]:roff[p + 1]] = tmp_a[q:q + cnt[p]]
+        return slot_a, rows, roff
+
 
 cdef int _fill_factors(list factors, void** fac) except -1:
     cdef Py_ssize_t k
@@ -1042,7 +1158,7 @@ cdef int _fill_factors(list factors, void** fac) except -1:
 def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] part_ptr,
                const int64_t[:, ::1] pmin, const int64_t[:, ::1] pmax,
                list factors, int mode, floating[:, ::1] out, object B=None, double eps=0.0,
-               int num_threads=1, bint use_buffer=True, object shared=None, object work=None,
+               int num_threads=1, bint use_buffer=True, object plan=None, object work=None,
                object waves=None):
     """MTTKRP (``B is None``) or CP-APR's Φ (``B`` given) over ALTO, into ``out`` (overwritten).
 
@@ -1051,16 +1167,20 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
     codec : the bit layout; ``lin`` : sorted linear indices; ``vals`` : values in that order.
     part_ptr : partition boundaries (nparts + 1); ``pmin``/``pmax`` : (nparts, N) intervals.
     factors : N C-contiguous (I_k x R) arrays of the dtype of ``vals``.
-    use_buffer : private per-partition buffers + merge (True) or atomics (False).
-    shared : for atomics, uint8 flags of the rows of ``mode`` that more than one partition
-        updates (None: every update is atomic).
-    work : optional 1-D array of the dtype of ``vals`` used for the private buffers when it is
-        large enough (the partitions' interval lengths in ``mode`` times R, summed), so
-        that repeated calls reuse the same pages.
-    waves : optional int64 boundaries into the partitions (first 0, last nparts): the buffer
-        path runs the partitions of one wave at a time (buffers, then merge), so that only one
-        wave's buffers exist at once.  Partitions are merged in their order either way, so the
-        result does not depend on the waves (nor on the thread count).
+    use_buffer : private per-partition buffers over row intervals + merge (True), or the
+        compact path (False): rows owned by one partition written in place, shared rows into
+        per-partition compact buffers merged after.
+    plan : for the compact path, ``(slot, rows, roff)`` of :meth:`Codec.compact_plan`.
+    work : optional 1-D array of the dtype of ``vals`` used for the buffers when it is large
+        enough (the largest wave's buffer rows times R), so that repeated calls reuse the same
+        pages.
+    waves : optional int64 boundaries into the partitions (first 0, last nparts): the
+        partitions of one wave run at a time (buffers, then merge), so that only one wave's
+        buffers exist at once.
+
+    Either way every output row is the sum of its partitions' contributions in partition
+    order, each partition's in nonzero order: the result depends neither on the waves nor on
+    the thread count.
     """
     cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
     cdef Py_ssize_t nnz = vals.shape[0]
@@ -1071,18 +1191,21 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
     cdef sktf_alto_job jb
     cdef void** fac = <void**> malloc((N if N > 0 else 1) * sizeof(void*))
     cdef const floating[:, ::1] Bv
-    cdef const uint8_t[::1] sv
+    cdef const int32_t[::1] slot
+    cdef const int64_t[::1] crows
+    cdef const int64_t[::1] croff
     cdef Py_ssize_t* boff = NULL
     cdef floating* bufs = NULL
     cdef floating* scratch
     cdef floating* dst
     cdef floating* src
     cdef int64_t* c
-    cdef Py_ssize_t p, r, i, ch, nch, a, b, x, y, lo, hi, total, size, span, w, p0, p1
+    cdef Py_ssize_t p, r, i, ch, nch, a, b, x, y, lo, hi, total, size, span, w, p0, p1, k, n, bs
     cdef Py_ssize_t CH = 64
     cdef floating[::1] wk
     cdef const int64_t[::1] wp
     cdef bint own_bufs = True
+    cdef bint compact = not use_buffer
     if fac == NULL:
         raise MemoryError()
     try:
@@ -1096,8 +1219,7 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
         jb.B = NULL
         jb.eps = eps
         jb.out = &out[0, 0] if I > 0 and R > 0 else NULL
-        jb.shared = NULL
-        jb.atomic = num_threads > 1
+        jb.slot = NULL
         if B is not None:
             Bv = B
             if I > 0 and R > 0:
@@ -1107,23 +1229,13 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                 memset(&out[0, 0], 0, I * R * sizeof(floating))
         if nnz == 0 or nparts <= 0 or R == 0 or I == 0:
             return out
-        if not use_buffer:
-            if shared is not None:
-                sv = shared
-                jb.shared = &sv[0]
-            with nogil, parallel(num_threads=num_threads):
-                scratch = <floating*> malloc(R * sizeof(floating))
-                c = <int64_t*> malloc(N * sizeof(int64_t))
-                for p in prange(nparts, schedule='dynamic'):
-                    if floating is double:
-                        sktf_alto_part_f64(&jb, part_ptr[p], part_ptr[p + 1], NULL, 0, scratch, c)
-                    else:
-                        sktf_alto_part_f32(&jb, part_ptr[p], part_ptr[p + 1], NULL, 0, scratch, c)
-                free(scratch)
-                free(c)
-            return out
-        # ---- private buffers over each partition's row interval, then a merge over rows,
-        #      one wave of partitions at a time
+        if compact:
+            if plan is None or len(plan) != 3:
+                raise ValueError("the compact path needs its plan (slot, rows, roff)")
+            slot, crows, croff = plan
+            if slot.shape[0] != nnz or croff.shape[0] != nparts + 1:
+                raise ValueError("the compact plan does not match the tensor's partitions")
+            jb.slot = &slot[0]
         if waves is None:
             wv_ptr = np.array([0, nparts], dtype=np.int64)
         else:
@@ -1131,6 +1243,7 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
         wp = wv_ptr
         if wp.shape[0] < 2 or wp[0] != 0 or wp[wp.shape[0] - 1] != nparts:
             raise ValueError("waves must run from 0 to the number of partitions")
+        # offsets of every partition's buffer inside its wave's
         boff = <Py_ssize_t*> malloc((nparts + 1) * sizeof(Py_ssize_t))
         if boff == NULL:
             raise MemoryError()
@@ -1140,8 +1253,10 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                 raise ValueError("waves must not decrease")
             size = 0
             for p in range(wp[w], wp[w + 1]):
-                boff[p] = size                # offset inside the wave's buffers
-                if pmax[p, mode] >= pmin[p, mode]:
+                boff[p] = size
+                if compact:
+                    size += (croff[p + 1] - croff[p]) * R
+                elif pmax[p, mode] >= pmin[p, mode]:
                     size += (pmax[p, mode] - pmin[p, mode] + 1) * R
             total = max(total, size)
         boff[nparts] = 0
@@ -1155,6 +1270,8 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
         if bufs == NULL:
             raise MemoryError(f"ALTO's private buffers need {total * sizeof(floating)} bytes")
         nch = (I + CH - 1) // CH
+        # merge blocks of the compact path: rows [ch * bs, (ch + 1) * bs)
+        bs = max(CH, (I + 16 * num_threads - 1) // (16 * num_threads))
         for w in range(wp.shape[0] - 1):
             p0 = wp[w]
             p1 = wp[w + 1]
@@ -1162,17 +1279,47 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                 scratch = <floating*> malloc(R * sizeof(floating))
                 c = <int64_t*> malloc(N * sizeof(int64_t))
                 for p in prange(p0, p1, schedule='dynamic'):
-                    if pmax[p, mode] >= pmin[p, mode]:
+                    if compact:
+                        span = (croff[p + 1] - croff[p]) * R
+                        if span > 0:
+                            memset(bufs + boff[p], 0, span * sizeof(floating))
+                        if floating is double:
+                            sktf_alto_part_f64(&jb, part_ptr[p], part_ptr[p + 1], NULL, 0,
+                                               bufs + boff[p], scratch, c)
+                        else:
+                            sktf_alto_part_f32(&jb, part_ptr[p], part_ptr[p + 1], NULL, 0,
+                                               bufs + boff[p], scratch, c)
+                    elif pmax[p, mode] >= pmin[p, mode]:
                         span = (pmax[p, mode] - pmin[p, mode] + 1) * R
                         memset(bufs + boff[p], 0, span * sizeof(floating))
                         if floating is double:
                             sktf_alto_part_f64(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
-                                               pmin[p, mode], scratch, c)
+                                               pmin[p, mode], NULL, scratch, c)
                         else:
                             sktf_alto_part_f32(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
-                                               pmin[p, mode], scratch, c)
+                                               pmin[p, mode], NULL, scratch, c)
                 free(scratch)
                 free(c)
+            if compact:
+                # merge: blocks of rows in parallel; in each, the partitions' shared rows that
+                # fall in the block, added in partition order (deterministic)
+                with nogil:
+                    for ch in prange((I + bs - 1) // bs, schedule='dynamic',
+                                     num_threads=num_threads):
+                        a = ch * bs
+                        b = min(a + bs, I)
+                        for p in range(p0, p1):
+                            n = croff[p + 1] - croff[p]
+                            if n == 0:
+                                continue
+                            k = sktf_lower_bound(&crows[croff[p]], n, a)
+                            while k < n and crows[croff[p] + k] < b:
+                                src = bufs + boff[p] + k * R
+                                dst = &out[crows[croff[p] + k], 0]
+                                for r in range(R):
+                                    dst[r] += src[r]
+                                k = k + 1
+                continue
             # merge: blocks of CH rows in parallel, partitions added in order (deterministic)
             with nogil:
                 for ch in prange(nch, schedule='dynamic', num_threads=num_threads):
@@ -1227,7 +1374,7 @@ def kruskal_values(Codec codec, lin, const floating[::1] weights, list factors,
         with nogil, parallel(num_threads=num_threads):
             pi = <floating*> malloc(R * sizeof(floating))
             c = <int64_t*> malloc(N * sizeof(int64_t))
-            for b in prange(nchunks, schedule='static'):
+            for b in prange(nchunks, schedule='dynamic'):
                 if floating is double:
                     sktf_alto_values_f64(&jb, &weights[0], b * chunk, min(b * chunk + chunk, nnz),
                                          &res[0], pi, c, NULL, 0, NULL)
@@ -1274,7 +1421,7 @@ def poisson_data_term(Codec codec, lin, const floating[::1] vals, const floating
         with nogil, parallel(num_threads=num_threads):
             pi = <floating*> malloc((R if R > 0 else 1) * sizeof(floating))
             c = <int64_t*> malloc(N * sizeof(int64_t))
-            for b in prange(nchunks, schedule='static'):
+            for b in prange(nchunks, schedule='dynamic'):
                 part[b] = 0
                 if floating is double:
                     sktf_alto_values_f64(&jb, &weights[0] if R > 0 else NULL, b * chunk,

@@ -480,7 +480,7 @@ cdef class GcpSampler:
         if n * N < SERIAL_WORK:
             num_threads = 1
         with nogil:
-            for j in prange(n, schedule='static', num_threads=num_threads):
+            for j in prange(n, schedule='dynamic', chunksize=1024, num_threads=num_threads):
                 c = 0  # assigned here so that it is private to the thread
                 out_x[j] = _sample(&S, j, &out_subs[j, 0], &out_w[j], &c)
                 out_corr[j] = c
@@ -701,7 +701,7 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 suf = <double*> malloc((N * R + R + 1) * sizeof(double))
                 pre = suf + N * R
                 rows = <const double**> malloc(N * sizeof(double*))
-                for jj in prange(nb, schedule='static'):
+                for jj in prange(nb, schedule='dynamic', chunksize=256):
                     fval[jj] = _sample_terms(S, b0 + jj, code, param, lam, fac, N, R, idx,
                                              rows, suf, pre, want_loss)
                     for k in range(N):
@@ -741,7 +741,7 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 if active[k]:
                     total_runs = total_runs + nrun[k]
             run_off[N] = total_runs
-            for s in prange(total_runs, schedule='static', num_threads=num_threads):
+            for s in prange(total_runs, schedule='dynamic', chunksize=256, num_threads=num_threads):
                 k = 0
                 while s >= run_off[k + 1]:
                     k = k + 1
@@ -889,7 +889,7 @@ def loss_sum(GcpSampler sampler, uint64_t key, int code, double param,
         with nogil, parallel(num_threads=num_threads):
             idx = <int64_t*> malloc(N * sizeof(int64_t))
             prod = <double*> malloc((R + 1) * sizeof(double))
-            for ci in prange(nchunks, schedule='static'):
+            for ci in prange(nchunks, schedule='dynamic'):
                 j0 = ci * LOSS_CHUNK
                 j1 = min(ns, j0 + LOSS_CHUNK)
                 pr = 0.0
@@ -940,7 +940,7 @@ def adam_step(double[::1] u, const double[::1] g, double[::1] mom, double[::1] v
     if n < SERIAL_WORK:
         num_threads = 1
     with nogil:
-        for c in prange(nchunks, schedule='static', num_threads=num_threads):
+        for c in prange(nchunks, schedule='dynamic', num_threads=num_threads):
             i0 = c * STEP_CHUNK
             sktf_adam_chunk(&u[i0], &g[i0], &mom[i0], &var[i0], min(STEP_CHUNK, n - i0),
                             beta1, beta2, a, e, lower)
@@ -955,7 +955,7 @@ def adagrad_step(double[::1] u, const double[::1] g, double[::1] acc, double lr,
     if n < SERIAL_WORK:
         num_threads = 1
     with nogil:
-        for c in prange(nchunks, schedule='static', num_threads=num_threads):
+        for c in prange(nchunks, schedule='dynamic', num_threads=num_threads):
             i0 = c * STEP_CHUNK
             sktf_adagrad_chunk(&u[i0], &g[i0], &acc[i0], min(STEP_CHUNK, n - i0), lr, eps,
                                lower)
@@ -969,6 +969,6 @@ def sgd_step(double[::1] u, const double[::1] g, double lr, double lower, int nu
     if n < SERIAL_WORK:
         num_threads = 1
     with nogil:
-        for c in prange(nchunks, schedule='static', num_threads=num_threads):
+        for c in prange(nchunks, schedule='dynamic', num_threads=num_threads):
             i0 = c * STEP_CHUNK
             sktf_sgd_chunk(&u[i0], &g[i0], min(STEP_CHUNK, n - i0), lr, lower)

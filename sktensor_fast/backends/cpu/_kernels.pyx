@@ -417,7 +417,7 @@ def kruskal_values(const int64_t[:, ::1] subs, const floating[::1] weights, list
             return
         with nogil, parallel(num_threads=num_threads):
             pi = <floating*> malloc(R * sizeof(floating))
-            for j in prange(nnz, schedule='static'):
+            for j in prange(nnz, schedule='dynamic', chunksize=4096):
                 _krp_row(pi, &subs[j, 0], fac, nmodes, -1, R)
                 s = 0
                 for r in range(R):
@@ -461,7 +461,7 @@ def poisson_data_term(const int64_t[:, ::1] subs, const floating[::1] vals,
         _fill_pointers(factors, fac, dummy)
         with nogil, parallel(num_threads=num_threads):
             pi = <floating*> malloc((R if R > 0 else 1) * sizeof(floating))
-            for b in prange(nchunks, schedule='static'):
+            for b in prange(nchunks, schedule='dynamic'):
                 acc = 0
                 e = min(b * _SUM_CHUNK + _SUM_CHUNK, nnz)
                 if 3 <= nmodes <= 5:
@@ -515,7 +515,7 @@ def counting_order(const int64_t[:] coords, Py_ssize_t length, int num_threads=1
             return order
         with nogil:
             memset(cnt, 0, nt * L * sizeof(int64_t))
-            for t in prange(nt, schedule='static', num_threads=nt):
+            for t in prange(nt, schedule='dynamic', num_threads=nt):
                 s = n * t // nt
                 e = n * (t + 1) // nt
                 for j in range(s, e):
@@ -526,7 +526,7 @@ def counting_order(const int64_t[:] coords, Py_ssize_t length, int num_threads=1
                     c = cnt[t * L + d]
                     cnt[t * L + d] = run
                     run = run + c
-            for t in prange(nt, schedule='static', num_threads=nt):
+            for t in prange(nt, schedule='dynamic', num_threads=nt):
                 s = n * t // nt
                 e = n * (t + 1) // nt
                 for j in range(s, e):

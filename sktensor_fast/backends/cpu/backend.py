@@ -1,6 +1,9 @@
 """The CPU backend: Cython/OpenMP kernels, NumPy for the small dense steps."""
 import contextlib
+import os
+import sys
 import threading
+import warnings
 
 import numpy as np
 
@@ -17,6 +20,11 @@ else:
 
 _local = threading.local()
 
+#: Requests for more threads than this many per CPU of the machine are capped (with a
+#: warning): the kernels gain nothing from oversubscribed cores, the OpenMP runtime cannot
+#: create tens of thousands of threads, and some scratch memory is per thread.
+MAX_THREADS_PER_CPU = 4
+
 
 def _require_kernels():
     if _kernels is None:
@@ -26,14 +34,67 @@ def _require_kernels():
     return _kernels
 
 
+#: CPUs of the machine (``os.cpu_count()``, whatever the affinity), read once.
+_CPUS = max(1, os.cpu_count() or 1)
+
+
+def max_threads():
+    """The largest thread count the CPU kernels run: ``MAX_THREADS_PER_CPU`` times the CPUs
+    of the machine (``os.cpu_count()``, whatever the affinity of this process)."""
+    return MAX_THREADS_PER_CPU * _CPUS
+
+
+def _checked(n, what):
+    """``n`` validated as a thread count, capped at :func:`max_threads` with a warning."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"the number of threads must be a positive integer{what}, got {n!r}")
+    n = int(n)
+    cap = max_threads()
+    if n > cap:
+        warnings.warn(f"{n} threads requested; the CPU kernels use at most {cap} "
+                      f"({MAX_THREADS_PER_CPU} per CPU, {cap // MAX_THREADS_PER_CPU} CPUs): "
+                      f"capped at {cap}", RuntimeWarning, stacklevel=3)
+        n = cap
+    return n
+
+
+_WARNED_OMP = set()
+
+
 def get_num_threads():
     """Threads the CPU kernels use: the value set by :func:`set_num_threads` / :func:`num_threads`,
-    else OpenMP's default (all cores, ``OMP_NUM_THREADS``, or a threadpoolctl limit)."""
+    else OpenMP's default (all cores, ``OMP_NUM_THREADS``, or a threadpoolctl limit).
+
+    The result is at most :func:`max_threads`.  A kernel call may use fewer: one thread per
+    ``MIN_NNZ_PER_THREAD`` nonzeros at most, and no more threads than it has partitions
+    (results do not depend on the thread count).
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> with sktensor_fast.num_threads(1):
+    ...     sktensor_fast.get_num_threads()
+    1
+    """
     n = getattr(_local, "n", None)
     if n is None:
         n = _GLOBAL["n"]
     if n is None:
-        n = _require_kernels().max_threads()
+        n = max(1, int(_require_kernels().max_threads()))
+        cap = max_threads()
+        if n > cap:
+            if n not in _WARNED_OMP:
+                _WARNED_OMP.add(n)
+                warnings.warn(f"OpenMP asks for {n} threads (OMP_NUM_THREADS or a threadpoolctl "
+                              f"limit); the CPU kernels use at most {cap} "
+                              f"({MAX_THREADS_PER_CPU} per CPU): capped at {cap}",
+                              RuntimeWarning, stacklevel=2)
+            n = cap
     return max(1, int(n))
 
 
@@ -41,25 +102,98 @@ _GLOBAL = {"n": None}
 
 
 def set_num_threads(n):
-    """Set the number of threads for the CPU kernels (``None`` restores the default)."""
+    """Set the number of threads for the CPU kernels (``None`` restores the default).
+
+    Values above :func:`max_threads` are capped with a ``RuntimeWarning``.  The setting takes
+    precedence over ``OMP_NUM_THREADS`` and threadpoolctl limits of the OpenMP runtime.
+
+    Parameters
+    ----------
+    n : int or None
+        A positive number of threads, or None for OpenMP's default.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> sktensor_fast.set_num_threads(1)
+    >>> sktensor_fast.get_num_threads()
+    1
+    >>> sktensor_fast.set_num_threads(None)      # back to the default
+    """
     if n is not None:
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"the number of threads must be a positive integer or None, got {n!r}")
-        n = int(n)
+        n = _checked(n, " or None")
     _GLOBAL["n"] = n
 
 
 @contextlib.contextmanager
 def num_threads(n):
-    """Context manager: run the CPU kernels with ``n`` threads inside the block (this thread)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"the number of threads must be a positive integer, got {n!r}")
+    """Context manager: run the CPU kernels with ``n`` threads inside the block (this thread).
+
+    Values above :func:`max_threads` are capped with a ``RuntimeWarning``.
+
+    Parameters
+    ----------
+    n : int
+        A positive number of threads.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> from sktensor_fast import CPALS
+    >>> from sktensor_fast.datasets import load_flights_routes
+    >>> X = load_flights_routes().tensor
+    >>> with sktensor_fast.num_threads(1):
+    ...     model = CPALS(rank=2, random_state=0).fit(X)
+    >>> model.factors_[0].shape
+    (3, 2)
+    """
+    n = _checked(n, "")
     old = getattr(_local, "n", None)
-    _local.n = int(n)
+    _local.n = n
     try:
         yield
     finally:
         _local.n = old
+
+
+# ---------------------------------------------------------------------- BLAS during fits
+_BLAS = {"controller": None, "modules": -1, "failed": False}
+
+
+def _blas_controller():
+    """A cached threadpoolctl controller of the BLAS libraries loaded (rebuilt when modules
+    were imported since, which may have loaded another BLAS); None without threadpoolctl."""
+    if _BLAS["failed"]:
+        return None
+    if _BLAS["controller"] is None or _BLAS["modules"] != len(sys.modules):
+        try:
+            from threadpoolctl import ThreadpoolController
+            ctl = ThreadpoolController().select(user_api="blas")
+        except Exception:  # pragma: no cover - threadpoolctl missing or broken
+            _BLAS["failed"] = True
+            return None
+        _BLAS["controller"], _BLAS["modules"] = ctl, len(sys.modules)
+    return _BLAS["controller"]
+
+
+@contextlib.contextmanager
+def single_threaded_blas():
+    """Inside the block, the BLAS libraries that NumPy and SciPy load run one thread.
+
+    The CPU backend enters this for a whole fit, ``transform`` or ``score``: its small dense
+    steps (Gram matrices, ``A @ M`` with R x R matrices, column norms) gain nothing from BLAS
+    threads, while those threads, spinning after each call, take the cores from the OpenMP
+    threads of the sparse kernels.  A user's own, lower limit holds (one is the least), and the
+    limits of before are restored on exit.  threadpoolctl's rules apply to Python threads: a
+    process-wide BLAS pool is limited by the thread that controls it (usually the main thread),
+    other threads leave it as it is.  Without threadpoolctl it does nothing.
+    """
+    ctl = _blas_controller()
+    if ctl is None or not any(lc.num_threads > 1 for lc in ctl.lib_controllers):
+        yield
+        return
+    with ctl.limit(limits=1):
+        yield
 
 
 def _c(a, dtype):
@@ -73,6 +207,11 @@ class CpuBackend(Backend):
 
     def __init__(self):
         _require_kernels()
+
+    def compute_scope(self):
+        """Context of a fit / transform / score: BLAS limited to one thread (see
+        :func:`single_threaded_blas`)."""
+        return single_threaded_blas()
 
     # ------------------------------------------------------------------ data placement
     def prepare(self, X, format="auto"):

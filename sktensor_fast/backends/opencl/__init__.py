@@ -1,4 +1,6 @@
 """OpenCL backend (needs PyOpenCL: ``pip install 'sktensor_fast[gpu]'``)."""
-from .backend import NoDeviceError, OpenCLBackend, OpenCLTensor
+from .backend import (DeviceUnusableError, KernelBuildError, NoDeviceError, OpenCLBackend,
+                      OpenCLTensor)
 
-__all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError"]
+__all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError", "DeviceUnusableError",
+           "KernelBuildError"]

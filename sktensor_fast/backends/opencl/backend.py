@@ -6,14 +6,22 @@ kernels read the nonzeros of a mode contiguously and reduce runs of equal output
 registers.  Factor matrices live on the device as ``pyopencl.array.Array``; only R x R matrices,
 length-R vectors and scalars cross to the host during a fit.
 """
+import logging
 import os
+import re
+import warnings
 
 import numpy as np
 
 from ..base import Backend
 from ...formats.coo import mode_order
 
-__all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError"]
+__all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError", "DeviceUnusableError",
+           "KernelBuildError", "probe_device", "build_program"]
+
+#: compiler output of successful builds goes to this logger at DEBUG level (and, with
+#: PYOPENCL_COMPILER_OUTPUT=1, to PyOpenCL's CompilerWarning as PyOpenCL does by default)
+logger = logging.getLogger("sktensor_fast.opencl")
 
 _KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 
@@ -23,8 +31,200 @@ INSTALL_HINT = (
     "shows what PyOpenCL sees.")
 
 
+WHAT_TO_DO = (
+    "Run on the CPU with device='cpu' (the compiled CPU kernels need no OpenCL), choose another "
+    "OpenCL device ('opencl:P:D'; `sktensor-fast info` marks which ones can compile), or update "
+    "or reinstall the device's OpenCL driver (for PoCL: `pip install -U "
+    "pocl-binary-distribution pyopencl`, or a PoCL build whose LLVM knows this CPU).")
+
+
 class NoDeviceError(RuntimeError):
-    """No OpenCL device matches the requested ``device`` string."""
+    """No usable OpenCL device matches the requested ``device`` string.
+
+    Raised when an estimator with ``device="gpu"``, ``"opencl"`` or ``"opencl:P:D"`` finds no
+    such device (the message lists the platforms and devices that PyOpenCL sees and how to
+    install a driver).
+
+    Examples
+    --------
+    >>> from sktensor_fast import CPALS
+    >>> from sktensor_fast.backends.opencl import NoDeviceError
+    >>> from sktensor_fast.datasets import load_flights_routes
+    >>> X = load_flights_routes().tensor
+    >>> try:
+    ...     CPALS(device="opencl:99:0").fit(X)
+    ... except NoDeviceError as exc:
+    ...     print("no such device")
+    ... except ImportError:             # PyOpenCL is not installed
+    ...     print("no such device")
+    no such device
+    """
+
+
+class DeviceUnusableError(NoDeviceError):
+    """An OpenCL device exists but its compiler cannot build a small test program.
+
+    Raised when the device is selected (``device="gpu"``, ``"opencl"`` or ``"opencl:P:D"``), so
+    that a broken OpenCL installation fails once, with the compiler's own message, instead of
+    at every kernel.  A subclass of :class:`NoDeviceError`.
+
+    Examples
+    --------
+    >>> from sktensor_fast.backends.opencl import DeviceUnusableError, NoDeviceError
+    >>> issubclass(DeviceUnusableError, NoDeviceError)
+    True
+    >>> from sktensor_fast import list_devices
+    >>> unusable = [d["device"] for d in list_devices() if d["usable"] is False]
+    """
+
+
+class KernelBuildError(RuntimeError):
+    """The device's OpenCL compiler failed on one of the package's kernels.
+
+    The message names the device and quotes the compiler.  Devices whose compiler fails on
+    every program are refused earlier, with :class:`DeviceUnusableError`.
+
+    Examples
+    --------
+    >>> from sktensor_fast.backends.opencl import KernelBuildError
+    >>> issubclass(KernelBuildError, RuntimeError)
+    True
+    """
+
+
+def _truthy(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _compiler_message(exc):
+    """The compiler's own text from a PyOpenCL build error (without PyOpenCL's repetitions of
+    the status and its ``(options: ...)`` trailer)."""
+    text = str(exc)
+    m = re.search(r"Build on [^\n]*:\n\n(.*?)(?:\n\(options:|\n\(source saved|\Z)", text, re.S)
+    msg = (m.group(1) if m else text).strip()
+    status = re.match(r"clBuildProgram failed: ([A-Z_]+)", text)
+    if status and status.group(1) not in msg:
+        msg = f"{status.group(1)}: {msg}"
+    return msg if len(msg) <= 2000 else msg[:2000] + " [...]"
+
+
+def _device_label(dev):
+    try:
+        return f"'{dev.name.strip()}' on '{dev.platform.name.strip()}'"
+    except Exception:  # pragma: no cover - a device object without its info
+        return repr(dev)
+
+
+def build_program(ctx, src, options=(), what="kernels"):
+    """Build OpenCL C source ``src`` for the devices of ``ctx`` and return the program.
+
+    The compiler output of a successful build (warnings, remarks: nothing a user of the
+    package can act on) is logged at DEBUG level on the ``sktensor_fast.opencl`` logger instead
+    of appearing as PyOpenCL's ``CompilerWarning``; set ``PYOPENCL_COMPILER_OUTPUT=1`` to get
+    PyOpenCL's warnings with the full text.  A failed build raises :class:`KernelBuildError`
+    naming the device and quoting the compiler.
+
+    Parameters
+    ----------
+    ctx : pyopencl.Context
+        The context whose devices build the program.
+    src : str
+        OpenCL C source.
+    options : sequence of str, default=()
+        Build options.
+    what : str, default="kernels"
+        What the program is, for the messages.
+
+    Returns
+    -------
+    pyopencl.Program
+        The built program.
+    """
+    cl = _import_cl()
+    prog = cl.Program(ctx, src)
+    try:
+        if _truthy(os.environ.get("PYOPENCL_COMPILER_OUTPUT", "")):
+            prog.build(options=list(options))
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                prog.build(options=list(options))
+    except cl.Error as exc:
+        devs = ", ".join(_device_label(d) for d in ctx.devices)
+        raise KernelBuildError(
+            f"the OpenCL compiler of {devs} failed to build {what}: {_compiler_message(exc)}. "
+            f"{WHAT_TO_DO}") from exc
+    if logger.isEnabledFor(logging.DEBUG):
+        for dev in ctx.devices:
+            try:
+                log = prog.get_build_info(dev, cl.program_build_info.LOG)
+            except cl.Error:
+                continue
+            if log and log.strip():
+                logger.debug("OpenCL compiler output for %s on %s:\n%s", what,
+                             _device_label(dev), log.strip())
+    return prog
+
+
+_PROBE_SRC = """
+__kernel void sktensor_fast_probe(__global float* a, const int n)
+{
+    int i = get_global_id(0);
+    if (i < n)
+        a[i] = 2.0f * a[i] + 1.0f;
+}
+"""
+
+#: probe_device's results: {device key: None (usable) or the compiler's message}
+_PROBED = {}
+
+
+def _device_key(dev):
+    try:
+        return (dev.platform.name, dev.name, dev.driver_version, int(dev.int_ptr))
+    except Exception:  # pragma: no cover
+        return id(dev)
+
+
+def probe_device(dev):
+    """Whether the OpenCL device ``dev`` can compile kernels: ``None`` when a small test
+    program builds, else the compiler's message.
+
+    The test program is built once per device and process (the result is cached), so that
+    :func:`sktensor_fast.list_devices` and device selection can tell a working device from one
+    whose compiler fails (for example PoCL with an LLVM that does not know the host CPU).
+
+    Parameters
+    ----------
+    dev : pyopencl.Device
+        The device.
+
+    Returns
+    -------
+    str or None
+        ``None`` when the device works, else why not.
+    """
+    key = _device_key(dev)
+    if key in _PROBED:
+        return _PROBED[key]
+    cl = _import_cl()
+    try:
+        ctx = cl.Context([dev])
+        prog = build_program(ctx, _PROBE_SRC, what="a test program")
+        cl.Kernel(prog, "sktensor_fast_probe")
+        err = None
+    except KernelBuildError as exc:
+        err = _compiler_message(exc.__cause__)
+    except cl.Error as exc:
+        err = f"{type(exc).__name__}: {exc}".strip()
+    _PROBED[key] = err
+    return err
+
+
+def _unusable(dev, err):
+    return DeviceUnusableError(
+        f"the OpenCL device {_device_label(dev)} cannot compile kernels; its compiler said: "
+        f"{err}. {WHAT_TO_DO}")
 
 
 def _import_cl():
@@ -72,16 +272,34 @@ def select_device(selector):
         if d >= len(devs):
             raise NoDeviceError(f"OpenCL device index {d} is out of range for platform {p} "
                                 f"'{plats[p].name}' ({len(devs)} device(s)): {_platform_summary(cl)}")
+        err = probe_device(devs[d])
+        if err is not None:
+            raise _unusable(devs[d], err)
         return devs[d]
     want_gpu = selector == "gpu"
+    broken = []
     for plat in plats:
         try:
             devs = plat.get_devices(device_type=cl.device_type.GPU if want_gpu
                                     else cl.device_type.ALL)
         except Exception:
             continue
-        if devs:
-            return devs[0]
+        for dev in devs:
+            err = probe_device(dev)
+            if err is None:
+                if broken:
+                    warnings.warn(
+                        f"device={selector!r}: skipped the OpenCL device(s) "
+                        f"{', '.join(_device_label(b) for b, _ in broken)} whose compiler cannot "
+                        f"build kernels; using {_device_label(dev)}", RuntimeWarning, stacklevel=3)
+                return dev
+            broken.append((dev, err))
+    if len(broken) == 1:
+        raise _unusable(*broken[0])
+    if broken:
+        raise DeviceUnusableError(
+            f"device={selector!r}: no OpenCL device can compile kernels: " + "; ".join(
+                f"{_device_label(dev)}: {err}" for dev, err in broken) + f". {WHAT_TO_DO}")
     what = "GPU" if want_gpu else "device"
     raise NoDeviceError(f"device={selector!r}: no OpenCL {what} found ({_platform_summary(cl)}). "
                         f"{INSTALL_HINT}")
@@ -294,7 +512,8 @@ class OpenCLBackend(Backend):
             pkey = (np.dtype(dtype).str, nmodes, phi, vec, rank, interleaved, off32, prefetch)
             prog = self._progs.get(pkey)
             if prog is None:
-                prog = self.cl.Program(self.ctx, src).build()
+                prog = build_program(self.ctx, src, what=f"{'dense.cl' if nmodes is None else 'cp.cl'} "
+                                     f"(for {name})")
                 self._progs[pkey] = prog
             knl = self.cl.Kernel(prog, name)
             self._knls[key] = knl

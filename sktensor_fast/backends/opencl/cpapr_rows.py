@@ -51,7 +51,8 @@ def _program(backend, dtype, nmodes):
             ["#define REAL_T float"]
         src = backend._header(dtype, nmodes, extra=extra) + backend._source("cpapr_rows.cl")
         options = [] if backend.fp64 else ["-cl-single-precision-constant"]
-        prog = backend.cl.Program(backend.ctx, src).build(options=options)
+        from .backend import build_program
+        prog = build_program(backend.ctx, src, options, what="the CP-APR row solvers")
         cache[key] = prog
     return prog
 

@@ -189,7 +189,8 @@ def _kernel(be, dtype, N, name):
                      f"#define GRAD_ARRAY __global VAL_T* G[NMODES] = {{{names}}};"]
             src = be._header(dtype, N, extra=extra) + be._source("gcp.cl")
             opts = [] if np.dtype(dtype) == np.float64 else ["-cl-single-precision-constant"]
-            prog = be.cl.Program(be.ctx, src).build(options=opts)
+            from .backend import build_program
+            prog = build_program(be.ctx, src, opts, what="the GCP kernels")
             be._progs[pkey] = prog
         knl = be.cl.Kernel(prog, name)
         be._knls[key] = knl

@@ -1,0 +1,191 @@
+"""The documentation builds offline with warnings as errors, has a reference page for every
+public name, a gallery with at least six figures, and no broken internal links; a gallery
+example that fails stops the build.
+
+The build runs in a subprocess on a copy of doc/ and examples/ in a temporary folder (so that
+the generated files of a previous build cannot hide a problem), with this checkout's package
+first on the path.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+for mod in ("sphinx", "sphinx_gallery", "numpydoc", "pydata_sphinx_theme", "myst_parser",
+            "matplotlib"):
+    pytest.importorskip(mod)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in
+                                                       env.get("PYTHONPATH", "").split(os.pathsep)
+                                                       if p])
+    env["MPLBACKEND"] = "agg"
+    return env
+
+
+def _copy_sources(dest):
+    shutil.copytree(ROOT / "doc", dest / "doc",
+                    ignore=shutil.ignore_patterns("_build", "generated", "auto_examples",
+                                                  "__pycache__"))
+    shutil.copytree(ROOT / "examples", dest / "examples",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "benchmarks").mkdir()
+    shutil.copy(ROOT / "benchmarks" / "README.md", dest / "benchmarks" / "README.md")
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("docs")
+    _copy_sources(tmp)
+    out = tmp / "html"
+    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+           "-d", str(tmp / "doctrees"), str(tmp / "doc"), str(out)]
+    r = subprocess.run(cmd, cwd=tmp, env=_env(), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+    return out
+
+
+def test_every_public_name_has_a_page(built_site):
+    from test_doctests import public_objects
+    missing = [name for name in public_objects()
+               if not (built_site / "api" / "generated" / f"{name}.html").is_file()]
+    assert not missing, f"no reference page for {missing}"
+    # the pages hold the docstrings (with their examples), not empty stubs
+    page = (built_site / "api" / "generated" / "sktensor_fast.CPAPR.html").read_text()
+    assert "log_likelihood_" in page and "Examples" in page and "pdnr" in page
+    page = (built_site / "api" / "generated" / "sktensor_fast.SparseTensor.html").read_text()
+    assert "from_dense" in page
+
+
+def test_gallery_made_figures(built_site):
+    images = built_site / "_images"
+    figures = [p for p in images.glob("sphx_glr_plot_*.png") if "_thumb" not in p.name]
+    examples = sorted(p.stem for p in (ROOT / "examples").glob("plot_*.py"))
+    assert len(examples) >= 6
+    assert len(figures) >= 6, sorted(p.name for p in figures)
+    for ex in examples:
+        page = built_site / "auto_examples" / f"{ex}.html"
+        assert page.is_file(), ex
+        assert any(p.name.startswith(f"sphx_glr_{ex}_") for p in figures), f"{ex} drew nothing"
+    # the flights example drew the components with the data set's labels
+    page = (built_site / "auto_examples" / "plot_flights_components.html").read_text()
+    assert "15188 nonzeros" in page and "JFK" in page
+
+
+def test_guide_pages_and_home(built_site):
+    for page in ("index", "guide/index", "guide/choosing", "guide/solvers", "guide/rank",
+                 "guide/sklearn", "guide/devices", "guide/performance", "guide/kernels",
+                 "guide/references", "benchmarks", "api/index", "auto_examples/index"):
+        assert (built_site / f"{page}.html").is_file(), page
+    home = (built_site / "index.html").read_text()
+    # doc/index.md is the home page, with the site's navigation
+    assert "sktensor_fast documentation" in home
+    for section in ("guide/index.html", "auto_examples/index.html", "api/index.html"):
+        assert section in home, section
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links, self.ids = [], set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        if tag == "a" and attrs.get("name"):
+            self.ids.add(attrs["name"])
+        for key in ("href", "src"):
+            if attrs.get(key) and not (tag == "link" and key == "href"
+                                       and attrs.get("rel") in (["preconnect"],)):
+                self.links.append((tag, key, attrs[key]))
+
+
+def _parse(path, cache):
+    if path not in cache:
+        p = _Links()
+        p.feed(path.read_text(encoding="utf-8", errors="replace"))
+        cache[path] = p
+    return cache[path]
+
+
+def broken_links(site):
+    """Local links and images of the HTML pages under ``site`` whose file (or anchor in a
+    page) does not exist."""
+    cache, broken = {}, []
+    for page in sorted(site.rglob("*.html")):
+        if {"_modules", "_static", "_sources"} & set(page.relative_to(site).parts):
+            continue            # highlighted source, theme templates, page sources
+        for tag, key, url in _parse(page, cache).links:
+            parts = urlsplit(url)
+            if parts.scheme or url.startswith(("//", "mailto:", "javascript:", "data:")):
+                continue
+            target = page if not parts.path else (page.parent / unquote(parts.path)).resolve()
+            if not target.exists():
+                broken.append(f"{page.relative_to(site)}: {url}")
+                continue
+            if parts.fragment and target.suffix == ".html" and "_modules" not in target.parts:
+                if unquote(parts.fragment) not in _parse(target, cache).ids:
+                    broken.append(f"{page.relative_to(site)}: {url} (no such anchor)")
+    return broken
+
+
+def test_link_checker_finds_broken_links(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.png").write_bytes(b"")
+    (tmp_path / "index.html").write_text(
+        '<a href="sub/page.html#here">ok</a><img src="a.png"><a href="https://x.org/y">ext</a>'
+        '<a href="missing.html">1</a><img src="b.png"><a href="sub/page.html#nowhere">2</a>'
+        '<a href="#top">3</a>')
+    (tmp_path / "sub" / "page.html").write_text('<h1 id="here">x</h1><a href="../index.html">')
+    assert sorted(broken_links(tmp_path)) == [
+        "index.html: #top (no such anchor)", "index.html: b.png", "index.html: missing.html",
+        "index.html: sub/page.html#nowhere (no such anchor)"]
+
+
+def test_no_broken_internal_links(built_site):
+    assert len(list(built_site.rglob("*.html"))) > 20
+    broken = broken_links(built_site)
+    assert not broken, "\n".join(broken[:50])
+
+
+def test_failing_example_stops_the_build(tmp_path):
+    """An example that cannot find its data file fails the build loudly."""
+    src = tmp_path / "doc"
+    src.mkdir()
+    ex = tmp_path / "examples"
+    ex.mkdir()
+    (ex / "README.txt").write_text("Examples\n========\n")
+    (ex / "plot_missing.py").write_text(textwrap.dedent('''
+        """
+        A missing file
+        ==============
+        """
+        from sktensor_fast import load_tns
+        X = load_tns("no-such-tensor-file.tns")
+        '''))
+    (src / "index.rst").write_text("Test\n====\n\n.. toctree::\n\n   auto_examples/index\n")
+    (src / "conf.py").write_text(textwrap.dedent(f'''
+        import sys
+        sys.path.insert(0, {str(ROOT / "doc" / "sphinxext")!r})
+        from gallery_conf import gallery_conf
+        extensions = ["sphinx_gallery.gen_gallery"]
+        sphinx_gallery_conf = gallery_conf({str(ex)!r}, backreferences=False)
+        '''))
+    r = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(src),
+                        str(tmp_path / "html")], cwd=tmp_path, env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-3000:]
+    assert "no-such-tensor-file.tns" in out, out[-3000:]

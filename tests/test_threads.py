@@ -1,0 +1,235 @@
+"""Threads of the CPU backend: caps, OpenMP waiting, BLAS during fits, reproducibility.
+
+The crash reproducers and everything that depends on how the OpenMP runtime or the CPU affinity
+is set up at start run in a fresh interpreter.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sktensor_fast as sk
+from sktensor_fast.backends.cpu import backend as cpu_backend
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _python(code, env=None, timeout=600):
+    """Run ``code`` in a fresh interpreter at the repository root; returns the process."""
+    full = dict(os.environ)
+    for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):
+        full.pop(k, None)
+    full.update(env or {})
+    full["PYTHONPATH"] = str(ROOT) + os.pathsep + full.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=str(ROOT), env=full,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _last_json(proc):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------- caps
+def test_thread_requests_above_the_cap_warn_and_are_capped():
+    cap = cpu_backend.max_threads()
+    assert cap == cpu_backend.MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+    try:
+        with pytest.warns(RuntimeWarning, match=f"capped at {cap}"):
+            sk.set_num_threads(100_000)
+        assert sk.get_num_threads() == cap
+        sk.set_num_threads(1)
+        with pytest.warns(RuntimeWarning, match="capped"):
+            with sk.num_threads(10 ** 9):
+                assert sk.get_num_threads() == cap
+        assert sk.get_num_threads() == 1
+    finally:
+        sk.set_num_threads(None)
+    for bad in (0, -3, 2.5, True, "4"):
+        with pytest.raises(ValueError, match="number of threads"):
+            sk.set_num_threads(bad)
+
+
+CRASH_FITS = """
+    import warnings, numpy as np, sktensor_fast as sk
+    from benchmarks.synth import synthetic_tensor
+    X = synthetic_tensor((60, 50, 40), 20000, seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        {setup}
+        n = sk.get_num_threads()
+        sk.CPALS(rank=4, max_iter=2, format="alto").fit(X)
+        sk.CPAPR(rank=4, max_iter=1, solver="pdnr").fit(X)
+        sk.GCP(rank=4, loss="poisson", epoch_iters=3, max_iter=1).fit(X)
+    print(n, sum("capped" in str(w.message) for w in caught))
+"""
+
+
+@pytest.mark.parametrize("how", ["set_num_threads", "OMP_NUM_THREADS"])
+def test_huge_thread_counts_do_not_crash(how):
+    """100000 threads used to segfault ALTO and GCP fits (50000: libgomp could not create the
+    threads and exited); now the count is capped with a warning."""
+    if how == "set_num_threads":
+        proc = _python(CRASH_FITS.format(setup="sk.set_num_threads(100000)"))
+    else:
+        proc = _python(CRASH_FITS.format(setup="pass"), env={"OMP_NUM_THREADS": "100000"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    n, warned = proc.stdout.split()
+    assert int(n) == cpu_backend.max_threads() and int(warned) >= 1
+
+
+# ---------------------------------------------------------------------- OpenMP waiting
+WAIT_REPORT = """
+    import json, os, sktensor_fast as sk
+    print(json.dumps([os.environ.get("OMP_WAIT_POLICY"), sk.get_config()["openmp_wait_policy"]]))
+"""
+
+
+def test_passive_waiting_is_asked_for_and_the_environment_restored():
+    env_value, policy = _last_json(_python(WAIT_REPORT))
+    assert env_value is None                      # the user's environment is unchanged
+    assert policy.startswith("passive")
+
+
+@pytest.mark.parametrize("var,value", [("OMP_WAIT_POLICY", "active"), ("GOMP_SPINCOUNT", "1000"),
+                                       ("KMP_BLOCKTIME", "5")])
+def test_a_users_waiting_policy_is_kept(var, value):
+    env_value, policy = _last_json(_python(WAIT_REPORT, env={var: value}))
+    assert policy == f"user: {var}={value}"
+    assert env_value == (value if var == "OMP_WAIT_POLICY" else None)
+
+
+IDLE_CPU = """
+    import json, os, time, numpy as np, sktensor_fast as sk
+    from sktensor_fast.backends.cpu import _kernels
+    rng = np.random.default_rng(0)
+    subs = np.ascontiguousarray(rng.integers(0, 50, (40000, 3)))
+    facs = [rng.random((50, 8)) for _ in range(3)]
+    out = np.empty(40000)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(30):
+        _kernels.kruskal_values(subs, np.ones(8), facs, out, 2)   # a parallel region ...
+        time.sleep(0.01)                                          # ... then the threads idle
+    print(json.dumps([time.process_time() - c0, time.perf_counter() - t0]))
+"""
+
+
+@pytest.mark.skipif(not sk.get_config()["openmp"], reason="serial build")
+def test_idle_threads_sleep_with_the_default_policy():
+    """The policy reaches the OpenMP runtime: between regions the idle thread sleeps instead of
+    spinning (compared with active waiting, which spins through every pause)."""
+    cpu_passive, wall_passive = _last_json(_python(IDLE_CPU))
+    cpu_active, wall_active = _last_json(_python(IDLE_CPU, env={"OMP_WAIT_POLICY": "active"}))
+    # active: a thread spins through the 30 pauses of 10 ms (unless the machine is so busy
+    # that it hardly runs at all); passive: the CPU time is the kernels' alone
+    assert cpu_passive < 0.5 * cpu_active or cpu_active < 0.05, (cpu_passive, cpu_active)
+    assert cpu_passive < 0.15 + 0.25 * wall_passive
+
+
+# ---------------------------------------------------------------------- BLAS during fits
+def test_blas_runs_one_thread_during_a_fit_and_limits_are_restored(monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from sktensor_fast.backends.cpu.backend import CpuBackend
+    seen = []
+    gram = CpuBackend.gram
+
+    def spy(self, A):
+        seen.append([i["num_threads"] for i in threadpoolctl.threadpool_info()
+                     if i["user_api"] == "blas"])
+        return gram(self, A)
+
+    monkeypatch.setattr(CpuBackend, "gram", spy)
+    rng = np.random.default_rng(0)
+    X = sk.SparseTensor(rng.integers(0, 20, (500, 3)), rng.random(500), (20, 20, 20))
+    before = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    est = sk.CPALS(rank=3, max_iter=3, random_state=0).fit(X)
+    est.transform(X)
+    assert seen and all(n == 1 for s in seen for n in s)
+    after = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    assert after == before
+    # a user's OpenMP limit sets the kernels' default thread count
+    with threadpoolctl.threadpool_limits(1, user_api="openmp"):
+        assert sk.get_num_threads() == 1
+
+
+def test_concurrent_fits_restore_the_blas_limits():
+    """Overlapping scopes (fits in two Python threads, ending in either order): the limits of
+    before are back after the last."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import threading
+    blas = lambda: [i["num_threads"] for i in threadpoolctl.threadpool_info()  # noqa: E731
+                    if i["user_api"] == "blas"]
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        before = blas()
+        for main_first in (True, False):
+            entered, release = threading.Event(), threading.Event()
+
+            def other():
+                with cpu_backend.single_threaded_blas():
+                    entered.set()
+                    release.wait(10)
+
+            t = threading.Thread(target=other)
+            with cpu_backend.single_threaded_blas():
+                assert all(n == 1 for n in blas())
+                t.start()
+                entered.wait(10)
+                if not main_first:
+                    release.set()
+                    t.join()
+            release.set()
+            t.join()
+            assert blas() == before
+
+
+# ---------------------------------------------------------------------- reproducibility
+REPRO = """
+    import hashlib, json, os, sys, numpy as np
+    import sktensor_fast as sk
+    from sktensor_fast.formats import alto, coo
+    from benchmarks.synth import synthetic_tensor
+    coo.MIN_NNZ_PER_THREAD = 1       # small tensors: run every thread asked for
+    alto.PART_NNZ = 1024             # ... and cut ALTO into many partitions
+    os.sched_setaffinity(0, {affinity})
+    sk.set_num_threads({threads})
+    out = {{}}
+    for tname, shape in (("high", (60, 50, 40)), ("low", (20000, 15000, 9000))):
+        X = synthetic_tensor(shape, 24000, seed=1)
+        for fmt in ("coo", "alto"):
+            fits = {{
+                "cpals": sk.CPALS(rank=5, max_iter=3, tol=0, random_state=0, format=fmt),
+                "cpapr-mu": sk.CPAPR(rank=5, max_iter=2, tol=0, random_state=0, format=fmt),
+                "cpapr-pdnr": sk.CPAPR(rank=5, solver="pdnr", max_iter=1, tol=0,
+                                       random_state=0, format=fmt),
+                "gcp": sk.GCP(rank=5, loss="poisson", epoch_iters=4, max_iter=2, tol=0,
+                              random_state=0, format=fmt),
+            }}
+            for name, est in fits.items():
+                est.fit(X)
+                h = hashlib.sha256(est.weights_.tobytes())
+                for f in est.factors_:
+                    h.update(np.ascontiguousarray(f).tobytes())
+                out[f"{{tname}}/{{fmt}}/{{name}}"] = h.hexdigest()
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_models_are_bitwise_identical_for_any_threads_and_affinity():
+    """COO and ALTO (buffer and compact paths), low- and high-reuse tensors, CP-ALS, CP-APR MU
+    and PDN-R, GCP: the same bits with 1 or 2 threads, on one CPU or two."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    runs = {}
+    for threads, aff in ((1, cpus[:1]), (2, cpus), (2, cpus[1:]), (3, cpus)):
+        runs[(threads, tuple(aff))] = _last_json(_python(REPRO.format(threads=threads,
+                                                                      affinity=set(aff))))
+    ref = next(iter(runs.values()))
+    assert len(ref) == 2 * 2 * 4
+    for key, got in runs.items():
+        diff = [k for k in ref if got[k] != ref[k]]
+        assert not diff, (key, diff)
