@@ -107,6 +107,7 @@ guide/index
 auto_examples/index
 api/index
 benchmarks
+scaling
 ```
 """
 

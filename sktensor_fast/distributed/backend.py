@@ -262,6 +262,10 @@ class DistributedBackend(Backend):
                 return a.layout
         return None
 
+    def compute_scope(self):
+        """The process's backend's settings for a whole fit (e.g. single-threaded BLAS)."""
+        return self.local.compute_scope()
+
     # ------------------------------------------------------------------ data placement
     def prepare(self, X, format="auto"):
         from .tensor import DistributedTensor
