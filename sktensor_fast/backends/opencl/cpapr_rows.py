@@ -106,7 +106,7 @@ def row_pointers(backend, T, mode):
         I = T.shape[mode]
         ptr = cla.empty(backend.queue, (I + 1,), np.int64)
         if T.nnz == 0:
-            ptr.fill(0)
+            backend.fill_zero(ptr)
         else:
             _launch(backend, _kernel(backend, T.dtype, T.ndim, "row_pointers"), T.nnz + 1,
                     np.int64(T.nnz), np.int64(I), np.int32(mode), T.subs[mode].data, ptr.data)
@@ -229,7 +229,7 @@ def row_solve(backend, T, factors, mode, B, method, params):
         return result
     if T.nnz == 0:
         # no data at all: every row's optimum is zero
-        work.fill(0)
+        backend.fill_zero(work)
     else:
         budget = min(SCRATCH_BUDGET, int(backend.device.max_mem_alloc_size) // 2,
                      int(backend.device.global_mem_size) // 8)
