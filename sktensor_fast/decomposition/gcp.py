@@ -534,15 +534,23 @@ class GCP(BaseCP):
             U[0] = backend.asarray(W, dtype=X.dtype)
             F = None
             if X.size <= GCP_DENSE_LIMIT:
-                F, _ = backend.gcp_full_loss_grad(T, np.ones(W.shape[1]), U, loss,
-                                                  need_grad=False)
-                F = float(F)
+                try:
+                    F, _ = backend.gcp_full_loss_grad(T, np.ones(W.shape[1]), U, loss,
+                                                      need_grad=False)
+                    F = float(F)
+                except NotImplementedError:   # no exact loss on this backend
+                    F = None
             return U, F, 0, []
         if X.size > GCP_DENSE_LIMIT:
             return U, None, 0, []
-        U, F, n_iter, history, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
-                                                active=[True] + [False] * (len(U) - 1),
-                                                maxiter=_FINAL_MAXITER, t0=t0)
+        try:
+            U, F, n_iter, history, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
+                                                    active=[True] + [False] * (len(U) - 1),
+                                                    maxiter=_FINAL_MAXITER, t0=t0)
+        except NotImplementedError:
+            # a backend without the exact loss (a tensor spread over processes): the loadings
+            # stay those of the stochastic fit, as on tensors above GCP_DENSE_LIMIT
+            return U, None, 0, []
         return U, F, n_iter, history
 
     # ------------------------------------------------------------------ solvers
