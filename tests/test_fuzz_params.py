@@ -28,7 +28,7 @@ NAN, INF = float("nan"), float("inf")
 JUNK = [None, "x", True, False, np.bool_(True), NAN, INF, -INF, -1, -1.0, 0, 2 ** 63, 1.5,
         1e300, 1e-300, [1], (1,), {}, 1 + 2j]
 
-FUZZ = settings(max_examples=50, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -236,7 +236,7 @@ def test_fuzz_cpapr(params):
     check(CPAPR, params)
 
 
-@settings(parent=FUZZ, max_examples=120)
+@settings(parent=FUZZ, max_examples=80)
 @given(gcp_params())
 def test_fuzz_gcp(params):
     check(GCP, params)
