@@ -110,6 +110,7 @@ def common(draw, strings):
         n_init=draw(small_int(1, 2)),
         device=draw(mostly("cpu", ["tpu", "opencl:x", 0], p=1 / 20)),
         format=draw(mostly(st.sampled_from(["auto", "coo", "alto"]), ["csr", None], p=1 / 20)),
+        max_time=draw(mostly(None, [1e-3, 10.0, 0.0, -1.0, NAN, INF, True], p=0.2)),
     )
 
 
@@ -191,7 +192,6 @@ def cpapr_params(draw):
         mu0=draw(real(1e-8, 1.0)),
         lbfgs_mem=draw(small_int(1, 5)),
         inexact=draw(mostly(st.booleans(), [1, None, "yes"], p=1 / 20)),
-        max_time=draw(mostly(None, [1e-3, 10.0, 0.0, -1.0, NAN, INF, True], p=0.2)),
     )
     return p
 
