@@ -209,8 +209,8 @@ class GCP(BaseCP):
         formula, capped).
     n_samples_loss : int or (int, int), optional
         Size of the stratified sample of the loss estimate (an int n means n nonzeros and n
-        zeros; at most :data:`GCP_MAX_SAMPLES` in all).  Default (as pyttb): ``min(n_nz, f)`` nonzeros and ``min(n_nz, n_zero, f)``
-        zeros with ``f = max(100 000, ⌈n_nz / 100⌉)``.
+        zeros; at most :data:`GCP_MAX_SAMPLES` in all).  Default (as pyttb): ``min(n_nz, f)``
+        nonzeros and ``min(n_nz, n_zero, f)`` zeros with ``f = max(100 000, ⌈n_nz / 100⌉)``.
     learning_rate : float, default=2e-3
         Step size of the stochastic solvers (Adam's α).  Twice pyttb's 1e-3: on the embedded
         flights-routes data the default fit then takes half the time with the same median
