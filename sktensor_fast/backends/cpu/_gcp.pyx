@@ -160,7 +160,7 @@ cdef enum:
     # samples drawn ahead of the one being processed (their rows are prefetched)
     LOOKAHEAD = 8
     # below this much work (samples x modes x rank, or entries) a kernel runs on one thread
-    SERIAL_WORK = 32768
+    SERIAL_WORK = 131072
 
 cdef enum:
     # loss codes, as in sktensor_fast.decomposition.losses (pyttb's Objectives)
