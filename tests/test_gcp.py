@@ -425,7 +425,7 @@ def test_same_seed_same_model_any_thread_count():
     X, _ = small_problem(shape=(30, 25, 20), density=0.05)
     # enough samples x rank for the kernels to take their multi-threaded path
     est = GCP(rank=8, loss="poisson", random_state=42, epoch_iters=20, max_iter=2,
-              n_samples_grad=2000)
+              n_samples_grad=6000)
     with num_threads(1):
         a = est.fit(X)
         fa = [f.copy() for f in a.factors_]
