@@ -202,7 +202,7 @@ def section_contention(mode="quick", busy=None, threads=None, repeat=None, round
     spec = {"tensors": [list(t) for t in tensors], "fits": list(fits), "repeat": int(repeat)}
     settings = thread_settings(threads, compare_spin)
     conditions = [("quiet", 0)] + ([("busy", busy)] if busy > 0 else [])
-    runs, notes = [], []
+    runs, notes, loads = [], [], {}
     old = signal.signal(signal.SIGTERM, _terminate_as_exit)
     try:
         for cond, nbusy in conditions:
@@ -224,8 +224,9 @@ def section_contention(mode="quick", busy=None, threads=None, repeat=None, round
             if restarted:
                 notes.append(f"{cond}: {restarted} busy processes ended early and were "
                              f"restarted")
-            notes.append(f"{cond}: load average {load0[0]:.2f} before, "
-                         f"{os.getloadavg()[0]:.2f} after")
+            loads[cond] = [load0[0], os.getloadavg()[0]]
+            notes.append(f"{cond}: load average {load0[0]:.2f} before, {loads[cond][1]:.2f} "
+                         f"after (the busy processes included)")
     finally:
         signal.signal(signal.SIGTERM, old)
     rows = summarize(runs, settings, conditions, tensors, fits)
@@ -233,7 +234,7 @@ def section_contention(mode="quick", busy=None, threads=None, repeat=None, round
            "settings": [{"label": a, "omp_num_threads": b, "env": e} for a, b, e in settings],
            "fits": {f: {"estimator": FITS[f][0], **FITS[f][1]} for f in fits},
            "tensors": [{"name": n, "shape": s, "nnz": z, "rank": r} for n, s, z, r in tensors],
-           "rows": rows, "runs": runs, "notes": notes}
+           "load_average": loads, "rows": rows, "runs": runs, "notes": notes}
     return res, table(rows, settings)
 
 
@@ -301,7 +302,9 @@ def plot(res, outdir, plt):
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
         ax.set_ylabel("fit time ratio (lower is better)")
         busy = sub[0]["busy"] if sub else 0
-        ax.set_title(f"{cond}" + (f": {busy} busy processes" if busy else ""))
+        load = res.get("load_average", {}).get(cond)
+        ax.set_title((f"{busy} busy processes started" if busy else "no busy processes started")
+                     + (f" (load average {load[0]:.1f} before)" if load else ""), fontsize=9)
         ax.legend(fontsize=7)
     return fig
 

@@ -1,7 +1,9 @@
 """sktensor_fast: fast sparse tensor decompositions with scikit-learn estimators.
 
 Data: :class:`SparseTensor` (COO), :class:`KruskalTensor`, FROSTT I/O (:func:`load_tns`,
-:func:`save_tns`).  Estimators: :class:`CPALS`, :class:`CPAPR`, :class:`GCP`.  Kernels run on
+:func:`save_tns`).  Estimators: :class:`CPALS`, :class:`CPAPR`, :class:`GCP`; what they found:
+:func:`describe_components`; fitted models to a file and back: :func:`save_model`,
+:func:`load_model`.  Kernels run on
 the CPU (Cython/OpenMP) or on OpenCL devices, chosen by each estimator's ``device`` parameter.
 """
 __version__ = "0.1.0"
@@ -22,9 +24,11 @@ try:
 finally:
     _config._openmp_env_exit()
 from ._config import show_config, get_config
+from .inspection import describe_components
+from .persistence import load_model, save_model
 
 __all__ = [
     "SparseTensor", "KruskalTensor", "load_tns", "save_tns", "CPALS", "CPAPR", "GCP",
     "list_devices", "show_config", "get_config", "get_num_threads", "set_num_threads",
-    "num_threads", "__version__",
+    "num_threads", "describe_components", "save_model", "load_model", "__version__",
 ]

@@ -154,3 +154,21 @@ def test_bad_inputs():
             rng.random((6, 4, 3)))
     with pytest.raises(ValueError, match="dense tensor"):
         SparseTensor([[0, 0, 0]], [1.0], (10**5, 10**5, 10**5)).to_dense()
+
+
+@pytest.mark.parametrize("scale", [1e300, 1e-300, 2.0 ** 300, 1e200])
+def test_data_near_the_limits_of_float64_fit_as_unscaled(scale):
+    """‖X‖² of data near 1e±300 over/underflows: such data are fitted after an exact
+    power-of-two scaling, with the same fit and the weights scaled back."""
+    rng = np.random.default_rng(0)
+    X = random_sparse((10, 8, 6), 150, rng)
+    ref = CPALS(rank=3, random_state=0, tol=1e-8).fit(X)
+    Xs = SparseTensor(X.subs, X.vals * scale, X.shape)
+    m = CPALS(rank=3, random_state=0, tol=1e-8).fit(Xs)
+    assert m.fit_ == pytest.approx(ref.fit_, rel=1e-9)
+    assert m.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(m.weights_ / scale, ref.weights_, rtol=1e-8)
+    np.testing.assert_allclose(m.loss_history_, ref.loss_history_, rtol=1e-8, atol=1e-12)
+    with np.errstate(over="ignore"):
+        assert m.score(Xs) == pytest.approx(ref.score(X), rel=1e-9)
+        np.testing.assert_allclose(m.transform(Xs) / scale, ref.transform(X), rtol=1e-7)

@@ -38,3 +38,23 @@ def test_flights_routes_matches_shared_copy(shared_data):
     from sktensor_fast.io import load_tns
     shared = load_tns(shared_data / "flights-routes" / "tensor.tns.gz")
     assert load_flights_routes().tensor == shared
+
+
+def test_flights_routes_labels_in_natural_order():
+    """Indices follow their labels' natural order, so a factor can be plotted against them."""
+    labels = load_flights_routes().labels
+    assert labels[4] == ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
+                         "Sunday"]
+    hours = [int(h) for h in labels[3]]
+    assert hours == sorted(hours) and len(set(hours)) == len(hours)
+    for k in (0, 1, 2):                      # airport and carrier codes
+        assert labels[k] == sorted(labels[k])
+
+
+def test_flights_routes_weekday_totals_follow_the_calendar():
+    """The counts moved with the labels: Saturday is the quietest day of 2013's flights."""
+    data = load_flights_routes()
+    X = data.tensor
+    per_day = np.bincount(X.subs[:, 4], weights=X.vals, minlength=7)
+    assert data.labels[4][int(np.argmin(per_day))] == "Saturday"
+    assert per_day.sum() == 336776

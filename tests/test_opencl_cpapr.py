@@ -235,3 +235,16 @@ def test_bad_inputs_are_clear_errors(be):
         be.apr_mu_rows_([[1.0, 2.0]], [[1.0, 2.0]], 1e-3)
     with pytest.raises(ValueError, match="tol"):
         be.apr_mu_rows_(B, B, float("nan"))
+
+
+@pytest.mark.parametrize("solver", ["mu", "pdnr", "pqnr"])
+def test_vanished_nonzero_is_revived_as_on_the_cpu(be, solver):
+    """The shift of a nonzero's vanished entries runs through the backend's primitives: the
+    OpenCL fit revives a start that is zero there and gives the CPU's model."""
+    X = SparseTensor([[0, 0, 0], [1, 1, 1], [0, 2, 2]], [5.0, 3.0, 1.0], (2, 3, 3))
+    dead = np.array([[1.0], [1.0], [0.0]])
+    init = [np.ones((2, 1)), dead, dead.copy()]
+    dev = CPAPR(1, solver=solver, init=init, max_iter=20, device="opencl").fit(X)
+    ref = CPAPR(1, solver=solver, init=init, max_iter=20).fit(X)
+    assert np.isfinite(dev.log_likelihood_)
+    assert dev.log_likelihood_ == pytest.approx(ref.log_likelihood_, rel=1e-9)

@@ -94,6 +94,25 @@ def test_same_samples_as_cpu(be, cpu, sampler, density):
     np.testing.assert_array_equal(so.loss_sample["w"].get()[:n], w)
 
 
+@pytest.mark.parametrize("threshold,attempts", [(0.5, 256), (2.0, 256), (2.0, 1), (2.0, 3)])
+def test_same_zero_samples_as_cpu_on_every_path(be, cpu, monkeypatch, threshold, attempts):
+    """Dense tensor: zeros from the list of zeros (CPU: computed from the linear indices, as on
+    the device) or by rejection that gives up after ``attempts`` draws and computes the zero."""
+    monkeypatch.setattr(cpu_ops, "_ZERO_LIST_DENSITY", threshold)
+    monkeypatch.setattr(cpu_ops, "_MAX_ATTEMPTS", attempts)
+    monkeypatch.setattr(cpu_ops, "_ZERO_LIST_MAX", 0)
+    X, _ = sparse_problem(shape=(20, 15, 10), density=0.9)
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    sc = cpu.gcp_setup(Tc, "stratified", (50, 3000), (20, 500), 3)
+    so = be.gcp_setup(To, "stratified", (50, 3000), (20, 500), 3)
+    key = int(_gcp.step_key(np.uint64(9), np.uint64(1)))
+    _same_draw(be, To, so, sc, key, 3)
+    subs = cpu_ops.draw(sc.grad_sampler, key, 3)[0][50:]
+    assert np.all(X.to_dense()[tuple(subs.T)] == 0)
+    n = so.loss_sample["n"]
+    np.testing.assert_array_equal(so.loss_sample["subs"].get()[:n], sc.loss_sample[0])
+
+
 def test_same_samples_with_a_mask_and_without_linear_index(be, cpu):
     rng = np.random.default_rng(1)
     X, _ = sparse_problem(density=0.3)

@@ -62,3 +62,129 @@ def test_fit_transform_shape_and_unfitted():
 def test_check_estimator():
     from sklearn.utils.estimator_checks import check_estimator
     check_estimator(CPALS(random_state=0))
+
+
+@pytest.mark.parametrize("solver", ["adam", "sgd", "adagrad", "lbfgsb"])
+def test_check_estimator_gcp(solver):
+    """fit_transform(X) and transform(X) agree for every solver: each fit ends with the step
+    on the mode-0 loadings that transform takes."""
+    from sklearn.utils.estimator_checks import check_estimator
+    from sktensor_fast import GCP
+    check_estimator(GCP(solver=solver, epoch_iters=10, max_iter=3, random_state=0))
+
+
+# ---------------------------------------------------------------------------- convergence
+def _counts(seed=0, shape=(12, 10, 8)):
+    rng = np.random.default_rng(seed)
+    M = KruskalTensor(None, [rng.random((s, 2)) for s in shape]).full()
+    return SparseTensor.from_dense(rng.poisson(4 * M).astype(float))
+
+
+def _estimators():
+    from sktensor_fast import CPAPR, GCP
+    return [CPALS(), CPAPR(), GCP()]
+
+
+@pytest.mark.parametrize("est", _estimators(), ids=lambda e: type(e).__name__)
+def test_bools_are_refused_for_numeric_parameters(est):
+    """rank=True would pass scikit-learn's Interval(Integral) as 1: every numeric parameter
+    refuses bools (NumPy's too) with the parameter's name; verbose still takes them."""
+    from sklearn.utils._param_validation import Interval
+    X = np.ones((3, 3, 3))
+    numeric = [name for name, cons in est._parameter_constraints.items()
+               if any(isinstance(c, Interval) or c == "random_state" for c in cons)
+               and not any(c in ("boolean", "verbose") for c in cons)]
+    assert {"rank", "max_iter", "tol", "n_init", "random_state"} <= set(numeric)
+    for name in numeric:
+        for val in (True, False, np.bool_(True)):
+            with pytest.raises((ValueError, TypeError),
+                               match=f"'{name}' parameter.*(bool|True|False)"):
+                clone(est).set_params(**{name: val}).fit(X)
+    clone(est).set_params(verbose=False, max_iter=2).fit(X)
+
+
+@pytest.mark.parametrize("est", _estimators(), ids=lambda e: type(e).__name__)
+def test_complex_init_is_refused(est):
+    rng = np.random.default_rng(0)
+    X = rng.poisson(2.0, (4, 3, 2)).astype(float)
+    init = [rng.random((s, 2)) for s in X.shape]
+    init[1] = init[1] + 1j * rng.random(init[1].shape)
+    with pytest.raises(ValueError, match="init factor 1 holds complex values"):
+        clone(est).set_params(rank=2, init=init).fit(X)
+
+
+@pytest.mark.parametrize("est", _estimators(), ids=lambda e: type(e).__name__)
+def test_initial_factors_of_extreme_scale(est):
+    """A given init whose model overflows float64 (1e200 per entry): CPALS, which does not
+    depend on the scale of the initial columns, rescales them exactly and fits as from the
+    unscaled init; GCP and CPAPR, which do, refuse it with a ValueError naming init (it used
+    to be a FloatingPointError from the first iteration)."""
+    rng = np.random.default_rng(0)
+    X = rng.poisson(2.0, (5, 4, 3)).astype(float)
+    init = [rng.random((s, 2)) + 0.1 for s in X.shape]
+    kw = dict(rank=2, max_iter=3, random_state=0)
+    if isinstance(est, CPALS):
+        ref = clone(est).set_params(init=init, **kw).fit(X)
+        for scale in (1e200, 1e-200):
+            m = clone(est).set_params(init=[f * scale for f in init], **kw).fit(X)
+            np.testing.assert_allclose(m.weights_, ref.weights_, rtol=1e-12)
+        dead = [f.copy() for f in init]
+        dead[1][:, 0] = 0.0
+        with pytest.warns(UserWarning, match=r"column\(s\) \[0\] of factor 1 are zero"):
+            clone(est).set_params(init=dead, **kw).fit(X)
+    else:
+        with pytest.raises(ValueError, match="init: the initial model reaches values of "
+                                             "about 1e600"):
+            clone(est).set_params(init=[f * 1e200 for f in init], **kw).fit(X)
+
+
+def _convergence_estimators():
+    from sktensor_fast import CPAPR, GCP
+    return {
+        "CPALS": lambda **kw: CPALS(rank=2, random_state=0, **kw),
+        "CPAPR-mu": lambda **kw: CPAPR(rank=2, random_state=0, **kw),
+        "CPAPR-pdnr": lambda **kw: CPAPR(rank=2, solver="pdnr", random_state=0, **kw),
+        "GCP-adam": lambda **kw: GCP(rank=2, loss="poisson", random_state=0, epoch_iters=20,
+                                     **kw),
+        "GCP-lbfgsb": lambda **kw: GCP(rank=2, loss="poisson", solver="lbfgsb",
+                                       random_state=0, **kw),
+    }
+
+
+@pytest.mark.parametrize("name", list(_convergence_estimators()))
+def test_stopping_at_max_iter_warns_and_says_so(name):
+    from sklearn.exceptions import ConvergenceWarning
+    X = _counts()
+    make = _convergence_estimators()[name]
+    with pytest.warns(ConvergenceWarning, match=r"stopped at max_iter=2 .*tol="):
+        est = make(max_iter=2, tol=0.0).fit(X)
+    assert est.converged_ is False and est.stop_reason_ == "max_iter"
+    assert est.n_iter_ >= 2
+    # run to its own criterion: no warning, converged_
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = make(max_iter=1000).fit(X)
+    assert est.converged_ is True and est.stop_reason_ not in ("max_iter", "max_time")
+    assert est.n_iter_ < 1000 or name == "GCP-lbfgsb"
+
+
+@pytest.mark.parametrize("name", list(_convergence_estimators()))
+def test_max_time_stops_every_estimator(name):
+    from sklearn.exceptions import ConvergenceWarning
+    X = _counts()
+    make = _convergence_estimators()[name]
+    with pytest.warns(ConvergenceWarning, match="stopped at max_time=1e-09s after"):
+        est = make(max_iter=1000, tol=0.0, max_time=1e-9).fit(X)
+    assert est.stop_reason_ == "max_time" and not est.converged_
+    assert est.n_iter_ <= 2
+
+
+def test_lbfgsb_n_iter_counts_the_refit_of_the_loadings():
+    """GCP's L-BFGS-B refits the mode-0 loadings after the fit; n_iter_ counts those
+    iterations too, and the loss history has one entry per iteration."""
+    from sktensor_fast import GCP
+    X = _counts()
+    est = GCP(rank=2, loss="poisson", solver="lbfgsb", random_state=0, max_iter=3).fit(X)
+    assert est.n_iter_ > 3
+    assert est.n_iter_ == len(est.loss_history_) - 1

@@ -477,3 +477,61 @@ def test_pydata_sparse_fill_value_refused(fill):
         as_sparse_tensor(sparse.GCXS(S))
     ok = sparse.COO(np.array([[0, 1], [1, 0]]), np.array([1.0, 2.0]), shape=(2, 2))
     assert as_sparse_tensor(ok).sum() == 3.0
+
+
+# ---------------------------------------------------------------------------- mode order, labels
+def test_transpose_moves_modes_and_labels():
+    rng = np.random.default_rng(0)
+    D = rng.poisson(0.5, (4, 3, 5)).astype(float)
+    X = SparseTensor.from_dense(D)
+    for axes in [(1, 0, 2), (2, 0, 1), (0, 1, 2), (-1, 0, 1)]:
+        np.testing.assert_array_equal(X.transpose(axes).to_dense(), np.transpose(D, axes))
+    np.testing.assert_array_equal(X.T.to_dense(), D.T)
+    assert X.T.labels is None and X.T.dtype == X.dtype
+    from sktensor_fast.tensor import _attach_labels
+    _attach_labels(X, [list("abcd"), None, list("vwxyz")], ["p", "q", "r"])
+    Y = X.transpose((2, 0, 1))
+    assert Y.labels == [list("vwxyz"), list("abcd"), None] and Y.mode_names == ["r", "p", "q"]
+    assert X.transpose((2, 0, 1)).transpose((1, 2, 0)) == X
+    for bad, err in [((0, 1), ValueError), ((0, 0, 1), ValueError), ((0, 1, 3), ValueError),
+                     ((0.0, 1, 2), TypeError), ("abc", TypeError)]:
+        with pytest.raises(err, match="axes|integer"):
+            X.transpose(bad)
+
+
+def test_any_mode_can_be_the_sample_mode():
+    """Destinations as samples: 105 slices for cross-validation instead of 3 origins."""
+    from sktensor_fast import CPALS
+    from sktensor_fast.datasets import load_flights_routes
+    X = load_flights_routes().tensor.transpose((1, 0, 2, 3, 4))
+    assert X.shape == (105, 3, 16, 20, 7) and X.mode_names[0] == "dest"
+    assert X.labels[0][:2] == ["ABQ", "ACK"]
+    W = CPALS(rank=3, max_iter=5, random_state=0).fit_transform(X)
+    assert W.shape == (105, 3)
+
+
+def test_from_dataframe_counts_rows_and_orders_labels():
+    pd = pytest.importorskip("pandas")
+    days = pd.Categorical(["Tue", "Mon", "Tue", "Sun", "Mon"],
+                          categories=["Mon", "Tue", "Wed", "Sun"], ordered=True)
+    df = pd.DataFrame({"who": ["b", "a", "b", "a", "a"], "day": days,
+                       "n": [1.5, 2.0, 0.5, 1.0, 4.0],
+                       "when": pd.to_datetime(["2024-03-02", "2024-01-05", "2024-03-02",
+                                               "2023-12-31", "2024-01-05"])})
+    X, labels = SparseTensor.from_dataframe(df, ["who", "day"])
+    assert labels == [["a", "b"], ["Mon", "Tue", "Wed", "Sun"]]     # category order kept
+    assert X.labels == labels and X.mode_names == ["who", "day"]
+    np.testing.assert_array_equal(X.to_dense(), [[2, 0, 0, 1], [0, 2, 0, 0]])
+    S, _ = SparseTensor.from_dataframe(df, ["who", "day"], values="n")
+    np.testing.assert_array_equal(S.to_dense(), [[6, 0, 0, 1], [0, 2, 0, 0]])
+    T, lab = SparseTensor.from_dataframe(df, ["when"])
+    assert lab[0] == sorted(lab[0]) and T.to_dense().tolist() == [1, 2, 2]
+    with pytest.warns(UserWarning, match="1 row"):
+        Y, lab = SparseTensor.from_dataframe(pd.DataFrame({"a": ["x", None, "y"]}), ["a"])
+    assert Y.sum() == 2 and lab == [["x", "y"]]
+    with pytest.raises(ValueError, match="no column"):
+        SparseTensor.from_dataframe(df, ["who", "nope"])
+    with pytest.raises(ValueError, match="numeric"):
+        SparseTensor.from_dataframe(df, ["day"], values="who")
+    with pytest.raises(TypeError, match="DataFrame"):
+        SparseTensor.from_dataframe({"who": [1]}, ["who"])

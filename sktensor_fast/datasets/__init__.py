@@ -12,6 +12,7 @@ Examples
 import os
 
 from ..io import load_tns
+from ..tensor import _attach_labels
 
 __all__ = ["list_datasets", "load_flights_routes"]
 
@@ -45,7 +46,9 @@ def load_flights_routes(return_X_labels=False):
 
     Every flight that left a New York City airport (EWR, JFK, LGA) in 2013, counted by
     origin × destination × carrier × scheduled hour × weekday: shape (3, 105, 16, 20, 7), 15,188
-    nonzeros, 336,776 flights in all.
+    nonzeros, 336,776 flights in all.  Indices follow the natural order of their labels:
+    hours ascending, weekdays from Monday to Sunday, airports and carriers alphabetical, so a
+    factor column can be plotted against its index.
 
     Parameters
     ----------
@@ -57,7 +60,9 @@ def load_flights_routes(return_X_labels=False):
     data : sklearn.utils.Bunch
         With fields
 
-        - ``tensor``: the :class:`~sktensor_fast.tensor.SparseTensor` of counts (float64);
+        - ``tensor``: the :class:`~sktensor_fast.tensor.SparseTensor` of counts (float64),
+          carrying ``labels`` and ``mode_names`` (so that ``tensor.transpose(...)`` keeps
+          them);
         - ``labels``: list with one list of strings per mode (index ``j`` of mode ``k`` is
           named ``labels[k][j]``);
         - ``mode_names``: ``["origin", "dest", "carrier", "hour", "weekday"]``;
@@ -70,10 +75,11 @@ def load_flights_routes(return_X_labels=False):
     >>> from sktensor_fast.datasets import load_flights_routes
     >>> X, labels = load_flights_routes(return_X_labels=True)
     >>> X.nnz, int(X.sum()), labels[4][:2]
-    (15188, 336776, ['Friday', 'Monday'])
+    (15188, 336776, ['Monday', 'Tuesday'])
     """
     folder = os.path.join(_DATA_DIR, "flights-routes")
     X, labels = load_tns(os.path.join(folder, "tensor.tns.gz"), with_labels=True)
+    _attach_labels(X, labels, _FLIGHTS_ROUTES_MODES)
     if return_X_labels:
         return X, labels
     from sklearn.utils import Bunch

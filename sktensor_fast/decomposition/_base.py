@@ -15,12 +15,15 @@ Subclasses implement three methods:
 """
 import sys
 import time
+import warnings
 from abc import abstractmethod
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Integral, Interval, Options, Real, StrOptions
+from sklearn.utils._param_validation import (Integral, Interval, InvalidParameterError, Options,
+                                            Real, StrOptions)
 from sklearn.utils.validation import check_is_fitted
 
 from ..backends import get_backend, parse_device
@@ -66,7 +69,29 @@ class _InitConstraint(Options):
                 f"matrices")
 
 
-class BaseCP(TransformerMixin, BaseEstimator):
+def _refuses_bool(constraints):
+    """Whether a parameter with these constraints is numeric and must refuse True / False
+    (scikit-learn's ``Interval(Integral, ...)`` accepts them, as bool is an int subclass)."""
+    numeric = any(isinstance(c, Interval) or c == "random_state" for c in constraints)
+    boolean = any(c in ("boolean", "verbose", bool) for c in constraints)
+    return numeric and not boolean
+
+
+def _describe(constraints):
+    parts = []
+    for c in constraints:
+        if c is None:
+            parts.append("None")
+        elif c == "random_state":
+            parts.append("an int in the range [0, 4294967295], a RandomState instance or None")
+        elif isinstance(c, str):
+            parts.append(f"{c!r}")
+        else:
+            parts.append(str(c))
+    return " or ".join(dict.fromkeys(parts))
+
+
+class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Base class of the CP estimators (not for direct use)."""
 
     _init_strings = {"random", "nvecs"}
@@ -80,7 +105,23 @@ class BaseCP(TransformerMixin, BaseEstimator):
         "device": [_DeviceConstraint()],
         "format": [StrOptions(set(FORMATS))],
         "verbose": ["verbose"],
+        "max_time": [Interval(Real, 0, None, closed="neither"), None],
     }
+
+    #: what one unit of ``max_iter`` is called in messages
+    _iteration_name = "iterations"
+
+    def _validate_params(self):
+        """scikit-learn's validation of the constructor parameters, and bools refused where a
+        number is expected (``rank=True`` would otherwise pass as 1)."""
+        super()._validate_params()
+        for name, constraints in self._parameter_constraints.items():
+            val = getattr(self, name, None)
+            if isinstance(val, (bool, np.bool_)) and _refuses_bool(constraints):
+                raise InvalidParameterError(
+                    f"The {name!r} parameter of {type(self).__name__} must be "
+                    f"{_describe(constraints)}; got {val!r} (a bool is not accepted as a "
+                    f"number)")
 
     # ------------------------------------------------------------------ hooks
     @abstractmethod
@@ -117,8 +158,25 @@ class BaseCP(TransformerMixin, BaseEstimator):
     def _init_options(self):
         return self._init_strings
 
+    #: a given initial model whose entries may exceed this is refused (its loss or its squares
+    #: would overflow float64 in the first iteration)
+    _INIT_MODEL_MAX = 1e150
+
+    def _check_init_scale(self, factors):
+        """Refuse given initial factors whose model overflows the computations (a bound of its
+        entries: Σ_r Π_k max_i |A⁽ᵏ⁾[i, r]|).  Returns the factors to start from."""
+        with np.errstate(divide="ignore"):
+            logs = sum(np.log10(np.max(np.abs(f), axis=0)) for f in factors if f.shape[0])
+        top = float(np.max(logs)) if np.size(logs) else -np.inf
+        if top > np.log10(self._INIT_MODEL_MAX):
+            raise ValueError(
+                f"init: the initial model reaches values of about 1e{top:.0f} (products of the "
+                f"largest factor entries of a component), beyond {self._INIT_MODEL_MAX:.0e}: "
+                f"its loss would overflow float64. Scale the initial factors down")
+        return factors
+
     # ------------------------------------------------------------------ input handling
-    def _validate_input(self, X, reset):
+    def _validate_input(self, X, reset, check_data=True):
         name = type(self).__name__
         spread = getattr(X, "_sktf_validate", None)
         if spread is not None:
@@ -134,7 +192,13 @@ class BaseCP(TransformerMixin, BaseEstimator):
                                  f"is zero")
             self.tensor_shape_ = tuple(X.shape)
             self.n_features_in_ = int(np.prod(X.shape[1:], dtype=np.int64))
+            # labels of the modes, when the tensor carries them (describe_components, save_model)
+            self.labels_ = getattr(X, "labels", None)
+            self.mode_names_ = getattr(X, "mode_names", None)
         else:
+            if X.shape[0] == 0:
+                raise ValueError(f"{name} needs at least one sample (mode-0 slice); X has shape "
+                                 f"{tuple(X.shape)}")
             fitted = self.tensor_shape_
             if X.ndim != len(fitted) or tuple(X.shape[1:]) != tuple(fitted[1:]):
                 if X.ndim == 2 and len(fitted) == 2:
@@ -145,7 +209,7 @@ class BaseCP(TransformerMixin, BaseEstimator):
                     f"which had shape {fitted} (so X must be (n_samples, "
                     f"{', '.join(str(s) for s in fitted[1:])})), but {name} got "
                     f"{X.shape[1:]} in those modes")
-        return self._check_data(X)
+        return self._check_data(X) if check_data else X
 
     def _backend(self, X=None):
         place = getattr(X, "_sktf_backend", None)
@@ -176,14 +240,33 @@ class BaseCP(TransformerMixin, BaseEstimator):
         self._validate_params()
         X = self._validate_input(X, reset=True)
         self._fit_impl(X)
+        self._warn_if_not_converged()
         return self
 
-    def _fit_impl(self, X):
+    def _warn_if_not_converged(self):
+        """ConvergenceWarning when the kept fit stopped at max_iter or max_time."""
+        if self.converged_:
+            return
+        name = type(self).__name__
+        what = self._iteration_name
+        if self.stop_reason_ == "max_time":
+            msg = (f"{name} stopped at max_time={self.max_time:g}s after {self.n_iter_} {what}, "
+                   f"before reaching its tolerance (tol={self.tol:g}); the model may be far "
+                   f"from converged: increase max_time")
+        else:
+            msg = (f"{name} stopped at max_iter={self.max_iter} {what} before reaching its "
+                   f"tolerance (tol={self.tol:g}); the model may be far from converged: "
+                   f"increase max_iter (or loosen tol)")
+        warnings.warn(msg, ConvergenceWarning, stacklevel=3)
+
+    def _fit_impl(self, X, **fit_args):
+        """Run ``n_init`` fits; ``fit_args`` go to every ``_fit_model`` call (the state of
+        this fit: nothing of it is stored on the estimator until the result)."""
         backend = self._backend(X)
         with backend.compute_scope():
-            return self._fit_in_scope(backend, X)
+            return self._fit_in_scope(backend, X, **fit_args)
 
-    def _fit_in_scope(self, backend, X):
+    def _fit_in_scope(self, backend, X, **fit_args):
         t0 = time.perf_counter()
         T = backend.prepare(X, self._storage_format())
         self._log(f"tensor {X.shape}, nnz={X.nnz}, prepared for {backend.name} "
@@ -196,8 +279,10 @@ class BaseCP(TransformerMixin, BaseEstimator):
         for trial in range(self.n_init):
             factors0 = initialize_factors(init_param, X, self.rank, rng, self._init_options(),
                                           dtype=X.dtype)
+            if not isinstance(init_param, str):
+                factors0 = self._check_init_scale(factors0)
             t1 = time.perf_counter()
-            result = self._fit_model(backend, T, X, factors0, rng)
+            result = self._fit_model(backend, T, X, factors0, rng, **fit_args)
             result["time"] = time.perf_counter() - t1
             if self.n_init > 1:
                 self._log(f"init {trial + 1}/{self.n_init}: score {self._result_key(result):.6g}")
@@ -208,6 +293,8 @@ class BaseCP(TransformerMixin, BaseEstimator):
         self.weights_ = np.asarray(best["weights"], dtype=np.float64)
         self.factors_ = [np.asarray(f) for f in best["factors"]]
         self.n_iter_ = int(best["n_iter"])
+        self.converged_ = bool(best["converged"])
+        self.stop_reason_ = str(best["stop"])
         self.loss_history_ = np.asarray(best["loss_history"], dtype=np.float64)
         for key, val in best.get("attributes", {}).items():
             setattr(self, key, val)
@@ -269,6 +356,11 @@ class BaseCP(TransformerMixin, BaseEstimator):
     @property
     def rank_(self):
         return self.factors_[0].shape[1]
+
+    @property
+    def _n_features_out(self):
+        """Number of output features (the rank), for ``get_feature_names_out``."""
+        return self.rank_
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -44,6 +44,20 @@ def nvecs(X, mode, rank, rng):
     return np.ascontiguousarray(V)
 
 
+def _refuse_complex(arrays, what):
+    """Complex factors would lose their imaginary parts in the conversion to float64."""
+    for n, f in enumerate(arrays):
+        try:
+            a = np.asarray(f)
+        except (TypeError, ValueError):
+            continue  # reported by the conversion that follows
+        if np.iscomplexobj(a) or (a.dtype == object and any(isinstance(v, complex)
+                                                          for v in a.ravel().tolist())):
+            label = what if what.endswith("weights") else f"{what} {n}"
+            raise ValueError(f"{label} holds complex values; the factors of a CP model of "
+                             f"real data must be real")
+
+
 def initialize_factors(init, X, rank, rng, allowed=("random", "nvecs"), dtype=np.float64):
     """Factor matrices to start from, as a list of C-contiguous arrays.
 
@@ -63,9 +77,12 @@ def initialize_factors(init, X, rank, rng, allowed=("random", "nvecs"), dtype=np
                     for n in range(X.ndim)]
         raise ValueError(f"unsupported init {init!r}")  # pragma: no cover
     if isinstance(init, KruskalTensor):
+        _refuse_complex([init.weights], "init weights")
+        _refuse_complex(init.factors, "init factor")
         factors = [np.array(f, dtype=np.float64) for f in init.factors]
         factors[0] = factors[0] * np.asarray(init.weights, dtype=np.float64)[None, :]
     elif isinstance(init, (list, tuple)):
+        _refuse_complex(init, "init factor")
         try:
             factors = [np.array(f, dtype=np.float64) for f in init]
         except (TypeError, ValueError) as exc:

@@ -1,9 +1,12 @@
 """CP decomposition by alternating least squares (CP-ALS)."""
+import math
 import time
+import warnings
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, Real
 
+from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
 
 __all__ = ["CPALS"]
@@ -16,6 +19,31 @@ def _hadamard_except(grams, skip):
         if k != skip:
             Y = Y * G
     return Y
+
+
+#: Data whose largest magnitude lies outside [2^-200, 2^200] are scaled by a power of two
+#: before the fit: sums of squares of larger values could overflow, of smaller ones underflow.
+_SAFE_EXPONENT = 200
+
+
+def _data_scale(vals):
+    """A power of two ``s`` such that ``vals / s`` has its largest magnitude in [0.5, 1), when
+    the data are too large or too small for the norms of the fit; else 1 (nothing changes).
+    Dividing by a power of two is exact, and the fit (a relative measure) does not depend on
+    the scale."""
+    if vals.size == 0:
+        return 1.0
+    amax = float(np.max(np.abs(vals)))
+    if not (0.0 < amax < math.inf):
+        return 1.0
+    if 2.0 ** -_SAFE_EXPONENT <= amax <= 2.0 ** _SAFE_EXPONENT:
+        return 1.0
+    return math.ldexp(1.0, math.frexp(amax)[1])
+
+
+def _scaled(X, s):
+    vals = (X.vals.astype(np.float64) / s).astype(X.vals.dtype)
+    return SparseTensor._from_canonical(X.subs, vals, X.shape)
 
 
 def _inverse_gram(Y):
@@ -66,6 +94,10 @@ class CPALS(BaseCP):
         picks ALTO for large tensors it fits (see :func:`sktensor_fast.formats.build_format`).
     verbose : int, default=0
         Print progress (iteration, fit, change, time) to stderr.
+    max_time : float or None, default=None
+        Stop after the iteration during which this many seconds have passed (counted for each
+        of the ``n_init`` starts).  A fit that stops at ``max_iter`` or ``max_time`` before the
+        change in fit falls below ``tol`` warns (``sklearn.exceptions.ConvergenceWarning``).
 
     Attributes
     ----------
@@ -74,9 +106,16 @@ class CPALS(BaseCP):
     factors_ : list of ndarray
         Factor matrices, ``factors_[n]`` of shape (I_n, rank).
     fit_ : float
-        ``1 − ‖X − M‖ / ‖X‖`` at the end of the fit.
+        ``1 − ‖X − M‖ / ‖X‖`` at the end of the fit.  Data of magnitude above 2²⁰⁰ or below
+        2⁻²⁰⁰ (where ‖X‖² would overflow or underflow) are fitted after an exact scaling by a
+        power of two, and the weights scaled back.
     n_iter_ : int
-        Iterations run.
+        Iterations run (by the kept start when ``n_init > 1``).
+    converged_ : bool
+        Whether the change in fit fell below ``tol`` (False: the fit stopped at ``max_iter``
+        or ``max_time``, with a ConvergenceWarning).
+    stop_reason_ : {"tol", "max_iter", "max_time"}
+        Why the fit stopped.
     loss_history_ : ndarray
         Fit after every iteration.
     n_features_in_ : int
@@ -103,7 +142,7 @@ class CPALS(BaseCP):
     }
 
     def __init__(self, rank=2, *, max_iter=100, tol=1e-4, init="random", random_state=None,
-                 n_init=1, device="cpu", format="auto", verbose=0):
+                 n_init=1, device="cpu", format="auto", verbose=0, max_time=None):
         self.rank = rank
         self.max_iter = max_iter
         self.tol = tol
@@ -113,6 +152,40 @@ class CPALS(BaseCP):
         self.device = device
         self.format = format
         self.verbose = verbose
+        self.max_time = max_time
+
+    def _check_init_scale(self, factors):
+        """CP-ALS does not depend on the scale of the initial columns (each update solves for
+        a whole factor): columns of extreme magnitude, whose Gram matrices would overflow or
+        underflow, are scaled by a power of two to entries below 1 (exact, and nothing changes
+        for initial factors of ordinary scale)."""
+        out = []
+        for f in factors:
+            # the largest magnitude of a column (its norm could itself over/underflow)
+            top = np.max(np.abs(f), axis=0) if f.shape[0] else np.zeros(f.shape[1])
+            bad = (top > 0) & ((top > 2.0 ** _SAFE_EXPONENT) | (top < 2.0 ** -_SAFE_EXPONENT))
+            if np.any(bad):
+                exps = np.where(bad, np.frexp(np.where(bad, top, 1.0))[1], 0)
+                f = np.ascontiguousarray(np.ldexp(f, -exps[None, :]), dtype=f.dtype)
+            out.append(f)
+        for k, f in enumerate(out[1:], start=1):  # mode 0 is solved for first, whatever it is
+            dead = np.flatnonzero(~np.any(f != 0, axis=0)) if f.shape[0] else []
+            if len(dead):
+                warnings.warn(f"init: column(s) {list(map(int, dead))} of factor {k} are zero; "
+                              f"CP-ALS keeps such components at zero", UserWarning,
+                              stacklevel=5)
+        return out
+
+    def _fit_impl(self, X, **fit_args):
+        s = _data_scale(X.vals)
+        if s == 1.0:
+            return super()._fit_impl(X, **fit_args)
+        self._log(f"data scaled by 2^{-math.frexp(s)[1] + 1} for the fit (largest magnitude "
+                  f"{float(np.max(np.abs(X.vals))):.3g})")
+        best = super()._fit_impl(_scaled(X, s), **fit_args)
+        self.weights_ = self.weights_ * s
+        best["weights"] = self.weights_
+        return best
 
     def _fit_model(self, backend, T, X, init, rng):
         N = X.ndim
@@ -125,6 +198,7 @@ class CPALS(BaseCP):
         weights = np.ones(self.rank)
         t0 = time.perf_counter()
         n_iter = 0
+        stop = "max_iter"
         for it in range(self.max_iter):
             fit_old = fit
             for n in range(N):
@@ -155,12 +229,18 @@ class CPALS(BaseCP):
                 self._log(f"iter {n_iter:4d}  fit {fit:.8f}  change {change:.2e}  "
                           f"{time.perf_counter() - t0:.2f}s")
             if it > 0 and change < self.tol:
+                stop = "tol"
+                break
+            if self.max_time is not None and time.perf_counter() - t0 > self.max_time:
+                stop = "max_time"
+                self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
         self._log(f"done: {n_iter} iterations, fit {fit:.8f}, {time.perf_counter() - t0:.2f}s")
         host = [np.asarray(backend.to_numpy(u), dtype=np.float64) for u in U]
         weights, host = _arrange(weights, host)
         return {"weights": weights, "factors": host, "n_iter": n_iter, "loss_history": history,
-                "score": fit, "attributes": {"fit_": float(fit)}}
+                "score": fit, "converged": stop == "tol", "stop": stop,
+                "attributes": {"fit_": float(fit)}}
 
     def _solve_mode0(self, backend, T, X, factors):
         U = [backend.asarray(np.empty((X.shape[0], self.rank_), dtype=X.dtype))]
@@ -171,6 +251,11 @@ class CPALS(BaseCP):
         return np.asarray(backend.to_numpy(W), dtype=np.float64)
 
     def _score_loadings(self, backend, T, X, W, factors):
+        s = _data_scale(X.vals)
+        if s != 1.0:  # the score is scale-free: compute it on scaled data and loadings
+            X = _scaled(X, s)
+            T = backend.prepare(X, self._storage_format())
+            W = W / s
         R = W.shape[1]
         U = [backend.asarray(W, dtype=X.dtype)]
         U += [backend.asarray(f, dtype=X.dtype) for f in factors[1:]]

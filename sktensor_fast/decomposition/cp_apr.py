@@ -14,6 +14,26 @@ __all__ = ["CPAPR"]
 _TRANSFORM_ITER_FACTOR = 50
 
 
+def _guard(dtype):
+    """Smallest guard of the divisions x / m for arrays of ``dtype``: 1e8 times its smallest
+    normal number (2.2e-300 in float64, 1.2e-30 in float32), so that x / guard stays finite for
+    counts up to 4e8."""
+    return 1e8 * float(np.finfo(dtype).tiny)
+
+
+def _model_at_nonzeros(subs, weights, factors, chunk=1 << 18):
+    """Values of the Kruskal model (host ``weights``, host ``factors``) at ``subs`` (NumPy)."""
+    out = np.empty(subs.shape[0])
+    for s in range(0, subs.shape[0], chunk):
+        sub = subs[s:s + chunk]
+        P = np.broadcast_to(np.asarray(weights, dtype=np.float64), (sub.shape[0], len(weights)))
+        P = P.copy()
+        for n, f in enumerate(factors):
+            P *= f[sub[:, n]]
+        out[s:s + chunk] = P.sum(axis=1)
+    return out
+
+
 def _normalize_columns(backend, A):
     """Scale the columns of A to unit 1-norm in place (zero columns stay zero); return the
     norms (host vector), which become the component weights."""
@@ -48,8 +68,8 @@ class CPAPR(BaseCP):
     proportion to ``weights_``.  Every slice is solved independently of the others; slices
     without nonzeros get zero loadings.  ``score(X)`` is the mean Poisson log-likelihood per
     mode-0 slice after that refit, ``(Σ_nz x log m − Σ m) / n_samples`` (without the constant
-    ``−Σ log x!``; model values are floored at ``eps_div_zero`` so an entry the model deems
-    impossible costs a large but finite amount); greater is better.
+    ``−Σ log x!``; model values are floored at the guard ``eps_div_zero`` so an entry the model
+    deems impossible costs a large but finite amount); greater is better.
 
     Parameters
     ----------
@@ -57,13 +77,7 @@ class CPAPR(BaseCP):
         Number of components R.
     solver : {"mu", "pdnr", "pqnr"}, default="mu"
         Inner solver: multiplicative updates, row-wise projected damped Newton, or row-wise
-        projected quasi-Newton (L-BFGS). Like the Tensor Toolbox's, each can drive factor
-        rows to exactly zero where none recovers (for instance the rows of two coordinates
-        that occur only in one and the same nonzero): the model is then zero at that
-        nonzero and the log-likelihood -inf, with a warning. Another solver, seed or rank
-        may avoid it: at rank 5 on the embedded flights-routes data ``mu`` ends so for every
-        seed tried and ``pdnr`` does not; on rails-commits (seed 0) it is the other way
-        round.
+        projected quasi-Newton (L-BFGS).  The command line uses the same default.
     max_iter : int, default=1000
         Maximum number of outer iterations.
     max_inner_iter : int, default=10
@@ -72,11 +86,22 @@ class CPAPR(BaseCP):
         Tolerance on the KKT violation ``max |min(B, 1 − Φ)|``; the fit stops when no mode
         (``mu``) or row (``pdnr``, ``pqnr``) needs an update.
     kappa : float, default=0.01
-        ``mu``: offset added to inadmissible zeros.
+        Offset added to inadmissible zeros (``mu``), and to the entries of the factor rows of
+        a nonzero where the model vanished (every solver; see Notes).
     kappa_tol : float, default=1e-10
-        ``mu``: entries below this value are candidates for the ``kappa`` shift.
-    eps_div_zero : float, default=1e-10
-        Safeguard against division by zero (model values below it are replaced by it).
+        Entries below this value are candidates for the ``kappa`` shift; 0 turns both shifts
+        off.
+    eps_div_zero : float or None, default=None
+        Guard of the divisions by the model value: Φ and the row solvers' derivatives use
+        ``x / max(m, eps_div_zero)``.  It must lie below every model value that occurs at a
+        nonzero, because where it is above one the floored derivative asks the factor rows to
+        shrink although the likelihood asks them to grow, and those rows collapse to exactly
+        zero.  Model values far below the Tensor Toolbox's 1e-10 are ordinary: where two
+        coordinates that occur in a single nonzero meet, the model is about
+        ``x² / λ_r`` times the other modes' loadings there (1e-8 to 1e-12 on the embedded
+        flights-routes data).  None (the default) uses ``1e8`` times the smallest normal number
+        of the data's precision (2.2e-300 in float64, 1.2e-30 in float32), the least for which
+        ``x / eps`` stays finite; a given value is raised to it when smaller.
     eps_active : float, default=1e-8
         ``pdnr``, ``pqnr``: Bertsekas tolerance for the active set.
     mu0 : float, default=1e-5
@@ -102,7 +127,9 @@ class CPAPR(BaseCP):
         Print progress (iteration, log-likelihood, KKT violation, time) to stderr: every 10
         outer iterations, or every iteration when ``verbose > 1``.
     max_time : float or None, default=None
-        Stop after the outer iteration during which this many seconds have passed.
+        Stop after the outer iteration during which this many seconds have passed (counted
+        for each of the ``n_init`` starts).  A fit that stops at ``max_iter`` or ``max_time``
+        before reaching ``tol`` warns (``sklearn.exceptions.ConvergenceWarning``).
 
     Attributes
     ----------
@@ -117,7 +144,12 @@ class CPAPR(BaseCP):
     kkt_violation_ : float
         Largest KKT violation of the last outer iteration.
     n_iter_ : int
-        Outer iterations run.
+        Outer iterations run (by the kept start when ``n_init > 1``).
+    converged_ : bool
+        Whether the fit stopped because every KKT violation fell below ``tol`` (False: it
+        stopped at ``max_iter`` or ``max_time``, with a ConvergenceWarning).
+    stop_reason_ : {"tol", "max_iter", "max_time"}
+        Why the fit stopped.
     n_inner_iter_ : int
         Inner iterations run in total (``mu``: Φ evaluations; ``pdnr``/``pqnr``: summed over
         rows).
@@ -130,11 +162,21 @@ class CPAPR(BaseCP):
 
     Notes
     -----
+    Safeguards against a model that is zero where a count was observed (log-likelihood
+    −∞).  In exact arithmetic every update keeps the model positive at the nonzeros (the
+    row problems' objective is infinite there), so such zeros come from a guard that floors
+    legitimate model values (see ``eps_div_zero``), from a start that is zero there, or from
+    underflow.  Whenever an outer iteration ends with the model zero at some nonzero, the
+    entries below ``kappa_tol`` of the factor rows of those nonzeros, in every mode, are
+    shifted by ``kappa``, the extension of Chi & Kolda's inadmissible-zero shift to entries
+    whose Φ is 0 / 0; a given ``init`` with such zeros is treated so before the first update.
+
     Differences from pyttb 1.8.6's ``cp_apr``, where that code departs from the Tensor
     Toolbox it translates: the ``kappa`` shift applies where Φ > 1 (pyttb tests Φ > 0); the
     L-BFGS two-loop recursion of ``pqnr`` uses the ``lbfgs_mem`` newest pairs (pyttb keeps a
     single pair and passes a scalar search direction); the active-set threshold uses the
-    projected-gradient norm ``‖min(b, ∇f)‖``.
+    projected-gradient norm ``‖min(b, ∇f)‖``; ``eps_div_zero`` defaults to a guard against
+    division by zero only (pyttb's 1e-10 floors model values, see above).
 
     References
     ----------
@@ -168,17 +210,16 @@ class CPAPR(BaseCP):
         "max_inner_iter": [Interval(Integral, 1, None, closed="left")],
         "kappa": [Interval(Real, 0, None, closed="left")],
         "kappa_tol": [Interval(Real, 0, None, closed="left")],
-        "eps_div_zero": [Interval(Real, 0, None, closed="neither")],
+        "eps_div_zero": [Interval(Real, 0, None, closed="neither"), None],
         "eps_active": [Interval(Real, 0, None, closed="left")],
         "mu0": [Interval(Real, 0, None, closed="neither")],
         "lbfgs_mem": [Interval(Integral, 1, None, closed="left")],
         "inexact": ["boolean"],
         "init": [_InitConstraint({"random"})],
-        "max_time": [Interval(Real, 0, None, closed="neither"), None],
     }
 
     def __init__(self, rank=2, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
-                 kappa=0.01, kappa_tol=1e-10, eps_div_zero=1e-10, eps_active=1e-8, mu0=1e-5,
+                 kappa=0.01, kappa_tol=1e-10, eps_div_zero=None, eps_active=1e-8, mu0=1e-5,
                  lbfgs_mem=3, inexact=True, init="random", random_state=None, n_init=1,
                  device="cpu", format="auto", verbose=0, max_time=None):
         self.rank = rank
@@ -230,8 +271,13 @@ class CPAPR(BaseCP):
             total *= backend.column_norms(f, 1)
         return data - float(total.sum())
 
-    def _row_params(self, tol, max_inner):
-        return {"tol": tol, "max_inner": max_inner, "eps_div_zero": self.eps_div_zero,
+    def _eps(self, dtype):
+        """The guard of x / m used for data of ``dtype`` (see ``eps_div_zero``)."""
+        eps = 0.0 if self.eps_div_zero is None else float(self.eps_div_zero)
+        return max(eps, _guard(dtype))
+
+    def _row_params(self, tol, max_inner, eps):
+        return {"tol": tol, "max_inner": max_inner, "eps_div_zero": eps,
                 "eps_active": self.eps_active, "mu0": self.mu0, "lbfgs_mem": self.lbfgs_mem}
 
     def _report(self, it, loglik, kkt, n_inner, t0):
@@ -256,12 +302,17 @@ class CPAPR(BaseCP):
         weights = np.ones(R)
         for f in A:
             weights = weights * _normalize_columns(backend, f)
+        eps = self._eps(X.dtype)
+        if not isinstance(self.init, str) and \
+                self._log_likelihood(backend, T, weights, A) == -np.inf:
+            # a given start that is zero at some nonzero: revive it before the first update
+            weights, _ = self._revive(backend, X, A, weights)
         t0 = time.perf_counter()
         if self.solver == "mu":
-            state = self._iterate_mu(backend, T, A, weights, t0)
+            state = self._iterate_mu(backend, T, X, A, weights, t0, eps)
         else:
-            state = self._iterate_rows(backend, T, A, weights, t0)
-        weights, n_iter, n_inner, kkt, history = state
+            state = self._iterate_rows(backend, T, X, A, weights, t0, eps)
+        weights, n_iter, n_inner, kkt, history, stop = state
         # final model: every mode normalised again, components by decreasing weight
         for f in A:
             weights = weights * _normalize_columns(backend, f)
@@ -280,6 +331,7 @@ class CPAPR(BaseCP):
                   f"{loglik:.10g}, kkt {kkt:.3e}, {time.perf_counter() - t0:.2f}s")
         return {"weights": weights, "factors": [h.astype(np.float64, copy=False) for h in host],
                 "n_iter": n_iter, "loss_history": history, "score": loglik,
+                "converged": stop == "tol", "stop": stop,
                 "log_likelihood": loglik, "n_model_zero": n_zero,
                 "attributes": {"log_likelihood_": float(loglik), "kkt_violation_": float(kkt),
                                "n_inner_iter_": int(n_inner)}}
@@ -290,10 +342,10 @@ class CPAPR(BaseCP):
             warnings.warn(
                 f"{type(self).__name__}: the fitted model is zero at {best['n_model_zero']} "
                 f"nonzero(s) of X, so its log-likelihood is -inf: every component vanished "
-                f"there (factor entries reach exactly zero, which happens more easily with "
-                f"many modes, or where coordinates occur in a single nonzero). Try "
-                f"solver='pdnr' (if another solver was used), another random_state, "
-                f"n_init > 1 or another rank.",
+                f"there. The shift that revives such entries is off when kappa_tol=0 "
+                f"(kappa_tol={self.kappa_tol:g}), and a guard eps_div_zero above the model "
+                f"values drives them to zero (eps_div_zero={self.eps_div_zero!r}; None is the "
+                f"safe default).",
                 UserWarning, stacklevel=3)
         return best
 
@@ -308,7 +360,35 @@ class CPAPR(BaseCP):
         return backend.decide(self.max_time is not None
                               and time.perf_counter() - t0 > self.max_time)
 
-    def _iterate_mu(self, backend, T, A, weights, t0):
+    def _revive(self, backend, X, A, weights):
+        """Shift the inadmissible zeros of the nonzeros where the model vanished.
+
+        Where the model is exactly zero at a nonzero of X, the log-likelihood is -inf and
+        raising the entries of that nonzero's factor rows raises it, so every entry below
+        ``kappa_tol`` of those rows, in every mode at once, is an inadmissible zero in the sense
+        of Chi & Kolda; Φ, 0 / 0 there, cannot show it, so they are found from the model
+        values.  The entries get ``kappa`` added (in every mode before the next update, so that
+        two rows which vanished together, such as the rows of two coordinates that share their
+        only nonzero, both come back) and the modes are normalised again.  Returns the new
+        weights and the number of such nonzeros (rare: the model values are computed on the
+        host, only when the log-likelihood is -inf).
+        """
+        host = [np.asarray(backend.to_numpy(a), dtype=np.float64) for a in A]
+        m = _model_at_nonzeros(X.subs, weights, host)
+        dead = np.flatnonzero(~(m > 0) & (X.vals > 0))
+        if dead.size == 0 or self.kappa_tol <= 0:
+            return weights, 0
+        for n, a in enumerate(A):
+            mark = np.zeros(host[n].shape, dtype=np.dtype(a.dtype))
+            mark[np.unique(X.subs[dead, n])] = 2.0
+            backend.apr_shift_inadmissible(a, backend.asarray(mark, dtype=a.dtype),
+                                           self.kappa_tol, self.kappa)
+            weights = weights * _normalize_columns(backend, a)
+        self._log(f"the model was zero at {dead.size} nonzero(s); their factor entries below "
+                  f"kappa_tol={self.kappa_tol:g} were shifted by kappa={self.kappa:g}")
+        return weights, int(dead.size)
+
+    def _iterate_mu(self, backend, T, X, A, weights, t0, eps):
         N = len(A)
         Phi = [None] * N
         kkt_mode = np.zeros(N)
@@ -316,6 +396,7 @@ class CPAPR(BaseCP):
         n_inner = 0
         kkt = 0.0
         it = -1
+        converged = out_of_time = False
         for it in range(self.max_iter):
             converged = True
             for n in range(N):
@@ -326,7 +407,7 @@ class CPAPR(BaseCP):
                 B = A[n]
                 for _ in range(self.max_inner_iter):
                     n_inner += 1
-                    Phi[n] = backend.phi(T, A, n, B, self.eps_div_zero, out=Phi[n])
+                    Phi[n] = backend.phi(T, A, n, B, eps, out=Phi[n])
                     kkt_mode[n] = backend.apr_kkt_violation(B, Phi[n])
                     if kkt_mode[n] < self.tol:
                         break
@@ -336,15 +417,19 @@ class CPAPR(BaseCP):
             kkt = float(kkt_mode.max())
             out_of_time = self._finish_outer(backend, T, A, weights, it, kkt, n_inner, t0,
                                              history)
+            if history[-1] == -np.inf:
+                weights, n_dead = self._revive(backend, X, A, weights)
+                converged = converged and not n_dead
             if converged:
                 self._log(f"converged: every mode reached KKT violation < {self.tol:g}")
                 break
             if out_of_time:
                 self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
-        return weights, it + 1, n_inner, kkt, history
+        stop = "tol" if converged else ("max_time" if out_of_time else "max_iter")
+        return weights, it + 1, n_inner, kkt, history, stop
 
-    def _iterate_rows(self, backend, T, A, weights, t0):
+    def _iterate_rows(self, backend, T, X, A, weights, t0, eps):
         N = len(A)
         pdnr = self.solver == "pdnr"
         row_tol = self.tol
@@ -352,6 +437,7 @@ class CPAPR(BaseCP):
         n_inner = 0
         kkt = 0.0
         it = -1
+        converged = out_of_time = False
         for it in range(self.max_iter):
             converged = True
             kkt_mode = np.zeros(N)
@@ -359,7 +445,7 @@ class CPAPR(BaseCP):
                 backend.scale_columns(A[n], weights)
                 max_inner = 2 if (pdnr and self.inexact and it == 0) else self.max_inner_iter
                 res = backend.apr_row_solve(T, A, n, A[n], self.solver,
-                                            self._row_params(row_tol, max_inner))
+                                            self._row_params(row_tol, max_inner, eps))
                 kkt_mode[n] = res["kkt"]
                 n_inner += res["n_inner"]
                 if res["n_changed"]:
@@ -370,14 +456,19 @@ class CPAPR(BaseCP):
                 row_tol = max(self.tol, kkt / 100.0)
             out_of_time = self._finish_outer(backend, T, A, weights, it, kkt, n_inner, t0,
                                              history)
-            if converged and (not (pdnr and self.inexact) or row_tol <= self.tol):
+            if history[-1] == -np.inf:
+                weights, n_dead = self._revive(backend, X, A, weights)
+                converged = converged and not n_dead
+            converged = converged and (not (pdnr and self.inexact) or row_tol <= self.tol)
+            if converged:
                 self._log(f"converged: every row subproblem reached KKT violation < "
                           f"{self.tol:g}")
                 break
             if out_of_time:
                 self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
-        return weights, it + 1, n_inner, kkt, history
+        stop = "tol" if converged else ("max_time" if out_of_time else "max_iter")
+        return weights, it + 1, n_inner, kkt, history, stop
 
     # ------------------------------------------------------------------ sklearn hooks
     def _solve_mode0(self, backend, T, X, factors):
@@ -396,18 +487,19 @@ class CPAPR(BaseCP):
         if self.solver == "mu":
             Phi = None
             for _ in range(cap):
-                Phi = backend.phi(T, U, 0, W, self.eps_div_zero, out=Phi)
+                Phi = backend.phi(T, U, 0, W, self._eps(dtype), out=Phi)
                 if backend.apr_mu_rows_(W, Phi, self.tol) == 0:
                     break
         else:
-            backend.apr_row_solve(T, U, 0, W, self.solver, self._row_params(self.tol, cap))
+            backend.apr_row_solve(T, U, 0, W, self.solver,
+                                  self._row_params(self.tol, cap, self._eps(dtype)))
         return np.asarray(backend.to_numpy(W), dtype=np.float64)
 
     def _score_loadings(self, backend, T, X, W, factors):
         R = W.shape[1]
         U = [backend.asarray(W, dtype=X.dtype)]
         U += [backend.asarray(f, dtype=X.dtype) for f in factors[1:]]
-        loglik = self._log_likelihood(backend, T, np.ones(R), U, eps=self.eps_div_zero)
+        loglik = self._log_likelihood(backend, T, np.ones(R), U, eps=self._eps(X.dtype))
         return loglik / max(1, X.shape[0])
 
     def __sklearn_tags__(self):

@@ -9,10 +9,10 @@ from sklearn.utils._param_validation import HasMethods, Integral, Interval, Real
 
 from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
-from .cp_als import _arrange
+from .cp_als import _arrange, _inverse_gram
 from .losses import LOSSES, get_loss
 
-__all__ = ["GCP", "GCP_DENSE_LIMIT"]
+__all__ = ["GCP", "GCP_DENSE_LIMIT", "GCP_MAX_SAMPLES"]
 
 #: Largest number of entries (of the dense tensor) for which the exact loss and gradient are
 #: computed: ``solver="lbfgsb"`` refuses larger tensors, and ``transform`` / ``score`` switch to
@@ -21,6 +21,13 @@ GCP_DENSE_LIMIT = 10_000_000
 
 #: Cap of the default number of samples per step of the uniform sampler.
 _UNIFORM_CAP = 100_000
+
+#: Most samples one draw may hold (nonzeros and other entries together), for ``n_samples_grad``
+#: per step and ``n_samples_loss``: the OpenCL kernels number the samples of a draw in 31 bits.
+GCP_MAX_SAMPLES = 2 ** 31 - 1
+
+#: Iterations of the final L-BFGS-B on the mode-0 loadings at the end of a fit.
+_FINAL_MAXITER = 100
 
 _SOLVERS = ("adam", "sgd", "adagrad", "lbfgsb")
 _SAMPLERS = ("stratified", "semi-stratified", "uniform")
@@ -123,6 +130,17 @@ def _blank_unobserved(X, mask):
     return np.where(m, X, 0)
 
 
+class _FitContext:
+    """What one call of ``fit`` passes down to ``_fit_model`` (kept out of the estimator, so
+    that fits running at the same time in several threads do not share it): the observed
+    entries, and the tensor and sampler state that the random starts share."""
+
+    def __init__(self, obs):
+        self.obs = obs
+        self.To = None
+        self.state = None
+
+
 class GCP(BaseCP):
     """Generalized CP decomposition: a CP model fitted under any element-wise loss.
 
@@ -148,7 +166,9 @@ class GCP(BaseCP):
     Samplers of the gradient (``n_nz`` nonzeros, ``n_zero`` zeros, ``N = n_nz + n_zero``):
 
     - ``"stratified"``: ``p`` nonzeros (weight ``n_nz / p``) and ``q`` zeros (weight
-      ``n_zero / q``), zeros drawn uniformly and rejected when they hit a nonzero;
+      ``n_zero / q``), zeros drawn uniformly: by rejection of the draws that hit a nonzero
+      when at most half of the entries are nonzeros, else (and whenever 256 rejections in a
+      row fail) as the zero of a uniform rank, computed from the sorted nonzeros;
     - ``"semi-stratified"``: ``p`` nonzeros and ``q`` entries drawn uniformly from all entries
       and treated as zeros (weight ``N / q``); each nonzero sample contributes
       ``f(x, m) − f(0, m)`` (its derivative likewise), which makes the estimate unbiased
@@ -179,16 +199,22 @@ class GCP(BaseCP):
         Gradient sampler of the stochastic solvers.
     n_samples_grad : int or (int, int), optional
         Samples per gradient step: for the stratified samplers an int n means n nonzeros and
-        n other entries, a pair gives them separately; for ``uniform`` an int.  Default (as
-        pyttb): ``p = min(n_nz, g)``, ``q = min(n_nz, n_zero, g)`` with
-        ``g = max(1000, ⌈3 n_nz / 1000⌉)``; uniform: ``min(N, max(1000, ⌈10 N / 1000⌉),
-        100 000)`` (pyttb's formula, capped).
+        n other entries, a pair gives them separately; for ``uniform`` an int.  At most
+        :data:`GCP_MAX_SAMPLES` (2³¹ − 1) samples per step in all.  Default:
+        ``p = min(n_nz, g)``, ``q = min(n_nz, n_zero, g)`` with
+        ``g = max(⌈3 n_nz / 1000⌉, min(1000, max(100, ⌈n_nz / 100⌉)))``: pyttb's
+        ``max(1000, ⌈3 n_nz / 1000⌉)`` from 100 000 nonzeros on, 1 % of the nonzeros (at
+        least 100) below, where 1000 would be a large share of the data in every step and
+        make small fits slow; uniform: ``min(N, max(1000, ⌈10 N / 1000⌉), 100 000)`` (pyttb's
+        formula, capped).
     n_samples_loss : int or (int, int), optional
         Size of the stratified sample of the loss estimate (an int n means n nonzeros and n
-        zeros).  Default (as pyttb): ``min(n_nz, f)`` nonzeros and ``min(n_nz, n_zero, f)``
+        zeros; at most :data:`GCP_MAX_SAMPLES` in all).  Default (as pyttb): ``min(n_nz, f)`` nonzeros and ``min(n_nz, n_zero, f)``
         zeros with ``f = max(100 000, ⌈n_nz / 100⌉)``.
-    learning_rate : float, default=1e-3
-        Step size of the stochastic solvers (Adam's α).
+    learning_rate : float, default=2e-3
+        Step size of the stochastic solvers (Adam's α).  Twice pyttb's 1e-3: on the embedded
+        flights-routes data the default fit then takes half the time with the same median
+        loss (``benchmarks/bench_defaults.py``).
     decay : float, default=0.1
         Factor applied to the learning rate after a failed epoch.
     max_fails : int, default=1
@@ -231,6 +257,11 @@ class GCP(BaseCP):
         Print the sample counts and the loss after every epoch / iteration to stderr.
     beta1, beta2, epsilon : float, default=0.9, 0.999, 1e-8
         Adam's moment decay rates and the guard of its (and AdaGrad's) denominator.
+    max_time : float or None, default=None
+        Stop once this many seconds have passed (counted for each of the ``n_init`` starts;
+        checked after every step of the stochastic solvers and every L-BFGS-B iteration).  A
+        fit that stops at ``max_iter`` or ``max_time`` before its own criterion warns
+        (``sklearn.exceptions.ConvergenceWarning``).
 
     Attributes
     ----------
@@ -238,21 +269,42 @@ class GCP(BaseCP):
         Component weights (factor columns have unit 2-norm), in decreasing order.
     factors_ : list of ndarray
     loss_ : float
-        Final loss Σ f(x, m) over the (observed) entries: exact for L-BFGS-B, estimated on the
-        fixed sample for the stochastic solvers.
+        Final loss Σ f(x, m) over the (observed) entries, after the final refit of the mode-0
+        loadings: exact for L-BFGS-B, estimated on the fixed sample for the stochastic solvers.
     loss_history_ : ndarray
         Loss at the start and after every epoch / iteration.
     n_iter_ : int
-        Epochs (stochastic) or iterations (L-BFGS-B) run.
+        Epochs (stochastic, failed ones included) or iterations (L-BFGS-B: those of the fit
+        and of the final refit of the mode-0 loadings) run by the kept start.
+    converged_ : bool
+        Whether the fit stopped by its own criterion: the relative change of the estimated
+        loss over an epoch below ``tol`` or more than ``max_fails`` failed epochs (stochastic
+        solvers), scipy's ``ftol`` / ``gtol`` or a line search that finds no decrease
+        (L-BFGS-B).  False when it stopped at ``max_iter`` or ``max_time`` (with a
+        ConvergenceWarning).
+    stop_reason_ : {"tol", "fails", "linesearch", "max_iter", "max_time"}
+        Why the fit stopped.
     n_features_in_ : int
     tensor_shape_ : tuple
 
     Notes
     -----
     ``transform`` fits the mode-0 loadings of new slices under the same loss with the other
-    factors fixed: by L-BFGS-B on those loadings when the new tensor has at most
+    factors fixed.  For the squared error (``"gaussian"``) these are the least-squares
+    loadings, computed exactly at any size (one MTTKRP, as :class:`CPALS` does).  For the other
+    losses: by L-BFGS-B on those loadings (to near machine precision, so that the answer does
+    not depend on which slices are transformed together) when the new tensor has at most
     :data:`GCP_DENSE_LIMIT` entries, else by the estimator's stochastic solver.  ``score`` is
     ``−F / (number of entries)`` after that refit (exact or estimated likewise).
+
+    So that ``fit_transform(X)`` agrees with ``transform(X)``, every fit ends with the same
+    refit of the mode-0 loadings: exact for the squared error without a mask; for the other
+    losses (or a mask) and at most :data:`GCP_DENSE_LIMIT` entries, L-BFGS-B started from
+    where the solver stopped, to the fit's tolerance (scipy's ``ftol = tol · 1e-4``) and at
+    most 100 iterations: about one iteration after an L-BFGS-B fit that converged, about as
+    much as a ``transform(X)`` after a short stochastic fit.  Above that size ``transform`` of
+    those losses is a stochastic estimate, and the two agree only as closely as stochastic
+    solutions of one problem do.
 
     Examples
     --------
@@ -290,10 +342,10 @@ class GCP(BaseCP):
 
     def __init__(self, rank=2, *, loss="gaussian", loss_param=None, solver="adam",
                  sampler="stratified", n_samples_grad=None, n_samples_loss=None,
-                 learning_rate=1e-3, decay=0.1, max_fails=1, epoch_iters=1000, max_iter=1000,
+                 learning_rate=2e-3, decay=0.1, max_fails=1, epoch_iters=1000, max_iter=1000,
                  tol=1e-4, mask=None, init="random", random_state=None, n_init=1,
                  device="cpu", format="auto", verbose=0, beta1=0.9, beta2=0.999,
-                 epsilon=1e-8):
+                 epsilon=1e-8, max_time=None):
         self.rank = rank
         self.loss = loss
         self.loss_param = loss_param
@@ -317,6 +369,11 @@ class GCP(BaseCP):
         self.beta1 = beta1
         self.beta2 = beta2
         self.epsilon = epsilon
+        self.max_time = max_time
+
+    @property
+    def _iteration_name(self):
+        return "iterations" if self.solver == "lbfgsb" else "epochs"
 
     # ------------------------------------------------------------------ validation
     def _make_loss(self):
@@ -327,9 +384,9 @@ class GCP(BaseCP):
         return "coo"
 
     def _check_data(self, X):
-        ctx = getattr(self, "_fit_ctx", None)
-        if ctx is None or not ctx.get("masked"):
-            self._make_loss().check_data(X.vals)
+        loss = self._make_loss()
+        loss.check_data(X.vals)
+        _check_zero_domain(loss, X.size - X.nnz, masked=False)
         return X
 
     def _check_counts(self):
@@ -340,10 +397,23 @@ class GCP(BaseCP):
                 if name == "n_samples_grad" and self.sampler == "uniform":
                     raise ValueError("with sampler='uniform', n_samples_grad must be an int "
                                      "(the number of entries drawn per step)")
-                if (len(val) != 2 or any(isinstance(v, bool) or not isinstance(v, Integral)
-                                         for v in val) or min(val) < 1):
+                if (len(val) != 2 or any(isinstance(v, (bool, np.bool_))
+                                         or not isinstance(v, Integral) for v in val)
+                        or min(val) < 1):
                     raise ValueError(f"{name} must be an int >= 1 or a pair (nonzeros, zeros) "
                                      f"of ints >= 1, got {val!r}")
+                total = int(val[0]) + int(val[1])
+            elif val is None:
+                continue
+            else:
+                total = int(val) if name == "n_samples_grad" and self.sampler == "uniform" \
+                    else 2 * int(val)
+            if total > GCP_MAX_SAMPLES:
+                raise ValueError(
+                    f"{name}={val!r} asks for {total} samples per "
+                    f"{'step' if name == 'n_samples_grad' else 'loss estimate'} (nonzeros and "
+                    f"other entries together); at most GCP_MAX_SAMPLES = 2**31 - 1 = "
+                    f"{GCP_MAX_SAMPLES} are allowed")
 
     def _sample_counts(self, n_nz, n_zero):
         """(p, q) per gradient step and for the loss sample; pyttb's defaults."""
@@ -354,7 +424,7 @@ class GCP(BaseCP):
                 ng = min(n_obs, max(1000, math.ceil(10 * n_obs / 1000)), _UNIFORM_CAP)
             grad = (0, int(ng))
         elif ng is None:
-            g = max(1000, math.ceil(3 * n_nz / 1000))
+            g = max(math.ceil(3 * n_nz / 1000), min(1000, max(100, math.ceil(n_nz / 100))))
             grad = (min(g, n_nz), min(g, n_zero, n_nz if n_nz else g))
         else:
             grad = tuple(int(v) for v in ng) if isinstance(ng, tuple) else (int(ng), int(ng))
@@ -382,31 +452,31 @@ class GCP(BaseCP):
         self._validate_params()
         loss = self._make_loss()
         self._check_counts()
-        self._fit_ctx = {"masked": self.mask is not None}
-        try:
-            X = _blank_unobserved(X, self.mask)
-            X = self._validate_input(X, reset=True)
-            obs = _Observed(X, self.mask)
-            if self.mask is not None:
-                loss.check_data(obs.X.vals)
-            if self.solver == "lbfgsb" and X.size > GCP_DENSE_LIMIT:
-                raise ValueError(
-                    f"solver='lbfgsb' evaluates the loss on every entry of the dense tensor; X "
-                    f"has {X.size} entries, more than GCP_DENSE_LIMIT = {GCP_DENSE_LIMIT}. Use "
-                    f"a stochastic solver: solver='adam', 'sgd' or 'adagrad'")
-            self._fit_ctx["obs"] = obs
-            best = self._fit_impl(X)
-            self.loss_ = float(best["loss"])
-        finally:
-            del self._fit_ctx
+        masked = self.mask is not None
+        X = _blank_unobserved(X, self.mask)
+        # with a mask only the observed entries are data: they are checked below
+        X = self._validate_input(X, reset=True, check_data=not masked)
+        obs = _Observed(X, self.mask)
+        if masked:
+            loss.check_data(obs.X.vals)
+            _check_zero_domain(loss, obs.n_zero, masked=True)
+        if self.solver == "lbfgsb" and X.size > GCP_DENSE_LIMIT:
+            raise ValueError(
+                f"solver='lbfgsb' evaluates the loss on every entry of the dense tensor; X "
+                f"has {X.size} entries, more than GCP_DENSE_LIMIT = {GCP_DENSE_LIMIT}. Use "
+                f"a stochastic solver: solver='adam', 'sgd' or 'adagrad'")
+        best = self._fit_impl(X, ctx=_FitContext(obs))
+        self.loss_ = float(best["loss"])
+        self._warn_if_not_converged()
         return self
 
     def _result_key(self, result):
         return -result["loss"]
 
-    def _fit_model(self, backend, T, X, init, rng):
-        ctx = getattr(self, "_fit_ctx", None) or {}
-        obs = ctx.get("obs") or _Observed(X, None)
+    def _fit_model(self, backend, T, X, init, rng, ctx=None):
+        if ctx is None:
+            ctx = _FitContext(_Observed(X, None))
+        obs = ctx.obs
         loss = self._make_loss()
         R = self.rank
         U = [np.array(f, dtype=np.float64) for f in init]
@@ -415,44 +485,86 @@ class GCP(BaseCP):
         if loss.lower > -np.inf:
             U = [np.maximum(u, loss.lower) for u in U]
         seed = int(rng.randint(0, 2 ** 62))
+        t0 = time.perf_counter()
         if self.solver == "lbfgsb":
-            U, F, n_iter, history = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask)
-            # polish the mode-0 loadings (a convex problem with the other factors fixed) to the
-            # precision of transform, so that fit_transform(X) agrees with transform(X)
-            U, F, _, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
-                                      active=[True] + [False] * (len(U) - 1), tight=True)
-            history[-1] = F
+            U, F, n_iter, history, stop = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
+                                                       t0=t0)
+            U, F_exact, n_refit, refit_history = self._refit_mode0(backend, T, X, U, loss, obs)
+            if F_exact is not None:
+                n_iter += n_refit
+                history = history + refit_history[1:]
+                F = history[-1] = F_exact
         else:
-            if "state" not in ctx:
+            if ctx.state is None:
                 To = T if self.mask is None else backend.prepare(obs.X, self._storage_format())
                 n_grad, n_loss = self._sample_counts(obs.n_nz, obs.n_zero)
-                ctx["To"] = To
-                ctx["state"] = backend.gcp_setup(To, self.sampler, n_grad, n_loss,
-                                                 int(rng.randint(0, 2 ** 62)), obs.zero_subs)
-                self._log(f"{self.sampler} sampling: {ctx['state'].n_grad} samples per step "
-                          f"(nonzeros, others), loss sample {ctx['state'].n_loss}")
-            U, F, n_iter, history = self._stochastic(backend, ctx["To"], ctx["state"], U,
-                                                     loss, seed)
+                ctx.To = To
+                ctx.state = backend.gcp_setup(To, self.sampler, n_grad, n_loss,
+                                              int(rng.randint(0, 2 ** 62)), obs.zero_subs)
+                self._log(f"{self.sampler} sampling: {ctx.state.n_grad} samples per step "
+                          f"(nonzeros, others), loss sample {ctx.state.n_loss}")
+            U, F, n_iter, history, stop = self._stochastic(backend, ctx.To, ctx.state, U, loss,
+                                                           seed, t0=t0)
+            U0 = U[0]
+            U, *_ = self._refit_mode0(backend, T, X, U, loss, obs)
+            if U[0] is not U0:  # loss_ stays the estimate on the fixed sample
+                U = [backend.asarray(backend.to_numpy(u), dtype=ctx.state.dtype) for u in U]
+                F = float(backend.gcp_loss_estimate(ctx.To, ctx.state, np.ones(R), U, loss))
+                history[-1] = F
         weights, factors = _arrange(np.ones(R), [np.asarray(backend.to_numpy(u), np.float64)
                                                  for u in U])
         return {"weights": weights, "factors": factors, "n_iter": n_iter,
-                "loss_history": history, "loss": float(F)}
+                "loss_history": history, "loss": float(F), "converged": stop not in ("max_iter", "max_time"),
+                "stop": stop}
+
+    def _refit_mode0(self, backend, T, X, U, loss, obs):
+        """The last step of every fit: the mode-0 loadings refitted as ``transform`` refits
+        them, from where the solver stopped, so that ``fit_transform(X)`` agrees with
+        ``transform(X)``.  Squared error without a mask: the exact least-squares loadings
+        (what transform computes, at any size).  Other losses, tensors of at most
+        GCP_DENSE_LIMIT entries: L-BFGS-B on the mode-0 loadings to the fit's tolerance, at
+        most ``_FINAL_MAXITER`` iterations (a few after a fit that converged).  Larger tensors:
+        nothing (transform is a stochastic estimate there).  Returns the factors, the exact
+        loss (None when not computed), the L-BFGS-B iterations and their loss history."""
+        if _least_squares(loss) and obs.dense_mask is None:
+            U = list(U)
+            W = _least_squares_loadings(backend, T, [None] + U[1:], X.dtype)
+            U[0] = backend.asarray(W, dtype=X.dtype)
+            F = None
+            if X.size <= GCP_DENSE_LIMIT:
+                F, _ = backend.gcp_full_loss_grad(T, np.ones(W.shape[1]), U, loss,
+                                                  need_grad=False)
+                F = float(F)
+            return U, F, 0, []
+        if X.size > GCP_DENSE_LIMIT:
+            return U, None, 0, []
+        U, F, n_iter, history, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
+                                                active=[True] + [False] * (len(U) - 1),
+                                                maxiter=_FINAL_MAXITER)
+        return U, F, n_iter, history
 
     # ------------------------------------------------------------------ solvers
-    def _stochastic(self, backend, T, state, U, loss, seed, active=None):
-        """Epochs of Adam / SGD / AdaGrad on the factors (only those with ``active[k]``)."""
+    def _stochastic(self, backend, T, state, U, loss, seed, active=None, t0=None):
+        """Epochs of Adam / SGD / AdaGrad on the factors (only those with ``active[k]``).
+
+        Returns the factors, the estimated loss, the epochs run, the loss history and why it
+        stopped: ``"tol"``, ``"fails"`` (more than ``max_fails`` failed epochs), ``"max_iter"``
+        or ``"max_time"`` (checked after every step, measured from ``t0``; None: no limit).
+        """
         R = U[0].shape[1]
         ones = np.ones(R)
         U = [backend.asarray(u, dtype=state.dtype) for u in U]
         opt = backend.gcp_optimizer_state(self.solver, U)
         f = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
         if not np.isfinite(f):
-            raise FloatingPointError(f"the estimated loss of the initial guess is {f}; check the "
+            raise ValueError(f"the estimated loss of the initial guess is {f}; check the "
                                      f"data against the loss {loss.name!r} or give an init")
         history = [f]
         t = n_fails = draws = n_epochs = 0
         G = None
-        t0 = time.perf_counter()
+        limit = None if (t0 is None or self.max_time is None) else t0 + self.max_time
+        t0 = time.perf_counter() if t0 is None else t0
+        stop = "max_iter"
         for epoch in range(self.max_iter):
             saved = ([backend.copy(u) for u in U],
                      {k: [backend.copy(a) for a in v] for k, v in opt.items()}, t)
@@ -464,6 +576,9 @@ class GCP(BaseCP):
                 t += 1
                 backend.gcp_optimizer_step(self.solver, U, G, opt, lr, t, loss.lower,
                                            self.beta1, self.beta2, self.epsilon, active)
+                if limit is not None and time.perf_counter() > limit:
+                    stop = "max_time"
+                    break
             f_new = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
             n_epochs += 1
             failed = not f_new <= f  # NaN counts as a failure
@@ -480,17 +595,28 @@ class GCP(BaseCP):
                           + (f"  failed ({n_fails}), restored" if failed else
                              f"  change {change:.2e}")
                           + f"  {time.perf_counter() - t0:.2f}s")
+            if stop == "max_time":
+                self._log(f"stopping: max_time={self.max_time:g}s reached")
+                break
             if n_fails > self.max_fails:
+                stop = "fails"
                 break
             if not failed and change < self.tol:
+                stop = "tol"
                 break
-        return U, f, n_epochs, history
+        return U, f, n_epochs, history, stop
 
-    def _lbfgsb(self, backend, T, U, loss, mask=None, active=None, tight=False):
+    def _lbfgsb(self, backend, T, U, loss, mask=None, active=None, tight=False, maxiter=None,
+                t0=None):
         """L-BFGS-B on the exact loss; only the factors with ``active[k]`` move.
 
         ``tight``: solve to (near) machine precision, for the convex problems of
         ``transform`` (the answer then does not depend on which slices are solved together).
+        Otherwise the fit's tolerance (scipy's ``ftol = tol * 1e-4``) and at most ``maxiter``
+        iterations (default ``max_iter``).
+        ``t0``: start of the fit, from which ``max_time`` is counted (None: no limit).
+        Returns the factors, the loss, the iterations, the loss history and why it stopped
+        (``"tol"``, ``"max_iter"``, ``"max_time"`` or ``"linesearch"``).
         """
         N = len(U)
         R = U[0].shape[1]
@@ -520,27 +646,40 @@ class GCP(BaseCP):
             bounds = Bounds(np.full(x0.size, loss.lower), np.full(x0.size, np.inf))
         history = [fg(x0)[0]]
         if not np.isfinite(history[0]):
-            raise FloatingPointError(f"the loss of the initial guess is not finite; check the "
+            raise ValueError(f"the loss of the initial guess is not finite; check the "
                                      f"data against the loss {loss.name!r} or give an init")
-        t0 = time.perf_counter()
+        limit = None if (t0 is None or self.max_time is None) else t0 + self.max_time
+        t0 = time.perf_counter() if t0 is None else t0
+        timed_out = []
 
         def callback(intermediate_result):
             history.append(float(intermediate_result.fun))
             if self.verbose:
                 self._log(f"iter {len(history) - 1:4d}  loss {history[-1]:.8e}  "
                           f"{time.perf_counter() - t0:.2f}s")
+            if limit is not None and time.perf_counter() > limit:
+                timed_out.append(True)
+                raise StopIteration
 
         if tight:
             options = {"maxiter": max(self.max_iter, 1000), "ftol": 1e-15, "gtol": 1e-12,
                        "maxfun": 20 * max(self.max_iter, 1000)}
         else:
-            options = {"maxiter": self.max_iter, "ftol": self.tol * 1e-4,
-                       "maxfun": 20 * self.max_iter + 20}
+            maxiter = self.max_iter if maxiter is None else maxiter
+            options = {"maxiter": maxiter, "ftol": self.tol * 1e-4, "maxfun": 20 * maxiter + 20}
         res = minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds, callback=callback,
                        options=options)
         unpack(res.x)
         self._log(f"L-BFGS-B: {res.nit} iterations, loss {res.fun:.8e} ({res.message})")
-        return dev, float(res.fun), int(res.nit), history
+        if timed_out:
+            stop = "max_time"
+        elif res.status == 1:           # maxiter or maxfun reached
+            stop = "max_iter"
+        elif res.status == 0:
+            stop = "tol"
+        else:                           # the line search could not decrease the loss further
+            stop = "linesearch"
+        return dev, float(res.fun), int(res.nit), history, stop
 
     # ------------------------------------------------------------------ sklearn hooks
     def _solve_mode0(self, backend, T, X, factors):
@@ -550,6 +689,8 @@ class GCP(BaseCP):
         W0 = np.tile(np.maximum(W0, loss.lower), (X.shape[0], 1))
         U = [W0] + [np.array(f, dtype=np.float64) for f in factors[1:]]
         active = [True] + [False] * (N - 1)
+        if _least_squares(loss):
+            return _least_squares_loadings(backend, T, [None] + U[1:], X.dtype)
         if X.size <= GCP_DENSE_LIMIT:
             U, *_ = self._lbfgsb(backend, T, U, loss, active=active, tight=True)
         else:
@@ -575,6 +716,45 @@ class GCP(BaseCP):
                                       int(rng.randint(0, 2 ** 62)))
             F = backend.gcp_loss_estimate(T, state, ones, U, loss)
         return -float(F) / X.size
+
+
+def _least_squares(loss):
+    """Whether ``loss`` is the built-in squared error (its mode-0 problem is least squares)."""
+    return isinstance(loss, LOSSES["gaussian"])
+
+
+def _least_squares_loadings(backend, T, factors, dtype):
+    """Mode-0 loadings minimising Σ (x − m)² over every entry with ``factors[1:]`` fixed:
+    ``MTTKRP(X) (⊛_{k>0} A⁽ᵏ⁾ᵀA⁽ᵏ⁾)⁻¹`` (pseudo-inverse when singular), as CPALS solves them."""
+    others = [np.asarray(backend.to_numpy(f), dtype=np.float64) for f in factors[1:]]
+    R = others[0].shape[1]
+    gram = np.ones((R, R))
+    for f in others:
+        gram *= f.T @ f
+    U = [backend.asarray(np.zeros((T.shape[0], R)), dtype=dtype)]
+    U += [backend.asarray(f, dtype=dtype) for f in others]
+    M = backend.mttkrp(T, U, 0)
+    W = backend.matmul_small(M, _inverse_gram(gram))
+    return np.asarray(backend.to_numpy(W), dtype=np.float64)
+
+
+def _check_zero_domain(loss, n_zero, masked):
+    """Refuse a loss whose f(0, m) is unbounded below on data with (observed) zeros.
+
+    For such a loss (zero-truncated Poisson, Gamma, Rayleigh, β-divergence with β < 0) a zero
+    is not a possible observation: the loss of a zero entry decreases without bound as its
+    model value goes to 0, and a fit to the zeros of a sparse tensor ends in a degenerate model
+    rather than failing."""
+    if n_zero == 0 or getattr(loss, "zero_in_domain", True):
+        return
+    where = ("the mask observes" if masked else
+             "X holds (the implicit zeros of a sparse tensor count, as every entry of X is "
+             "observed without a mask)")
+    raise ValueError(
+        f"loss {loss.name!r} is defined for data > 0 only (f(0, m) decreases without bound "
+        f"as m goes to 0), but {where} {n_zero} zero entries. Give a mask naming the observed "
+        f"entries (those that are not observed zeros; the zeros of a sparse tensor are then "
+        f"missing values), or use a loss for data that may be 0 (e.g. 'poisson', 'gaussian')")
 
 
 def _scale_to_norm(U, target):

@@ -28,6 +28,14 @@ name                          f(x, m)                                    data   
 entry ≥ ``lower`` (clipping after each stochastic step, bounds for L-BFGS-B), which for a bound
 of 0 keeps the model non-negative.
 
+Zeros: GCP sums the loss over every entry, so the zeros of a sparse tensor are data.  For
+``gamma``, ``rayleigh``, ``zt_poisson`` (distributions of data > 0) and ``beta`` with β < 0,
+``f(0, m)`` decreases without bound as ``m → 0`` (it reaches ``log ε ≈ −23`` per zero, or
+``ε^β / β``), so zeros would be fitted by a model that vanishes there instead of by the data's
+distribution: these losses have :attr:`~Loss.zero_in_domain` False, and GCP refuses them on
+data with (observed) zeros unless a ``mask`` leaves the zeros out.  Every other built-in loss
+is bounded below at ``x = 0``.
+
 Every built-in loss has an integer :attr:`~Loss.code` so that the compiled kernels evaluate it
 without calling back into Python; the codes are those of ``pyttb.gcp.handles.Objectives``.
 
@@ -39,6 +47,8 @@ Any object with these members can be passed as ``loss`` to :class:`~sktensor_fas
   same shape as the inputs);
 - ``deriv(x, m)``: its derivative ∂f/∂m, element-wise;
 - ``lower``: the lower bound of the model values (a float, ``-numpy.inf`` if none);
+- optionally ``zero_in_domain``: False when 0 is not a possible data value (GCP then refuses
+  data with observed zeros);
 - optionally ``check_data(vals)``: raise ``ValueError`` if the nonzero values ``vals`` of a
   tensor are not valid data for the loss.
 
@@ -86,12 +96,15 @@ class Loss:
         The loss parameter (r, δ or β) or ``nan`` when the loss takes none.
     lower : float
         Lower bound of the model values and of the factor entries.
+    zero_in_domain : bool
+        Whether 0 is a possible data value (``f(0, m)`` bounded below).
     """
 
     #: set by subclasses
     name = ""
     code = CUSTOM_CODE
     lower = -np.inf
+    zero_in_domain = True
     #: (description of the parameter, validator) for losses that take one, else None
     param_spec = None
 
@@ -216,6 +229,7 @@ class PoissonLog(Loss):
 
 class Rayleigh(Loss):
     name, code, lower = "rayleigh", 5, 0.0
+    zero_in_domain = False
 
     def value(self, x, m):
         me = _f(m) + EPS
@@ -231,6 +245,7 @@ class Rayleigh(Loss):
 
 class Gamma(Loss):
     name, code, lower = "gamma", 6, 0.0
+    zero_in_domain = False
 
     def value(self, x, m):
         me = _f(m) + EPS
@@ -286,6 +301,11 @@ class Beta(Loss):
     param_spec = ("the exponent β of the β-divergence, a real number other than 0 and 1",
                   lambda p: p != 0 and p != 1)
 
+    @property
+    def zero_in_domain(self):
+        # f(0, m) = (m + ε)^β / β: bounded below for β > 0, down to ε^β / β for β < 0
+        return self.param > 0
+
     def value(self, x, m):
         b = self.param
         me = _f(m) + EPS
@@ -302,6 +322,7 @@ class Beta(Loss):
 
 class ZTPoisson(Loss):
     name, code, lower = "zt_poisson", 10, 0.0
+    zero_in_domain = False
 
     def value(self, x, m):
         m = _f(m)
@@ -359,6 +380,7 @@ class CustomLoss:
         self.obj = obj
         self.lower = lower
         self.name = getattr(obj, "name", type(obj).__name__)
+        self.zero_in_domain = bool(getattr(obj, "zero_in_domain", True))
 
     def value(self, x, m):
         return self._call("value", x, m)

@@ -33,6 +33,14 @@ key K is ``mix(mix(K ^ (j + 1)·φ) + (c + 1)·φ)`` with splitmix64's finaliser
 constant φ — no state is shared between threads, so the samples do not depend on the schedule
 either (and :meth:`GcpSampler.draw` reproduces exactly the samples of the fused kernel).
 
+Zeros of the stratified sampler: on a tensor of density at most one half they are found by
+rejection (draw a coordinate, look it up, draw again if it is a nonzero); on a denser one, and
+whenever rejection has failed ``max_attempts`` times in a row, the t-th zero in linear-index
+order is computed directly from the sorted linear indices (``_zero_coords``: a binary search
+for the number of nonzeros before it), so a "zero" sample is always a zero.  Without a linear
+index (the shape's product overflows int64) the density is below nnz / 2^63 and rejection
+simply goes on until it finds a zero.
+
 "Is this sampled coordinate a nonzero?" is a binary search over the sorted linear indices of
 the nonzeros, narrowed first to the bucket of the key's high bits (an offset table with about
 one nonzero per bucket, so a look-up reads two offsets and a few keys); when the product of the
@@ -45,6 +53,10 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 from libc.math cimport log, exp, log1p, expm1, fabs, sqrt, pow, M_PI
 from libc.stdint cimport int64_t, uint64_t, int8_t
+
+cdef extern from "Python.h":
+    # declared without an exception clause: the caller cleans up, then propagates the error
+    int _check_signals "PyErr_CheckSignals"()
 
 import numpy as np
 cimport numpy as cnp
@@ -150,9 +162,6 @@ cdef extern from *:
     double EPS "SKTF_EPS"
 
 cdef enum:
-    # attempts to find a zero by rejection before giving up (a zero is found with probability
-    # 1 - density per attempt; the Python layer lists the zeros explicitly for dense tensors)
-    MAX_ATTEMPTS = 256
     RADIX_BITS = 11
     RADIX = 2048
     # samples per chunk of the loss sum (fixed: sums do not depend on the thread count)
@@ -161,6 +170,8 @@ cdef enum:
     LOOKAHEAD = 8
     # below this much work (samples x modes x rank, or entries) a kernel runs on one thread
     SERIAL_WORK = 32768
+    # samples between two checks for a pending signal (Ctrl-C) in the long-running kernels
+    SIGNAL_EVERY = 1 << 20
 
 cdef enum:
     # loss codes, as in sktensor_fast.decomposition.losses (pyttb's Objectives)
@@ -285,6 +296,10 @@ cdef struct Src:
     const int64_t* zsubs       # explicit list of (observed) zero coordinates
     int64_t nz
     int explicit_z             # draw the "other" samples from a list, not the index space
+    int implicit_z             # that list is every entry not a nonzero, in linear-index order,
+                               # computed from `lin` (no `zsubs`)
+    int64_t nzero              # entries that are not nonzeros (with `lin` only)
+    int64_t max_attempts       # rejections before the zero is computed from `lin`
     int64_t p                  # samples of nonzeros
     int64_t q                  # other samples
     double wp
@@ -345,6 +360,39 @@ cdef inline int64_t _find(const Src* S, const int64_t* idx) noexcept nogil:
     return -1
 
 
+cdef inline void _zero_coords(const Src* S, int64_t t, int64_t* idx) noexcept nogil:
+    """Coordinates of the t-th entry (0-based) that is not a nonzero, in linear-index order.
+
+    With ``d_j = lin[j] - j`` (the number of zeros before nonzero j, non-decreasing), the
+    nonzeros before that zero are those with ``d_j <= t``, and its linear index is t plus their
+    number (the same computation as ``gcp_zero_coords`` of the OpenCL kernels)."""
+    cdef int64_t lo = 0, hi = S.nnz, mid, e
+    cdef int k
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if S.lin[mid] - mid <= t:
+            lo = mid + 1
+        else:
+            hi = mid
+    e = t + lo
+    for k in range(S.nmodes):
+        idx[k] = (e // S.strides[k]) % S.shape[k]
+
+
+cdef bint _interrupted() noexcept nogil:
+    """Whether a signal is pending whose handler raised (Ctrl-C): takes the GIL briefly to run
+    the handlers, leaving their exception set for :func:`_reraise`."""
+    cdef int rc
+    with gil:
+        rc = _check_signals()
+    return rc != 0
+
+
+cdef int _reraise() except -1:
+    """Propagate the exception a signal handler left set (see :func:`_interrupted`)."""
+    return -1
+
+
 cdef inline int64_t _n_samples(const Src* S) noexcept nogil:
     if S.xn >= 0:
         return S.xn
@@ -356,8 +404,7 @@ cdef inline double _sample(const Src* S, int64_t j, int64_t* idx, double* w,
     """Sample ``j``: coordinates into ``idx``; returns the data value, sets weight and flag."""
     cdef int k, N = S.nmodes
     cdef uint64_t skey, c = 0
-    cdef int64_t t, n, pos
-    cdef int a
+    cdef int64_t t, n, pos, a
     if S.xn >= 0:  # explicit sample
         for k in range(N):
             idx[k] = S.xsubs[j * N + k]
@@ -383,10 +430,14 @@ cdef inline double _sample(const Src* S, int64_t j, int64_t* idx, double* w,
                     idx[k] = S.subs[t * N + k]
                 return S.vals[t] if S.zmode == 1 else 0.0
             t -= S.nnz
-        for k in range(N):
-            idx[k] = S.zsubs[t * N + k]
+        if S.implicit_z:
+            _zero_coords(S, t, idx)
+        else:
+            for k in range(N):
+                idx[k] = S.zsubs[t * N + k]
         return 0.0
-    for a in range(MAX_ATTEMPTS):
+    a = 0
+    while True:
         for k in range(N):
             idx[k] = sktf_below(sktf_rand(skey, c), S.shape[k])
             c += 1
@@ -397,7 +448,11 @@ cdef inline double _sample(const Src* S, int64_t j, int64_t* idx, double* w,
             return S.vals[pos] if pos >= 0 else 0.0
         if pos < 0:
             return 0.0
-    return 0.0
+        a += 1
+        if a >= S.max_attempts and S.lin != NULL:
+            # rejection keeps failing (a dense region): take the zero of a uniform rank
+            _zero_coords(S, sktf_below(sktf_rand(skey, c), S.nzero), idx)
+            return 0.0
 
 
 cdef class GcpSampler:
@@ -412,6 +467,10 @@ cdef class GcpSampler:
         search touches a bucket of about one entry instead of log2(nnz) levels of ``lin``;
         an empty ``bucket`` searches all of ``lin``.
     zsubs : explicit list of (observed) zero coordinates; used when ``explicit_z``.
+    implicit_z : with ``explicit_z`` and an empty ``zsubs``: the list is every entry that is not
+        a nonzero, in linear-index order, computed from ``lin`` (needs ``lin``).
+    max_attempts : rejections of a stratified zero sample before it is computed from ``lin``
+        (without ``lin``, rejection goes on until it finds a zero).
     p, q : samples of nonzeros and "other" samples per draw; ``wp``, ``wq`` their weights.
     zmode : 0 the other samples have value 0, 1 their value is looked up, 2 nonzeros are
         rejected (stratified).
@@ -428,7 +487,7 @@ cdef class GcpSampler:
                  const double[::1] vals, const int64_t[::1] lin, const int64_t[:, ::1] zsubs,
                  bint explicit_z, int64_t p, int64_t q, double wp, double wq, int zmode,
                  bint include_nz, bint correct, const int64_t[::1] bucket=None,
-                 int bshift=0):
+                 int bshift=0, bint implicit_z=False, int64_t max_attempts=256):
         cdef int N = shape.shape[0]
         cdef int k
         strides = np.zeros(N, dtype=np.int64)
@@ -453,6 +512,17 @@ cdef class GcpSampler:
         self.src.nz = zsubs.shape[0]
         self.src.zsubs = &zsubs[0, 0] if zsubs.shape[0] > 0 else NULL
         self.src.explicit_z = explicit_z
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.src.max_attempts = max_attempts
+        if self.src.lin != NULL:
+            self.src.nzero = s - vals.shape[0]
+        if implicit_z:
+            if not explicit_z or zsubs.shape[0] or self.src.lin == NULL:
+                raise ValueError("implicit_z needs explicit_z, an empty zsubs and the linear "
+                                 "index of the nonzeros")
+            self.src.implicit_z = 1
+            self.src.nz = s - vals.shape[0]
         self.src.p = p
         self.src.q = q
         self.src.wp = wp
@@ -471,19 +541,29 @@ cdef class GcpSampler:
              double[::1] out_w, int8_t[::1] out_corr, int num_threads=1):
         """Materialise the sample of step key ``key`` (same samples as the fused kernel)."""
         cdef Src S = self.src
-        cdef int64_t n = S.p + S.q, j
+        cdef int64_t n = S.p + S.q, j, j0, j1
         cdef int N = S.nmodes, c
         cdef double w
+        cdef bint stopped = False
         S.key = key
         if n == 0:
             return
         if n * N < SERIAL_WORK:
             num_threads = 1
         with nogil:
-            for j in prange(n, schedule='dynamic', chunksize=1024, num_threads=num_threads):
-                c = 0  # assigned here so that it is private to the thread
-                out_x[j] = _sample(&S, j, &out_subs[j, 0], &out_w[j], &c)
-                out_corr[j] = c
+            j0 = 0
+            while j0 < n:  # in pieces, to see Ctrl-C in between
+                j1 = min(n, j0 + SIGNAL_EVERY)
+                for j in prange(j0, j1, schedule='dynamic', chunksize=1024, num_threads=num_threads):
+                    c = 0  # assigned here so that it is private to the thread
+                    out_x[j] = _sample(&S, j, &out_subs[j, 0], &out_w[j], &c)
+                    out_corr[j] = c
+                if j1 < n and _interrupted():
+                    stopped = True
+                    break
+                j0 = j1
+        if stopped:
+            _reraise()
 
     def find(self, const int64_t[:, ::1] idx, int64_t[::1] out):
         """Positions of coordinate rows among the nonzeros (-1 when absent), for tests."""
@@ -614,6 +694,7 @@ cdef double _gradient_serial(const Src* S, int code, double param, const double*
     cdef Py_ssize_t r
     cdef double total = 0.0, f, t
     cdef double* g
+    cdef bint stopped = False
     cdef int64_t* ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
     cdef double* ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
     cdef double* ring_w
@@ -649,7 +730,12 @@ cdef double _gradient_serial(const Src* S, int code, double param, const double*
             if j + LOOKAHEAD < ns:  # refill the slot with the sample LOOKAHEAD ahead
                 ring_x[slot] = _sample(S, j + LOOKAHEAD, idx, &ring_w[slot], &ring_c[slot])
                 _prefetch_rows(fac, grad, active, idx, N, R)
+            if (j + 1) % SIGNAL_EVERY == 0 and j + 1 < ns and _interrupted():
+                stopped = True
+                break
     free(ring); free(ring_x); free(ring_c); free(suf); free(<void*> rows)
+    if stopped:
+        _reraise()
     return total
 
 
@@ -677,7 +763,8 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef int64_t** order = <int64_t**> malloc(N * sizeof(int64_t*))
     cdef int64_t* nrun = <int64_t*> malloc(N * sizeof(int64_t))
     cdef int64_t* run_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
-    cdef int64_t total_runs
+    cdef int64_t total_runs, since = 0
+    cdef bint stopped = False
     # thread scratch
     cdef int64_t* idx
     cdef double* suf
@@ -753,7 +840,15 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                     c = contrib + (k * block + ordk[pos]) * R
                     for r in range(R):
                         g[r] = g[r] + c[r]
+            since = since + nb
+            if since >= SIGNAL_EVERY and bi + 1 < nblocks:
+                since = 0
+                if _interrupted():
+                    stopped = True
+                    break
     free(hist); free(order); free(nrun); free(run_off)
+    if stopped:
+        _reraise()
     return total
 
 
@@ -860,7 +955,9 @@ def loss_sum(GcpSampler sampler, uint64_t key, int code, double param,
     cdef Src S
     cdef Py_ssize_t R = weights.shape[0]
     cdef double** fac = <double**> malloc(N * sizeof(double*))
-    cdef int64_t ns, nchunks, ci, j, j0, j1
+    cdef int64_t ns, nchunks, ci, j, j0, j1, c0, c1
+    cdef int64_t piece = SIGNAL_EVERY // LOSS_CHUNK
+    cdef bint stopped = False
     cdef double* part = NULL
     cdef double total = 0.0, x, w, m, f, pr
     cdef int64_t* idx
@@ -886,32 +983,42 @@ def loss_sum(GcpSampler sampler, uint64_t key, int code, double param,
         part = <double*> malloc(nchunks * sizeof(double))
         if part == NULL:
             raise MemoryError()
-        with nogil, parallel(num_threads=num_threads):
-            idx = <int64_t*> malloc(N * sizeof(int64_t))
-            prod = <double*> malloc((R + 1) * sizeof(double))
-            for ci in prange(nchunks, schedule='dynamic'):
-                j0 = ci * LOSS_CHUNK
-                j1 = min(ns, j0 + LOSS_CHUNK)
-                pr = 0.0
-                for j in range(j0, j1):
-                    w = 0.0  # assigned here so that it is private to the thread
-                    corr = 0
-                    x = _sample(&S, j, idx, &w, &corr)
-                    for r in range(R):
-                        prod[r] = lam[r]
-                    for k in range(N):
-                        for r in range(R):
-                            prod[r] = prod[r] * fac[k][idx[k] * R + r]
-                    m = 0.0
-                    for r in range(R):
-                        m = m + prod[r]
-                    f = _loss_value(code, param, x, m)
-                    if corr:
-                        f = f - _loss_value(code, param, 0.0, m)
-                    pr = pr + w * f
-                part[ci] = pr
-            free(idx)
-            free(prod)
+        with nogil:
+            c0 = 0
+            while c0 < nchunks:  # in pieces, to see Ctrl-C in between
+                c1 = min(nchunks, c0 + piece)
+                with parallel(num_threads=num_threads):
+                    idx = <int64_t*> malloc(N * sizeof(int64_t))
+                    prod = <double*> malloc((R + 1) * sizeof(double))
+                    for ci in prange(c0, c1, schedule='dynamic'):
+                        j0 = ci * LOSS_CHUNK
+                        j1 = min(ns, j0 + LOSS_CHUNK)
+                        pr = 0.0
+                        for j in range(j0, j1):
+                            w = 0.0  # assigned here so that it is private to the thread
+                            corr = 0
+                            x = _sample(&S, j, idx, &w, &corr)
+                            for r in range(R):
+                                prod[r] = lam[r]
+                            for k in range(N):
+                                for r in range(R):
+                                    prod[r] = prod[r] * fac[k][idx[k] * R + r]
+                            m = 0.0
+                            for r in range(R):
+                                m = m + prod[r]
+                            f = _loss_value(code, param, x, m)
+                            if corr:
+                                f = f - _loss_value(code, param, 0.0, m)
+                            pr = pr + w * f
+                        part[ci] = pr
+                    free(idx)
+                    free(prod)
+                if c1 < nchunks and _interrupted():
+                    stopped = True
+                    break
+                c0 = c1
+        if stopped:
+            _reraise()
         for ci in range(nchunks):
             total += part[ci]
         return total

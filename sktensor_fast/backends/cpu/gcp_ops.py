@@ -18,10 +18,16 @@ from . import _gcp, _kernels
 __all__ = ["GcpState", "sampler_plan", "setup", "sampled_gradient", "loss_estimate", "full_loss_grad",
            "optimizer_state", "optimizer_step", "dense_mttkrp", "dense_model"]
 
-#: Above this density (and below ``_ZERO_LIST_MAX`` entries) the zeros of a tensor are listed
-#: explicitly instead of being found by rejection sampling.
+#: Above this density the stratified sampler draws zeros from the list of all zeros (in
+#: linear-index order) instead of by rejection: the t-th zero is computed from the sorted linear
+#: indices of the nonzeros, or, for tensors of at most ``_ZERO_LIST_MAX`` entries, read from an
+#: explicit list (the same entries; the OpenCL backend always computes them).
 _ZERO_LIST_DENSITY = 0.5
 _ZERO_LIST_MAX = 1 << 24
+#: Rejections of a stratified zero sample in a row before that zero is computed from the linear
+#: indices instead (exact either way; below the density threshold rejection fails this often
+#: with probability at most 2^-256).  Shared with the OpenCL backend.
+_MAX_ATTEMPTS = 256
 _SAMPLERS = {"stratified", "semi-stratified", "uniform"}
 #: below this much work a host-side kernel call runs on one thread (as in _gcp.pyx)
 _SERIAL_WORK = 32768
@@ -139,14 +145,24 @@ class GcpState:
                 f"n_loss={self.n_loss}, n_entries={self.n_entries})")
 
 
-def _make_sampler(T, kind, p, q, zero_subs, lin, vals):
-    """A GcpSampler of ``kind`` drawing ``p`` nonzeros and ``q`` other entries."""
+def zero_list_mode(size, nnz, has_lin):
+    """Whether the stratified sampler of a tensor without a mask draws its zeros from the list
+    of all zeros (True) rather than by rejection: when the density is above
+    ``_ZERO_LIST_DENSITY`` and the linear index exists.  Shared by every backend."""
+    return bool(has_lin) and nnz > _ZERO_LIST_DENSITY * size
+
+
+def _make_sampler(T, kind, p, q, zero_subs, lin, vals, implicit=False):
+    """A GcpSampler of ``kind`` drawing ``p`` nonzeros and ``q`` other entries.
+
+    ``zero_subs``: explicit list of the other entries; ``implicit``: draw them from the list of
+    all zeros, computed from ``lin``."""
     shape = np.asarray(T.shape, dtype=np.int64)
     subs = np.ascontiguousarray(T.subs, dtype=np.int64)
     nnz = int(T.nnz)
-    explicit = zero_subs is not None
-    zs = zero_subs if explicit else np.zeros((0, len(T.shape)), dtype=np.int64)
-    n_zero = int(zs.shape[0]) if explicit else _size(T.shape) - nnz
+    explicit = zero_subs is not None or implicit
+    zs = zero_subs if zero_subs is not None else np.zeros((0, len(T.shape)), dtype=np.int64)
+    n_zero = int(zs.shape[0]) if zero_subs is not None else _size(T.shape) - nnz
     p, q, wp, wq, zmode, include_nz, correct = sampler_plan(kind, nnz, n_zero, p, q)
     bucket, shift = None, 0
     if lin is None:
@@ -155,7 +171,8 @@ def _make_sampler(T, kind, p, q, zero_subs, lin, vals):
         bucket, shift = _bucket_index(T, lin)
     return _gcp.GcpSampler(shape, subs, vals, lin, zs, explicit, int(p), int(q), float(wp),
                            float(wq), zmode, include_nz, correct, bucket,
-                           int(shift)), (int(p), int(q))
+                           int(shift), implicit_z=bool(implicit),
+                           max_attempts=int(_MAX_ATTEMPTS)), (int(p), int(q))
 
 
 def setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs=None, num_threads=1):
@@ -165,21 +182,27 @@ def setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs=None, num_threads=1):
     lin = _linear_index(T)
     if lin is not None and T.nnz > 1 and np.any(lin[1:] <= lin[:-1]):
         raise ValueError("GCP needs the nonzeros in lexicographic order without duplicates")
+    listed = implicit = False
     if zero_subs is not None:
         zero_subs = np.ascontiguousarray(zero_subs, dtype=np.int64).reshape(-1, len(T.shape))
         n_entries = int(T.nnz) + int(zero_subs.shape[0])
     else:
         n_entries = _size(T.shape)
-        if (n_entries <= _ZERO_LIST_MAX and T.nnz > _ZERO_LIST_DENSITY * n_entries
-                and sampler == "stratified"):
-            zero_subs = _zero_list(T)  # rejection would waste most draws
-    grad_sampler, n_grad = _make_sampler(T, sampler, n_grad[0], n_grad[1], zero_subs, lin, vals)
+        if zero_list_mode(n_entries, int(T.nnz), lin is not None):
+            # rejection would waste most draws: take the zeros from the list of all zeros
+            if n_entries <= _ZERO_LIST_MAX:
+                listed = _zero_list(T)
+            else:
+                implicit = True
+    strat = sampler == "stratified"
+    grad_sampler, n_grad = _make_sampler(
+        T, sampler, n_grad[0], n_grad[1],
+        listed if strat and listed is not False else zero_subs, lin, vals,
+        implicit=strat and implicit)
     # the loss is always estimated on a stratified sample (GenTen, pyttb)
-    loss_zero = zero_subs
-    if loss_zero is None and n_entries <= _ZERO_LIST_MAX and T.nnz > _ZERO_LIST_DENSITY * n_entries:
-        loss_zero = _zero_list(T)
-    loss_sampler, n_loss = _make_sampler(T, "stratified", n_loss[0], n_loss[1], loss_zero, lin,
-                                         vals)
+    loss_sampler, n_loss = _make_sampler(T, "stratified", n_loss[0], n_loss[1],
+                                         listed if listed is not False else zero_subs, lin,
+                                         vals, implicit=implicit)
     sample = draw(loss_sampler, _gcp.step_key(np.uint64(loss_seed), 0), len(T.shape),
                   num_threads)
     return GcpState(grad_sampler, sample, n_grad, n_loss, n_entries, sampler)

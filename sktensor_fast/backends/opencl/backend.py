@@ -300,9 +300,25 @@ def select_device(selector):
         raise DeviceUnusableError(
             f"device={selector!r}: no OpenCL device can compile kernels: " + "; ".join(
                 f"{_device_label(dev)}: {err}" for dev, err in broken) + f". {WHAT_TO_DO}")
+    if want_gpu and _any_device(cl, plats):
+        # OpenCL works here, only without a GPU: name what can run instead
+        raise NoDeviceError(f"device='gpu': no OpenCL GPU found; the OpenCL devices here are "
+                            f"{_platform_summary(cl)}. Use device='opencl' to run on the first "
+                            f"of them, or device='cpu' (the default) for the compiled CPU "
+                            f"kernels.")
     what = "GPU" if want_gpu else "device"
     raise NoDeviceError(f"device={selector!r}: no OpenCL {what} found ({_platform_summary(cl)}). "
-                        f"{INSTALL_HINT}")
+                        f"Use device='cpu' (the default), or: {INSTALL_HINT}")
+
+
+def _any_device(cl, plats):
+    for plat in plats:
+        try:
+            if plat.get_devices(device_type=cl.device_type.ALL):
+                return True
+        except Exception:
+            continue
+    return False
 
 
 class OpenCLTensor:

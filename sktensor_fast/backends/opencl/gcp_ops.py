@@ -34,16 +34,17 @@ import math
 
 import numpy as np
 
-from ..cpu.gcp_ops import sampler_plan
+from ..cpu import gcp_ops as _cpu_ops
+from ..cpu.gcp_ops import sampler_plan, zero_list_mode
 from .backend import OpenCLTensor
 
 __all__ = ["GcpState", "step_key", "setup", "sampled_gradient", "loss_estimate",
            "full_loss_grad", "optimizer_state", "optimizer_step", "draw"]
 
-#: as in backends/cpu/gcp_ops.py: above this density (and below ``_ZERO_LIST_MAX`` entries)
-#: the zeros are drawn from the list of zeros instead of by rejection
-_ZERO_LIST_DENSITY = 0.5
-_ZERO_LIST_MAX = 1 << 24
+#: where the stratified sampler's zeros come from (the list of all zeros, computed from the
+#: linear indices, or rejection) and how many rejections it tries is decided as on the CPU
+#: (``zero_list_mode`` and ``_MAX_ATTEMPTS`` of backends/cpu/gcp_ops.py), so that both draw the
+#: same entries
 _SAMPLERS = ("stratified", "semi-stratified", "uniform")
 _MOMENTS = {"adam": ("m", "v"), "adagrad": ("s",), "sgd": ()}
 #: samples per partial sum of a loss (the CPU's LOSS_CHUNK: the same order of additions)
@@ -232,9 +233,11 @@ class _Sampler:
         p, q, wp, wq, zmode, include_nz, correct = sampler_plan(kind, nnz, nz, p, q)
         self.p, self.q, self.wp, self.wq = int(p), int(q), float(wp), float(wq)
         self.n_samples = self.p + self.q
-        sp = np.array([nnz, nz if explicit else 0, int(explicit), self.p, self.q, zmode, int(include_nz),
-                       int(correct), int(src.lin is not None), int(src.bucket is not None),
-                       src.bshift, int(implicit)], dtype=np.int64)
+        nzero = src.size - nnz if src.lin is not None else 0
+        sp = np.array([nnz, nz if explicit else 0, int(explicit), self.p, self.q, zmode,
+                       int(include_nz), int(correct), int(src.lin is not None),
+                       int(src.bucket is not None), src.bshift, int(implicit),
+                       int(_cpu_ops._MAX_ATTEMPTS), nzero], dtype=np.int64)
         self.sp = _to_device(src.be, sp)
         self.zsubs = zsubs
 
@@ -393,7 +396,7 @@ def setup(be, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
     else:
         nz = size - nnz
         n_entries = size
-        dense = n_entries <= _ZERO_LIST_MAX and nnz > _ZERO_LIST_DENSITY * n_entries
+        dense = zero_list_mode(size, nnz, size < 2 ** 63)
         grad_list = (True, True) if dense and sampler == "stratified" else (False, False)
         loss_list = (True, True) if dense else (False, False)
     if n_entries == 0:

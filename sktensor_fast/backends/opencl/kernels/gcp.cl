@@ -26,11 +26,13 @@
  *  10 bshift       shift of those high bits
  *  11 implicit_z   the list of zeros is every entry that is not a nonzero, in linear-index
  *                  order (what numpy.argwhere lists), computed from `lin` on the fly
+ *  12 max_attempts rejections of a stratified zero sample before that zero is computed from
+ *                  `lin` (a uniform rank among the zeros); without `lin` rejection goes on
+ *  13 nzero        entries that are not nonzeros (with `lin`)
  */
 #pragma OPENCL FP_CONTRACT OFF
 
 #define GCP_PHI 0x9E3779B97F4A7C15UL
-#define GCP_MAX_ATTEMPTS 256
 #define GCP_EPS ((VAL_T)1e-10)
 #define GCP_PI ((VAL_T)3.14159265358979323846)
 #define GCP_NO_KEY 0xFFFFFFFFFFFFFFFFUL
@@ -234,7 +236,7 @@ inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
         }
         return 0;
     }
-    for (int a = 0; a < GCP_MAX_ATTEMPTS; ++a) {
+    for (long a = 1;; ++a) {
         for (int k = 0; k < NMODES; ++k) {
             idx[k] = gcp_below(gcp_rand(skey, c), shape[k]);
             c += 1;
@@ -243,8 +245,13 @@ inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
         const long pos = gcp_find(sp, strides, subs, lin, bucket, idx);
         if (sp[5] == 1) return pos >= 0 ? vals[pos] : (VAL_T)0;
         if (pos < 0) return 0;
+        if (a >= sp[12] && sp[8]) {
+            /* rejection keeps failing (a dense region): the zero of a uniform rank */
+            gcp_zero_coords(gcp_below(gcp_rand(skey, c), sp[13]), nnz, lin, shape, strides,
+                            idx);
+            return 0;
+        }
     }
-    return 0;
 }
 
 /* materialise samples 0..ns-1 of step key `key` */
