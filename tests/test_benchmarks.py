@@ -265,7 +265,11 @@ def test_contention_child_and_summary(tmp_path):
     if not any(v in os.environ for v in OPENMP_WAIT_VARIABLES):
         assert r["wait_policy"].startswith("passive")
     (res,) = r["results"]
-    assert res["fit"] == "cpals" and res["nnz"] > 0 and len(res["seconds"]) == 1
+    # short fits are repeated beyond ``repeat`` until a second has passed, at most MAX_REPEAT
+    assert res["fit"] == "cpals" and res["nnz"] > 0
+    n = len(res["seconds"])
+    assert 1 <= n <= contention.MAX_REPEAT
+    assert n == contention.MAX_REPEAT or sum(res["seconds"]) >= contention.MIN_SECONDS
     settings = contention.thread_settings(None, compare_spin=True)
     assert [s[0] for s in settings] == ["1", "default", "default+spin"]
     assert settings[2][2] == contention.SPIN_ENV
