@@ -149,6 +149,18 @@ def load_model(path):
     Returns
     -------
     CPALS, CPAPR or GCP
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from sktensor_fast import CPAPR, load_model, save_model
+    >>> from sktensor_fast.datasets import load_flights_routes
+    >>> X = load_flights_routes().tensor
+    >>> model = CPAPR(rank=2, random_state=0).fit(X)
+    >>> path = save_model(model, os.path.join(tempfile.mkdtemp(), "model.npz"))
+    >>> again = load_model(path)
+    >>> again.rank, again.labels_ == X.labels
+    (2, True)
     """
     path = os.fspath(path)
     try:

@@ -287,3 +287,25 @@ def test_contention_child_and_summary(tmp_path):
                           tmp_path, plt)
     fig.savefig(tmp_path / "c.png")
     assert (tmp_path / "c.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_defaults_script_runs(tmp_path, capsys):
+    """bench_defaults fits estimators with their defaults on the embedded data, gives each
+    one's CPU time as a multiple of CPAPR pdnr's and writes JSON."""
+    import json
+    from benchmarks import bench_defaults
+    med = bench_defaults.main(["--cases", 'CPAPR(solver="pdnr")', "CPALS()", "--seeds", "0",
+                               "--out", str(tmp_path / "d.json")])
+    out = capsys.readouterr().out
+    assert "| `CPALS()` |" in out and "CPU × pdnr" in out
+    assert med['CPAPR(solver="pdnr")']["quality"] > 0 and 0 < med["CPALS()"]["quality"] < 1
+    report = json.loads((tmp_path / "d.json").read_text())
+    assert len(report["fits"]) == 2 and report["threads"] == 1
+
+
+def test_cpapr_seeds_script_runs(capsys):
+    from benchmarks import bench_cpapr_seeds
+    n_inf = bench_cpapr_seeds.main(["--solvers", "mu", "--ranks", "5", "--seeds", "0",
+                                    "--max-iter", "10"])
+    out = capsys.readouterr().out
+    assert n_inf == 0 and "| mu | 5 |" in out and "0 of 1 fits" in out

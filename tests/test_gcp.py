@@ -108,12 +108,14 @@ def test_custom_loss_object_matches_builtin(solver):
     kw = dict(rank=3, solver=solver, random_state=0, epoch_iters=50, max_iter=20, tol=1e-10)
     a = GCP(loss=SquaredError(), **kw).fit(X)
     b = GCP(loss="gaussian", **kw).fit(X)
-    assert a.n_iter_ == b.n_iter_
     # the fits end with the refit of the mode-0 loadings: exact least squares for the built-in
-    # squared error, L-BFGS-B (to its tolerance) for a user-defined loss
+    # squared error (no iterations), L-BFGS-B (to its tolerance) for a user-defined loss, whose
+    # iterations n_iter_ and loss_history_ count after those of the fit with solver="lbfgsb"
+    n = b.n_iter_
+    assert a.n_iter_ >= n
+    np.testing.assert_allclose(a.loss_history_[:n], b.loss_history_[:n], rtol=1e-9)
     for fa, fb in zip(a.factors_, b.factors_):
         np.testing.assert_allclose(fa, fb, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(a.loss_history_[:-1], b.loss_history_[:-1], rtol=1e-9)
     assert a.score(X) == pytest.approx(b.score(X), rel=1e-6)
 
 
@@ -423,7 +425,7 @@ def test_same_seed_same_model_any_thread_count():
     X, _ = small_problem(shape=(30, 25, 20), density=0.05)
     # enough samples x rank for the kernels to take their multi-threaded path
     est = GCP(rank=8, loss="poisson", random_state=42, epoch_iters=20, max_iter=2,
-              n_samples_grad=2000)
+              n_samples_grad=6000)
     with num_threads(1):
         a = est.fit(X)
         fa = [f.copy() for f in a.factors_]

@@ -173,7 +173,9 @@ def test_no_compiler_warning_from_a_fit_with_compiler_output(working_pocl):
     DEBUG log."""
     code = r'''
 import logging, warnings
+from sklearn.exceptions import ConvergenceWarning
 warnings.simplefilter("error")
+warnings.simplefilter("ignore", ConvergenceWarning)   # two iterations on purpose
 logging.basicConfig(level=logging.WARNING)
 logging.getLogger("sktensor_fast.opencl").setLevel(logging.DEBUG)
 from sktensor_fast import CPAPR

@@ -31,7 +31,7 @@ def _data_scale(vals):
     the data are too large or too small for the norms of the fit; else 1 (nothing changes).
     Dividing by a power of two is exact, and the fit (a relative measure) does not depend on
     the scale."""
-    if vals.size == 0:
+    if vals is None or vals.size == 0:   # no values here (a tensor spread over processes)
         return 1.0
     amax = float(np.max(np.abs(vals)))
     if not (0.0 < amax < math.inf):
@@ -259,7 +259,7 @@ class CPALS(BaseCP):
         return np.asarray(backend.to_numpy(W), dtype=np.float64)
 
     def _score_loadings(self, backend, T, X, W, factors):
-        s = _data_scale(X.vals)
+        s = _data_scale(getattr(X, "vals", None))
         if s != 1.0:  # the score is scale-free: compute it on scaled data and loadings
             X = _scaled(X, s)
             T = backend.prepare(X, self._storage_format())

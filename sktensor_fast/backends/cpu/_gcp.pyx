@@ -169,7 +169,7 @@ cdef enum:
     # samples drawn ahead of the one being processed (their rows are prefetched)
     LOOKAHEAD = 8
     # below this much work (samples x modes x rank, or entries) a kernel runs on one thread
-    SERIAL_WORK = 32768
+    SERIAL_WORK = 131072
     # samples between two checks for a pending signal (Ctrl-C) in the long-running kernels
     SIGNAL_EVERY = 1 << 20
 

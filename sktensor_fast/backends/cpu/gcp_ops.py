@@ -30,7 +30,7 @@ _ZERO_LIST_MAX = 1 << 24
 _MAX_ATTEMPTS = 256
 _SAMPLERS = {"stratified", "semi-stratified", "uniform"}
 #: below this much work a host-side kernel call runs on one thread (as in _gcp.pyx)
-_SERIAL_WORK = 32768
+_SERIAL_WORK = 131072
 
 
 def _size(shape):

@@ -568,7 +568,11 @@ class OpenCLBackend(Backend):
     def asarray(self, a, dtype=None):
         import pyopencl.array as cla
         if isinstance(a, cla.Array):
-            return a if dtype is None or a.dtype == dtype else a.astype(dtype)
+            if dtype is None or a.dtype == dtype:
+                return a
+            # another precision: through the host rather than pyopencl's astype kernel,
+            # whose build NVIDIA's compiler reports with a CompilerWarning
+            a = a.get()
         arr = np.ascontiguousarray(a, dtype=dtype)
         self._check_dtype(arr.dtype)
         return cla.to_device(self.queue, arr, allocator=self.allocator)

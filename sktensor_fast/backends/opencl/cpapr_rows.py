@@ -106,7 +106,7 @@ def row_pointers(backend, T, mode):
         I = T.shape[mode]
         ptr = cla.empty(backend.queue, (I + 1,), np.int64)
         if T.nnz == 0:
-            ptr.fill(0)
+            backend.fill_zero(ptr)
         else:
             _launch(backend, _kernel(backend, T.dtype, T.ndim, "row_pointers"), T.nnz + 1,
                     np.int64(T.nnz), np.int64(I), np.int32(mode), T.subs[mode].data, ptr.data)
@@ -180,7 +180,11 @@ def _device_array(backend, a, dtype, what):
             raise TypeError(f"{what} must hold float32 or float64, got {a.dtype}")
         if not a.flags.c_contiguous:
             raise ValueError(f"{what} must be a C-contiguous device array")
-        return a if a.dtype == dtype else a.astype(dtype)
+        if a.dtype == dtype:
+            return a
+        # another precision (rare): through the host, not pyopencl's astype kernel, whose
+        # build NVIDIA's compiler reports with a CompilerWarning nobody can act on
+        return backend.asarray(a.get().astype(dtype))
     h = np.asarray(a)
     if h.dtype.kind not in "fiub":
         raise TypeError(f"{what} must be a real array, got dtype {h.dtype}")
@@ -229,7 +233,7 @@ def row_solve(backend, T, factors, mode, B, method, params):
         return result
     if T.nnz == 0:
         # no data at all: every row's optimum is zero
-        work.fill(0)
+        backend.fill_zero(work)
     else:
         budget = min(SCRATCH_BUDGET, int(backend.device.max_mem_alloc_size) // 2,
                      int(backend.device.global_mem_size) // 8)
@@ -256,8 +260,9 @@ def row_solve(backend, T, factors, mode, B, method, params):
         k, s_inner, s_changed = _reduce(backend, dtype, T.ndim, I, 1, kbuf, nbuf, cbuf)
         result = {"kkt": k, "n_inner": s_inner, "n_changed": s_changed}
     if work is not B:
-        if is_dev:      # B of another dtype than the data: convert back on the device
-            backend.cl.enqueue_copy(backend.queue, B.data, work.astype(B.dtype).data)
+        if is_dev:      # B of another dtype than the data: convert back (through the host)
+            backend.cl.enqueue_copy(backend.queue, B.data,
+                                    np.ascontiguousarray(work.get(), dtype=B.dtype))
         else:
             B[...] = work.get()
     return result
