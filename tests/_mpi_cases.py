@@ -230,6 +230,11 @@ def cpals_same_model():
         assert_same_everywhere([dist.weights_, *dist.factors_, dist.loss_history_])
         compare_models(serial, dist, f"CPALS {shape} {fmt}")
         assert abs(serial.fit_ - dist.fit_) < TOL
+    # values too large for the norms of the fit: the data are scaled by a power of two
+    big = SparseTensor(X.subs, X.vals * 2.0 ** 600, X.shape)
+    Bd = scatter(big if RANK == 0 else None)
+    est = CPALS(rank=3, random_state=1, max_iter=5, tol=0, format="coo")
+    compare_models(CPALS(**est.get_params()).fit(big), est.fit(Bd), "CPALS scaled data")
     # a given init, and the default tolerance (the stopping iteration must agree too)
     init = [np.random.default_rng(5).random((s, 3)) for s in X.shape]
     a = CPALS(rank=3, init=init, max_iter=200).fit(X)
@@ -403,8 +408,20 @@ def gcp_same_samples_same_model():
         assert_same_everywhere([dist.weights_, *dist.factors_, dist.loss_history_])
         compare_models(serial, dist, f"GCP {kw}")
         assert abs(serial.loss_ - dist.loss_) <= TOL * abs(serial.loss_)
-    expect_error_everywhere(lambda: GCP(rank=2, solver="lbfgsb", random_state=0).fit(Xd),
-                            NotImplementedError, "lbfgsb")
+    # a dense tensor: the stratified zeros come from the list of all zeros
+    rng = np.random.default_rng(17)
+    D = SparseTensor.from_dense(rng.poisson(2.0, (9, 8, 7)).astype(float))
+    Dd = scatter(D if RANK == 0 else None)
+    est = GCP(rank=2, loss="poisson", random_state=0, max_iter=2, epoch_iters=20)
+    compare_models(GCP(**est.get_params()).fit(D), est.fit(Dd), "GCP dense")
+    # L-BFGS-B on the exact loss: each process evaluates the dense slab of its mode-0 rows
+    est = GCP(rank=2, loss="poisson", solver="lbfgsb", random_state=0, max_iter=30)
+    serial = GCP(**est.get_params()).fit(X)
+    dist = est.fit(Xd)
+    assert_same_everywhere([dist.weights_, *dist.factors_])
+    assert serial.n_iter_ == dist.n_iter_
+    assert abs(serial.loss_ - dist.loss_) <= 1e-8 * abs(serial.loss_)
+    assert rel(serial.factors_[1], dist.factors_[1]) < 1e-6
 
 
 # ------------------------------------------------------------------------------ endings

@@ -145,17 +145,33 @@ def test_gcp_draws_replicate_the_cpu_sampler():
 
     class OneProcess:
         size = 1
-    lin = gcp_ops._linear_index(T)
-    share = LocalShare(X.subs, X.vals, 0, 0, shape[0], shape, X.nnz)
-    for kind in ("stratified", "semi-stratified", "uniform"):
-        sampler, _ = gcp_ops._make_sampler(T, kind, 50, 70, None, lin, T.vals)
-        key = step_key(42, 3)
-        ref = gcp_ops.draw(sampler, key, 3)
-        plan = gcp_ops.sampler_plan(kind, X.nnz, X.size - X.nnz, 50, 70)
-        j, subs, x, w, c = draw_owned(OneProcess, share, key, plan)
-        assert j.tolist() == list(range(120))
-        for got, want in zip((subs, x, w, c), ref):
-            assert np.array_equal(got, want), kind
+    from sktensor_fast.distributed import _sampling
+
+    def check(X, T, kinds, zero_list=False):
+        lin = gcp_ops._linear_index(T)
+        share = LocalShare(X.subs, X.vals, 0, 0, X.shape[0], X.shape, X.nnz)
+        for kind in kinds:
+            listed = gcp_ops._zero_list(T) if zero_list and kind == "stratified" else None
+            sampler, _ = gcp_ops._make_sampler(T, kind, 50, 70, listed, lin, T.vals)
+            key = step_key(42, 3)
+            ref = gcp_ops.draw(sampler, key, 3)
+            plan = gcp_ops.sampler_plan(kind, X.nnz, X.size - X.nnz, 50, 70)
+            j, subs, x, w, c = draw_owned(OneProcess, share, key, plan, zero_list=zero_list)
+            assert j.tolist() == list(range(120))
+            for got, want in zip((subs, x, w, c), ref):
+                assert np.array_equal(got, want), (kind, zero_list)
+
+    check(X, T, ("stratified", "semi-stratified", "uniform"))
+    # rejection giving up: the zero of a uniform rank (forced after one attempt here)
+    old = (gcp_ops._MAX_ATTEMPTS, _sampling.MAX_ATTEMPTS)
+    gcp_ops._MAX_ATTEMPTS = _sampling.MAX_ATTEMPTS = 1
+    try:
+        check(X, T, ("stratified",))
+    finally:
+        gcp_ops._MAX_ATTEMPTS, _sampling.MAX_ATTEMPTS = old
+    # a dense tensor (density 0.7): zeros from the list of all zeros
+    D = SparseTensor.from_dense((rng.random(shape) < 0.7) * 2.0)
+    check(D, CooFormat(D), ("stratified",), zero_list=True)
 
 
 def test_gcp_sample_gradient_is_the_drawn_gradient():

@@ -42,8 +42,16 @@ def _data_scale(vals):
 
 
 def _scaled(X, s):
+    if hasattr(X, "scaled"):          # a tensor that scales itself (spread over processes)
+        return X.scaled(s)
     vals = (X.vals.astype(np.float64) / s).astype(X.vals.dtype)
     return SparseTensor._from_canonical(X.subs, vals, X.shape)
+
+
+def _max_abs(X):
+    if hasattr(X, "max_abs"):         # a tensor that knows it (spread over processes)
+        return X.max_abs()
+    return float(np.max(np.abs(X.vals))) if X.vals.size else 0.0
 
 
 def _inverse_gram(Y):
@@ -177,11 +185,11 @@ class CPALS(BaseCP):
         return out
 
     def _fit_impl(self, X, **fit_args):
-        s = _data_scale(getattr(X, "vals", None))
+        s = _data_scale(np.array([_max_abs(X)]))
         if s == 1.0:
             return super()._fit_impl(X, **fit_args)
         self._log(f"data scaled by 2^{-math.frexp(s)[1] + 1} for the fit (largest magnitude "
-                  f"{float(np.max(np.abs(X.vals))):.3g})")
+                  f"{_max_abs(X):.3g})")
         best = super()._fit_impl(_scaled(X, s), **fit_args)
         self.weights_ = self.weights_ * s
         best["weights"] = self.weights_

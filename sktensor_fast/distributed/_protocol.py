@@ -111,10 +111,6 @@ def backend_for(Xd, estimator):
             raise NotImplementedError(f"{name}: init='nvecs' is not available on a "
                                       f"DistributedTensor; use init='random' or given factors")
         if name == "GCP":
-            if params.get("solver") == "lbfgsb":
-                raise NotImplementedError("GCP(solver='lbfgsb') needs the exact loss over the "
-                                          "dense tensor, not available on a "
-                                          "DistributedTensor; use 'adam', 'adagrad' or 'sgd'")
             if params.get("mask") is not None:
                 raise NotImplementedError("GCP: a mask is not available on a "
                                           "DistributedTensor")

@@ -21,7 +21,8 @@ _C2 = np.uint64(0x94D049BB133111EB)
 _C3 = 0xD1B54A32D192ED03
 _LOW = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
-#: attempts of the rejection sampler before it takes a coordinate as it is (as the kernels)
+#: rejections of a stratified zero sample in a row before the zero of a uniform rank is taken
+#: instead (``backends.cpu.gcp_ops._MAX_ATTEMPTS``, as the kernels)
 MAX_ATTEMPTS = 256
 
 
@@ -72,9 +73,12 @@ def _below(r, n):
 
 class LocalShare:
     """What a process needs to draw its samples: its nonzeros of mode 0 (global coordinates,
-    lexicographic order), their global position, its mode-0 rows, and the global sizes."""
+    lexicographic order), their global position, its mode-0 rows, and the global sizes.
 
-    def __init__(self, subs, vals, first, lo0, hi0, shape, nnz):
+    ``zeros_before``: zeros (entries that are not nonzeros) of the processes before this one,
+    in linear-index order (its rows' entries follow theirs)."""
+
+    def __init__(self, subs, vals, first, lo0, hi0, shape, nnz, zeros_before=0):
         self.subs = subs
         self.vals = np.ascontiguousarray(vals, dtype=np.float64)
         self.first = int(first)
@@ -84,11 +88,30 @@ class LocalShare:
         size = 1
         for s in self.shape:
             size *= s
+        self.size = size
+        self.nzero = size - self.nnz
         self.linear = size < 2 ** 63
+        self.zeros_before = int(zeros_before)
         if self.linear:
             self.strides = np.array([int(np.prod(self.shape[k + 1:], dtype=object))
                                      for k in range(len(self.shape))], dtype=np.int64)
             self.lin = subs @ self.strides if subs.shape[0] else np.zeros(0, np.int64)
+            self.first_entry = self.lo0 * int(self.strides[0])
+            self.my_zeros = (self.hi0 - self.lo0) * int(self.strides[0]) - subs.shape[0]
+            # zeros before local nonzero j, counted from this process's first entry
+            self.gaps = self.lin - self.first_entry - np.arange(subs.shape[0], dtype=np.int64)
+
+    def zeros_here(self, t):
+        """Which global zero ranks ``t`` (0-based, linear-index order) lie in this process's
+        rows."""
+        return (t >= self.zeros_before) & (t < self.zeros_before + self.my_zeros)
+
+    def zero_coords(self, t):
+        """Coordinates of the zeros of global ranks ``t`` (all in this process's rows), as the
+        kernels' ``_zero_coords``."""
+        tl = t - self.zeros_before
+        e = self.first_entry + tl + np.searchsorted(self.gaps, tl, side="right")
+        return (e[:, None] // self.strides[None, :]) % np.asarray(self.shape, dtype=np.int64)
 
     def find(self, idx):
         """Positions of coordinate rows ``idx`` (all in this process's mode-0 rows) among the
@@ -110,16 +133,26 @@ class LocalShare:
         return out
 
 
-def draw_owned(chan, share, key, plan):
+def draw_owned(chan, share, key, plan, zero_list=False):
     """This process's samples of a draw: ``(j, subs, x, w, corr)`` sorted by sample number.
 
     ``plan`` is ``(p, q, wp, wq, zmode, include_nz, correct)`` as from
-    ``backends.cpu.gcp_ops.sampler_plan`` (sampling of all entries, no explicit zero list).
-    Collective when there are samples of the other entries (rejections are settled in rounds).
+    ``backends.cpu.gcp_ops.sampler_plan`` (sampling of all entries, no mask).  ``zero_list``:
+    the stratified sampler takes its zeros from the list of all zeros (dense tensors) instead
+    of by rejection.  Collective when there are samples of the other entries (rejections are
+    settled in rounds).
     """
     p, q, wp, wq, zmode, include_nz, correct = plan
     N = len(share.shape)
     js, subs, xs, ws, cs = [], [], [], [], []
+
+    def add_zeros(jz, t):
+        mine = share.zeros_here(t)
+        js.append(jz[mine])
+        subs.append(share.zero_coords(t[mine]).astype(np.int64).reshape(-1, N))
+        xs.append(np.zeros(int(mine.sum())))
+        ws.append(np.full(int(mine.sum()), wq))
+        cs.append(np.zeros(int(mine.sum()), dtype=np.int8))
     # ---- samples of the nonzeros
     if p:
         j = np.arange(p, dtype=np.int64)
@@ -133,10 +166,15 @@ def draw_owned(chan, share, key, plan):
         ws.append(np.full(t.shape[0], wp))
         cs.append(np.full(t.shape[0], 1 if correct else 0, dtype=np.int8))
     # ---- samples of the other entries
-    if q:
+    if q and zero_list and zmode == 2:
+        jz = np.arange(p, p + q, dtype=np.int64)
+        add_zeros(jz, _below(_rand(_sample_keys(key, jz), 0), share.nzero))
+    elif q:
         pending = np.arange(p, p + q, dtype=np.int64)
         skey = _sample_keys(key, pending)
-        for attempt in range(MAX_ATTEMPTS):
+        attempt = -1
+        while True:
+            attempt += 1
             idx = np.empty((pending.shape[0], N), dtype=np.int64)
             for k in range(N):
                 idx[:, k] = _below(_rand(skey, attempt * N + k), share.shape[k])
@@ -149,7 +187,7 @@ def draw_owned(chan, share, key, plan):
                 hit = pos >= 0
                 if zmode == 1:
                     x[hit] = share.vals[pos[hit]]
-                elif attempt < MAX_ATTEMPTS - 1:
+                else:
                     keep = ~hit
             js.append(pj[keep])
             subs.append(pidx[keep])
@@ -165,6 +203,10 @@ def draw_owned(chan, share, key, plan):
                 break
             back = np.searchsorted(pending, rejected)
             pending, skey = rejected, skey[back]
+            if attempt + 1 >= MAX_ATTEMPTS and share.linear:
+                # rejection keeps failing: the zero of a uniform rank, as the kernels do
+                add_zeros(pending, _below(_rand(skey, (attempt + 1) * N), share.nzero))
+                break
     if not js:
         return (np.zeros(0, np.int64), np.zeros((0, N), np.int64), np.zeros(0), np.zeros(0),
                 np.zeros(0, np.int8))

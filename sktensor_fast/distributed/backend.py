@@ -519,24 +519,29 @@ class DistributedBackend(Backend):
             raise NotImplementedError("GCP on a DistributedTensor samples every entry; a mask "
                                       "(an explicit list of zeros) is not available")
         n_entries = T.source.size
-        if n_entries <= gcp_ops._ZERO_LIST_MAX and T.nnz > gcp_ops._ZERO_LIST_DENSITY * n_entries:
-            raise NotImplementedError(
-                f"GCP on a DistributedTensor: the tensor is dense (density "
-                f"{T.nnz / n_entries:.2f}; one process lists its zeros explicitly, which is "
-                f"not done here): fit it on one process")
         Xd = T.source
         t0 = Xd.local[0]
         lo0, hi0 = Xd.block(0)
         subs = t0.subs.copy()
         subs[:, 0] += lo0
         counts = self.channel.allgather(int(t0.nnz), kind="setup")
-        share = LocalShare(subs, t0.vals, sum(counts[:self.channel.rank]), lo0, hi0, T.shape,
-                           T.nnz)
+        rank = self.channel.rank
+        share = LocalShare(subs, t0.vals, sum(counts[:rank]), lo0, hi0, T.shape, T.nnz)
+        if share.linear:
+            # zeros of the processes before this one: their rows' entries less their nonzeros
+            stride0 = int(share.strides[0])
+            share.zeros_before = sum(int(Xd.bounds[0][r + 1] - Xd.bounds[0][r]) * stride0
+                                     - counts[r] for r in range(rank))
+        # dense tensors: the stratified sampler takes its zeros from the list of all zeros
+        zero_list = gcp_ops.zero_list_mode(n_entries, T.nnz, share.linear)
         n_zero = n_entries - T.nnz
         plan_g = gcp_ops.sampler_plan(sampler, T.nnz, n_zero, n_grad[0], n_grad[1])
         plan_l = gcp_ops.sampler_plan("stratified", T.nnz, n_zero, n_loss[0], n_loss[1])
-        loss_sample = draw_owned(self.channel, share, step_key(loss_seed, 0), plan_l)[1:]
-        return _DistGcpState(share, plan_g, plan_l, loss_sample, n_entries, sampler)
+        loss_sample = draw_owned(self.channel, share, step_key(loss_seed, 0), plan_l,
+                                 zero_list=zero_list)[1:]
+        state = _DistGcpState(share, plan_g, plan_l, loss_sample, n_entries, sampler)
+        state.zero_list = zero_list
+        return state
 
     def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
                              active=None, with_loss=False):
@@ -544,7 +549,7 @@ class DistributedBackend(Backend):
         N = len(factors)
         act = [True] * N if active is None else [bool(a) for a in active]
         sample = draw_owned(self.channel, state.share, step_key(seed, step + 1),
-                            state.plan_grad)[1:]
+                            state.plan_grad, zero_list=state.zero_list)[1:]
         facs = [self._full(self._darray(f)) for f in factors]
         if state.work is None:
             state.work = [self.local.zeros(tuple(f.shape), np.float64) for f in facs]
@@ -585,8 +590,38 @@ class DistributedBackend(Backend):
 
     def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
                            need_grad=True):
-        raise NotImplementedError("GCP on a DistributedTensor: the exact loss (solver "
-                                  "'lbfgsb') is not available; use a stochastic solver")
+        # each process: the exact loss and gradient over the dense slab of its mode-0 rows
+        # (its copy of mode 0); losses and the other modes' gradients summed in rank order,
+        # the mode-0 gradient rows gathered from their owners
+        if mask is not None:
+            raise NotImplementedError("GCP on a DistributedTensor: a mask is not available")
+        N = T.ndim
+        facs = [self._full(self._darray(f)) for f in factors]
+        L = T.layouts[0]
+        lf = list(facs)
+        lf[0] = self._rows(facs[0], L)
+        modes = list(range(N)) if modes is None else list(modes)
+        F, G = 0.0, None
+        if T.local[0] is not None:
+            F, G = self.local.gcp_full_loss_grad(T.local[0], weights, lf, loss, modes=modes,
+                                                 need_grad=need_grad)
+        F = self.channel.sum(float(F))
+        if not need_grad:
+            return F, None
+        grads = [None] * N
+        R = len(weights)
+        for k in modes:
+            shape = (T.shape[k], R)
+            g = np.zeros((L.rows if k == 0 else shape[0], R)) if G is None else \
+                np.asarray(self.local.to_numpy(G[k]), dtype=np.float64)
+            if k == 0:
+                full = np.zeros(shape)
+                full[L.lo:L.hi] = g
+                self.channel.allgather_rows(full, L.counts, L.displs)
+            else:
+                full = self.channel.sum_large(g).reshape(shape)
+            grads[k] = self._new(shape, np.float64, full=self.local.asarray(full))
+        return F, grads
 
     def gcp_optimizer_state(self, solver, factors):
         st = self.local.gcp_optimizer_state(solver, [self._full(self._darray(f))

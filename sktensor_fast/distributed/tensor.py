@@ -125,7 +125,7 @@ class DistributedTensor:
         Per mode, this process's copy (see above).
     """
 
-    def __init__(self, comm, shape, dtype, local, bounds):
+    def __init__(self, comm, shape, dtype, local, bounds, _stats=None):
         self.comm = comm
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
@@ -134,14 +134,20 @@ class DistributedTensor:
         self.rank = comm.Get_rank()
         self.nprocs = comm.Get_size()
         self._chan = Channel(comm)
-        counts = self._chan.isum(np.array([t.nnz for t in local], dtype=np.int64), kind="setup")
-        if np.any(counts != counts[0]):   # pragma: no cover - a bug, not a user error
-            raise AssertionError(f"the per-mode copies hold different numbers of nonzeros: "
-                                 f"{counts.tolist()}")
-        self.nnz = int(counts[0])
-        v = local[0].vals.astype(np.float64, copy=False)
-        self.norm_sq = self._chan.sum(float(np.dot(v, v)), kind="setup")
-        self._sum = self._chan.sum(float(v.sum()), kind="setup")
+        if _stats is None:
+            # the global quantities, agreed once here (afterwards nothing is collective until
+            # a fit)
+            counts = self._chan.isum(np.array([t.nnz for t in local], dtype=np.int64),
+                                     kind="setup")
+            if np.any(counts != counts[0]):   # pragma: no cover - a bug, not a user error
+                raise AssertionError(f"the per-mode copies hold different numbers of "
+                                     f"nonzeros: {counts.tolist()}")
+            v = local[0].vals.astype(np.float64, copy=False)
+            _stats = (int(counts[0]), self._chan.sum(float(np.dot(v, v)), kind="setup"),
+                      self._chan.sum(float(v.sum()), kind="setup"),
+                      self._chan.max(float(np.max(np.abs(v))) if v.size else 0.0,
+                                     kind="setup"))
+        self.nnz, self.norm_sq, self._sum, self._max_abs = _stats
         self._prepared = {}
         install_abort_hook()
 
@@ -167,6 +173,20 @@ class DistributedTensor:
 
     def sum(self):
         return float(self._sum)
+
+    def max_abs(self):
+        """Largest magnitude of a value of the whole tensor (0.0 without nonzeros)."""
+        return float(self._max_abs)
+
+    def scaled(self, s):
+        """The tensor with every value divided by the power of two ``s`` (a new
+        DistributedTensor on the same processes and partition; collective: its norm is
+        summed again)."""
+        s = float(s)
+        local = [SparseTensor._from_canonical(
+            t.subs, (t.vals.astype(np.float64) / s).astype(t.vals.dtype), t.shape)
+            for t in self.local]
+        return DistributedTensor(self.comm, self.shape, self.dtype, local, self.bounds)
 
     def block(self, mode):
         """(first, stop) rows of ``mode`` owned by this process."""
