@@ -548,8 +548,8 @@ class GCP(BaseCP):
                                                     active=[True] + [False] * (len(U) - 1),
                                                     maxiter=_FINAL_MAXITER, t0=t0)
         except NotImplementedError:
-            # a backend without the exact loss (a tensor spread over processes): the loadings
-            # stay those of the stochastic fit, as on tensors above GCP_DENSE_LIMIT
+            # a backend without the exact loss: the loadings stay those of the stochastic
+            # fit, as on tensors above GCP_DENSE_LIMIT
             return U, None, 0, []
         return U, F, n_iter, history
 
