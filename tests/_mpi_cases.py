@@ -396,14 +396,7 @@ def gcp_same_samples_same_model():
                dict(loss="gaussian", sampler="semi-stratified", solver="adagrad"),
                dict(loss="poisson", sampler="uniform", solver="sgd", learning_rate=1e-4)):
         est = GCP(rank=3, random_state=0, max_iter=3, epoch_iters=30, **kw)
-        # without the exact loss the distributed fit ends, as fits above GCP_DENSE_LIMIT do,
-        # without the final L-BFGS-B refit of the loadings: the reference is fitted that way
-        import sktensor_fast.decomposition.gcp as gcp_module
-        limit, gcp_module.GCP_DENSE_LIMIT = gcp_module.GCP_DENSE_LIMIT, 0
-        try:
-            serial = GCP(**est.get_params()).fit(X)
-        finally:
-            gcp_module.GCP_DENSE_LIMIT = limit
+        serial = GCP(**est.get_params()).fit(X)
         dist = est.fit(Xd)
         assert_same_everywhere([dist.weights_, *dist.factors_, dist.loss_history_])
         compare_models(serial, dist, f"GCP {kw}")
