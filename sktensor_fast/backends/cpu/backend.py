@@ -1,10 +1,8 @@
 """The CPU backend: Cython/OpenMP kernels, NumPy for the small dense steps."""
-import contextlib
-import threading
-
 import numpy as np
 
 from ..base import Backend
+from ..._threads import get_num_threads, num_threads, set_num_threads  # noqa: F401
 from ...formats.coo import useful_threads
 
 try:
@@ -15,8 +13,6 @@ except ImportError as exc:  # pragma: no cover - only when the package was not b
 else:
     _IMPORT_ERROR = None
 
-_local = threading.local()
-
 
 def _require_kernels():
     if _kernels is None:
@@ -24,42 +20,6 @@ def _require_kernels():
             "the compiled CPU kernels of sktensor_fast are missing; install the package with "
             "`pip install .` (a C compiler is needed) — original error: " + str(_IMPORT_ERROR))
     return _kernels
-
-
-def get_num_threads():
-    """Threads the CPU kernels use: the value set by :func:`set_num_threads` / :func:`num_threads`,
-    else OpenMP's default (all cores, ``OMP_NUM_THREADS``, or a threadpoolctl limit)."""
-    n = getattr(_local, "n", None)
-    if n is None:
-        n = _GLOBAL["n"]
-    if n is None:
-        n = _require_kernels().max_threads()
-    return max(1, int(n))
-
-
-_GLOBAL = {"n": None}
-
-
-def set_num_threads(n):
-    """Set the number of threads for the CPU kernels (``None`` restores the default)."""
-    if n is not None:
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"the number of threads must be a positive integer or None, got {n!r}")
-        n = int(n)
-    _GLOBAL["n"] = n
-
-
-@contextlib.contextmanager
-def num_threads(n):
-    """Context manager: run the CPU kernels with ``n`` threads inside the block (this thread)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"the number of threads must be a positive integer, got {n!r}")
-    old = getattr(_local, "n", None)
-    _local.n = int(n)
-    try:
-        yield
-    finally:
-        _local.n = old
 
 
 def _c(a, dtype):
