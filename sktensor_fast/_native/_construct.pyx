@@ -573,52 +573,29 @@ cdef void _decode(const uint64_t* k, const value_t* v, Py_ssize_t m, Py_ssize_t 
         ov[i] = v[i]
 
 
-def sort_unique(uint64_t[::1] keys, const value_t[::1] vals, int64_t[:, ::1] hist,
-                int top_shift, int nbits, shifts, masks, int num_threads=1):
-    """Sort the keys (values carried along), sum runs of equal keys, drop zero sums, decode.
+def msd_scatter(const uint64_t[::1] keys, const value_t[::1] vals, int64_t[:, ::1] hist,
+                int top_shift, int num_threads=1):
+    """Stable scatter of the keys (values along) by their digit above ``top_shift``.
 
-    ``hist`` holds the per-block counts of the keys' digit above ``top_shift`` made by
-    :func:`linearize` with the same ``num_threads``.  The keys are scattered once by that
-    digit (most significant digit first); every bucket is then sorted by its low bits with a
-    least-significant-digit radix sort while it is in cache, and compacted.  Buckets larger than
-    a share of the work are sorted by all threads together.  ``keys`` is used as scratch.
-
-    Returns a dict like :func:`compact`.
+    ``hist`` holds the per-block counts of that digit made by :func:`linearize` with the same
+    ``num_threads`` (it is overwritten).  Returns ``(keys2, vals2, bstart)``: the scattered
+    copies and the start of every bucket (length ``2**digit + 1``).  The inputs are not needed
+    afterwards.
     """
     cdef Py_ssize_t n = keys.shape[0]
     cdef Py_ssize_t nb = hist.shape[0]
     cdef Py_ssize_t Dt = hist.shape[1]
-    cdef Py_ssize_t N = len(shifts)
-    cdef Py_ssize_t b, d, m, s, small_max = 0, nbig = 0
+    cdef Py_ssize_t b, d
     cdef int64_t run, c
-    cdef int nt = max(1, num_threads)
-    cdef int failed = 0
-    cdef int64_t[::1] sh = np.asarray(shifts, dtype=np.int64)
-    cdef uint64_t[::1] mk = np.asarray(masks, dtype=np.uint64)
-    cdef int64_t[::1] bstart = np.empty(Dt + 1, dtype=np.int64)
-    cdef int64_t[::1] counts = np.zeros(Dt, dtype=np.int64)
-    cdef int64_t[::1] offs = np.zeros(Dt + 1, dtype=np.int64)
-    brep_arr = np.zeros((Dt, 3), dtype=np.int64)
-    brep_arr[:, 1] = -1
-    cdef int64_t[:, ::1] brep = brep_arr
-    cdef uint64_t* sk
-    cdef value_t* sv
-    cdef int64_t* cnt
     dtype = np.float32 if value_t is float else np.float64
     if nb != _nblocks(n, num_threads) or vals.shape[0] != n:
-        raise ValueError("sort_unique: the histogram does not match the blocks")
-    if n == 0:
-        return {"subs": np.zeros((0, N), np.int64), "vals": np.zeros(0, dtype), "dup": False,
-                "overflow": -1, "zeros": 0, "nnz": 0}
+        raise ValueError("msd_scatter: the histogram does not match the blocks")
+    bstart_arr = np.empty(Dt + 1, dtype=np.int64)
+    cdef int64_t[::1] bstart = bstart_arr
     keys2_arr = np.empty(n, dtype=np.uint64)
-    vals1_arr = np.empty(n, dtype=dtype)
+    vals2_arr = np.empty(n, dtype=dtype)
     cdef uint64_t[::1] keys2 = keys2_arr
-    cdef value_t[::1] vals1 = vals1_arr
-    cdef uint64_t* pk = &keys[0]
-    cdef uint64_t* pk2 = &keys2[0]
-    cdef const value_t* pv = &vals[0]
-    cdef value_t* pv1 = &vals1[0]
-    # bucket-major, block-minor offsets: the scatter is stable
+    cdef value_t[::1] vals2 = vals2_arr
     run = 0
     for d in range(Dt):
         bstart[d] = run
@@ -628,9 +605,52 @@ def sort_unique(uint64_t[::1] keys, const value_t[::1] vals, int64_t[:, ::1] his
             run += c
     bstart[Dt] = n
     if run != n:
-        raise ValueError("sort_unique: the histogram does not count every key")
+        raise ValueError("msd_scatter: the histogram does not count every key")
+    if n == 0:
+        return keys2_arr, vals2_arr, bstart_arr
+    cdef const uint64_t* pk = &keys[0]
+    cdef const value_t* pv = &vals[0]
+    cdef uint64_t* pk2 = &keys2[0]
+    cdef value_t* pv2 = &vals2[0]
     for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
-        _msd_scatter(pk, pv, pk2, pv1, n * b // nb, n * (b + 1) // nb, top_shift, &hist[b, 0])
+        _msd_scatter(pk, pv, pk2, pv2, n * b // nb, n * (b + 1) // nb, top_shift, &hist[b, 0])
+    return keys2_arr, vals2_arr, bstart_arr
+
+
+def sort_buckets(uint64_t[::1] keys, value_t[::1] vals, const int64_t[::1] bstart,
+                 int low_bits, shifts, masks, int num_threads=1):
+    """Sort every bucket ``keys[bstart[d]:bstart[d + 1]]`` by its low ``low_bits`` bits (values
+    along), sum runs of equal keys, drop zero sums, and decode the keys into coordinates.
+
+    Each bucket is sorted by a least-significant-digit radix sort while it is in cache, by one
+    thread; buckets larger than a share of the work are sorted by all threads together.  The
+    arrays are overwritten.  Returns a dict like :func:`compact` (with ``overflow_key``, the key
+    of the first run whose sum is not finite, when ``overflow`` is not -1).
+    """
+    cdef Py_ssize_t n = keys.shape[0]
+    cdef Py_ssize_t Dt = bstart.shape[0] - 1
+    cdef Py_ssize_t N = len(shifts)
+    cdef Py_ssize_t d, m, s, small_max = 0
+    cdef int nt = max(1, num_threads)
+    cdef int failed = 0
+    cdef int64_t[::1] sh = np.asarray(shifts, dtype=np.int64)
+    cdef uint64_t[::1] mk = np.asarray(masks, dtype=np.uint64)
+    cdef int64_t[::1] counts = np.zeros(max(Dt, 1), dtype=np.int64)
+    cdef int64_t[::1] offs = np.zeros(Dt + 1, dtype=np.int64)
+    brep_arr = np.zeros((max(Dt, 1), 3), dtype=np.int64)
+    brep_arr[:, 1] = -1
+    cdef int64_t[:, ::1] brep = brep_arr
+    cdef uint64_t* sk
+    cdef value_t* sv
+    cdef int64_t* cnt
+    dtype = np.float32 if value_t is float else np.float64
+    if vals.shape[0] != n or Dt < 1 or bstart[Dt] != n:
+        raise ValueError("sort_buckets: inconsistent arrays")
+    if n == 0:
+        return {"subs": np.zeros((0, N), np.int64), "vals": np.zeros(0, dtype), "dup": False,
+                "overflow": -1, "zeros": 0, "nnz": 0}
+    cdef uint64_t* pk = &keys[0]
+    cdef value_t* pv = &vals[0]
     # buckets that one thread would take too long on are sorted by all threads together
     cdef Py_ssize_t big = n + 1 if nt == 1 else max(1 << 18, n // (2 * nt))
     big_buckets = []
@@ -640,40 +660,41 @@ def sort_unique(uint64_t[::1] keys, const value_t[::1] vals, int64_t[:, ::1] his
             big_buckets.append(d)
         elif m > small_max:
             small_max = m
-    with nogil:
-        if small_max > 0:
-            for d in prange(Dt, schedule="dynamic", num_threads=nt, chunksize=1):
-                m = bstart[d + 1] - bstart[d]
-                if m == 0 or m > big:
-                    continue
-                sk = <uint64_t*> malloc(m * sizeof(uint64_t))
-                sv = <value_t*> malloc(m * sizeof(value_t))
-                cnt = <int64_t*> malloc(((<Py_ssize_t> 1) << MAX_DIGIT) * sizeof(int64_t))
-                if sk == NULL or sv == NULL or cnt == NULL:
-                    failed += 1
-                else:
-                    _lsd(pk2 + bstart[d], pv1 + bstart[d], sk, sv, m, top_shift, cnt)
-                    counts[d] = _compact_inplace(pk2 + bstart[d], pv1 + bstart[d], m,
-                                                 &brep[d, 0])
-                free(sk)
-                free(sv)
-                free(cnt)
+    if small_max > 0:
+        for d in prange(Dt, nogil=True, schedule="dynamic", num_threads=nt, chunksize=1):
+            m = bstart[d + 1] - bstart[d]
+            if m == 0 or m > big:
+                continue
+            sk = <uint64_t*> malloc(m * sizeof(uint64_t))
+            sv = <value_t*> malloc(m * sizeof(value_t))
+            cnt = <int64_t*> malloc(((<Py_ssize_t> 1) << MAX_DIGIT) * sizeof(int64_t))
+            if sk == NULL or sv == NULL or cnt == NULL:
+                failed += 1
+            else:
+                _lsd(pk + bstart[d], pv + bstart[d], sk, sv, m, low_bits, cnt)
+                counts[d] = _compact_inplace(pk + bstart[d], pv + bstart[d], m, &brep[d, 0])
+            free(sk)
+            free(sv)
+            free(cnt)
     if failed:
-        raise MemoryError("sort_unique: no memory for the scratch of a bucket")
+        raise MemoryError("sort_buckets: no memory for the scratch of a bucket")
+    keys_arr = np.asarray(keys)
+    vals_arr = np.asarray(vals)
     for d in big_buckets:
         s = bstart[d]
         m = bstart[d + 1] - s
-        if top_shift > 0:
+        if low_bits > 0:
+            ka = np.empty(m, dtype=np.uint64)
             va = np.empty(m, dtype=dtype)
             vb = np.empty(m, dtype=dtype)
-            kb, vb_i = radix_sort(keys2_arr[s:s + m], vals1_arr[s:s + m], keys[s:s + m], va, vb,
-                                  top_shift, num_threads)
-            if kb == 1:
-                keys2_arr[s:s + m] = keys[s:s + m]
+            kb_i, vb_i = radix_sort(keys_arr[s:s + m], vals_arr[s:s + m], ka, va, vb,
+                                    low_bits, num_threads)
+            if kb_i == 1:
+                keys_arr[s:s + m] = ka
             if vb_i != 0:
-                vals1_arr[s:s + m] = (None, va, vb)[vb_i]
-            del va, vb
-        counts[d] = _compact_inplace(pk2 + s, pv1 + s, m, &brep[d, 0])
+                vals_arr[s:s + m] = (None, va, vb)[vb_i]
+            del ka, va, vb
+        counts[d] = _compact_inplace(pk + s, pv + s, m, &brep[d, 0])
     over = -1
     dup = False
     zeros = 0
@@ -688,7 +709,7 @@ def sort_unique(uint64_t[::1] keys, const value_t[::1] vals, int64_t[:, ::1] his
            "nnz": int(offs[Dt])}
     if over >= 0:
         res["overflow"] = int(over)
-        res["overflow_key"] = int(_overflow_key(pk2, pv1, bstart, brep, Dt))
+        res["overflow_key"] = int(_overflow_key(pk, pv, bstart, brep, Dt))
         return res
     subs_arr = np.empty((offs[Dt], N), dtype=np.int64)
     out_vals_arr = np.empty(offs[Dt], dtype=dtype)
@@ -698,7 +719,7 @@ def sort_unique(uint64_t[::1] keys, const value_t[::1] vals, int64_t[:, ::1] his
     cdef value_t* pov = &out_vals[0] if offs[Dt] else NULL
     if offs[Dt]:
         for d in prange(Dt, nogil=True, schedule="dynamic", num_threads=nt, chunksize=4):
-            _decode(pk2 + bstart[d], pv1 + bstart[d], counts[d], N, &sh[0], &mk[0],
+            _decode(pk + bstart[d], pv + bstart[d], counts[d], N, &sh[0], &mk[0],
                     po + offs[d] * N, pov + offs[d])
     res["subs"] = subs_arr
     res["vals"] = out_vals_arr

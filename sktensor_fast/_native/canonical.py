@@ -11,7 +11,7 @@ import numpy as np
 from .. import _threads
 from . import _construct
 
-__all__ = ["canonical_coo", "key_bits", "CanonicalError", "MAX_KEY_BITS"]
+__all__ = ["canonical_coo", "canonical_from", "key_bits", "CanonicalError", "MAX_KEY_BITS"]
 
 #: Widest packed key the compiled passes sort; wider tensors take NumPy's lexsort.
 MAX_KEY_BITS = 64
@@ -49,14 +49,21 @@ def _layout(shape):
 
 
 def canonical_coo(subs, vals, shape, *, sum_duplicates=True, num_threads=None):
+    """See :func:`canonical_from` (this form leaves the arrays to the caller)."""
+    return canonical_from([subs, vals], shape, sum_duplicates=sum_duplicates,
+                          num_threads=num_threads)
+
+
+def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
     """Sorted, checked, duplicate-free coordinates and values.
 
     Parameters
     ----------
-    subs : ndarray of an integer dtype, shape (nnz, N)
-        Coordinates; copied only when not C-contiguous.
-    vals : ndarray of float32 or float64, shape (nnz,)
-        Values in the dtype of the result.
+    arrays : list ``[subs, vals]``
+        ``subs``, an ndarray of an integer dtype of shape (nnz, N), holds the coordinates
+        (copied only when not C-contiguous); ``vals``, float32 or float64 of shape (nnz,), the
+        values in the dtype of the result.  The list is emptied: the arrays are released as
+        soon as they are no longer needed, unless the caller holds them too.
     shape : tuple of int
         Mode lengths (already checked to be positive).
     sum_duplicates : bool, default=True
@@ -86,6 +93,8 @@ def canonical_coo(subs, vals, shape, *, sum_duplicates=True, num_threads=None):
     bits, shifts, masks = _layout(shape)
     if sum(bits) > MAX_KEY_BITS:
         return None
+    subs, vals = arrays
+    del arrays[:]
     if subs.dtype not in _INDEX_DTYPES:
         raise TypeError(f"canonical_coo: coordinates of dtype {subs.dtype} are not supported")
     if vals.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -108,13 +117,17 @@ def canonical_coo(subs, vals, shape, *, sum_duplicates=True, num_threads=None):
     info = {"sorted": rep["order"] > 0, "summed": False, "zeros": 0}
     if rep["order"] == 2 and rep["zeros"] == 0:
         return subs.astype(np.int64, copy=False), vals, info
+    del subs  # the keys say everything the coordinates did
     if rep["order"] == 0:
-        out = _construct.sort_unique(keys, vals, hist, nbits - top, nbits, shifts, masks, nt)
+        keys, svals, bstart = _construct.msd_scatter(keys, vals, hist, nbits - top, nt)
+        del vals, hist
+        out = _construct.sort_buckets(keys, svals, bstart, nbits - top, shifts, masks, nt)
+        vals = svals
     else:
         out = _construct.compact(keys, vals, shifts, masks, 0, nt)
         if out["overflow"] >= 0:
             out["overflow_key"] = int(keys[out["overflow"]])
-    del keys, hist
+    del keys
     if out["overflow"] >= 0:
         key = out["overflow_key"]
         coord = tuple((key >> s) & m for s, m in zip(shifts, masks))
