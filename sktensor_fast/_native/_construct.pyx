@@ -900,3 +900,69 @@ def value_stats(const value_t[::1] vals, int num_threads=1):
     out["sum"] = s
     out["sum_sq"] = s2
     return out
+
+
+# ----------------------------------------------------------------------------- canonical check
+DEF K_RANGE = 1        # a coordinate outside the shape
+DEF K_VALUE = 2        # a value that is zero, NaN or infinite
+DEF K_ORDER = 3        # a row not after the one above it
+
+
+cdef void _check_block(const int64_t* subs, const value_t* vals, Py_ssize_t N,
+                       const int64_t* shape, Py_ssize_t lo, Py_ssize_t hi,
+                       int64_t* rep) noexcept nogil:
+    cdef Py_ssize_t i, k
+    cdef int64_t c
+    cdef value_t v
+    cdef int cmp
+    rep[0] = -1
+    rep[1] = 0
+    for i in range(lo, hi):
+        for k in range(N):
+            c = subs[i * N + k]
+            if c < 0 or c >= shape[k]:
+                rep[0] = i
+                rep[1] = K_RANGE
+                return
+        v = vals[i]
+        if v - v != 0 or v == 0:
+            rep[0] = i
+            rep[1] = K_VALUE
+            return
+        if i > 0:
+            cmp = 0
+            for k in range(N):
+                if subs[i * N + k] != subs[(i - 1) * N + k]:
+                    cmp = -1 if subs[i * N + k] < subs[(i - 1) * N + k] else 1
+                    break
+            if cmp <= 0:
+                rep[0] = i
+                rep[1] = K_ORDER
+                return
+
+
+def check_canonical(const int64_t[:, ::1] subs, const value_t[::1] vals, shape,
+                    int num_threads=1):
+    """Whether arrays read from outside already are a canonical tensor: coordinates inside
+    ``shape``, values finite and nonzero, rows strictly increasing.  Returns ``(-1, None)`` or
+    ``(row, problem)`` for the first row that is not, ``problem`` one of ``"range"``,
+    ``"value"`` and ``"order"``."""
+    cdef Py_ssize_t n = subs.shape[0]
+    cdef Py_ssize_t N = subs.shape[1]
+    cdef Py_ssize_t nb = _nblocks(n, num_threads)
+    cdef Py_ssize_t b
+    cdef int64_t[::1] shp = np.ascontiguousarray(shape, dtype=np.int64)
+    cdef int64_t[:, ::1] rep = np.zeros((nb, 2), dtype=np.int64)
+    if vals.shape[0] != n or shp.shape[0] != N:
+        raise ValueError("check_canonical: inconsistent arrays")
+    if n == 0:
+        return -1, None
+    cdef const int64_t* ps = &subs[0, 0]
+    cdef const value_t* pv = &vals[0]
+    for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
+        _check_block(ps, pv, N, &shp[0], n * b // nb, n * (b + 1) // nb, &rep[b, 0])
+    for b in range(nb):
+        if rep[b, 0] >= 0:
+            return int(rep[b, 0]), {K_RANGE: "range", K_VALUE: "value", K_ORDER: "order"}[
+                rep[b, 1]]
+    return -1, None
