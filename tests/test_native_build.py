@@ -130,7 +130,7 @@ def test_check_canonical():
 # ------------------------------------------------------------------------------- text
 def test_parse_threads_and_blocks_agree():
     rng = np.random.default_rng(4)
-    n = 40_000
+    n = 3_000
     subs = rng.integers(1, 1000, (n, 3))
     vals = np.round(rng.standard_normal(n), 3)
     lines = [f"{a} {b}\t{c}  {float(v)!r}" for (a, b, c), v in zip(subs, vals)]
@@ -138,13 +138,19 @@ def test_parse_threads_and_blocks_agree():
     data = ("\n".join(lines) + "\n").encode()
     results = []
     for t in (1, 2, 4):
-        for block in (64, 4096, 1 << 20):
+        for block in (256, 1 << 20):
             got = text.read_tns(io.BytesIO(data), "x", None, 1, np.float64, block_bytes=block,
                                 num_threads=t)
             results.append(got)
             np.testing.assert_array_equal(got["subs"], subs - 1)
             np.testing.assert_array_equal(got["vals"], vals)
             assert got["lines"] == n + 3
+    # segments of the compiled parser: a block large enough for several threads
+    many = data * 100
+    one = text.read_tns(io.BytesIO(many), "x", None, 1, np.float64, num_threads=1)
+    four = text.read_tns(io.BytesIO(many), "x", None, 1, np.float64, num_threads=4)
+    np.testing.assert_array_equal(one["subs"], four["subs"])
+    np.testing.assert_array_equal(one["vals"], four["vals"])
 
 
 def test_parse_error_in_later_segment_names_its_line():
