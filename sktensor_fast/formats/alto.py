@@ -82,7 +82,13 @@ import os
 
 import numpy as np
 
+from .._threads import get_num_threads
 from .coo import CooFormat
+
+try:
+    from ..backends.cpu import _alto
+except ImportError:  # pragma: no cover - not built: CpuBackend() says so
+    _alto = None
 
 __all__ = ["AltoFormat", "alto_bits", "alto_layout", "alto_support", "MAX_BITS",
            "REUSE_THRESHOLD"]
@@ -203,7 +209,6 @@ def _codec_arrays(shape):
 
 def make_codec(shape):
     """The compiled codec of ``shape`` and its total bit count."""
-    from ..backends.cpu import _alto
     a = _codec_arrays(shape)
     codec = _alto.Codec(a["words"], a["mask_lo"], a["mask_hi"], a["lo_bits"], a["gptr"],
                         a["gword"], a["grs"], a["gls"], a["gmask"], a["tab"], a["goff"],
@@ -267,7 +272,6 @@ class AltoFormat:
         if conflict not in CONFLICTS:
             raise ValueError(f"conflict must be one of {CONFLICTS}, got {conflict!r}")
         if num_threads is None:
-            from ..backends.cpu import get_num_threads
             num_threads = get_num_threads()
         nt = int(num_threads)
         self.shape = tuple(int(s) for s in X.shape)
@@ -348,7 +352,6 @@ class AltoFormat:
         path keeps its workspace on this object, so two calls on the same object must not run
         at the same time.
         """
-        from ..backends.cpu import _alto
         how = conflict or self.conflict_for(mode)
         if how not in ("buffer", "atomic"):
             raise ValueError(f"conflict must be 'buffer' or 'atomic', got {how!r}")
@@ -388,7 +391,6 @@ class AltoFormat:
 
     def kruskal_values(self, weights, factors, num_threads=1):
         """Model values at the nonzeros, in ALTO order (aligned with ``sorted_vals``)."""
-        from ..backends.cpu import _alto
         out = np.empty(self.nnz, dtype=self.dtype)
         w = np.ascontiguousarray(weights, dtype=self.dtype)
         facs = [np.ascontiguousarray(f, dtype=self.dtype) for f in factors]
@@ -397,7 +399,6 @@ class AltoFormat:
 
     def poisson_data_term(self, weights, factors, eps, num_threads=1):
         """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
-        from ..backends.cpu import _alto
         return _alto.poisson_data_term(self.codec, self.lin, self.sorted_vals, weights, factors,
                                        float(eps), int(num_threads))
 

@@ -35,7 +35,7 @@ import math
 import numpy as np
 
 from ..cpu.gcp_ops import sampler_plan
-from .backend import OpenCLTensor
+from .tensor import OpenCLTensor
 
 __all__ = ["GcpState", "step_key", "setup", "sampled_gradient", "loss_estimate",
            "full_loss_grad", "optimizer_state", "optimizer_step", "draw"]
