@@ -95,6 +95,10 @@ ctypedef fused order_t:
     int32_t
     int64_t
 
+ctypedef fused coord_t:
+    int32_t
+    int64_t
+
 
 # ----------------------------------------------------------------------------- linearize
 # per-block report of linearize, in int64 slots
@@ -742,14 +746,14 @@ cdef uint64_t _overflow_key(const uint64_t* k, const value_t* v, const int64_t[:
 
 
 # ----------------------------------------------------------------------------- mode order
-cdef void _mo_count(const int64_t* subs, Py_ssize_t N, Py_ssize_t mode, Py_ssize_t lo,
+cdef void _mo_count(const coord_t* subs, Py_ssize_t N, Py_ssize_t mode, Py_ssize_t lo,
                     Py_ssize_t hi, int64_t* cnt) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(lo, hi):
         cnt[subs[i * N + mode]] += 1
 
 
-cdef void _mo_place(const int64_t* subs, Py_ssize_t N, Py_ssize_t mode, Py_ssize_t lo,
+cdef void _mo_place(const coord_t* subs, Py_ssize_t N, Py_ssize_t mode, Py_ssize_t lo,
                     Py_ssize_t hi, int64_t* pos, order_t* out) noexcept nogil:
     cdef Py_ssize_t i
     cdef int64_t c, j
@@ -760,7 +764,7 @@ cdef void _mo_place(const int64_t* subs, Py_ssize_t N, Py_ssize_t mode, Py_ssize
         out[j] = <order_t> i
 
 
-def mode_order(const int64_t[:, ::1] subs, Py_ssize_t mode, Py_ssize_t length,
+def mode_order(const coord_t[:, ::1] subs, Py_ssize_t mode, Py_ssize_t length,
                order_t[::1] out, int num_threads=1):
     """Stable order of the rows of ``subs`` by column ``mode`` (values in ``[0, length)``)
     into ``out``: a counting sort, each block counting and then placing a contiguous range of
@@ -782,7 +786,7 @@ def mode_order(const int64_t[:, ::1] subs, Py_ssize_t mode, Py_ssize_t length,
     cnt = <int64_t*> calloc(nb * L, sizeof(int64_t))
     if cnt == NULL:
         raise MemoryError()
-    cdef const int64_t* ps = &subs[0, 0]
+    cdef const coord_t* ps = &subs[0, 0]
     cdef order_t* po = &out[0]
     try:
         for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
