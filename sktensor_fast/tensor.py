@@ -9,6 +9,8 @@ import warnings
 
 import numpy as np
 
+from ._prepared import register_selection
+
 __all__ = ["SparseTensor", "as_sparse_tensor", "DENSE_SIZE_LIMIT"]
 
 #: Largest number of entries :meth:`SparseTensor.to_dense` and friends materialise by default.
@@ -339,7 +341,11 @@ class SparseTensor:
         shape = (int(idx.size),) + self.shape[1:]
         vals = self.vals[src]
         perm = _lexsort(subs, shape)
-        return SparseTensor._from_canonical(subs[perm], vals[perm], shape)
+        out = SparseTensor._from_canonical(subs[perm], vals[perm], shape)
+        # what a backend prepares for these slices is kept with this tensor (cross-validation
+        # selects the same slices again for every candidate)
+        register_selection(out, self, idx)
+        return out
 
 
 def _check_shape(shape):
