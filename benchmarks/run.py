@@ -35,6 +35,12 @@ fits
 scaling
     MTTKRP and Φ (all modes) against the number of nonzeros (NELL-2's shape) and against the
     number of threads, on log-log axes.
+e2e
+    File to model on a NELL-2-shaped tensor (``--max-nnz`` nonzeros; ``benchmarks/e2e.py``):
+    construction from unsorted arrays, ``save_tns``, ``load_tns`` (parse + sorted tensor, peak
+    memory), the binary container, and per device the prepare and the fits of CP-APR and CP-ALS
+    with the kernel time inside them; references from the same run (NumPy's stable argsort,
+    pandas' ``read_csv``).
 
 Output: one table per section on stdout (Markdown), ``OUT/benchmarks.json`` (machine, CPU,
 threads, devices, versions, date and every section) and PNG plots in ``OUT``.
@@ -58,6 +64,7 @@ import sktensor_fast  # noqa: E402
 from sktensor_fast import SparseTensor, load_tns, num_threads  # noqa: E402
 from sktensor_fast.backends import get_backend, parse_device  # noqa: E402
 from sktensor_fast.formats import FORMATS  # noqa: E402
+from benchmarks import e2e as e2e_mod  # noqa: E402
 from benchmarks import peers  # noqa: E402
 from benchmarks import stream as stream_mod  # noqa: E402
 from benchmarks.byte_models import genten_mttkrp_bytes, mttkrp_bytes, phi_bytes  # noqa: E402
@@ -857,11 +864,13 @@ def make_plots(report, outdir):
                      "dotted: ideal)", fontsize=9)
         ax.legend(fontsize=7)
         save(fig, "scaling_threads.png")
+    if "devices" in report.get("e2e", {}):
+        e2e_mod.plot_e2e(report, outdir, save)
     return files
 
 
 # ====================================================================== main
-SECTIONS = ("stream", "kernels", "fits", "scaling")
+SECTIONS = ("stream", "kernels", "fits", "scaling", "e2e")
 
 
 def parse_args(argv):
@@ -963,7 +972,8 @@ def main(argv=None):
           + f" | load average {m['load_average_start'][0]:.2f}\n", flush=True)
     synth = Synth()
     titles = {"stream": "STREAM (GB/s, best of the rounds after the first)",
-              "kernels": "Kernels", "fits": "Whole fits", "scaling": "Scaling"}
+              "kernels": "Kernels", "fits": "Whole fits", "scaling": "Scaling",
+              "e2e": "File to model"}
     for s in SECTIONS:
         if s not in args.sections:
             continue
@@ -974,6 +984,8 @@ def main(argv=None):
             res, table = section_kernels(cfg, threads, devices, report["stream"], synth)
         elif s == "fits":
             res, table = section_fits(cfg, threads, devices)
+        elif s == "e2e":
+            res, table = e2e_mod.section_e2e(cfg, threads, devices)
         else:
             res, table = section_scaling(cfg, threads, devices, synth)
         res["section_seconds"] = time.time() - t0

@@ -152,7 +152,7 @@ class _Grow:
 
 
 def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
-             block_bytes=None, size_hint=None, num_threads=None):
+             block_bytes=None, size_hint=None, exact_size=False, num_threads=None):
     """Parse a ``.tns`` stream into coordinates and values (file order).
 
     Parameters
@@ -171,6 +171,8 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
         Bytes per block (default :data:`BLOCK_BYTES`).
     size_hint : int, optional
         Bytes the text will have (e.g. the file size): sizes the arrays from the first block.
+    exact_size : bool, default=False
+        ``size_hint`` is exact (an uncompressed file): buffers need not be larger.
     num_threads : int, optional
         Threads of the parser (default: the package's setting).
 
@@ -190,6 +192,8 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
     dtype = np.dtype(dtype)
     nt = _threads.get_num_threads() if num_threads is None else max(1, int(num_threads))
     size = int(block_bytes or BLOCK_BYTES)
+    if size_hint and exact_size:
+        size = max(1, min(size, int(size_hint) + 1))   # a small file needs no large buffers
     shape_arr = None if shape is None else np.asarray(shape, dtype=np.int64)
     bufs = [bytearray(size), bytearray(size)]
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sktensor-read")
@@ -326,7 +330,8 @@ def _decompress(raw):
 
 
 def open_text(path):
-    """``(binary stream, name, size hint or None)`` for a path or a binary file object.
+    """``(binary stream, name, size hint or None, whether the hint is exact)`` for a path or a
+    binary file object.
 
     Compression is recognised from the first bytes.  A file object is read whole (and
     decompressed in memory), as it may not support seeking.
@@ -340,7 +345,7 @@ def open_text(path):
             data = _decompress(bytes(raw))
         except _READ_ERRORS as exc:
             raise TextError(f"{name}, line 1: cannot read the file: {exc}") from exc
-        return io.BytesIO(data), name, len(data)
+        return io.BytesIO(data), name, len(data), True
     name = os.fspath(path)
     f = open(name, "rb", buffering=0)
     try:
@@ -353,12 +358,14 @@ def open_text(path):
                 f.seek(size - 4)
                 hint = int.from_bytes(f.read(4), "little") or None
                 f.seek(0)
-            return gzip.GzipFile(fileobj=io.BufferedReader(f, 1 << 20), mode="rb"), name, hint
+            # the last member's size modulo 2**32: a hint for the arrays only
+            return (gzip.GzipFile(fileobj=io.BufferedReader(f, 1 << 20), mode="rb"), name,
+                    hint, False)
         if head.startswith(_BZ2_MAGIC):
-            return bz2.BZ2File(io.BufferedReader(f, 1 << 20), "rb"), name, None
+            return bz2.BZ2File(io.BufferedReader(f, 1 << 20), "rb"), name, None, False
         if head.startswith(_XZ_MAGIC):
-            return lzma.LZMAFile(io.BufferedReader(f, 1 << 20), "rb"), name, None
-        return f, name, size
+            return lzma.LZMAFile(io.BufferedReader(f, 1 << 20), "rb"), name, None, False
+        return f, name, size, True
     except BaseException:
         f.close()
         raise
@@ -375,10 +382,10 @@ def load_arrays(path, shape=None, *, index_base=1, dtype=np.float64, block_bytes
     arrays are in file order and still need sorting.
     """
     from .canonical import canonical_from
-    stream, name, hint = open_text(path)
+    stream, name, hint, exact = open_text(path)
     try:
         got = read_tns(stream, name, shape, index_base, dtype, block_bytes=block_bytes,
-                       size_hint=hint, num_threads=num_threads)
+                       size_hint=hint, exact_size=exact, num_threads=num_threads)
     finally:
         # closing the decompressor does not close the file under it
         inner = getattr(stream, "fileobj", None) or getattr(stream, "_fp", None)
