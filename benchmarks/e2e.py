@@ -274,12 +274,15 @@ def plot_e2e(report, outdir, save):
     ax.legend(fontsize=8)
     ax = axes[1]
     other = [("construct", res["construct"]["seconds"]),
+             ("construct\n(compiled)", res["construct"]["compiled_seconds"]),
              ("argsort\n(NumPy)", res["construct"]["numpy_argsort_seconds"]),
              ("save_tns", res["save_tns"]["seconds"]),
              ("binary\nsave", res["binary"]["save_seconds"]),
              ("binary\nload", res["binary"]["load_seconds"])]
+    other.insert(4, ("load_tns", res["parse"]["seconds"]))
+    other.insert(5, ("load\n(compiled)", res["parse"]["compiled_seconds"]))
     if "pandas_seconds" in res["parse"]:
-        other.insert(3, ("read_csv\n(pandas)", res["parse"]["pandas_seconds"]))
+        other.insert(6, ("read_csv\n(pandas)", res["parse"]["pandas_seconds"]))
     ax.bar(range(len(other)), [v for _, v in other], color="#8c8c8c")
     ax.set_xticks(range(len(other)), [n for n, _ in other], fontsize=8)
     ax.set_title("data phases and references")
