@@ -356,7 +356,8 @@ def open_text(path):
             hint = None
             if size >= 18:
                 f.seek(size - 4)
-                hint = int.from_bytes(f.read(4), "little") or None
+                # bounded: a multi-member file states its last member's size only
+                hint = min(int.from_bytes(f.read(4), "little"), 32 * size) or None
                 f.seek(0)
             # the last member's size modulo 2**32: a hint for the arrays only
             return (gzip.GzipFile(fileobj=io.BufferedReader(f, 1 << 20), mode="rb"), name,
