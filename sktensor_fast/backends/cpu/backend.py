@@ -22,6 +22,12 @@ def _require_kernels():
     return _kernels
 
 
+def _threads_for(T):
+    """Threads for a kernel over ``T``: a small tensor runs on fewer (every format's result is
+    independent of the thread count, and a parallel region costs more than such a kernel)."""
+    return useful_threads(T.nnz, get_num_threads())
+
+
 def _c(a, dtype):
     return np.ascontiguousarray(a, dtype=dtype)
 
@@ -57,14 +63,14 @@ class CpuBackend(Backend):
         facs = self._factors(T, factors)
         if out is None:
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
-        return T.accumulate(facs, mode, out, None, 0.0, get_num_threads())
+        return T.accumulate(facs, mode, out, None, 0.0, _threads_for(T))
 
     def phi(self, T, factors, mode, B, eps, out=None):
         R = self.check_factors(T, factors, mode, B=B, out=out)
         facs = self._factors(T, factors)
         if out is None:
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
-        return T.accumulate(facs, mode, out, _c(B, T.dtype), float(eps), get_num_threads())
+        return T.accumulate(facs, mode, out, _c(B, T.dtype), float(eps), _threads_for(T))
 
     def model_values(self, T, weights, factors):
         self.check_factors(T, factors, weights=weights)
@@ -127,7 +133,7 @@ class CpuBackend(Backend):
     def poisson_data_term(self, T, weights, factors, eps=0.0):
         self.check_factors(T, factors, weights=weights)
         return float(T.poisson_data_term(_c(weights, T.dtype), self._factors(T, factors),
-                                         float(eps), get_num_threads()))
+                                         float(eps), _threads_for(T)))
 
     _APR_METHODS = {"pdnr": 0, "pqnr": 1}
 
