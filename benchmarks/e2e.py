@@ -39,7 +39,7 @@ from .synth import FROSTT, zipf_indices
 __all__ = ["section_e2e", "plot_e2e", "E2E_NNZ"]
 
 #: nonzeros of the tensor per preset (``--max-nnz`` overrides)
-E2E_NNZ = {"tiny": 20_000, "quick": 2_000_000, "full": FROSTT["nell2"][1]}
+E2E_NNZ = {"tiny": 20_000, "quick": 1_000_000, "full": FROSTT["nell2"][1]}
 
 KERNELS = ("mttkrp", "phi", "model_values", "poisson_data_term")
 
