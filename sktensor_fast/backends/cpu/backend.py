@@ -6,9 +6,9 @@ from ..._threads import get_num_threads, num_threads, set_num_threads  # noqa: F
 from ...formats.coo import useful_threads
 
 try:
-    from . import _kernels
+    from . import _dense, _kernels
 except ImportError as exc:  # pragma: no cover - only when the package was not built
-    _kernels = None
+    _kernels = _dense = None
     _IMPORT_ERROR = exc
 else:
     _IMPORT_ERROR = None
@@ -20,6 +20,14 @@ def _require_kernels():
             "the compiled CPU kernels of sktensor_fast are missing; install the package with "
             "`pip install .` (a C compiler is needed) — original error: " + str(_IMPORT_ERROR))
     return _kernels
+
+
+#: multiply-adds a dense step needs before a second thread is worth waking
+DENSE_FLOPS_PER_THREAD = 1 << 23
+
+
+def _dense_threads(flops):
+    return max(1, min(get_num_threads(), int(flops) // DENSE_FLOPS_PER_THREAD))
 
 
 def _threads_for(T):
@@ -81,11 +89,22 @@ class CpuBackend(Backend):
         return out
 
     # ------------------------------------------------------------------ small dense steps
+    # the small dense steps run on the kernels' OpenMP threads (_dense.pyx), not on a second,
+    # multithreaded BLAS pool, and on one thread unless they are large
     def gram(self, A):
-        return np.asarray(A.T @ A, dtype=np.float64)
+        A = np.ascontiguousarray(A)
+        if A.dtype not in (np.float32, np.float64):
+            A = A.astype(np.float64)
+        return _dense.gram(A, _dense_threads(A.shape[0] * A.shape[1] * A.shape[1]))
 
     def matmul_small(self, A, M):
-        return np.ascontiguousarray(A @ np.asarray(M, dtype=A.dtype))
+        A = np.ascontiguousarray(A)
+        if A.dtype not in (np.float32, np.float64):
+            A = A.astype(np.float64)
+        M = np.ascontiguousarray(M, dtype=A.dtype)
+        out = np.empty((A.shape[0], M.shape[1]), dtype=A.dtype)
+        return _dense.matmul_small(A, M, out, _dense_threads(A.shape[0] * A.shape[1]
+                                                             * M.shape[1]))
 
     def column_norms(self, A, ord=2):
         if A.shape[0] == 0:
