@@ -233,3 +233,14 @@ def test_phi_script_runs(tmp_path, capsys):
     for r in rows:
         assert len(r["phi_ms_per_mode"]) == 4 and r["phi_ms_sum"] > 0 and r["data_term_ms"] > 0
     assert "data term" in capsys.readouterr().out
+
+
+def test_als_fixed_script_runs(tmp_path, capsys):
+    from benchmarks import bench_als_fixed
+    rows = bench_als_fixed.main(["--threads", "1", "--iters", "3", "--repeat", "1",
+                                 "--json", str(tmp_path / "als.json")])
+    ours = [r for r in rows if r["library"] == "sktensor_fast"]
+    assert {r["variant"] for r in ours} == {f for f in FORMATS if f != "auto"}
+    assert all(np.isfinite(r["s_per_iter"]) for r in ours)
+    assert _strict_json(tmp_path / "als.json") is not None
+    assert "| library | variant |" in capsys.readouterr().out
