@@ -14,6 +14,7 @@ import numpy as np
 
 from ... import _threads
 from ..._native import _construct
+from ..._prepared import value_stats
 
 __all__ = ["OpenCLTensor", "import_cl"]
 
@@ -96,7 +97,8 @@ class OpenCLTensor:
         self.idx_dtype = backend.index_dtype(self.shape)
         nt = _threads.get_num_threads()
         v = np.ascontiguousarray(X.vals)
-        self.norm_sq = float(_construct.value_stats(v, nt)["sum_sq"])
+        # the pass over the values that the estimators' checks make too, kept with X
+        self.norm_sq = float(value_stats(X)["sum_sq"])
         q = backend.queue
         subs32 = np.empty((self.nnz, self.ndim), dtype=np.int32)
         if self.nnz:
