@@ -192,3 +192,23 @@ def test_truncated_compressed_file_names_the_line(tmp_path):
     path.write_bytes(gzip.compress(b"1 1 1\n" * 100_000)[:-100])
     with pytest.raises(text.TextError, match=r"x\.tns\.gz, line \d+: cannot read the file"):
         text.load_arrays(path, block_bytes=1 << 16)
+
+
+def test_mapped_file_blocks_and_errors(tmp_path):
+    """A plain file is parsed in place (memory map), block by block: long lines, a missing
+    final line break, and the line number of an error far into the file."""
+    lines = [f"{i % 7 + 1} {i % 5 + 1} {i}" for i in range(1, 3000)]
+    lines[1500] = "3 3 " + "1" * 300 + ".5"         # longer than a block
+    path = tmp_path / "x.tns"
+    path.write_text("\n".join(lines))
+    got = text.load_arrays(path, block_bytes=256)
+    ref = text.read_tns(io.BytesIO(path.read_bytes()), "x", None, 1, np.float64)
+    s, v, shape, canonical = got
+    assert canonical and shape == (7, 5)
+    X = SparseTensor(ref["subs"], ref["vals"], shape)
+    np.testing.assert_array_equal(s, X.subs)
+    np.testing.assert_array_equal(v, X.vals)
+    lines[2900] = "1 1 x"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(text.TextError, match=r"x\.tns, line 2901: 'x' is not a number"):
+        text.load_arrays(path, block_bytes=256)

@@ -496,3 +496,12 @@ def format_rows(const int64_t[:, ::1] subs, const value_t[::1] vals, Py_ssize_t 
             memmove(po + w, po + b * FORMAT_BLOCK_C * rmax, lens[b])
         w += lens[b]
     return w
+
+
+def count_newlines(const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t stop):
+    """Line breaks in ``buf[start:stop]``."""
+    if stop <= start:
+        return 0
+    if start < 0 or stop > buf.shape[0]:
+        raise ValueError("count_newlines: range outside the buffer")
+    return skn_count_nl(<const char*> &buf[start], stop - start)

@@ -17,6 +17,7 @@ import concurrent.futures
 import gzip
 import io
 import lzma
+import mmap
 import os
 import zlib
 
@@ -151,14 +152,102 @@ class _Grow:
         return self.subs, self.vals
 
 
+def _stream_blocks(stream, size, state):
+    """Blocks of whole lines ``(buffer, view, start, stop, last)`` read from ``stream`` by a second
+    thread one block ahead; ``state["lines"]`` (lines before the block, kept by the consumer)
+    names the line of a read error."""
+    bufs = [bytearray(size), bytearray(size)]
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sktensor-read")
+    future = pool.submit(_fill, stream, bufs[0], 0)
+    cur = 0
+    carry = 0                    # bytes carried over at the start of bufs[cur]
+    first = True
+    try:
+        while True:
+            try:
+                got = future.result()
+            except _READ_ERRORS as exc:
+                if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+                    raise
+                raise TextError(f"{state['name']}, line {state['lines'] + 1}: cannot read the "
+                                f"file: {exc}") from exc
+            future = None
+            buf = bufs[cur]
+            n = carry + got
+            eof = n < len(buf)
+            start = 0
+            if first:
+                first = False
+                if buf[:3] == _UTF8_BOM:
+                    start = 3
+            if eof:
+                cut = n
+            else:
+                cut = buf.rfind(b"\n", start, n) + 1
+                if cut == 0:
+                    # a line longer than the block: make the block larger and read on
+                    buf.extend(bytes(len(buf)))
+                    carry = n
+                    future = pool.submit(_fill, stream, buf, carry)
+                    continue
+            tail = n - cut
+            other = bufs[1 - cur]
+            if len(other) < max(len(buf), tail):
+                other.extend(bytes(max(len(buf), tail) - len(other)))
+            if tail:
+                other[:tail] = buf[cut:n]
+            if not eof:
+                future = pool.submit(_fill, stream, other, tail)
+            view = memoryview(buf)
+            try:
+                yield buf, view, start, cut, eof
+            finally:
+                view.release()
+            if eof:
+                return
+            cur = 1 - cur
+            carry = tail
+    finally:
+        if future is not None:
+            try:
+                future.result()
+            except Exception:  # the error that matters is the one being raised
+                pass
+        pool.shutdown(wait=True)
+
+
+def _mapped_blocks(mm, size):
+    """Blocks of whole lines of a memory-mapped file: no copy, the parser threads read the
+    pages (from the page cache) themselves."""
+    n = len(mm)
+    start = 3 if mm[:3] == _UTF8_BOM else 0
+    view = memoryview(mm)
+    try:
+        while True:
+            stop = min(start + size, n)
+            if stop < n:
+                cut = mm.rfind(b"\n", start, stop) + 1
+                if cut == 0:
+                    nl = mm.find(b"\n", stop)
+                    cut = n if nl == -1 else nl + 1
+            else:
+                cut = n
+            yield mm, view, start, cut, cut >= n
+            if cut >= n:
+                return
+            start = cut
+    finally:
+        view.release()
+
+
 def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
              block_bytes=None, size_hint=None, exact_size=False, num_threads=None):
     """Parse a ``.tns`` stream into coordinates and values (file order).
 
     Parameters
     ----------
-    stream : binary stream with ``readinto``
-        The text, already decompressed.
+    stream : binary stream with ``readinto``, or an ``mmap.mmap``
+        The text, already decompressed (a memory map is parsed in place).
     name : str
         File name for the messages.
     shape : tuple of int, optional
@@ -192,15 +281,15 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
     dtype = np.dtype(dtype)
     nt = _threads.get_num_threads() if num_threads is None else max(1, int(num_threads))
     size = int(block_bytes or BLOCK_BYTES)
-    if size_hint and exact_size:
-        size = max(1, min(size, int(size_hint) + 1))   # a small file needs no large buffers
+    if isinstance(stream, mmap.mmap):
+        size_hint = len(stream)
+        blocks = _mapped_blocks(stream, size)
+    else:
+        if size_hint and exact_size:
+            size = max(1, min(size, int(size_hint) + 1))   # a small file needs no large buffers
+        state = {"name": name, "lines": 0}
+        blocks = _stream_blocks(stream, size, state)
     shape_arr = None if shape is None else np.asarray(shape, dtype=np.int64)
-    bufs = [bytearray(size), bytearray(size)]
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sktensor-read")
-    future = pool.submit(_fill, stream, bufs[0], 0)
-    cur = 0
-    carry = 0                    # bytes carried over at the start of bufs[cur]
-    first = True
     lines_before = 0
     ncols = first_line = None
     out = None
@@ -210,48 +299,13 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
     maxima = None
     last_row = None
     try:
-        while True:
-            try:
-                got = future.result()
-            except _READ_ERRORS as exc:
-                if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
-                    raise
-                raise TextError(f"{name}, line {lines_before + 1}: cannot read the file: "
-                                f"{exc}") from exc
-            future = None
-            buf = bufs[cur]
-            n = carry + got
-            eof = carry + got < len(buf)
-            start = 0
-            if first:
-                first = False
-                if buf[:3] == _UTF8_BOM:
-                    start = 3
-            if eof:
-                cut = n
-            else:
-                cut = buf.rfind(b"\n", start, n) + 1
-                if cut == 0:
-                    # a line longer than the block: make the block larger and read on
-                    buf.extend(bytes(len(buf)))
-                    carry = n
-                    future = pool.submit(_fill, stream, buf, carry)
-                    continue
-            tail = n - cut
-            other = bufs[1 - cur]
-            if len(other) < max(len(buf), tail):
-                other.extend(bytes(max(len(buf), tail) - len(other)))
-            if tail:
-                other[:tail] = buf[cut:n]
-            if not eof:
-                future = pool.submit(_fill, stream, other, tail)
-            # ---- parse buf[start:cut] ------------------------------------------------
-            nl = buf.count(b"\n", start, cut)
+        for buf, view, start, cut, eof in blocks:
+            nl = _tns.count_newlines(view, start, cut)
             if ncols is None:
                 found = _first_data_line(buf, start, cut)
                 if found is not None:
                     off, text = found
-                    first_line = lines_before + buf.count(b"\n", start, off) + 1
+                    first_line = lines_before + _tns.count_newlines(view, start, off) + 1
                     ncols = len(text.split())
                     where = f"{name}, line {first_line}"
                     if ncols < 2:
@@ -267,11 +321,11 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
                     out = _Grow(ncols - 1, dtype, hint or (nl + 1))
             if ncols is not None and cut > start:
                 out.reserve(rows + nl + 1)
-                rep = _tns.parse(memoryview(buf)[start:cut], cut - start, ncols, index_base,
-                                 shape_arr, out.subs, out.vals, rows, nt)
+                rep = _tns.parse(view[start:cut], cut - start, ncols, index_base, shape_arr,
+                                 out.subs, out.vals, rows, nt)
                 if rep["error"] >= 0:
                     off = start + rep["error"]
-                    line_no = lines_before + buf.count(b"\n", start, off) + 1
+                    line_no = lines_before + _tns.count_newlines(view, start, off) + 1
                     stop = buf.find(b"\n", off, cut)
                     text = bytes(buf[off:cut if stop == -1 else stop]).decode("latin-1")
                     msg = diagnose_line(text, ncols, first_line, index_base, shape, dtype)
@@ -292,19 +346,13 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
                     rows += got_rows
                     last_row = out.subs[rows - 1].copy()
             lines_before += nl
+            if not isinstance(stream, mmap.mmap):
+                state["lines"] = lines_before
             if eof:
-                if cut > start and buf[cut - 1:cut] != b"\n":
+                if cut > start and bytes(buf[cut - 1:cut]) != b"\n":
                     lines_before += 1
-                break
-            cur = 1 - cur
-            carry = tail
     finally:
-        if future is not None:
-            try:
-                future.result()
-            except Exception:  # the error that matters is the one being raised
-                pass
-        pool.shutdown(wait=True)
+        blocks.close()
     if out is None:
         return {"subs": None, "vals": None, "maxima": None, "order": 2, "zeros": 0,
                 "lines": lines_before}
@@ -384,10 +432,20 @@ def load_arrays(path, shape=None, *, index_base=1, dtype=np.float64, block_bytes
     """
     from .canonical import canonical_from
     stream, name, hint, exact = open_text(path)
+    mm = None
+    if exact and hint and isinstance(stream, io.FileIO):
+        try:
+            # parse the page cache in place: no copy of the text, every thread reads its part
+            mm = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            mm = None
     try:
-        got = read_tns(stream, name, shape, index_base, dtype, block_bytes=block_bytes,
-                       size_hint=hint, exact_size=exact, num_threads=num_threads)
+        got = read_tns(stream if mm is None else mm, name, shape, index_base, dtype,
+                       block_bytes=block_bytes, size_hint=hint, exact_size=exact,
+                       num_threads=num_threads)
     finally:
+        if mm is not None:
+            mm.close()
         # closing the decompressor does not close the file under it
         inner = getattr(stream, "fileobj", None) or getattr(stream, "_fp", None)
         stream.close()
