@@ -10,7 +10,7 @@ Phases (seconds, one call each unless said otherwise):
   parsing the same file (when pandas is installed), and the compiled reader alone
   (``_native.text.load_arrays``); the peak of the traced allocations while loading
   (``tracemalloc``, a second call) over the bytes of the final tensor;
-- **binary save / load**: :func:`sktensor_fast.binary.save` and :func:`~.binary.load` (read, and
+- **binary save / load**: :func:`sktensor_fast.binary.save_tensor` and :func:`~.binary.load_tensor` (read, and
   memory-mapped), each with its full check;
 - per device (the CPU and every ``--device``): **prepare** (``backend.prepare``, kept with the
   tensor and reused by the fits) and the **fits**, CP-APR (rank 16, 5 outer iterations, tol 0)
@@ -167,9 +167,9 @@ def section_e2e(cfg, threads, devices):
         path.unlink()
         # ---- binary container
         bpath = tmp / "nell2.sktf"
-        t_bsave, _ = _timed(lambda: binary.save(bpath, X))
-        t_bload, Y = _timed(lambda: binary.load(bpath))
-        t_bmap, Z = _timed(lambda: binary.load(bpath, mmap=True))
+        t_bsave, _ = _timed(lambda: binary.save_tensor(bpath, X))
+        t_bload, Y = _timed(lambda: binary.load_tensor(bpath))
+        t_bmap, Z = _timed(lambda: binary.load_tensor(bpath, mmap=True))
         if not (Y == X and Z == X):
             res["notes"].append("the binary container did not give back the saved tensor")
         del Y, Z

@@ -1,4 +1,4 @@
-"""A binary container for sparse tensors: :func:`save` and :func:`load`.
+"""A binary container for sparse tensors: :func:`save_tensor` and :func:`load_tensor`.
 
 Text (``.tns``) is the exchange format; this one is for reloading the same tensor fast.  A file
 holds the canonical arrays of a :class:`~sktensor_fast.SparseTensor` as they are in memory, so
@@ -36,10 +36,11 @@ import numpy as np
 from . import _threads
 from .tensor import SparseTensor, as_sparse_tensor
 
-__all__ = ["save", "load", "FORMAT_VERSION", "MAGIC"]
+__all__ = ["save_tensor", "load_tensor", "FORMAT_VERSION", "MAGIC"]
 
 MAGIC = b"SKTFTNS\0"
-#: Version of the layout written by :func:`save`; :func:`load` reads this version only.
+#: Version of the layout written by :func:`save_tensor`; :func:`load_tensor` reads this version
+#: only.
 FORMAT_VERSION = 1
 _PREFIX = struct.Struct("<8sIII4x")
 _ALIGN = 64
@@ -75,8 +76,9 @@ def _check_labels(labels, shape):
     return out
 
 
-def save(path, X, *, labels=None):
-    """Write a sparse tensor (and its labels) to a binary file that :func:`load` reads back.
+def save_tensor(path, X, *, labels=None):
+    """Write a sparse tensor (and its labels) to a binary file that :func:`load_tensor` reads
+    back.
 
     Parameters
     ----------
@@ -92,11 +94,11 @@ def save(path, X, *, labels=None):
     --------
     >>> import os, tempfile
     >>> from sktensor_fast import SparseTensor
-    >>> from sktensor_fast.binary import save, load
+    >>> from sktensor_fast.binary import save_tensor, load_tensor
     >>> X = SparseTensor([[0, 1], [2, 0]], [1.5, 2.0])
     >>> path = os.path.join(tempfile.mkdtemp(), "x.sktf")
-    >>> save(path, X, labels=[["a", "b", "c"], None])
-    >>> Y, labels = load(path, with_labels=True)
+    >>> save_tensor(path, X, labels=[["a", "b", "c"], None])
+    >>> Y, labels = load_tensor(path, with_labels=True)
     >>> Y == X, labels
     (True, [['a', 'b', 'c'], None])
     """
@@ -192,7 +194,7 @@ def _read_header(f, name):
     if version != FORMAT_VERSION:
         raise ValueError(f"{name} was written in binary format version {version}; this "
                          f"sktensor_fast reads version {FORMAT_VERSION} only (re-create the "
-                         f"file with save(), e.g. from the .tns text)")
+                         f"file with save_tensor(), e.g. from the .tns text)")
     header = f.read(hlen)
     if len(header) != hlen or zlib.crc32(header) != hcrc:
         raise ValueError(f"{name} is corrupt: its header does not match its checksum")
@@ -219,8 +221,8 @@ def _read_header(f, name):
     return shape, nnz, dtype, sections
 
 
-def load(path, *, mmap=False, with_labels=False):
-    """Read a tensor written by :func:`save`.
+def load_tensor(path, *, mmap=False, with_labels=False):
+    """Read a tensor written by :func:`save_tensor`.
 
     Parameters
     ----------
@@ -229,7 +231,7 @@ def load(path, *, mmap=False, with_labels=False):
     mmap : bool, default=False
         Map the file into memory instead of reading it: nothing is copied and pages are read
         when touched (the check reads them once).  The file must then not be changed in place
-        while the tensor is in use (:func:`save` replaces files rather than rewriting them).
+        while the tensor is in use (:func:`save_tensor` replaces files rather than rewriting them).
     with_labels : bool, default=False
         Also return the labels (None per mode without labels; all None when none were saved).
 
@@ -284,7 +286,7 @@ def load(path, *, mmap=False, with_labels=False):
         what = {"range": f"coordinate row {row} lies outside the shape {shape}",
                 "value": f"value {row} is zero or not finite",
                 "order": f"row {row} is not after the row before it"}[problem]
-        raise ValueError(f"{name} is corrupt: {what}; a file written by save() never is")
+        raise ValueError(f"{name} is corrupt: {what}; a file written by save_tensor() never is")
     X = SparseTensor._from_canonical(subs, vals, shape)
     if with_labels:
         return X, labels if labels is not None else [None] * N
