@@ -212,3 +212,15 @@ def test_mapped_file_blocks_and_errors(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(text.TextError, match=r"x\.tns, line 2901: 'x' is not a number"):
         text.load_arrays(path, block_bytes=256)
+
+
+def test_float32_values_shortest_text_round_trips():
+    v = np.random.default_rng(7).standard_normal(20_000).astype(np.float32)
+    subs = np.arange(len(v), dtype=np.int64).reshape(-1, 1)
+    buf = np.empty(len(v) * _tns.row_bytes_max(1), np.uint8)
+    n = _tns.format_rows(subs, v, 0, len(v), 2, 0, buf, 2)
+    got = text.read_tns(io.BytesIO(bytes(buf[:n])), "x", None, 1, np.float32)
+    np.testing.assert_array_equal(got["vals"], v)
+    # as short as NumPy's shortest float32 text
+    assert n - sum(len(str(i + 1)) + 2 for i in range(len(v))) == sum(
+        len(x) for x in v.astype("S"))

@@ -413,13 +413,22 @@ cdef extern from *:
     }
 
     /* the value as text: mode 0 an integer, 1 "%.{prec}g", 2 the shortest of %.15g, %.16g,
-       %.17g that reads back as the same double */
+       %.17g that reads back as the same double, 3 (float32 values) the shortest of %.6g to
+       %.9g that reads back as the same float32 */
     static inline int skn_fmt_value(char *p, double v, int mode, int prec) {
         if (mode == 0) {
             if (v < 0) { p[0] = '-'; return 1 + skn_u64(p + 1, (uint64_t) (-v)); }
             return skn_u64(p, (uint64_t) v);
         }
         if (mode == 1) return snprintf(p, 32, "%.*g", prec, v);
+        if (mode == 3) {
+            /* a float32 value: the shortest text that reads back (as a double rounded to
+               float32) as the same float32; 9 digits always do */
+            for (int digits = 6; digits <= 9; digits++) {
+                int n = snprintf(p, 32, "%.*g", digits, v);
+                if (digits == 9 || (float) strtod(p, NULL) == (float) v) return n;
+            }
+        }
         for (int digits = 15; digits <= 17; digits++) {
             int n = snprintf(p, 32, "%.*g", digits, v);
             if (digits == 17 || strtod(p, NULL) == v) return n;
@@ -463,7 +472,8 @@ def format_rows(const int64_t[:, ::1] subs, const value_t[::1] vals, Py_ssize_t 
 
     ``mode`` 0 writes the values as integers (the caller checked that they are), 1 with
     ``%.{precision}g``, 2 with the shortest of ``%.15g``, ``%.16g`` and ``%.17g`` that reads
-    back as the same number.  ``out`` needs ``(hi - lo) * row_bytes_max(N)`` bytes.  Returns
+    back as the same number (for float32 values: of ``%.6g`` to ``%.9g``, read back as a double
+    rounded to float32).  ``out`` needs ``(hi - lo) * row_bytes_max(N)`` bytes.  Returns
     the number of bytes written.
     """
     cdef Py_ssize_t N = subs.shape[1]
@@ -473,6 +483,8 @@ def format_rows(const int64_t[:, ::1] subs, const value_t[::1] vals, Py_ssize_t 
     cdef Py_ssize_t b, w, blo, bhi
     cdef int f32 = value_t is float
     cdef int nt = max(1, min(num_threads, nblk))
+    if mode == 2 and f32:
+        mode = 3
     cdef int64_t[::1] lens = np.zeros(max(nblk, 1), dtype=np.int64)
     if rows <= 0:
         return 0
