@@ -188,7 +188,7 @@ def section_e2e(cfg, threads, devices):
                                                random_state=0), "cpapr", "auto"),
                                         (CPALS(rank=16, max_iter=10, tol=0, device=dev,
                                                random_state=0), "cpals", "auto")):
-                    fmt = est._storage_format()
+                    fmt = est._storage_format(be)
                     if ("prepare", fmt) not in out:
                         t0 = time.perf_counter()
                         with prepared(be, X, fmt) as T:      # kept with X for the fits

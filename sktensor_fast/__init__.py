@@ -22,6 +22,7 @@ try:
     from .binary import load_tensor, save_tensor
     from .decomposition import CPALS, CPAPR, GCP
     from .backends import list_devices
+    from .backends.options import OpenCLOptions, config_context, get_device_options
     from .backends.cpu import get_num_threads, set_num_threads, num_threads
 finally:
     _config._openmp_env_exit()
@@ -31,6 +32,6 @@ from .persistence import load_model, save_model
 
 __all__ = [
     "SparseTensor", "KruskalTensor", "load_tns", "save_tns", "load_tensor", "save_tensor", "CPALS", "CPAPR", "GCP",
-    "list_devices", "show_config", "get_config", "get_num_threads", "set_num_threads",
+    "list_devices", "OpenCLOptions", "config_context", "get_device_options", "show_config", "get_config", "get_num_threads", "set_num_threads",
     "num_threads", "describe_components", "save_model", "load_model", "__version__",
 ]

@@ -71,8 +71,11 @@ def get_config():
         ``version``, ``python``, ``numpy``, ``platform``; ``cpu_kernels`` (whether the
         compiled kernels are there), ``openmp``, ``threads`` (what the CPU kernels use),
         ``formats`` (the storage formats), ``alto_max_bits`` and ``alto_decoder`` (when ALTO is
-        available), ``pyopencl`` (its version, or None) and ``opencl_devices`` (as returned by
-        :func:`~sktensor_fast.list_devices`, each with ``usable`` and ``error``).
+        available), ``pyopencl`` (its version, or None), ``opencl_devices`` (as returned by
+        :func:`~sktensor_fast.list_devices`, each with ``usable`` and ``error``) and
+        ``opencl_options`` (the OpenCL kernel settings in force here, from the
+        ``SKTENSOR_FAST_OCL_*`` variables and :func:`~sktensor_fast.config_context`; those not
+        listed take the device's default).
 
     See Also
     --------
@@ -117,6 +120,8 @@ def get_config():
     except ImportError:
         cfg["pyopencl"] = None
     cfg["opencl_devices"] = list_devices()
+    from .backends.options import get_device_options
+    cfg["opencl_options"] = get_device_options().set_options()
     return cfg
 
 
@@ -167,6 +172,10 @@ def show_config(file=None):
     else:
         print(f"  OpenCL        : PyOpenCL {cfg['pyopencl']}, {len(cfg['opencl_devices'])} device(s)",
               file=out)
+        opts = cfg["opencl_options"]
+        print("  OpenCL options: " + (", ".join(f"{k}={v!r}" for k, v in opts.items())
+                                      if opts else "the devices' defaults")
+              + " (SKTENSOR_FAST_OCL_*, config_context, device_options)", file=out)
         for d in cfg["opencl_devices"]:
             print(f"    {d['device']}: {d['name']} [{d['type']}] on {d['platform']}, "
                   f"fp64={'yes' if d['fp64'] else 'no'}"

@@ -129,22 +129,93 @@ def test_interleaved_copies_built_once_per_mode(be):
 
 
 @pytest.mark.parametrize("var, value", [("LAYOUT", "rows"), ("OFF32", "yes"), ("PREFETCH", "2"),
-                                        ("WIDE_CHUNK", "0"), ("WIDE_GROUP", "-1")])
-def test_bad_kernel_setting_is_a_clear_error(monkeypatch, var, value):
-    from sktensor_fast.backends.opencl.backend import OpenCLBackend
+                                        ("WIDE_CHUNK", "0"), ("WIDE_GROUP", "-1"),
+                                        ("CHUNK", "abc"), ("VEC", "3"), ("PHI", "nope")])
+def test_bad_environment_setting_is_reported_once(monkeypatch, recwarn, var, value):
+    """A bad SKTENSOR_FAST_OCL_* value: one RuntimeWarning naming the variable, the device's
+    default instead."""
+    import warnings
+    from sktensor_fast.backends import options
     _opencl_backend()
+    monkeypatch.setattr(options, "_WARNED", set())
     monkeypatch.setenv(f"SKTENSOR_FAST_OCL_{var}", value)
-    with pytest.raises(ValueError, match=f"SKTENSOR_FAST_OCL_{var}"):
-        OpenCLBackend("opencl")
+    with pytest.warns(RuntimeWarning, match=f"SKTENSOR_FAST_OCL_{var}={value!r}"):
+        b = get_backend("opencl")
+    assert b is get_backend("opencl", {})        # the same key as without the variable
+    name = var.lower()
+    assert getattr(b.requested_options, name) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # reported once, not at every request
+        get_backend("opencl")
+
+
+@pytest.mark.parametrize("opts, match", [({"layout": "rows"}, "'lanes', 'lanes-sorted', 'wide'"),
+                                         ({"off32": 1}, "True or False"),
+                                         ({"vec": 3}, "1, 2, 4, 8"),
+                                         ({"chunk": 0}, "positive int"),
+                                         ({"wide_group": 2.0}, "positive int"),
+                                         ({"chunks": 64}, "the options are layout, chunk")])
+def test_bad_option_is_a_clear_error(opts, match):
+    from sktensor_fast import OpenCLOptions
+    with pytest.raises(ValueError, match=match):
+        OpenCLOptions.from_mapping(opts)
+    with pytest.raises(ValueError, match=match):
+        get_backend("opencl", opts)
+    with pytest.raises(ValueError, match=match):
+        CPALS(device="opencl", device_options=opts).fit(np.ones((3, 4, 2)))
+
+
+def test_options_precedence_and_cache_key(monkeypatch):
+    """Environment < config_context < explicit options; each setting its own backend, and a
+    variable changed later takes effect."""
+    from sktensor_fast import OpenCLOptions, config_context, get_device_options
+    _opencl_backend()
+    monkeypatch.delenv("SKTENSOR_FAST_OCL_CHUNK", raising=False)
+    monkeypatch.delenv("SKTENSOR_FAST_OCL_LAYOUT", raising=False)
+    base = get_backend("opencl")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_CHUNK", "32")
+    env = get_backend("opencl")
+    assert env is not base and env.chunk == 32 and base.chunk == 256
+    with config_context(device_options={"chunk": 48, "layout": "lanes"}):
+        assert get_device_options() == OpenCLOptions(chunk=48, layout="lanes")
+        ctx = get_backend("opencl")
+        assert ctx.chunk == 48 and ctx.layout == "lanes"
+        with config_context(device_options=OpenCLOptions(chunk=16)):
+            assert get_backend("opencl").layout == "lanes"       # the outer block's layout
+            assert get_backend("opencl").chunk == 16
+        ex = get_backend("opencl", {"chunk": 8})
+        assert ex.chunk == 8 and ex.layout == "lanes"
+    assert get_backend("opencl") is env
+    assert env.info()["options"]["chunk"] == 32
+
+
+def test_estimator_device_options(monkeypatch):
+    """device_options is a parameter: it reaches the backend, survives clone and can be
+    searched over; the models agree to rounding."""
+    from sklearn.base import clone
+    _opencl_backend()
+    rng = np.random.default_rng(11)
+    X = random_sparse((20, 15, 10), 600, rng)
+    fits = []
+    for opts in ({"layout": "lanes", "chunk": 16}, {"layout": "wide"}, None):
+        est = clone(CPALS(rank=3, max_iter=5, tol=0, random_state=0, device="opencl",
+                          device_options=opts))
+        assert est.device_options == opts
+        if opts:
+            for k, v in opts.items():
+                assert getattr(est._backend().options, k) == v
+        fits.append(est.fit(X).fit_)
+    np.testing.assert_allclose(fits, fits[0], rtol=1e-10)
+    with pytest.raises(ValueError, match="no meaning on device='cpu'"):
+        CPALS(device_options={"chunk": 64}).fit(X)
 
 
 def test_layout_and_offset_settings(monkeypatch):
-    from sktensor_fast.backends.opencl.backend import OpenCLBackend
     _opencl_backend()
     monkeypatch.setenv("SKTENSOR_FAST_OCL_LAYOUT", "lanes-sorted")
     monkeypatch.setenv("SKTENSOR_FAST_OCL_OFF32", "0")
     monkeypatch.setenv("SKTENSOR_FAST_OCL_PREFETCH", "1")
-    b = OpenCLBackend("opencl")
+    b = get_backend("opencl")
     assert b.layout == "lanes-sorted" and b.off32 is False and b.prefetch is True
     rng = np.random.default_rng(4)
     X = random_sparse((30, 20, 10), 500, rng, counts=True)
@@ -248,29 +319,14 @@ def test_row_solvers_run_on_opencl():
 
 
 def test_phi_variant_and_chunk_settings(monkeypatch, be):
-    from sktensor_fast.backends.opencl.backend import OpenCLBackend
-    monkeypatch.setenv("SKTENSOR_FAST_OCL_PHI", "nope")
-    with pytest.raises(ValueError, match="SKTENSOR_FAST_OCL_PHI"):
-        OpenCLBackend("opencl")
     if not be.is_nvidia:
-        monkeypatch.setenv("SKTENSOR_FAST_OCL_PHI", "shuffle")
         with pytest.raises(ValueError, match="NVIDIA"):
-            OpenCLBackend("opencl")
-    monkeypatch.setenv("SKTENSOR_FAST_OCL_PHI", "redundant")
-    monkeypatch.setenv("SKTENSOR_FAST_OCL_CHUNK", "0")
-    with pytest.raises(ValueError, match="CHUNK"):
-        OpenCLBackend("opencl")
-    monkeypatch.setenv("SKTENSOR_FAST_OCL_CHUNK", "7")
-    monkeypatch.setenv("SKTENSOR_FAST_OCL_VEC", "3")
-    with pytest.raises(ValueError, match="VEC"):
-        OpenCLBackend("opencl")
+            get_backend("opencl", {"phi": "shuffle"})
     rng = np.random.default_rng(5)
     X = random_sparse((30, 20, 10), 3000, rng, counts=True)
     for variant in ("redundant", "local"):
-        monkeypatch.setenv("SKTENSOR_FAST_OCL_PHI", variant)
-        monkeypatch.setenv("SKTENSOR_FAST_OCL_VEC", "4")
-        b = OpenCLBackend("opencl")
-        assert b.chunk == 7 and b.vec == 4
+        b = get_backend("opencl", {"phi": variant, "vec": 4, "chunk": 7})
+        assert b.chunk == 7 and b.vec == 4 and b.phi_variant == variant
         T = b.prepare(X)
         for rank in (5, 6, 8, 12):            # 1, 2, 4 and 4 columns per lane
             f = [rng.random((s, rank)) for s in X.shape]

@@ -6,12 +6,16 @@
 - ``"gpu"``: the first OpenCL GPU;
 - ``"opencl"``: the first OpenCL device of any type (e.g. a CPU through PoCL);
 - ``"opencl:P:D"``: OpenCL platform ``P``, device ``D`` (indices as in :func:`list_devices`).
+
+OpenCL backends take their kernel settings from :class:`~.options.OpenCLOptions` (see
+:mod:`.options`); the settings are part of the cache key.
 """
 import re
 
 from .base import Backend
+from .options import OpenCLOptions, as_options, resolve_options
 
-__all__ = ["Backend", "get_backend", "parse_device", "list_devices"]
+__all__ = ["Backend", "OpenCLOptions", "get_backend", "parse_device", "list_devices"]
 
 _DEVICE_RE = re.compile(r"^opencl:(\d+):(\d+)$")
 
@@ -36,10 +40,31 @@ def parse_device(device):
 _CACHE = {}
 
 
-def get_backend(device="cpu"):
-    """Return the backend object for a device string (cached per device)."""
+def get_backend(device="cpu", options=None):
+    """Return the backend object for a device string (cached per device and options).
+
+    Parameters
+    ----------
+    device : str
+        ``"cpu"``, ``"gpu"``, ``"opencl"`` or ``"opencl:P:D"``.
+    options : dict or OpenCLOptions, optional
+        Settings of the OpenCL kernels, over those of :func:`~.options.config_context` and
+        the ``SKTENSOR_FAST_OCL_*`` environment variables.  They have no meaning on the CPU:
+        setting one there is a ValueError.
+
+    Returns
+    -------
+    Backend
+    """
     kind, sel = parse_device(device)
-    key = (kind, sel)
+    explicit = as_options(options, "options")
+    if kind == "cpu":
+        if explicit.set_options():
+            raise ValueError(f"device_options {explicit.set_options()} are settings of the "
+                             f"OpenCL kernels and have no meaning on device='cpu'")
+        key = (kind, sel)
+    else:
+        key = (kind, sel, resolve_options(explicit))
     if key in _CACHE:
         return _CACHE[key]
     if kind == "cpu":
@@ -47,7 +72,7 @@ def get_backend(device="cpu"):
         backend = CpuBackend()
     else:
         from .opencl.backend import OpenCLBackend
-        backend = OpenCLBackend(sel)
+        backend = OpenCLBackend(sel, key[2])
     _CACHE[key] = backend
     return backend
 

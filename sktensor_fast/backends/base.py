@@ -23,9 +23,23 @@ class Backend(ABC):
     name = "abstract"
 
     # ------------------------------------------------------------------ data placement
+    #: the values of ``format`` this backend gives a meaning to (``"auto"`` always)
+    formats = ("auto",)
+
+    def storage_format(self, format="auto", needs=()):
+        """The format that :meth:`prepare` is to build for ``format`` when the algorithm uses
+        the kernels named in ``needs`` (``"apr_rows"``: CP-APR's row solvers, ``"gcp"``: the
+        GCP sampling kernels).  A format this backend has no meaning for is a ValueError
+        naming the ones it has.  The default: ``format`` itself."""
+        if format not in self.formats:
+            raise ValueError(f"format={format!r} has no meaning on the {self.name!r} backend; "
+                             f"use one of {', '.join(repr(f) for f in self.formats)}")
+        return format
+
     @abstractmethod
     def prepare(self, X, format="auto"):
-        """Lay out a validated :class:`SparseTensor` for the kernels (once per fit)."""
+        """Lay out a validated :class:`SparseTensor` for the kernels (once per fit); ``format``
+        as returned by :meth:`storage_format`."""
 
     @abstractmethod
     def asarray(self, a, dtype=None):

@@ -28,6 +28,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._prepared import prepared
 from ..backends import get_backend, parse_device
+from ..backends.options import OpenCLOptions, as_options
 from ..formats import FORMATS
 from ..kruskal import KruskalTensor
 from ..tensor import as_sparse_tensor
@@ -107,6 +108,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         "format": [StrOptions(set(FORMATS))],
         "verbose": ["verbose"],
         "max_time": [Interval(Real, 0, None, closed="neither"), None],
+        "device_options": [None, dict, OpenCLOptions],
     }
 
     #: what one unit of ``max_iter`` is called in messages
@@ -123,6 +125,18 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                     f"The {name!r} parameter of {type(self).__name__} must be "
                     f"{_describe(constraints)}; got {val!r} (a bool is not accepted as a "
                     f"number)")
+        # the names and values of device_options, and that they fit the device
+        try:
+            opts = as_options(getattr(self, "device_options", None))
+        except (TypeError, ValueError) as exc:
+            raise InvalidParameterError(f"The 'device_options' parameter of "
+                                        f"{type(self).__name__}: {exc}") from None
+        if opts.set_options() and parse_device(self.device)[0] == "cpu":
+            raise InvalidParameterError(
+                f"The 'device_options' parameter of {type(self).__name__} sets "
+                f"{opts.set_options()}: settings of the OpenCL kernels, which have no meaning "
+                f"on device='cpu' (use device='gpu', 'opencl' or 'opencl:P:D', or leave "
+                f"device_options=None)")
 
     # ------------------------------------------------------------------ hooks
     @abstractmethod
@@ -145,16 +159,16 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """Larger is better: used to keep the best of ``n_init`` runs."""
         return result["score"]
 
-    def _storage_format(self):
-        """The format to build: ``format`` as given, except that ``"auto"`` may be narrowed by
-        an estimator whose kernels gain nothing from some format (see ``_auto_format``)."""
-        if self.format == "auto" and self._auto_format() is not None:
-            return self._auto_format()
-        return self.format
+    def _storage_format(self, backend):
+        """The format ``backend`` is to build for ``format`` and the kernels this estimator
+        uses (the backend decides what ``"auto"`` means and refuses formats it has no
+        meaning for)."""
+        return backend.storage_format(self.format, self._kernel_needs())
 
-    def _auto_format(self):
-        """Format that ``format="auto"`` means for this estimator (None: the global rule)."""
-        return None
+    def _kernel_needs(self):
+        """Kernels beyond MTTKRP / Φ that this estimator calls (see
+        ``Backend.storage_format``)."""
+        return ()
 
     def _init_options(self):
         return self._init_strings
@@ -218,7 +232,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             # a tensor spread over processes runs on the distributed backend, which wraps
             # each process's backend for ``device``
             return place(self)
-        return get_backend(self.device)
+        return get_backend(self.device, getattr(self, "device_options", None))
 
     def _log(self, msg):
         if self.verbose:
@@ -269,7 +283,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     def _fit_in_scope(self, backend, X, **fit_args):
         t0 = time.perf_counter()
-        with prepared(backend, X, self._storage_format()) as T:
+        with prepared(backend, X, self._storage_format(backend)) as T:
             self._log(f"tensor {X.shape}, nnz={X.nnz}, prepared for {backend.name} "
                       f"({type(T).__name__}) in {time.perf_counter() - t0:.3f}s")
             if getattr(T, "note", None):
@@ -333,7 +347,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
         backend = self._backend()
-        with backend.compute_scope(), prepared(backend, X, self._storage_format()) as T:
+        with backend.compute_scope(), prepared(backend, X, self._storage_format(backend)) as T:
             return self._solve_mode0(backend, T, X, self.factors_)
 
     def score(self, X, y=None):
@@ -341,7 +355,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
         backend = self._backend()
-        with backend.compute_scope(), prepared(backend, X, self._storage_format()) as T:
+        with backend.compute_scope(), prepared(backend, X, self._storage_format(backend)) as T:
             W = self._solve_mode0(backend, T, X, self.factors_)
             return float(self._score_loadings(backend, T, X, W, self.factors_))
 

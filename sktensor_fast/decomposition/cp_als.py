@@ -103,6 +103,11 @@ class CPALS(BaseCP):
     device : str, default="cpu"
         ``"cpu"`` (Cython/OpenMP) or an OpenCL device (``"gpu"``, ``"opencl"``,
         ``"opencl:P:D"``).
+    device_options : dict, OpenCLOptions or None, default=None
+        Settings of the OpenCL kernels (see :class:`~sktensor_fast.OpenCLOptions`), over those
+        of :func:`~sktensor_fast.config_context` and the ``SKTENSOR_FAST_OCL_*`` environment
+        variables; results do not depend on them.  Only for OpenCL devices: setting one with
+        ``device="cpu"`` is a ValueError.
     format : {"auto", "coo", "alto"}, default="auto"
         Storage format of the tensor for the kernels: COO with per-mode permutations, or ALTO
         (one bit-interleaved linear index per nonzero; needs Σ⌈log₂ I_n⌉ ≤ 128).  ``"auto"``
@@ -157,7 +162,7 @@ class CPALS(BaseCP):
     }
 
     def __init__(self, rank=2, *, max_iter=100, tol=1e-4, init="random", random_state=None,
-                 n_init=1, device="cpu", format="auto", verbose=0, max_time=None):
+                 n_init=1, device="cpu", format="auto", verbose=0, max_time=None, device_options=None):
         self.rank = rank
         self.max_iter = max_iter
         self.tol = tol
@@ -168,6 +173,7 @@ class CPALS(BaseCP):
         self.format = format
         self.verbose = verbose
         self.max_time = max_time
+        self.device_options = device_options
 
     def _check_init_scale(self, factors):
         """CP-ALS does not depend on the scale of the initial columns (each update solves for
@@ -269,7 +275,7 @@ class CPALS(BaseCP):
         s = _data_scale(getattr(X, "vals", None))
         if s != 1.0:  # the score is scale-free: compute it on scaled data and loadings
             X = _scaled(X, s)
-            T = backend.prepare(X, self._storage_format())
+            T = backend.prepare(X, self._storage_format(backend))
             W = W / s
         R = W.shape[1]
         U = [backend.asarray(W, dtype=X.dtype)]

@@ -121,6 +121,11 @@ class CPAPR(BaseCP):
     device : str, default="cpu"
         ``"cpu"`` (Cython/OpenMP) or an OpenCL device (``"gpu"``, ``"opencl"``,
         ``"opencl:P:D"``).
+    device_options : dict, OpenCLOptions or None, default=None
+        Settings of the OpenCL kernels (see :class:`~sktensor_fast.OpenCLOptions`), over those
+        of :func:`~sktensor_fast.config_context` and the ``SKTENSOR_FAST_OCL_*`` environment
+        variables; results do not depend on them.  Only for OpenCL devices: setting one with
+        ``device="cpu"`` is a ValueError.
     format : {"auto", "coo"}, default="auto"
         Storage format of the tensor for the kernels.
     verbose : int, default=0
@@ -221,7 +226,7 @@ class CPAPR(BaseCP):
     def __init__(self, rank=2, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
                  kappa=0.01, kappa_tol=1e-10, eps_div_zero=None, eps_active=1e-8, mu0=1e-5,
                  lbfgs_mem=3, inexact=True, init="random", random_state=None, n_init=1,
-                 device="cpu", format="auto", verbose=0, max_time=None):
+                 device="cpu", format="auto", verbose=0, max_time=None, device_options=None):
         self.rank = rank
         self.solver = solver
         self.max_iter = max_iter
@@ -241,11 +246,12 @@ class CPAPR(BaseCP):
         self.format = format
         self.verbose = verbose
         self.max_time = max_time
+        self.device_options = device_options
 
     # ------------------------------------------------------------------ data checks
-    def _auto_format(self):
-        # the row solvers of pdnr/pqnr walk COO rows; MU's Φ gains from ALTO (global rule)
-        return "coo" if self.solver in ("pdnr", "pqnr") else None
+    def _kernel_needs(self):
+        # the row solvers of pdnr/pqnr; MU needs only Φ
+        return ("apr_rows",) if self.solver in ("pdnr", "pqnr") else ()
 
     def _check_data(self, X):
         if X.nnz:

@@ -250,6 +250,11 @@ class GCP(BaseCP):
         ``random_state`` and adds the gradient in the CPU's order, so both give the same model
         up to the last bits of ``exp`` / ``log``.  L-BFGS-B evaluates the exact loss on the
         host in both cases.
+    device_options : dict, OpenCLOptions or None, default=None
+        Settings of the OpenCL kernels (see :class:`~sktensor_fast.OpenCLOptions`), over those
+        of :func:`~sktensor_fast.config_context` and the ``SKTENSOR_FAST_OCL_*`` environment
+        variables; results do not depend on them.  Only for OpenCL devices: setting one with
+        ``device="cpu"`` is a ValueError.
     format : {"auto", "coo", "alto"}, default="auto"
         Storage format of the tensor (see :class:`CPALS`); the samplers and the results do not
         depend on it.
@@ -345,7 +350,7 @@ class GCP(BaseCP):
                  learning_rate=2e-3, decay=0.1, max_fails=1, epoch_iters=1000, max_iter=1000,
                  tol=1e-4, mask=None, init="random", random_state=None, n_init=1,
                  device="cpu", format="auto", verbose=0, beta1=0.9, beta2=0.999,
-                 epsilon=1e-8, max_time=None):
+                 epsilon=1e-8, max_time=None, device_options=None):
         self.rank = rank
         self.loss = loss
         self.loss_param = loss_param
@@ -370,6 +375,7 @@ class GCP(BaseCP):
         self.beta2 = beta2
         self.epsilon = epsilon
         self.max_time = max_time
+        self.device_options = device_options
 
     @property
     def _iteration_name(self):
@@ -379,9 +385,8 @@ class GCP(BaseCP):
     def _make_loss(self):
         return get_loss(self.loss, self.loss_param)
 
-    def _auto_format(self):
-        # the sampled-gradient kernels read COO (and its linear index) only
-        return "coo"
+    def _kernel_needs(self):
+        return ("gcp",)
 
     def _check_data(self, X):
         loss = self._make_loss()
@@ -497,7 +502,7 @@ class GCP(BaseCP):
                 F = history[-1] = F_exact
         else:
             if ctx.state is None:
-                To = T if self.mask is None else backend.prepare(obs.X, self._storage_format())
+                To = T if self.mask is None else backend.prepare(obs.X, self._storage_format(backend))
                 n_grad, n_loss = self._sample_counts(obs.n_nz, obs.n_zero)
                 ctx.To = To
                 ctx.state = backend.gcp_setup(To, self.sampler, n_grad, n_loss,

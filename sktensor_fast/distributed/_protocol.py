@@ -15,7 +15,7 @@ from ._mpi import agree_on_errors
 __all__ = ["validate", "backend_for"]
 
 #: parameters that may differ between processes (they do not change the model)
-_LOCAL_PARAMS = ("verbose", "device")
+_LOCAL_PARAMS = ("verbose", "device", "device_options")
 
 
 class _ShareView(SparseTensor):
@@ -119,5 +119,5 @@ def backend_for(Xd, estimator):
                                  "process; pass an int random_state")
         device = _local_device(Xd, estimator.device)
         from ..backends import get_backend
-        local = get_backend(device)
+        local = get_backend(device, getattr(estimator, "device_options", None))
     return DistributedBackend.wrap(local, Xd)

@@ -267,6 +267,10 @@ class DistributedBackend(Backend):
         return self.local.compute_scope()
 
     # ------------------------------------------------------------------ data placement
+    def storage_format(self, format="auto", needs=()):
+        """What the process's backend builds (every process prepares its share with it)."""
+        return self.local.storage_format(format, needs)
+
     def prepare(self, X, format="auto"):
         if not isinstance(getattr(X, "_prepared", None), dict) or not hasattr(X, "comm"):
             raise TypeError(f"the distributed backend prepares a DistributedTensor, got "

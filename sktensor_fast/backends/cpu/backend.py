@@ -98,6 +98,18 @@ class CpuBackend(Backend):
         return single_threaded_blas()
 
     # ------------------------------------------------------------------ data placement
+    #: COO with per-mode orders, or ALTO (see :func:`sktensor_fast.formats.build_format`)
+    formats = ("auto", "coo", "alto")
+
+    def storage_format(self, format="auto", needs=()):
+        """``"auto"`` is narrowed to ``"coo"`` for kernels that read only COO: CP-APR's row
+        solvers (they walk the rows of a mode) and GCP's samplers (coordinates and the linear
+        index); otherwise ``build_format`` picks COO or ALTO by the tensor."""
+        format = super().storage_format(format, needs)
+        if format == "auto" and ({"apr_rows", "gcp"} & set(needs)):
+            return "coo"
+        return format
+
     def prepare(self, X, format="auto"):
         from ...formats import build_format
         return build_format(X, format)

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from ..base import Backend
-from ...formats import FORMATS
+from ..options import OpenCLOptions
 from . import cpapr_rows, gcp_ops
 from .program import WHAT_TO_DO, KernelBuildError, _compiler_message, _device_label, build_program
 from .tensor import INSTALL_HINT, OpenCLTensor, import_cl
@@ -234,7 +234,7 @@ class OpenCLBackend(Backend):
     #: values of the ``layout`` setting (SKTENSOR_FAST_OCL_LAYOUT)
     LAYOUTS = ("lanes", "lanes-sorted", "wide")
 
-    def __init__(self, selector="opencl"):
+    def __init__(self, selector="opencl", options=None):
         cl = import_cl()
         self.cl = cl
         self.device = select_device(selector)
@@ -250,55 +250,51 @@ class OpenCLBackend(Backend):
         self.max_wg = int(self.device.max_work_group_size)
         self._knls = {}
         self._progs = {}
+        self.is_nvidia = "NVIDIA" in (self.device.vendor or "").upper()
+        self._apply_options(OpenCLOptions() if options is None else options)
+        self.name = f"opencl:{self.device.name.strip()}"
+
+    def _apply_options(self, options):
+        """Set the kernels' settings from an :class:`OpenCLOptions` (``None`` fields: the
+        device's defaults)."""
+        if not isinstance(options, OpenCLOptions):
+            raise TypeError(f"options must be an OpenCLOptions, got {type(options).__name__}")
         # nonzeros per work-item; 256 was the fastest of 64/128/256 on an H200, 128 of 8..512
         # on an H100 (benchmarks/README.md)
-        self.chunk = int(os.environ.get("SKTENSOR_FAST_OCL_CHUNK", 256))
-        if self.chunk < 1:
-            raise ValueError(f"SKTENSOR_FAST_OCL_CHUNK must be positive, got {self.chunk}")
-        vec = os.environ.get("SKTENSOR_FAST_OCL_VEC")
-        self.vec = None if vec is None else int(vec)
-        if self.vec not in (None, 1, 2, 4, 8):
-            raise ValueError(f"SKTENSOR_FAST_OCL_VEC must be 1, 2, 4 or 8, got {self.vec}")
-        self.is_nvidia = "NVIDIA" in (self.device.vendor or "").upper()
+        self.chunk = options.chunk or 256
+        # columns per lane: None is the per-kernel default VEC
+        self.vec = options.vec
         # how Φ forms <B[row], π>: "shuffle" (a register butterfly across the lanes of a warp,
         # NVIDIA devices: PTX shfl.sync), "local" (lanes share π through local memory, one
         # barrier per nonzero) or "redundant" (each lane recomputes the whole dot, no barriers)
-        self.phi_variant = os.environ.get("SKTENSOR_FAST_OCL_PHI",
-                                          "shuffle" if self.is_nvidia else "local")
-        if self.phi_variant not in ("shuffle", "local", "redundant"):
-            raise ValueError("SKTENSOR_FAST_OCL_PHI must be 'shuffle', 'local' or 'redundant'")
+        self.phi_variant = options.phi or ("shuffle" if self.is_nvidia else "local")
         if self.phi_variant == "shuffle" and not self.is_nvidia:
-            raise ValueError(f"SKTENSOR_FAST_OCL_PHI='shuffle' needs an NVIDIA device, not "
-                             f"'{self.device.name.strip()}' ({self.device.vendor.strip()})")
+            raise ValueError(f"OpenCL option phi='shuffle' needs an NVIDIA device, not "
+                             f"'{self.device.name.strip()}' ({self.device.vendor.strip()}); "
+                             f"use 'local' or 'redundant'")
         # how MTTKRP / Φ spread a chunk of nonzeros over work-items and read them: "lanes"
         # (R / VEC work-items per chunk, VEC columns each, over a chunk-interleaved copy of each
         # mode, built at its first use), "lanes-sorted" (the same over the mode-sorted copies:
         # no second copy, slower loads), "wide" (one work-item per chunk holds whole rows, for
         # ranks up to WIDE_MAX_RANK, over the chunk-interleaved copy: no exchange between
         # lanes, the fastest on CPU devices)
-        self.layout = os.environ.get("SKTENSOR_FAST_OCL_LAYOUT",
-                                     "lanes" if self.is_gpu else "wide")
-        if self.layout not in self.LAYOUTS:
-            raise ValueError(f"SKTENSOR_FAST_OCL_LAYOUT must be one of {', '.join(self.LAYOUTS)}, "
-                             f"got {self.layout!r}")
-        # MTTKRP / Φ compute their offsets in 32-bit integers where all of them fit: None is
-        # the per-kernel default OFF32, SKTENSOR_FAST_OCL_OFF32=0/1 sets both
-        off32 = os.environ.get("SKTENSOR_FAST_OCL_OFF32")
-        if off32 not in (None, "0", "1"):
-            raise ValueError(f"SKTENSOR_FAST_OCL_OFF32 must be 0 or 1, got {off32!r}")
-        self.off32 = None if off32 is None else off32 == "1"
-        # the lanes kernels load the next nonzero's coordinates one step ahead: None is the
-        # per-kernel default PREFETCH, SKTENSOR_FAST_OCL_PREFETCH=0/1 sets both
-        prefetch = os.environ.get("SKTENSOR_FAST_OCL_PREFETCH")
-        if prefetch not in (None, "0", "1"):
-            raise ValueError(f"SKTENSOR_FAST_OCL_PREFETCH must be 0 or 1, got {prefetch!r}")
-        self.prefetch = None if prefetch is None else prefetch == "1"
-        self.wide_chunk = int(os.environ.get("SKTENSOR_FAST_OCL_WIDE_CHUNK", 64))
-        self.wide_group = int(os.environ.get("SKTENSOR_FAST_OCL_WIDE_GROUP", 128))
-        if self.wide_chunk < 1 or self.wide_group < 1:
-            raise ValueError("SKTENSOR_FAST_OCL_WIDE_CHUNK and SKTENSOR_FAST_OCL_WIDE_GROUP must "
-                             "be positive")
-        self.name = f"opencl:{self.device.name.strip()}"
+        self.layout = options.layout or ("lanes" if self.is_gpu else "wide")
+        # MTTKRP / Φ compute their offsets in 32-bit integers where all of them fit, and the
+        # lanes kernels load the next nonzero's coordinates one step ahead: None is the
+        # per-kernel default OFF32 / PREFETCH
+        self.off32 = options.off32
+        self.prefetch = options.prefetch
+        self.wide_chunk = options.wide_chunk or 64
+        self.wide_group = options.wide_group or 128
+        self.requested_options = options
+
+    @property
+    def options(self):
+        """The settings in force, as an :class:`OpenCLOptions` (the device's defaults filled
+        in; ``off32`` / ``prefetch`` None: per kernel, see OFF32 and PREFETCH)."""
+        return OpenCLOptions(layout=self.layout, chunk=self.chunk, vec=self.vec,
+                             off32=self.off32, prefetch=self.prefetch, phi=self.phi_variant,
+                             wide_chunk=self.wide_chunk, wide_group=self.wide_group)
 
     # ------------------------------------------------------------------ helpers
     def _check_dtype(self, dtype):
@@ -412,9 +408,22 @@ class OpenCLBackend(Backend):
                 f"allocation")
 
     # ------------------------------------------------------------------ data placement
+    #: the device tensor is always coordinates and values with the orders of every mode (COO);
+    #: how the kernels read it is the ``layout`` option, not the format
+    formats = ("auto", "coo")
+
+    def storage_format(self, format="auto", needs=()):
+        """``"auto"`` and ``"coo"`` both mean the device's COO tensor (returned as ``"coo"``);
+        ``"alto"`` (a CPU format) is refused."""
+        if format not in self.formats:
+            raise ValueError(f"format={format!r} has no meaning on OpenCL devices: the device "
+                             f"tensor is COO (coordinates and values with the orders of every "
+                             f"mode; the kernels' memory layout is the 'layout' option of "
+                             f"OpenCLOptions); use format='auto' or 'coo'")
+        return "coo"
+
     def prepare(self, X, format="auto"):
-        if format not in FORMATS:
-            raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+        self.storage_format(format)
         self._check_dtype(X.dtype)
         self.index_dtype(X.shape)
         self._check_memory(X)
@@ -742,6 +751,6 @@ class OpenCLBackend(Backend):
     def info(self):
         d = self.device
         return {"name": self.name, "device": d.name.strip(), "platform": d.platform.name.strip(),
-                "fp64": self.fp64, "gpu": self.is_gpu, "chunk": self.chunk, "vec": self.vec or self.VEC,
-                "phi_variant": self.phi_variant}
+                "fp64": self.fp64, "gpu": self.is_gpu, "options": self.options.set_options(),
+                "vec_per_kernel": self.vec or dict(self.VEC)}
 

@@ -1,0 +1,264 @@
+"""Settings of the OpenCL kernels as parameters: :class:`OpenCLOptions` and
+:func:`config_context`.
+
+The OpenCL MTTKRP / Φ kernels have a few tuning settings (memory layout, nonzeros per
+work-item, columns per lane, offset width, prefetching, how Φ forms its dot products).  They
+are chosen, from the weakest to the strongest:
+
+1. the measured defaults of the device (``None`` below: the backend picks);
+2. the environment variables ``SKTENSOR_FAST_OCL_*`` (read at every backend request; a bad
+   value is reported once by a ``RuntimeWarning`` and ignored);
+3. :func:`config_context` (``with config_context(device_options=...):``);
+4. an estimator's ``device_options`` parameter (or ``get_backend(device, options)``).
+
+The options that are set are part of the key under which backends are cached, so that two
+settings give two backends (each with its compiled kernels) and a changed variable is never
+silently ignored.  Pure Python: importable without PyOpenCL or the compiled CPU kernels.
+"""
+import contextlib
+import contextvars
+import dataclasses
+import os
+import warnings
+
+__all__ = ["OpenCLOptions", "as_options", "config_context", "get_device_options",
+           "resolve_options"]
+
+#: allowed values of the string and small-integer settings
+LAYOUTS = ("lanes", "lanes-sorted", "wide")
+PHI_VARIANTS = ("shuffle", "local", "redundant")
+VECS = (1, 2, 4, 8)
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"OpenCL option {name!r} must be a positive int (or None for the "
+                         f"device's default), got {value!r}")
+    return value
+
+
+def _choice(name, value, allowed):
+    if value not in allowed or isinstance(value, bool):
+        raise ValueError(f"OpenCL option {name!r} must be one of "
+                         f"{', '.join(repr(a) for a in allowed)} (or None for the device's "
+                         f"default), got {value!r}")
+    return value
+
+
+def _boolean(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"OpenCL option {name!r} must be True or False (or None for the "
+                         f"per-kernel default), got {value!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenCLOptions:
+    """Tuning settings of the OpenCL MTTKRP / Φ kernels (``None``: the device's default).
+
+    Results agree with the CPU kernels to rounding for every setting; only the speed and the
+    device memory differ (``benchmarks/README.md`` has the measurements behind the defaults).
+
+    Parameters
+    ----------
+    layout : {'lanes', 'lanes-sorted', 'wide'}, optional
+        How a chunk of nonzeros is spread over work-items: ``'lanes'`` (R / vec work-items per
+        chunk over a chunk-interleaved copy of each mode; the default on GPUs),
+        ``'lanes-sorted'`` (the same over the mode-sorted copies: no second copy, slower) or
+        ``'wide'`` (one work-item per chunk holds whole rows, ranks up to 16; the default on
+        CPU devices).
+    chunk : int, optional
+        Nonzeros per work-item of the lanes layouts (default 256).
+    vec : {1, 2, 4, 8}, optional
+        Columns per lane (default: 4, or 2 for the fp64 MTTKRP over ``'lanes-sorted'``); the
+        largest divisor of the rank that is at most this is used.
+    off32 : bool, optional
+        32-bit offset arithmetic where every offset fits (default True).
+    prefetch : bool, optional
+        Load the next nonzero's coordinates one step ahead (default True).
+    phi : {'shuffle', 'local', 'redundant'}, optional
+        How the lanes kernels form Φ's dot products: a warp shuffle (NVIDIA only, its
+        default), lanes sharing through local memory (the default elsewhere) or every lane
+        computing the whole dot.
+    wide_chunk, wide_group : int, optional
+        Nonzeros per work-item and work-group size of the wide layout (64 and 128).
+
+    Examples
+    --------
+    >>> from sktensor_fast import OpenCLOptions
+    >>> OpenCLOptions(layout="wide", chunk=128).set_options()
+    {'layout': 'wide', 'chunk': 128}
+    >>> OpenCLOptions(layout="rows")
+    Traceback (most recent call last):
+    ...
+    ValueError: OpenCL option 'layout' must be one of 'lanes', 'lanes-sorted', 'wide' (or None for the device's default), got 'rows'
+    >>> OpenCLOptions.from_mapping({"chunks": 4})
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown OpenCL option 'chunks'; the options are layout, chunk, vec, off32, prefetch, phi, wide_chunk, wide_group
+    """
+
+    layout: object = None
+    chunk: object = None
+    vec: object = None
+    off32: object = None
+    prefetch: object = None
+    phi: object = None
+    wide_chunk: object = None
+    wide_group: object = None
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                _CHECKS[f.name](f.name, value)
+
+    @classmethod
+    def names(cls):
+        """The option names, in order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_mapping(cls, mapping):
+        """Options from a dict; an unknown name is a ValueError naming the allowed ones."""
+        names = cls.names()
+        for key in mapping:
+            if key not in names:
+                raise ValueError(f"unknown OpenCL option {key!r}; the options are "
+                                 f"{', '.join(names)}")
+        return cls(**dict(mapping))
+
+    @classmethod
+    def from_env(cls, environ=None):
+        """The options set by ``SKTENSOR_FAST_OCL_*`` environment variables.
+
+        A variable with a bad value is reported by a ``RuntimeWarning`` (once per variable
+        and value) and left out, so the device's default holds."""
+        environ = os.environ if environ is None else environ
+        values = {}
+        for name in cls.names():
+            var = ENV_PREFIX + name.upper()
+            raw = environ.get(var)
+            if raw is None:
+                continue
+            try:
+                value = _PARSE[name](raw.strip())
+                _CHECKS[name](name, value)
+            except ValueError as exc:
+                key = (var, raw)
+                if key not in _WARNED:
+                    _WARNED.add(key)
+                    warnings.warn(f"ignoring {var}={raw!r}: {exc}", RuntimeWarning,
+                                  stacklevel=3)
+                continue
+            values[name] = value
+        return cls(**values)
+
+    def set_options(self):
+        """The options that are set (not None), as a dict."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def updated(self, other):
+        """These options with those set in ``other`` (an OpenCLOptions) taking precedence."""
+        return dataclasses.replace(self, **other.set_options())
+
+
+ENV_PREFIX = "SKTENSOR_FAST_OCL_"
+
+_CHECKS = {
+    "layout": lambda n, v: _choice(n, v, LAYOUTS),
+    "chunk": _positive_int,
+    "vec": lambda n, v: _choice(n, v, VECS),
+    "off32": _boolean,
+    "prefetch": _boolean,
+    "phi": lambda n, v: _choice(n, v, PHI_VARIANTS),
+    "wide_chunk": _positive_int,
+    "wide_group": _positive_int,
+}
+
+
+def _parse_int(raw):
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {raw!r}") from None
+
+
+def _parse_bool(raw):
+    if raw not in ("0", "1"):
+        raise ValueError(f"expected 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
+_PARSE = {"layout": str, "chunk": _parse_int, "vec": _parse_int, "off32": _parse_bool,
+          "prefetch": _parse_bool, "phi": str, "wide_chunk": _parse_int,
+          "wide_group": _parse_int}
+
+#: (variable, value) pairs already warned about
+_WARNED = set()
+
+_CONTEXT = contextvars.ContextVar("sktensor_fast_device_options", default=None)
+
+
+def as_options(value, name="device_options"):
+    """``None``, a dict or an :class:`OpenCLOptions` -> :class:`OpenCLOptions`."""
+    if value is None:
+        return OpenCLOptions()
+    if isinstance(value, OpenCLOptions):
+        return value
+    if isinstance(value, dict):
+        return OpenCLOptions.from_mapping(value)
+    raise TypeError(f"{name} must be None, a dict or a sktensor_fast.OpenCLOptions, got "
+                    f"{type(value).__name__}")
+
+
+@contextlib.contextmanager
+def config_context(*, device_options=None):
+    """Within the block, OpenCL backends use these options unless an estimator sets its own.
+
+    Parameters
+    ----------
+    device_options : dict or OpenCLOptions
+        Options for the OpenCL kernels (see :class:`OpenCLOptions`); they take precedence over
+        the ``SKTENSOR_FAST_OCL_*`` environment variables and over an enclosing context.
+
+    Examples
+    --------
+    >>> from sktensor_fast import config_context, get_device_options
+    >>> with config_context(device_options={"chunk": 64}):
+    ...     get_device_options().chunk
+    64
+    """
+    opts = as_options(device_options)
+    outer = _CONTEXT.get()
+    token = _CONTEXT.set(opts if outer is None else outer.updated(opts))
+    try:
+        yield opts
+    finally:
+        _CONTEXT.reset(token)
+
+
+def get_device_options():
+    """The OpenCL options in force here.
+
+    Returns
+    -------
+    OpenCLOptions
+        Those of the ``SKTENSOR_FAST_OCL_*`` environment variables, updated by the enclosing
+        :func:`config_context` blocks (``None`` fields: the device's default).
+
+    Examples
+    --------
+    >>> from sktensor_fast import config_context, get_device_options
+    >>> with config_context(device_options={"layout": "wide"}):
+    ...     get_device_options().layout
+    'wide'
+    """
+    opts = OpenCLOptions.from_env()
+    ctx = _CONTEXT.get()
+    return opts if ctx is None else opts.updated(ctx)
+
+
+def resolve_options(explicit=None):
+    """:func:`get_device_options` updated by ``explicit`` (an estimator's ``device_options``)."""
+    return get_device_options().updated(as_options(explicit))
