@@ -359,3 +359,21 @@ def test_out_of_memory_for_the_interleaved_copy_is_a_clear_error(monkeypatch, be
             be.mttkrp(T, f, 0)
     finally:
         be.layout = old
+
+
+def test_format_means_what_it_says():
+    """The OpenCL tensor is COO: 'auto' and 'coo' mean it, the CPU format 'alto' is refused
+    (not ignored); the CPU narrows 'auto' to COO for the kernels that read only COO."""
+    be = _opencl_backend()
+    assert be.storage_format("auto") == be.storage_format("coo") == "coo"
+    X = random_sparse((20, 15, 10), 300, np.random.default_rng(12))
+    with pytest.raises(ValueError, match="format='alto' has no meaning on OpenCL"):
+        CPALS(rank=2, device="opencl", format="alto").fit(X)
+    with pytest.raises(ValueError, match="format='alto' has no meaning on OpenCL"):
+        be.prepare(X, "alto")
+    cpu = get_backend("cpu")
+    assert cpu.storage_format("auto") == "auto"
+    assert cpu.storage_format("auto", ("gcp",)) == "coo"
+    assert cpu.storage_format("alto", ("apr_rows",)) == "alto"
+    with pytest.raises(ValueError, match="use one of 'auto', 'coo', 'alto'"):
+        cpu.storage_format("csf")
