@@ -143,3 +143,73 @@ def test_known_edges_are_seen(graphs):
     assert "sktensor_fast.formats" in top["sktensor_fast.backends.cpu.backend"]
     assert "sktensor_fast.backends.opencl.gcp_ops" in top["sktensor_fast.backends.opencl.backend"]
     assert "sktensor_fast.backends.opencl.tensor" in top["sktensor_fast.backends.opencl.gcp_ops"]
+
+
+def test_opencl_modules_do_not_import_the_cpu_backend(graphs):
+    """What the OpenCL backend imports at module level reaches no module of backends/cpu
+    except its package (which holds only the pure-Python thread settings)."""
+    top, _ = graphs
+    seen, todo = set(), ["sktensor_fast.backends.opencl"]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(top.get(m, ()))
+    assert not [m for m in seen if m.startswith("sktensor_fast.backends.cpu.")]
+    assert "sktensor_fast.backends.gcp_common" in seen
+
+
+#: hides the compiled CPU kernels (backends/cpu/_*.so): what an install without them sees.
+#: The compiled passes of sktensor_fast/_native (coordinate narrowing, sorting by a mode,
+#: FROSTT text) stay: they are the data layer's, which every device uses to build a tensor.
+_HIDE_CPU_KERNELS = """
+import importlib.abc, sys
+class _Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.startswith("sktensor_fast.backends.cpu._"):
+            raise ImportError(f"{name} is hidden")
+sys.meta_path.insert(0, _Hide())
+"""
+
+
+def _run_without_cpu_kernels(code):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", _HIDE_CPU_KERNELS + code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_opencl_backend_imports_without_the_cpu_kernels():
+    r = _run_without_cpu_kernels(
+        "import sktensor_fast.backends.opencl\n"
+        "import sktensor_fast\n"
+        "assert not sktensor_fast.get_config()['cpu_kernels']\n"
+        "try:\n"
+        "    sktensor_fast.CPALS(rank=2).fit([[[1.0, 2.0]], [[3.0, 0.0]]])\n"
+        "except ImportError as exc:\n"
+        "    assert 'compiled CPU kernels' in str(exc)\n"
+        "else:\n"
+        "    raise SystemExit('the CPU backend ran without its kernels')\n"
+        "print('imported')\n")
+    assert r.returncode == 0 and "imported" in r.stdout, r.stdout + r.stderr
+
+
+def test_every_estimator_fits_on_opencl_without_the_cpu_kernels():
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    r = _run_without_cpu_kernels(
+        "import warnings\n"
+        "import numpy as np\n"
+        "from sktensor_fast import CPALS, CPAPR, GCP\n"
+        "rng = np.random.default_rng(0)\n"
+        "X = ((rng.random((8, 7, 6)) < 0.3) * rng.integers(1, 5, (8, 7, 6))).astype(float)\n"
+        "kw = dict(rank=2, max_iter=2, device='opencl', random_state=0)\n"
+        "warnings.simplefilter('ignore')\n"
+        "for est in (CPALS(**kw), CPAPR(**kw), CPAPR(solver='pdnr', **kw),\n"
+        "            GCP(loss='poisson', epoch_iters=5, **kw),\n"
+        "            GCP(loss='poisson', solver='lbfgsb', **kw)):\n"
+        "    assert np.isfinite(est.fit(X).transform(X)).all()\n"
+        "print('fitted')\n")
+    assert r.returncode == 0 and "fitted" in r.stdout, r.stdout + r.stderr

@@ -27,15 +27,15 @@ computed on the device, the derivative is evaluated by NumPy on the host (the sa
 to the host and the weighted derivatives back, per step), and steps 2-4 run as above.
 
 ``full_loss_grad`` (exact loss and gradient for L-BFGS-B, only for tensors small enough to be
-dense) runs on the host, with the CPU backend's NumPy code: the nonzeros are downloaded once
+dense) runs on the host, with the NumPy code of ../gcp_common.py: the nonzeros are downloaded once
 per tensor and cached.
 """
 import math
 
 import numpy as np
 
-from ..cpu import gcp_ops as _cpu_ops
-from ..cpu.gcp_ops import sampler_plan, zero_list_mode
+from .. import gcp_common
+from ..gcp_common import sampler_plan, zero_list_mode
 from .tensor import OpenCLTensor
 
 __all__ = ["GcpState", "step_key", "setup", "sampled_gradient", "loss_estimate",
@@ -43,10 +43,10 @@ __all__ = ["GcpState", "step_key", "setup", "sampled_gradient", "loss_estimate",
 
 #: where the stratified sampler's zeros come from (the list of all zeros, computed from the
 #: linear indices, or rejection) and how many rejections it tries is decided as on the CPU
-#: (``zero_list_mode`` and ``_MAX_ATTEMPTS`` of backends/cpu/gcp_ops.py), so that both draw the
+#: (``zero_list_mode`` and ``_MAX_ATTEMPTS`` of backends/gcp_common.py), so that both draw the
 #: same entries
 _SAMPLERS = ("stratified", "semi-stratified", "uniform")
-_MOMENTS = {"adam": ("m", "v"), "adagrad": ("s",), "sgd": ()}
+_MOMENTS = gcp_common.MOMENTS
 #: samples per partial sum of a loss (the CPU's LOSS_CHUNK: the same order of additions)
 _LOSS_CHUNK = 1024
 #: the sort keys hold the sample number in 32 bits
@@ -237,7 +237,7 @@ class _Sampler:
         sp = np.array([nnz, nz if explicit else 0, int(explicit), self.p, self.q, zmode,
                        int(include_nz), int(correct), int(src.lin is not None),
                        int(src.bucket is not None), src.bshift, int(implicit),
-                       int(_cpu_ops._MAX_ATTEMPTS), nzero], dtype=np.int64)
+                       int(gcp_common._MAX_ATTEMPTS), nzero], dtype=np.int64)
         self.sp = _to_device(src.be, sp)
         self.zsubs = zsubs
 
@@ -586,13 +586,12 @@ class _HostNonzeros:
 
 
 def full_loss_grad(be, T, weights, factors, loss, mask=None, modes=None, need_grad=True):
-    """Exact loss and gradient, computed on the HOST with the CPU backend's NumPy code.
+    """Exact loss and gradient, computed on the HOST with the NumPy code of gcp_common.
 
     Only for tensors small enough to be dense (the estimator checks ``GCP_DENSE_LIMIT``
     first): the nonzeros are downloaded once per tensor (cached on ``T``), the factors at
     every call, and the gradients are uploaded as device arrays of the factors' dtype.
     """
-    from ..cpu import gcp_ops as cpu_gcp
     _check_tensor(be, T)
     if not isinstance(factors, (list, tuple)):
         raise TypeError("factors must be a list of (I_k x R) matrices")
@@ -613,7 +612,7 @@ def full_loss_grad(be, T, weights, factors, loss, mask=None, modes=None, need_gr
         host = _HostNonzeros(T)
         T._gcp_host = host
     facs = [np.asarray(be.to_numpy(f), dtype=np.float64) for f in factors]
-    F, G = cpu_gcp.full_loss_grad(host, lam, facs, loss, mask, modes, need_grad)
+    F, G = gcp_common.full_loss_grad(host, lam, facs, loss, mask, modes, need_grad)
     if G is not None:
         dt = getattr(factors[0], "dtype", np.float64)
         G = [None if g is None else be.asarray(np.ascontiguousarray(g, dtype=dt)) for g in G]
