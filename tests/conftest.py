@@ -23,3 +23,17 @@ def _parallel_even_when_small(monkeypatch):
     them run with every thread asked for, to exercise the parallel paths."""
     from sktensor_fast.formats import coo
     monkeypatch.setattr(coo, "MIN_NNZ_PER_THREAD", 1)
+
+
+#: the devices estimator tests run on: the CPU, and OpenCL where a device (PoCL on a CPU in
+#: CI) can build the kernels; an unavailable device skips with the reason
+DEVICES = ("cpu", "opencl")
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """Each device in turn (``device=`` of the estimators)."""
+    if request.param != "cpu":
+        from _reference import opencl_backend_or_skip
+        opencl_backend_or_skip()
+    return request.param

@@ -301,7 +301,7 @@ def test_contention_child_and_summary(tmp_path):
     assert rows[0]["ratio_default"] == pytest.approx(0.6)
     assert rows[0]["ratio_default+spin"] == pytest.approx(3.0)
     assert "| busy (+2) | T | cpals |" in contention.table(rows, settings)
-    import matplotlib
+    matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig = contention.plot({"rows": rows, "settings": [{"label": s[0]} for s in settings]},

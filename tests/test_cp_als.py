@@ -105,13 +105,13 @@ def test_transform_and_score():
                                atol=1e-6)
 
 
-def test_five_way_and_two_way():
+def test_five_way_and_two_way(device):
     rng = np.random.default_rng(9)
     X5 = random_sparse((5, 4, 6, 3, 4), 200, rng)
-    m = CPALS(rank=2, max_iter=10, random_state=0).fit(X5)
+    m = CPALS(rank=2, max_iter=10, random_state=0, device=device).fit(X5)
     assert len(m.factors_) == 5
     X2 = rng.standard_normal((20, 6))
-    m2 = CPALS(rank=2, max_iter=200, tol=1e-10, random_state=0).fit(X2)
+    m2 = CPALS(rank=2, max_iter=200, tol=1e-10, random_state=0, device=device).fit(X2)
     # a rank-2 CP of a matrix is its best rank-2 approximation
     s = np.linalg.svd(X2, compute_uv=False)
     best = 1 - np.sqrt(np.sum(s[2:] ** 2)) / np.linalg.norm(X2)

@@ -317,11 +317,11 @@ def test_grid_search_and_pipeline():
 
 
 @pytest.mark.parametrize("solver", ["mu", "pdnr", "pqnr"])
-def test_all_zero_slices_stay_zero(solver):
+def test_all_zero_slices_stay_zero(solver, device):
     rng = np.random.default_rng(2)
     Xd, _ = labelled_counts(rng, 20)
     Xd[[3, 11]] = 0
-    est = CPAPR(3, solver=solver, max_iter=20, random_state=0)
+    est = CPAPR(3, solver=solver, max_iter=20, random_state=0, device=device)
     W = est.fit_transform(Xd)
     for f in est.factors_:
         assert np.all(np.isfinite(f))
@@ -427,6 +427,7 @@ def _flights_fits(max_iter, **params):
     return out
 
 
+@pytest.mark.slow
 def test_embedded_data_fits_end_finite():
     """On flights-routes, dest LGA and hour 01 each occur in one nonzero, the same one; the
     model there is 1e-8 to 1e-12.  With the Tensor Toolbox's guard 1e-10 in the derivatives
@@ -482,12 +483,3 @@ def test_bad_input_messages():
     bad[0, 0, 0] = -1
     with pytest.raises(ValueError, match="negative"):
         est.transform(bad)
-
-
-@pytest.mark.parametrize("solver", ["mu", "pdnr", "pqnr"])
-def test_check_estimator(solver):
-    from sklearn.utils.estimator_checks import check_estimator
-    # sklearn feeds arbitrary nonnegative floats, and the model, which assumes counts, warns
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*non-integer values")
-        check_estimator(CPAPR(solver=solver, random_state=0))

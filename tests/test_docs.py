@@ -22,6 +22,8 @@ for mod in ("sphinx", "sphinx_gallery", "numpydoc", "pydata_sphinx_theme", "myst
             "matplotlib"):
     pytest.importorskip(mod)
 
+pytestmark = pytest.mark.slow    # a Sphinx build in a subprocess
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

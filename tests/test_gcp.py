@@ -231,6 +231,7 @@ def test_stratified_zeros_are_zeros_whatever_the_path(monkeypatch, threshold, at
     assert np.all(dense[tuple(lsubs.T)] == 0)
 
 
+@pytest.mark.slow
 def test_stratified_zeros_of_a_dense_tensor_above_2_24_entries():
     """A tensor of more than 2^24 entries, 99 % nonzero: no nonzero is taken for a zero (the
     zeros used to be found by rejection there, giving up after 256 draws)."""
@@ -467,9 +468,9 @@ def test_mask_ignores_masked_entries(solver):
     assert not np.allclose(c.factors_[0], a.factors_[0])
 
 
-def test_transform_score_inverse_transform():
+def test_transform_score_inverse_transform(device):
     truth, X = planted(shape=(20, 9, 8), noise=0.0)
-    g = GCP(rank=3, solver="lbfgsb", random_state=0).fit(X)
+    g = GCP(rank=3, solver="lbfgsb", random_state=0, device=device).fit(X)
     W = g.transform(X)
     np.testing.assert_allclose(W, g.fit_transform(X), rtol=1e-3, atol=1e-3)
     assert g.score(X) > -1e-5
@@ -562,6 +563,7 @@ def test_sample_counts_at_the_bound_pass_validation():
         GCP(**kw)._check_counts()
 
 
+@pytest.mark.slow
 def test_large_sampling_step_is_interruptible():
     """A step of 2·10⁹ samples runs for minutes inside one compiled call: Ctrl-C (SIGINT)
     stops it within a fraction of a second, on one thread and on two."""
@@ -669,10 +671,11 @@ def test_one_estimator_fitted_from_threads_at_once(make):
 
 @pytest.mark.parametrize("solver", ["adam", "sgd", "adagrad", "lbfgsb"])
 @pytest.mark.parametrize("masked", [False, True])
-def test_fit_transform_agrees_with_transform_for_every_solver(solver, masked):
+def test_fit_transform_agrees_with_transform_for_every_solver(solver, masked, device):
     _, X = planted(shape=(15, 9, 8), noise=0.05)
     mask = np.random.default_rng(1).random(X.shape) < 0.8 if masked else None
-    g = GCP(rank=3, solver=solver, epoch_iters=20, max_iter=5, random_state=0, mask=mask)
+    g = GCP(rank=3, solver=solver, epoch_iters=20, max_iter=5, random_state=0, mask=mask,
+            device=device)
     W = g.fit_transform(X)
     np.testing.assert_allclose(W, g.factors_[0] * g.weights_)
     if masked:

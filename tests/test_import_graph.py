@@ -181,6 +181,7 @@ def _run_without_cpu_kernels(code):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_opencl_backend_imports_without_the_cpu_kernels():
     r = _run_without_cpu_kernels(
         "import sktensor_fast.backends.opencl\n"
@@ -196,6 +197,7 @@ def test_opencl_backend_imports_without_the_cpu_kernels():
     assert r.returncode == 0 and "imported" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_every_estimator_fits_on_opencl_without_the_cpu_kernels():
     from _reference import opencl_backend_or_skip
     opencl_backend_or_skip()

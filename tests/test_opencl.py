@@ -281,18 +281,6 @@ def test_too_large_for_device_is_a_clear_error(be):
         be.prepare(X)
 
 
-def test_estimator_with_opencl_in_grid_search():
-    _opencl_backend()
-    from sklearn.base import clone
-    from sklearn.model_selection import GridSearchCV
-    rng = np.random.default_rng(4)
-    X = random_sparse((30, 12, 10), 1500, rng)
-    est = CPALS(device="opencl", max_iter=10, random_state=0)
-    assert clone(est).get_params()["device"] == "opencl"
-    gs = GridSearchCV(est, {"rank": [2, 3]}, cv=3).fit(X)
-    assert gs.best_params_["rank"] in (2, 3)
-
-
 def test_cpapr_mu_same_model_as_cpu():
     _opencl_backend()
     from sktensor_fast import CPAPR
@@ -306,16 +294,6 @@ def test_cpapr_mu_same_model_as_cpu():
     for fa, fb in zip(a.factors_, b.factors_):
         np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(b.transform(X[:4]), a.transform(X[:4]), rtol=1e-8, atol=1e-10)
-
-
-def test_row_solvers_run_on_opencl():
-    """pdnr/pqnr are ported (compared with the CPU in test_opencl_cpapr.py)."""
-    _opencl_backend()
-    from sktensor_fast import CPAPR
-    X = random_sparse((10, 8, 6), 200, np.random.default_rng(6), counts=True)
-    for solver in ("pdnr", "pqnr"):
-        est = CPAPR(rank=2, solver=solver, max_iter=2, device="opencl", random_state=0).fit(X)
-        assert np.isfinite(est.log_likelihood_) and est.n_inner_iter_ > 0
 
 
 def test_phi_variant_and_chunk_settings(monkeypatch, be):

@@ -27,14 +27,19 @@ def inputs(X):
             "sparse.COO": sparse.COO.from_numpy(X)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ndarray", "SparseTensor", "sparse.COO"])
-def test_grid_search_pipeline_cross_val(kind):
+def test_grid_search_pipeline_cross_val(kind, device):
+    if device != "cpu" and kind != "SparseTensor":
+        pytest.skip("the input kinds are converted on the host: one of them on OpenCL")
     rng = np.random.default_rng(0)
     Xd, y = labelled_tensor(rng)
     X = inputs(Xd)[kind]
-    gs = GridSearchCV(CPALS(max_iter=50, random_state=0), {"rank": [2, 4]}, cv=3).fit(X)
+    est = CPALS(max_iter=50, random_state=0, device=device)
+    assert clone(est).get_params()["device"] == device
+    gs = GridSearchCV(est, {"rank": [2, 4]}, cv=3).fit(X)
     assert gs.best_params_["rank"] in (2, 4)
-    pipe = Pipeline([("cp", CPALS(rank=3, max_iter=100, random_state=0)),
+    pipe = Pipeline([("cp", CPALS(rank=3, max_iter=100, random_state=0, device=device)),
                      ("clf", LogisticRegression())])
     scores = cross_val_score(pipe, X, y, cv=3)
     assert scores.mean() > 0.9
@@ -59,18 +64,40 @@ def test_fit_transform_shape_and_unfitted():
     assert W.shape == (20, 3)
 
 
-def test_check_estimator():
-    from sklearn.utils.estimator_checks import check_estimator
-    check_estimator(CPALS(random_state=0))
+def _solvers(cls):
+    """Every value of the estimator's ``solver`` parameter (None: it has no such parameter)."""
+    cons = cls._parameter_constraints.get("solver")
+    return sorted(cons[0].options) if cons else [None]
 
 
-@pytest.mark.parametrize("solver", ["adam", "sgd", "adagrad", "lbfgsb"])
-def test_check_estimator_gcp(solver):
-    """fit_transform(X) and transform(X) agree for every solver: each fit ends with the step
-    on the mode-0 loadings that transform takes."""
+def _every_solver():
+    from sktensor_fast import CPAPR, GCP
+    return [(cls, solver) for cls in (CPALS, CPAPR, GCP) for solver in _solvers(cls)]
+
+
+def test_every_solver_is_checked():
+    names = {f"{cls.__name__}-{s}" for cls, s in _every_solver()}
+    assert {"CPALS-None", "CPAPR-mu", "CPAPR-pdnr", "CPAPR-pqnr", "GCP-adam", "GCP-sgd",
+            "GCP-adagrad", "GCP-lbfgsb"} <= names
+
+
+@pytest.mark.parametrize("cls, solver", _every_solver(),
+                         ids=lambda v: getattr(v, "__name__", str(v)))
+def test_check_estimator(cls, solver):
+    """scikit-learn's check_estimator for every estimator and every solver (for GCP,
+    fit_transform(X) and transform(X) agree because each fit ends with the step on the
+    mode-0 loadings that transform takes)."""
+    import warnings
     from sklearn.utils.estimator_checks import check_estimator
-    from sktensor_fast import GCP
-    check_estimator(GCP(solver=solver, epoch_iters=10, max_iter=3, random_state=0))
+    kw = {"random_state": 0}
+    if solver is not None:
+        kw["solver"] = solver
+    if cls.__name__ == "GCP":
+        kw.update(epoch_iters=10, max_iter=3)
+    with warnings.catch_warnings():
+        # CPAPR assumes counts and warns about sklearn's arbitrary nonnegative floats
+        warnings.filterwarnings("ignore", message=".*non-integer values")
+        check_estimator(cls(**kw))
 
 
 # ---------------------------------------------------------------------------- convergence
@@ -169,13 +196,28 @@ def test_stopping_at_max_iter_warns_and_says_so(name):
     assert est.n_iter_ < 1000 or name == "GCP-lbfgsb"
 
 
+@pytest.mark.parametrize("cls, solver", _every_solver(),
+                         ids=lambda v: getattr(v, "__name__", str(v)))
+def test_every_solver_warns_at_max_iter(cls, solver, device):
+    """ConvergenceWarning from every solver that stops at max_iter short of its tolerance."""
+    from sklearn.exceptions import ConvergenceWarning
+    kw = dict(rank=2, random_state=0, max_iter=2, tol=0.0, device=device)
+    if solver is not None:
+        kw["solver"] = solver
+    if cls.__name__ == "GCP":
+        kw.update(loss="poisson", epoch_iters=5)
+    with pytest.warns(ConvergenceWarning, match=r"stopped at max_iter=2 .*tol="):
+        est = cls(**kw).fit(_counts())
+    assert est.converged_ is False and est.stop_reason_ == "max_iter"
+
+
 @pytest.mark.parametrize("name", list(_convergence_estimators()))
-def test_max_time_stops_every_estimator(name):
+def test_max_time_stops_every_estimator(name, device):
     from sklearn.exceptions import ConvergenceWarning
     X = _counts()
     make = _convergence_estimators()[name]
     with pytest.warns(ConvergenceWarning, match="stopped at max_time=1e-09s after"):
-        est = make(max_iter=1000, tol=0.0, max_time=1e-9).fit(X)
+        est = make(max_iter=1000, tol=0.0, max_time=1e-9, device=device).fit(X)
     assert est.stop_reason_ == "max_time" and not est.converged_
     assert est.n_iter_ <= 2
 
