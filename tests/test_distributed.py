@@ -188,20 +188,20 @@ def test_gcp_sample_gradient_is_the_drawn_gradient():
     X = SparseTensor(np.stack([rng.integers(0, s, 300) for s in shape], 1),
                      rng.poisson(2.0, 300) + 1.0, shape)
     T = be.prepare(X, "coo")
-    state = be.gcp_setup(T, "stratified", (40, 60), (50, 50), 7)
+    state = be.gcp.setup(T, "stratified", (40, 60), (50, 50), 7)
     U = [rng.random((s, 3)) for s in shape]
     w = np.ones(3)
     for name in ("poisson", "gaussian"):
         loss = get_loss(name, None)
-        g_ref, f_ref = be.gcp_sampled_gradient(T, state, w, U, loss, 11, 4, with_loss=True)
+        g_ref, f_ref = be.gcp.sampled_gradient(T, state, w, U, loss, 11, 4, with_loss=True)
         sample = gcp_ops.draw(state.grad_sampler, _gcp.step_key(np.uint64(11), np.uint64(5)), 3)
-        g, f = be.gcp_sample_gradient(sample, w, U, loss, with_loss=True)
+        g, f = be.gcp.sample_gradient(sample, w, U, loss, with_loss=True)
         for a, b in zip(g_ref, g):
             assert np.allclose(a, b, rtol=1e-13, atol=0)
         assert np.isclose(f, f_ref, rtol=1e-13)
-        assert np.isclose(be.gcp_sample_loss(sample, w, U, loss), f_ref, rtol=1e-13)
+        assert np.isclose(be.gcp.sample_loss(sample, w, U, loss), f_ref, rtol=1e-13)
     # an empty sample (a process that owns none of a draw) contributes zeros
     empty = (np.zeros((0, 3), np.int64), np.zeros(0), np.zeros(0), np.zeros(0, np.int8))
-    g, f = be.gcp_sample_gradient(empty, w, U, get_loss("poisson", None), with_loss=True)
+    g, f = be.gcp.sample_gradient(empty, w, U, get_loss("poisson", None), with_loss=True)
     assert f == 0.0 and all(not a.any() for a in g)
-    assert be.gcp_sample_loss(empty, w, U, get_loss("poisson", None)) == 0.0
+    assert be.gcp.sample_loss(empty, w, U, get_loss("poisson", None)) == 0.0

@@ -158,15 +158,15 @@ def test_sampled_gradient_is_unbiased(sampler, masked):
         X = SparseTensor.from_dense(obs)
         T = be.prepare(X)
         zero_subs = np.argwhere(mask & (obs == 0))
-    F, G = be.gcp_full_loss_grad(T, lam, U, loss, mask=mask)
+    F, G = be.gcp.full_loss_grad(T, lam, U, loss, mask=mask)
     n = (0, 30) if sampler == "uniform" else (15, 15)
-    state = be.gcp_setup(T, sampler, n, (5, 5), 0, zero_subs=zero_subs)
+    state = be.gcp.setup(T, sampler, n, (5, 5), 0, zero_subs=zero_subs)
     draws = 3000
     acc = [np.zeros_like(u) for u in U]
     f_acc = 0.0
     out = None
     for step in range(draws):
-        out, f = be.gcp_sampled_gradient(T, state, lam, U, loss, 7, step, out=out,
+        out, f = be.gcp.sampled_gradient(T, state, lam, U, loss, 7, step, out=out,
                                          with_loss=True)
         f_acc += f
         for a, g in zip(acc, out):
@@ -184,7 +184,7 @@ def test_stratified_zero_samples_are_zeros_and_uniform_looks_values_up():
     dense = X.to_dense()
     for sampler, (p, q) in [("stratified", (50, 400)), ("uniform", (0, 400)),
                             ("semi-stratified", (50, 400))]:
-        state = be.gcp_setup(T, sampler, (p, q), (5, 5), 0)
+        state = be.gcp.setup(T, sampler, (p, q), (5, 5), 0)
         subs, x, w, corr = gcp_ops.draw(state.grad_sampler, 123, X.ndim)
         at = dense[tuple(subs.T)]
         if sampler == "uniform":
@@ -217,7 +217,7 @@ def test_stratified_zeros_are_zeros_whatever_the_path(monkeypatch, threshold, at
     dense = X.to_dense()
     n_zero = X.size - X.nnz
     be = get_backend("cpu")
-    state = be.gcp_setup(be.prepare(X), "stratified", (10, 60000), (10, 3000), 0)
+    state = be.gcp.setup(be.prepare(X), "stratified", (10, 60000), (10, 3000), 0)
     subs, x, w, _ = gcp_ops.draw(state.grad_sampler, 5, 3)
     zs = subs[10:]
     assert np.all(dense[tuple(zs.T)] == 0) and np.all(x[10:] == 0)
@@ -246,7 +246,7 @@ def test_stratified_zeros_of_a_dense_tensor_above_2_24_entries():
     X = SparseTensor._from_canonical(subs, np.ones(lin.size), shape)
     del subs, lin
     be = get_backend("cpu")
-    state = be.gcp_setup(be.prepare(X, "coo"), "stratified", (10, 20000), (10, 20000), 0)
+    state = be.gcp.setup(be.prepare(X, "coo"), "stratified", (10, 20000), (10, 20000), 0)
     for zs in (gcp_ops.draw(state.grad_sampler, 5, 2)[0][10:], state.loss_sample[0][10:]):
         assert zs.shape[0] == 20000
         assert not is_nz[zs[:, 0] * shape[1] + zs[:, 1]].any()
@@ -355,18 +355,18 @@ def test_fused_sampling_equals_drawn_sample_and_inactive_modes_untouched():
     loss = get_loss("poisson")
     lam = np.ones(4)
     for sampler in ("stratified", "semi-stratified", "uniform"):
-        state = be.gcp_setup(T, sampler, (700, 900), (5, 5), 0)
+        state = be.gcp.setup(T, sampler, (700, 900), (5, 5), 0)
         key = _gcp.step_key(np.uint64(11), np.uint64(4))
         subs, x, w, corr = gcp_ops.draw(state.grad_sampler, key, 3)
         ref, fref = gradient_ref(subs, x, w, corr, lam, U, loss)
         for threads in (1, 2):
             with num_threads(threads):
-                out, f = be.gcp_sampled_gradient(T, state, lam, U, loss, 11, 3, with_loss=True)
+                out, f = be.gcp.sampled_gradient(T, state, lam, U, loss, 11, 3, with_loss=True)
             for g, r in zip(out, ref):
                 np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10)
             assert f == pytest.approx(fref, rel=1e-10)
         marker = [np.full_like(u, 7.0) for u in U]
-        be.gcp_sampled_gradient(T, state, lam, U, loss, 11, 3, out=marker,
+        be.gcp.sampled_gradient(T, state, lam, U, loss, 11, 3, out=marker,
                                 active=[False, True, False])
         assert np.all(marker[0] == 7.0) and np.all(marker[2] == 7.0)
         np.testing.assert_allclose(marker[1], ref[1], rtol=1e-10, atol=1e-10)
@@ -385,7 +385,7 @@ def test_exact_loss_and_gradient_match_pyttb():
         fh, gh = pyttb_handles(name)
         kt = ttb.ktensor([u.copy(order="F") for u in U], copy=True)
         F_ref, G_ref = evaluate(kt, ttb.tensor(X.to_dense()), mask.astype(float), fh, gh)
-        F, G = be.gcp_full_loss_grad(T, np.ones(3), U, loss, mask=mask)
+        F, G = be.gcp.full_loss_grad(T, np.ones(3), U, loss, mask=mask)
         assert F == pytest.approx(F_ref, rel=1e-10)
         for g, r in zip(G, G_ref):
             np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-10)

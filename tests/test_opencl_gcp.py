@@ -82,8 +82,8 @@ def _same_draw(be, To, so, cpu_state, key, N):
 def test_same_samples_as_cpu(be, cpu, sampler, density):
     X, _ = sparse_problem(density=density)
     Tc, To = cpu.prepare(X), be.prepare(X)
-    sc = cpu.gcp_setup(Tc, sampler, (300, 500), (100, 100), 3)
-    so = be.gcp_setup(To, sampler, (300, 500), (100, 100), 3)
+    sc = cpu.gcp.setup(Tc, sampler, (300, 500), (100, 100), 3)
+    so = be.gcp.setup(To, sampler, (300, 500), (100, 100), 3)
     assert (so.n_grad, so.n_loss, so.n_entries) == (sc.n_grad, sc.n_loss, sc.n_entries)
     for step in (0, 1, 17):
         _same_draw(be, To, so, sc, int(_gcp.step_key(np.uint64(9), np.uint64(step + 1))), 3)
@@ -103,8 +103,8 @@ def test_same_zero_samples_as_cpu_on_every_path(be, cpu, monkeypatch, threshold,
     monkeypatch.setattr(cpu_ops, "_ZERO_LIST_MAX", 0)
     X, _ = sparse_problem(shape=(20, 15, 10), density=0.9)
     Tc, To = cpu.prepare(X), be.prepare(X)
-    sc = cpu.gcp_setup(Tc, "stratified", (50, 3000), (20, 500), 3)
-    so = be.gcp_setup(To, "stratified", (50, 3000), (20, 500), 3)
+    sc = cpu.gcp.setup(Tc, "stratified", (50, 3000), (20, 500), 3)
+    so = be.gcp.setup(To, "stratified", (50, 3000), (20, 500), 3)
     key = int(_gcp.step_key(np.uint64(9), np.uint64(1)))
     _same_draw(be, To, so, sc, key, 3)
     subs = cpu_ops.draw(sc.grad_sampler, key, 3)[0][50:]
@@ -121,8 +121,8 @@ def test_same_samples_with_a_mask_and_without_linear_index(be, cpu):
     zero_subs = np.argwhere(mask & (Xm.to_dense() == 0))
     Tc, To = cpu.prepare(Xm), be.prepare(Xm)
     for sampler in ("stratified", "semi-stratified", "uniform"):
-        sc = cpu.gcp_setup(Tc, sampler, (200, 300), (50, 50), 2, zero_subs=zero_subs)
-        so = be.gcp_setup(To, sampler, (200, 300), (50, 50), 2, zero_subs=zero_subs)
+        sc = cpu.gcp.setup(Tc, sampler, (200, 300), (50, 50), 2, zero_subs=zero_subs)
+        so = be.gcp.setup(To, sampler, (200, 300), (50, 50), 2, zero_subs=zero_subs)
         assert so.n_entries == sc.n_entries == Xm.nnz + zero_subs.shape[0]
         _same_draw(be, To, so, sc, 12345, 3)
     # a shape whose size overflows int64: the look-up compares coordinate rows
@@ -131,11 +131,11 @@ def test_same_samples_with_a_mask_and_without_linear_index(be, cpu):
     Xb = SparseTensor(subs, rng.random(300) + 1, big)
     Tc, To = cpu.prepare(Xb), be.prepare(Xb)
     # uniform samples look every value up; give it nonzeros to find by drawing few distinct
-    sc = cpu.gcp_setup(Tc, "uniform", (0, 400), (10, 10), 0)
-    so = be.gcp_setup(To, "uniform", (0, 400), (10, 10), 0)
+    sc = cpu.gcp.setup(Tc, "uniform", (0, 400), (10, 10), 0)
+    so = be.gcp.setup(To, "uniform", (0, 400), (10, 10), 0)
     _same_draw(be, To, so, sc, 77, 3)
-    sc = cpu.gcp_setup(Tc, "stratified", (100, 100), (10, 10), 0)
-    so = be.gcp_setup(To, "stratified", (100, 100), (10, 10), 0)
+    sc = cpu.gcp.setup(Tc, "stratified", (100, 100), (10, 10), 0)
+    so = be.gcp.setup(To, "stratified", (100, 100), (10, 10), 0)
     _same_draw(be, To, so, sc, 78, 3)
 
 
@@ -143,7 +143,7 @@ def test_lookup_finds_every_nonzero(be, cpu):
     """Uniform samples of a dense-ish tensor hit nonzeros: their values are looked up."""
     X, _ = sparse_problem(shape=(6, 5, 4), density=0.6)
     Tc, To = cpu.prepare(X), be.prepare(X)
-    so = be.gcp_setup(To, "uniform", (0, 500), (5, 5), 0)
+    so = be.gcp.setup(To, "uniform", (0, 500), (5, 5), 0)
     d = ocl_ops.draw(be, To, so.grad_sampler, 99)
     subs, x = d["subs"].get(), d["x"].get()
     np.testing.assert_array_equal(x, X.to_dense()[tuple(subs.T)])
@@ -160,19 +160,19 @@ def test_sampled_gradient_and_loss_equal_cpu(be, cpu, sampler, name):
     Tc, To = cpu.prepare(X), be.prepare(X)
     loss = get_loss(name, PARAMS.get(name))
     lam = np.array([1.0, 0.5, 2.0, 1.5, 0.7])
-    sc = cpu.gcp_setup(Tc, sampler, (700, 900), (300, 300), 5)
-    so = be.gcp_setup(To, sampler, (700, 900), (300, 300), 5)
+    sc = cpu.gcp.setup(Tc, sampler, (700, 900), (300, 300), 5)
+    so = be.gcp.setup(To, sampler, (700, 900), (300, 300), 5)
     Ud = [be.asarray(u) for u in U]
     for step in (0, 6):
-        gc, fc = cpu.gcp_sampled_gradient(Tc, sc, lam, U, loss, 11, step, with_loss=True)
-        go, fo = be.gcp_sampled_gradient(To, so, lam, Ud, loss, 11, step, with_loss=True)
+        gc, fc = cpu.gcp.sampled_gradient(Tc, sc, lam, U, loss, 11, step, with_loss=True)
+        go, fo = be.gcp.sampled_gradient(To, so, lam, Ud, loss, 11, step, with_loss=True)
         assert_close(host(be, go), gc)
         assert fo == pytest.approx(fc, rel=1e-12)
     # another seed is another sample
-    g2, _ = be.gcp_sampled_gradient(To, so, lam, Ud, loss, 12, 6)
+    g2, _ = be.gcp.sampled_gradient(To, so, lam, Ud, loss, 12, 6)
     assert not np.allclose(host(be, g2)[0], gc[0])
-    lc = cpu.gcp_loss_estimate(Tc, sc, lam, U, loss)
-    lo = be.gcp_loss_estimate(To, so, lam, Ud, loss)
+    lc = cpu.gcp.loss_estimate(Tc, sc, lam, U, loss)
+    lo = be.gcp.loss_estimate(To, so, lam, Ud, loss)
     assert lo == pytest.approx(lc, rel=1e-12)
 
 
@@ -181,18 +181,18 @@ def test_sampled_gradient_inactive_modes_and_reused_out(be, cpu):
     Tc, To = cpu.prepare(X), be.prepare(X)
     loss = get_loss("poisson")
     lam = np.ones(3)
-    sc = cpu.gcp_setup(Tc, "stratified", (400, 400), (50, 50), 1)
-    so = be.gcp_setup(To, "stratified", (400, 400), (50, 50), 1)
-    ref, _ = cpu.gcp_sampled_gradient(Tc, sc, lam, U, loss, 4, 2)
+    sc = cpu.gcp.setup(Tc, "stratified", (400, 400), (50, 50), 1)
+    so = be.gcp.setup(To, "stratified", (400, 400), (50, 50), 1)
+    ref, _ = cpu.gcp.sampled_gradient(Tc, sc, lam, U, loss, 4, 2)
     marker = [be.asarray(np.full_like(u, 7.0)) for u in U]
-    out, f = be.gcp_sampled_gradient(To, so, lam, U, loss, 4, 2, out=marker,
+    out, f = be.gcp.sampled_gradient(To, so, lam, U, loss, 4, 2, out=marker,
                                      active=[False, True, False, True])
     assert out is marker and f is None
     got = host(be, out)
     assert np.all(got[0] == 7.0) and np.all(got[2] == 7.0)
     assert_close([got[1], got[3]], [ref[1], ref[3]])
     # the same output arrays again, all modes: stale rows are cleared
-    out, _ = be.gcp_sampled_gradient(To, so, lam, U, loss, 4, 2, out=marker)
+    out, _ = be.gcp.sampled_gradient(To, so, lam, U, loss, 4, 2, out=marker)
     assert_close(host(be, out), ref)
 
 
@@ -201,10 +201,10 @@ def test_rows_sampled_many_times_keep_the_cpu_order(be, cpu):
     X, U = sparse_problem(shape=(2, 3, 40), density=0.5, R=2, seed=3)
     Tc, To = cpu.prepare(X), be.prepare(X)
     loss = get_loss("gaussian")
-    sc = cpu.gcp_setup(Tc, "semi-stratified", (3000, 3000), (10, 10), 0)
-    so = be.gcp_setup(To, "semi-stratified", (3000, 3000), (10, 10), 0)
-    gc, _ = cpu.gcp_sampled_gradient(Tc, sc, np.ones(2), U, loss, 2, 0)
-    go, _ = be.gcp_sampled_gradient(To, so, np.ones(2), U, loss, 2, 0)
+    sc = cpu.gcp.setup(Tc, "semi-stratified", (3000, 3000), (10, 10), 0)
+    so = be.gcp.setup(To, "semi-stratified", (3000, 3000), (10, 10), 0)
+    gc, _ = cpu.gcp.sampled_gradient(Tc, sc, np.ones(2), U, loss, 2, 0)
+    go, _ = be.gcp.sampled_gradient(To, so, np.ones(2), U, loss, 2, 0)
     # the Gaussian loss needs no math library: the same operations in the same order
     for g, r in zip(host(be, go), gc):
         np.testing.assert_array_equal(g, r)
@@ -216,14 +216,14 @@ def test_optimizer_steps_equal_cpu(be, cpu, solver):
     U = [rng.standard_normal((7, 3)), rng.standard_normal((5, 3))]
     Uc = [u.copy() for u in U]
     Ud = [be.asarray(u) for u in U]
-    sc = cpu.gcp_optimizer_state(solver, Uc)
-    so = be.gcp_optimizer_state(solver, Ud)
+    sc = cpu.gcp.optimizer_state(solver, Uc)
+    so = be.gcp.optimizer_state(solver, Ud)
     assert set(so) == set(sc)
     for t in range(1, 6):
         G = [rng.standard_normal(u.shape) for u in U]
         act = [True, t % 2 == 0]
-        cpu.gcp_optimizer_step(solver, Uc, G, sc, 0.05, t, -0.5, 0.9, 0.999, 1e-8, act)
-        be.gcp_optimizer_step(solver, Ud, [be.asarray(g) for g in G], so, 0.05, t, -0.5, 0.9,
+        cpu.gcp.optimizer_step(solver, Uc, G, sc, 0.05, t, -0.5, 0.9, 0.999, 1e-8, act)
+        be.gcp.optimizer_step(solver, Ud, [be.asarray(g) for g in G], so, 0.05, t, -0.5, 0.9,
                               0.999, 1e-8, act)
     assert any(np.any(u == -0.5) for u in Uc)  # the clipping was exercised
     # sqrt and division are correctly rounded in fp64 OpenCL: the same numbers
@@ -248,19 +248,19 @@ def test_user_defined_loss_takes_the_host_fallback(be, cpu):
     assert user.code < 0
     X, U = sparse_problem(R=3)
     Tc, To = cpu.prepare(X), be.prepare(X)
-    sc = cpu.gcp_setup(Tc, "semi-stratified", (300, 300), (100, 100), 5)
-    so = be.gcp_setup(To, "semi-stratified", (300, 300), (100, 100), 5)
+    sc = cpu.gcp.setup(Tc, "semi-stratified", (300, 300), (100, 100), 5)
+    so = be.gcp.setup(To, "semi-stratified", (300, 300), (100, 100), 5)
     lam = np.ones(3)
-    gc, fc = cpu.gcp_sampled_gradient(Tc, sc, lam, U, user, 1, 1, with_loss=True)
-    go, fo = be.gcp_sampled_gradient(To, so, lam, U, user, 1, 1, with_loss=True)
+    gc, fc = cpu.gcp.sampled_gradient(Tc, sc, lam, U, user, 1, 1, with_loss=True)
+    go, fo = be.gcp.sampled_gradient(To, so, lam, U, user, 1, 1, with_loss=True)
     assert_close(host(be, go), gc)
     assert fo == pytest.approx(fc, rel=1e-12)
-    builtin, _ = be.gcp_sampled_gradient(To, so, lam, U, get_loss("gaussian"), 1, 1)
+    builtin, _ = be.gcp.sampled_gradient(To, so, lam, U, get_loss("gaussian"), 1, 1)
     assert_close(host(be, go), host(be, builtin))
-    assert be.gcp_loss_estimate(To, so, lam, U, user) == pytest.approx(
-        cpu.gcp_loss_estimate(Tc, sc, lam, U, user), rel=1e-12)
+    assert be.gcp.loss_estimate(To, so, lam, U, user) == pytest.approx(
+        cpu.gcp.loss_estimate(Tc, sc, lam, U, user), rel=1e-12)
     # a bare object (without the estimator's wrapper) is taken as a user-defined loss too
-    go2, _ = be.gcp_sampled_gradient(To, so, lam, U, Squared(), 1, 1)
+    go2, _ = be.gcp.sampled_gradient(To, so, lam, U, Squared(), 1, 1)
     assert_close(host(be, go2), gc)
     # and the estimator runs it on the device with the CPU's samples
     kw = dict(rank=3, loss=Squared(), epoch_iters=10, max_iter=2, tol=0, random_state=1,
@@ -277,8 +277,8 @@ def test_full_loss_and_gradient_equal_cpu(be, cpu):
     mask = np.random.default_rng(0).random(X.shape) < 0.8
     Tc, To = cpu.prepare(X), be.prepare(X)
     loss = get_loss("poisson")
-    Fc, Gc = cpu.gcp_full_loss_grad(Tc, np.ones(2), U, loss, mask=mask, modes=[0, 2])
-    Fo, Go = be.gcp_full_loss_grad(To, np.ones(2), [be.asarray(u) for u in U], loss,
+    Fc, Gc = cpu.gcp.full_loss_grad(Tc, np.ones(2), U, loss, mask=mask, modes=[0, 2])
+    Fo, Go = be.gcp.full_loss_grad(To, np.ones(2), [be.asarray(u) for u in U], loss,
                                    mask=mask, modes=[0, 2])
     assert Fo == Fc and Go[1] is None
     for k in (0, 2):
@@ -343,16 +343,16 @@ def test_gcp_fp32_on_opencl():
     cpu = get_backend("cpu")
     X, U = sparse_problem(R=3, dtype=np.float32)
     To, Tc = be.prepare(X), cpu.prepare(X)
-    so = be.gcp_setup(To, "stratified", (400, 400), (200, 200), 1)
-    sc = cpu.gcp_setup(Tc, "stratified", (400, 400), (200, 200), 1)
+    so = be.gcp.setup(To, "stratified", (400, 400), (200, 200), 1)
+    sc = cpu.gcp.setup(Tc, "stratified", (400, 400), (200, 200), 1)
     assert so.dtype == np.float32
     loss = get_loss("poisson")
-    go, _ = be.gcp_sampled_gradient(To, so, np.ones(3), U, loss, 3, 0)
-    gc, _ = cpu.gcp_sampled_gradient(Tc, sc, np.ones(3), U, loss, 3, 0)
+    go, _ = be.gcp.sampled_gradient(To, so, np.ones(3), U, loss, 3, 0)
+    gc, _ = cpu.gcp.sampled_gradient(Tc, sc, np.ones(3), U, loss, 3, 0)
     assert all(g.dtype == np.float32 for g in go)
     assert_close(host(be, go), gc, rtol=1e-4)
-    assert be.gcp_loss_estimate(To, so, np.ones(3), U, loss) == pytest.approx(
-        cpu.gcp_loss_estimate(Tc, sc, np.ones(3), U, loss), rel=1e-5)
+    assert be.gcp.loss_estimate(To, so, np.ones(3), U, loss) == pytest.approx(
+        cpu.gcp.loss_estimate(Tc, sc, np.ones(3), U, loss), rel=1e-5)
     kw = dict(rank=3, loss="poisson", epoch_iters=20, max_iter=3, tol=0, random_state=2,
               n_samples_grad=200, n_samples_loss=(300, 300), learning_rate=1e-2)
     a = GCP(**kw).fit(X)
@@ -370,68 +370,68 @@ def test_bad_inputs_raise_before_any_kernel(be, cpu):
     loss = get_loss("poisson")
     lam = np.ones(2)
     with pytest.raises(ValueError, match="unknown sampler"):
-        be.gcp_setup(To, "random", (10, 10), (10, 10), 0)
+        be.gcp.setup(To, "random", (10, 10), (10, 10), 0)
     with pytest.raises(TypeError, match="prepared by this OpenCL backend"):
-        be.gcp_setup(Tc, "stratified", (10, 10), (10, 10), 0)
+        be.gcp.setup(Tc, "stratified", (10, 10), (10, 10), 0)
     with pytest.raises(ValueError, match="pair"):
-        be.gcp_setup(To, "stratified", (10, 10, 10), (10, 10), 0)
+        be.gcp.setup(To, "stratified", (10, 10, 10), (10, 10), 0)
     with pytest.raises(ValueError, match="n_grad"):
-        be.gcp_setup(To, "stratified", (-1, 10), (10, 10), 0)
+        be.gcp.setup(To, "stratified", (-1, 10), (10, 10), 0)
     with pytest.raises(ValueError, match="loss_seed"):
-        be.gcp_setup(To, "stratified", (10, 10), (10, 10), -3)
+        be.gcp.setup(To, "stratified", (10, 10), (10, 10), -3)
     with pytest.raises(ValueError, match="outside the tensor"):
-        be.gcp_setup(To, "stratified", (10, 10), (10, 10), 0, zero_subs=[[0, 0, 10]])
+        be.gcp.setup(To, "stratified", (10, 10), (10, 10), 0, zero_subs=[[0, 0, 10]])
     with pytest.raises(ValueError, match="zero_subs must be an"):
-        be.gcp_setup(To, "stratified", (10, 10), (10, 10), 0, zero_subs=[[0, 0]])
+        be.gcp.setup(To, "stratified", (10, 10), (10, 10), 0, zero_subs=[[0, 0]])
     with pytest.raises(TypeError, match="integer coordinates"):
-        be.gcp_setup(To, "stratified", (10, 10), (10, 10), 0, zero_subs=[[0.5, 0, 1]])
-    state = be.gcp_setup(To, "stratified", (10, 10), (10, 10), 0)
+        be.gcp.setup(To, "stratified", (10, 10), (10, 10), 0, zero_subs=[[0.5, 0, 1]])
+    state = be.gcp.setup(To, "stratified", (10, 10), (10, 10), 0)
     with pytest.raises(ValueError, match="rows"):
-        be.gcp_sampled_gradient(To, state, lam, [U[0][:-1], U[1], U[2]], loss, 0, 0)
+        be.gcp.sampled_gradient(To, state, lam, [U[0][:-1], U[1], U[2]], loss, 0, 0)
     with pytest.raises(ValueError, match="factor matrices given"):
-        be.gcp_sampled_gradient(To, state, lam, U[:2], loss, 0, 0)
+        be.gcp.sampled_gradient(To, state, lam, U[:2], loss, 0, 0)
     with pytest.raises(ValueError, match="weights"):
-        be.gcp_sampled_gradient(To, state, np.ones(3), U, loss, 0, 0)
+        be.gcp.sampled_gradient(To, state, np.ones(3), U, loss, 0, 0)
     with pytest.raises(ValueError, match="seed"):
-        be.gcp_sampled_gradient(To, state, lam, U, loss, -1, 0)
+        be.gcp.sampled_gradient(To, state, lam, U, loss, -1, 0)
     with pytest.raises(ValueError, match="active"):
-        be.gcp_sampled_gradient(To, state, lam, U, loss, 0, 0, active=[True])
+        be.gcp.sampled_gradient(To, state, lam, U, loss, 0, 0, active=[True])
     with pytest.raises(TypeError, match="loss"):
-        be.gcp_sampled_gradient(To, state, lam, U, "poisson", 0, 0)
+        be.gcp.sampled_gradient(To, state, lam, U, "poisson", 0, 0)
     with pytest.raises(ValueError, match="out\\[1\\]"):
-        be.gcp_sampled_gradient(To, state, lam, U, loss, 0, 0,
+        be.gcp.sampled_gradient(To, state, lam, U, loss, 0, 0,
                                 out=[be.zeros(u.shape, np.float64) for u in U[:1]]
                                 + [be.zeros((3, 2), np.float64), be.zeros(U[2].shape,
                                                                           np.float64)])
     with pytest.raises(TypeError, match="out\\[0\\]"):
-        be.gcp_sampled_gradient(To, state, lam, U, loss, 0, 0, out=[u.copy() for u in U])
+        be.gcp.sampled_gradient(To, state, lam, U, loss, 0, 0, out=[u.copy() for u in U])
     other = be.prepare(X)
     with pytest.raises(ValueError, match="another tensor"):
-        be.gcp_sampled_gradient(other, state, lam, U, loss, 0, 0)
+        be.gcp.sampled_gradient(other, state, lam, U, loss, 0, 0)
     with pytest.raises(ValueError, match="another tensor"):
-        be.gcp_loss_estimate(other, state, lam, U, loss)
+        be.gcp.loss_estimate(other, state, lam, U, loss)
     with pytest.raises(TypeError, match="state"):
-        be.gcp_loss_estimate(To, cpu.gcp_setup(Tc, "stratified", (5, 5), (5, 5), 0), lam, U,
+        be.gcp.loss_estimate(To, cpu.gcp.setup(Tc, "stratified", (5, 5), (5, 5), 0), lam, U,
                              loss)
     with pytest.raises(ValueError, match="mask has shape"):
-        be.gcp_full_loss_grad(To, lam, U, loss, mask=np.ones((2, 2), bool))
+        be.gcp.full_loss_grad(To, lam, U, loss, mask=np.ones((2, 2), bool))
     with pytest.raises(ValueError, match="unknown stochastic solver"):
-        be.gcp_optimizer_state("newton", [be.asarray(u) for u in U])
+        be.gcp.optimizer_state("newton", [be.asarray(u) for u in U])
     Ud = [be.asarray(u) for u in U]
-    opt = be.gcp_optimizer_state("adam", Ud)
+    opt = be.gcp.optimizer_state("adam", Ud)
     G = [be.asarray(u) for u in U]
     with pytest.raises(TypeError, match="device array"):
-        be.gcp_optimizer_step("adam", U, G, opt, 0.1, 1, 0.0, 0.9, 0.999, 1e-8)
+        be.gcp.optimizer_step("adam", U, G, opt, 0.1, 1, 0.0, 0.9, 0.999, 1e-8)
     with pytest.raises(ValueError, match="t must be"):
-        be.gcp_optimizer_step("adam", Ud, G, opt, 0.1, 0, 0.0, 0.9, 0.999, 1e-8)
+        be.gcp.optimizer_step("adam", Ud, G, opt, 0.1, 0, 0.0, 0.9, 0.999, 1e-8)
     with pytest.raises(ValueError, match="state must be"):
-        be.gcp_optimizer_step("adagrad", Ud, G, opt, 0.1, 1, 0.0, 0.9, 0.999, 1e-8)
+        be.gcp.optimizer_step("adagrad", Ud, G, opt, 0.1, 1, 0.0, 0.9, 0.999, 1e-8)
     with pytest.raises(ValueError, match="shape"):
-        be.gcp_optimizer_step("adam", Ud, [G[1], G[0], G[2]], opt, 0.1, 1, 0.0, 0.9, 0.999,
+        be.gcp.optimizer_step("adam", Ud, [G[1], G[0], G[2]], opt, 0.1, 1, 0.0, 0.9, 0.999,
                               1e-8)
     empty = be.prepare(SparseTensor(np.zeros((0, 3), np.int64), np.zeros(0), (4, 3, 2)))
     with pytest.raises(ValueError, match="at least one"):
-        be.gcp_setup(empty, "uniform", (5, 5), (5, 5), 0, zero_subs=np.zeros((0, 3), int))
+        be.gcp.setup(empty, "uniform", (5, 5), (5, 5), 0, zero_subs=np.zeros((0, 3), int))
     # nothing was touched by the refused calls
     np.testing.assert_array_equal(be.to_numpy(Ud[0]), U[0])
     # and the estimator's errors are the CPU's

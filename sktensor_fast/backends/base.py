@@ -9,11 +9,12 @@ Backend arrays are whatever the backend uses (NumPy arrays on the CPU, ``pyopenc
 on an OpenCL device).  Factor matrices are C-contiguous (I_n x R).
 """
 import contextlib
+import math
 from abc import ABC, abstractmethod
 
 import numpy as np
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "GcpKernels"]
 
 
 class Backend(ABC):
@@ -199,15 +200,161 @@ class Backend(ABC):
         self._apr_missing("apr_row_solve")
 
     # --- GCP primitives ----------------------------------------------------------------
-    # Generalized CP (decomposition/gcp.py).  ``loss`` is a loss object of
-    # decomposition/losses.py: built-in losses carry an integer ``code`` (and ``param``) for
-    # the kernels, a user-defined loss has code < 0 and is evaluated on the host.  Defaults
-    # raise, so a backend only claims GCP when it has them.
-    def _gcp_missing(self, what):
-        raise NotImplementedError(f"the {self.name!r} backend does not implement the GCP "
-                                  f"primitive {what}")
+    @property
+    def gcp(self):
+        """The GCP primitives of this backend (a :class:`GcpKernels`), made at first use."""
+        kernels = self.__dict__.get("_gcp_kernels")
+        if kernels is None:
+            kernels = self.__dict__["_gcp_kernels"] = self._make_gcp_kernels()
+        return kernels
 
-    def gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
+    def _make_gcp_kernels(self):
+        """The :class:`GcpKernels` subclass instance of this backend (default: none, every
+        primitive raises NotImplementedError)."""
+        return GcpKernels(self)
+
+    def info(self):
+        """A dict describing this backend for ``show_config``."""
+        return {"name": self.name}
+
+
+# ---------------------------------------------------------------------- GCP primitives
+#: the samplers and the stochastic solvers (their moments) of the GCP primitives
+GCP_SAMPLERS = ("stratified", "semi-stratified", "uniform")
+GCP_MOMENTS = {"adam": ("m", "v"), "adagrad": ("s",), "sgd": ()}
+
+
+def _int(value, name, lo=0, hi=None):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or isinstance(value, np.bool_):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if value < lo or (hi is not None and value >= hi):
+        rng = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be in {rng}, got {value}")
+    return value
+
+
+def _float(value, name):
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {value!r}") from None
+    if math.isnan(value):
+        raise ValueError(f"{name} must not be NaN")
+    return value
+
+
+def _pair(value, name):
+    try:
+        vals = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a pair (nonzeros, others), got {value!r}") from None
+    if len(vals) != 2:
+        raise ValueError(f"{name} must be a pair (nonzeros, others), got {value!r}")
+    return tuple(_int(v, name) for v in vals)
+
+
+def _active(active, N):
+    if active is None:
+        return (True,) * N
+    act = tuple(bool(a) for a in active)
+    if len(act) != N:
+        raise ValueError(f"active has {len(act)} entries for {N} modes")
+    return act
+
+
+def _check_loss(loss, exact=False):
+    """A loss object of decomposition/losses.py (integer ``code``, ``param``) or a user's
+    object with ``value(x, m)`` and ``deriv(x, m)``."""
+    has_fns = callable(getattr(loss, "value", None)) and callable(getattr(loss, "deriv", None))
+    code = getattr(loss, "code", None)
+    if code is None and has_fns:
+        return loss
+    if isinstance(code, (bool, np.bool_)) or not isinstance(code, (int, np.integer)):
+        raise TypeError(f"loss must be a loss object of decomposition.losses (with an integer "
+                        f"code), got {type(loss).__name__}")
+    if (code < 0 or exact) and not has_fns:
+        raise TypeError("loss needs methods value(x, m) and deriv(x, m)")
+    return loss
+
+
+def _check_zero_subs(zero_subs, shape):
+    """``zero_subs`` as an int64 (n, N) array of coordinates inside ``shape``."""
+    N = len(shape)
+    z = np.asarray(zero_subs)
+    if z.size == 0:
+        return np.zeros((0, N), dtype=np.int64)
+    if z.dtype.kind not in "iu":
+        if z.dtype.kind == "f" and np.all(np.isfinite(z)) and np.all(z == np.round(z)):
+            z = z.astype(np.int64)
+        else:
+            raise TypeError(f"zero_subs must hold integer coordinates, got dtype {z.dtype}")
+    if z.ndim != 2 or z.shape[1] != N:
+        raise ValueError(f"zero_subs must be an (n, {N}) array of coordinates, got shape "
+                         f"{z.shape}")
+    z = np.ascontiguousarray(z, dtype=np.int64)
+    bad = (z < 0) | (z >= np.asarray(shape, dtype=np.int64)[None, :])
+    if bad.any():
+        row = int(np.argwhere(bad)[0, 0])
+        raise ValueError(f"zero_subs row {row} {tuple(z[row])} is outside the tensor's shape "
+                         f"{tuple(shape)}")
+    return z
+
+
+def _matrices(arrays, name, N=None):
+    if not isinstance(arrays, (list, tuple)):
+        raise TypeError(f"{name} must be a list of (I_k x R) matrices")
+    if N is not None and len(arrays) != N:
+        raise ValueError(f"{name} has {len(arrays)} arrays for {N} modes")
+    shapes = [tuple(getattr(a, "shape", np.shape(a))) for a in arrays]
+    if any(len(sh) != 2 for sh in shapes):
+        raise ValueError(f"{name} must be 2-D matrices, got shapes {shapes}")
+    return shapes
+
+
+def _sample_factors(sample, weights, factors):
+    """Checks of an explicit sample (subs, x, w, corr) against the factors; returns R."""
+    shapes = _matrices(factors, "factors")
+    R = shapes[0][1] if shapes else 0
+    if any(sh[1] != R for sh in shapes):
+        raise ValueError(f"the factors have different numbers of columns: {shapes}")
+    if np.shape(weights) != (R,):
+        raise ValueError(f"weights have shape {np.shape(weights)}, expected ({R},)")
+    try:
+        subs, x, w, corr = sample
+    except (TypeError, ValueError):
+        raise TypeError("sample must be a tuple (subs, x, w, corr)") from None
+    n = np.shape(x)[0] if np.ndim(x) == 1 else -1
+    if np.shape(subs) != (n, len(factors)) or np.shape(w) != (n,) or np.shape(corr) != (n,):
+        raise ValueError(f"sample: subs must be (n, {len(factors)}) and x, w, corr of length "
+                         f"n; got shapes {np.shape(subs)}, {np.shape(x)}, {np.shape(w)}, "
+                         f"{np.shape(corr)}")
+    return R
+
+
+class GcpKernels:
+    """The primitives of generalized CP (decomposition/gcp.py) on one backend:
+    ``backend.gcp``.
+
+    The public methods check their arguments here, once for every backend, and call the
+    backend's ``_``-prefixed implementation with them checked (active modes as a tuple of
+    bools, counts as ints, coordinates as int64).  ``loss`` is a loss object of
+    decomposition/losses.py: built-in losses carry an integer ``code`` (and ``param``) for
+    the kernels, a user-defined loss has code < 0 (or none) and is evaluated on the host.
+    This base class implements none of them: a backend without GCP raises
+    NotImplementedError.
+    """
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def _missing(self, what):
+        raise NotImplementedError(f"the {self.backend.name!r} backend does not implement the "
+                                  f"GCP primitive {what}")
+
+    # ------------------------------------------------------------------ public, checked
+    def setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
         """Prepare stochastic GCP on the prepared tensor ``T`` (once per fit); returns a state.
 
         ``sampler`` is ``"stratified"``, ``"semi-stratified"`` or ``"uniform"``; ``n_grad`` is
@@ -219,10 +366,17 @@ class Backend(ABC):
         ``n_loss`` (counts actually used), ``n_entries`` (entries the loss sums over) and
         ``dtype`` (of the factor matrices the stochastic primitives work on).
         """
-        self._gcp_missing("gcp_setup")
+        if sampler not in GCP_SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}; use one of {sorted(GCP_SAMPLERS)}")
+        n_grad = _pair(n_grad, "n_grad")
+        n_loss = _pair(n_loss, "n_loss")
+        loss_seed = _int(loss_seed, "loss_seed", 0, 2 ** 64)
+        if zero_subs is not None:
+            zero_subs = _check_zero_subs(zero_subs, T.shape)
+        return self._setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs)
 
-    def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
-                             active=None, with_loss=False):
+    def sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
+                         active=None, with_loss=False):
         """Stochastic gradient of Σ f(x, m) w.r.t. every factor, from one fresh sample.
 
         The sample is a function of (``seed``, ``step``) only, so runs are reproducible and
@@ -230,46 +384,124 @@ class Backend(ABC):
         ``factors`` (``out`` is reused when given; modes with ``active[k]`` false are left
         untouched) and the sampled loss estimate when ``with_loss`` (else None).
         """
-        self._gcp_missing("gcp_sampled_gradient")
+        _matrices(factors, "factors")
+        self.backend.check_factors(T, factors, weights=weights)
+        loss = _check_loss(loss)
+        seed = _int(seed, "seed", 0, 2 ** 64)
+        step = _int(step, "step", 0, 2 ** 64 - 1)
+        act = _active(active, T.ndim)
+        if out is not None and len(out) != T.ndim:
+            raise ValueError(f"out has {len(out)} arrays for {T.ndim} modes")
+        return self._sampled_gradient(T, state, weights, factors, loss, seed, step, out, act,
+                                      bool(with_loss))
 
-    def gcp_loss_estimate(self, T, state, weights, factors, loss):
+    def loss_estimate(self, T, state, weights, factors, loss):
         """Estimate of Σ f(x, m) over all (observed) entries from the state's fixed sample."""
-        self._gcp_missing("gcp_loss_estimate")
+        _matrices(factors, "factors")
+        self.backend.check_factors(T, factors, weights=weights)
+        return self._loss_estimate(T, state, weights, factors, _check_loss(loss))
 
-    def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
-                           need_grad=True):
+    def full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
+                       need_grad=True):
         """Exact Σ f(x, m) over all entries (``mask``: boolean array, True = observed) and the
         exact gradient of the modes in ``modes`` (all by default), the MTTKRP of the dense
         derivative tensor.  Returns ``(float, grads)``; only for tensors small enough to be
         dense (the estimator checks the size first)."""
-        self._gcp_missing("gcp_full_loss_grad")
+        _matrices(factors, "factors")
+        self.backend.check_factors(T, factors, weights=weights)
+        loss = _check_loss(loss, exact=True)
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.shape != tuple(T.shape):
+                raise ValueError(f"mask has shape {mask.shape}, expected {tuple(T.shape)}")
+            mask = mask.astype(bool)
+        if modes is not None:
+            modes = [_int(k, "mode", 0, T.ndim) for k in modes]
+        return self._full_loss_grad(T, weights, factors, loss, mask, modes, bool(need_grad))
 
-    def gcp_sample_gradient(self, sample, weights, factors, loss, out=None, active=None,
-                            with_loss=False):
-        """As :meth:`gcp_sampled_gradient`, over an explicit sample instead of a drawn one.
+    def sample_gradient(self, sample, weights, factors, loss, out=None, active=None,
+                        with_loss=False):
+        """As :meth:`sampled_gradient`, over an explicit sample instead of a drawn one.
 
         ``sample`` is ``(subs, x, w, corr)``: host arrays of coordinates (n x N, int64),
         values, weights and semi-stratified correction flags (int8), in the order in which
         the contributions are to be added.  The distributed backend uses it: each process
         holds the part of a draw whose data it owns."""
-        self._gcp_missing("gcp_sample_gradient")
+        _sample_factors(sample, weights, factors)
+        act = _active(active, len(factors))
+        if out is not None and len(out) != len(factors):
+            raise ValueError(f"out has {len(out)} arrays for {len(factors)} modes")
+        return self._sample_gradient(sample, weights, factors, _check_loss(loss), out, act,
+                                     bool(with_loss))
 
-    def gcp_sample_loss(self, sample, weights, factors, loss):
+    def sample_loss(self, sample, weights, factors, loss):
         """Σ_j w_j (f(x_j, m_j) − corr_j f(0, m_j)) over an explicit ``sample`` (see
-        :meth:`gcp_sample_gradient`)."""
-        self._gcp_missing("gcp_sample_loss")
+        :meth:`sample_gradient`)."""
+        _sample_factors(sample, weights, factors)
+        return self._sample_loss(sample, weights, factors, _check_loss(loss))
 
-    def gcp_optimizer_state(self, solver, factors):
+    def optimizer_state(self, solver, factors):
         """Zero moments of a stochastic solver (``adam``, ``adagrad``, ``sgd``): a dict of lists
         of backend arrays shaped like ``factors``."""
-        self._gcp_missing("gcp_optimizer_state")
+        if solver not in GCP_MOMENTS:
+            raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
+        _matrices(factors, "factors")
+        return self._optimizer_state(solver, factors)
 
-    def gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                           epsilon, active=None):
+    def optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                       epsilon, active=None):
         """One Adam / AdaGrad / SGD step in place on ``factors`` (and ``state``), at step ``t``
         (from 1, for Adam's bias correction), clipping every entry to ``lower``."""
-        self._gcp_missing("gcp_optimizer_step")
+        if solver not in GCP_MOMENTS:
+            raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
+        shapes = _matrices(factors, "factors")
+        N = len(factors)
+        if not isinstance(grads, (list, tuple)) or len(grads) != N:
+            raise ValueError(f"{len(grads) if isinstance(grads, (list, tuple)) else grads!r} "
+                             f"gradients for {N} factors")
+        if not isinstance(state, dict) or set(state) != set(GCP_MOMENTS[solver]):
+            raise ValueError(f"state must be the dict of gcp.optimizer_state({solver!r}, ...)")
+        for name, arrs in state.items():
+            if not isinstance(arrs, (list, tuple)) or len(arrs) != N:
+                raise ValueError(f"state[{name!r}] must hold {N} arrays, one per factor")
+        act = _active(active, N)
+        for k in range(N):
+            if not act[k]:
+                continue
+            for what, a in [("gradient", grads[k])] + [(f"state[{name!r}]", state[name][k])
+                                                       for name in GCP_MOMENTS[solver]]:
+                if tuple(getattr(a, "shape", np.shape(a))) != shapes[k]:
+                    raise ValueError(f"mode {k}: the {what} has shape "
+                                     f"{tuple(getattr(a, 'shape', np.shape(a)))}, the factor "
+                                     f"{shapes[k]}")
+        return self._optimizer_step(solver, factors, grads, state, _float(lr, "lr"),
+                                    _int(t, "t", 1), _float(lower, "lower"),
+                                    _float(beta1, "beta1"), _float(beta2, "beta2"),
+                                    _float(epsilon, "epsilon"), act)
 
-    def info(self):
-        """A dict describing this backend for ``show_config``."""
-        return {"name": self.name}
+    # ------------------------------------------------------------------ implementations
+    def _setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs):
+        self._missing("setup")
+
+    def _sampled_gradient(self, T, state, weights, factors, loss, seed, step, out, active,
+                          with_loss):
+        self._missing("sampled_gradient")
+
+    def _loss_estimate(self, T, state, weights, factors, loss):
+        self._missing("loss_estimate")
+
+    def _full_loss_grad(self, T, weights, factors, loss, mask, modes, need_grad):
+        self._missing("full_loss_grad")
+
+    def _sample_gradient(self, sample, weights, factors, loss, out, active, with_loss):
+        self._missing("sample_gradient")
+
+    def _sample_loss(self, sample, weights, factors, loss):
+        self._missing("sample_loss")
+
+    def _optimizer_state(self, solver, factors):
+        self._missing("optimizer_state")
+
+    def _optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                        epsilon, active):
+        self._missing("optimizer_step")

@@ -505,7 +505,7 @@ class GCP(BaseCP):
                 To = T if self.mask is None else backend.prepare(obs.X, self._storage_format(backend))
                 n_grad, n_loss = self._sample_counts(obs.n_nz, obs.n_zero)
                 ctx.To = To
-                ctx.state = backend.gcp_setup(To, self.sampler, n_grad, n_loss,
+                ctx.state = backend.gcp.setup(To, self.sampler, n_grad, n_loss,
                                               int(rng.randint(0, 2 ** 62)), obs.zero_subs)
                 self._log(f"{self.sampler} sampling: {ctx.state.n_grad} samples per step "
                           f"(nonzeros, others), loss sample {ctx.state.n_loss}")
@@ -515,7 +515,7 @@ class GCP(BaseCP):
             U, *_ = self._refit_mode0(backend, T, X, U, loss, obs, t0=t0)
             if U[0] is not U0:  # loss_ stays the estimate on the fixed sample
                 U = [backend.asarray(backend.to_numpy(u), dtype=ctx.state.dtype) for u in U]
-                F = float(backend.gcp_loss_estimate(ctx.To, ctx.state, np.ones(R), U, loss))
+                F = float(backend.gcp.loss_estimate(ctx.To, ctx.state, np.ones(R), U, loss))
                 history[-1] = F
         weights, factors = _arrange(np.ones(R), [np.asarray(backend.to_numpy(u), np.float64)
                                                  for u in U])
@@ -540,7 +540,7 @@ class GCP(BaseCP):
             F = None
             if X.size <= GCP_DENSE_LIMIT:
                 try:
-                    F, _ = backend.gcp_full_loss_grad(T, np.ones(W.shape[1]), U, loss,
+                    F, _ = backend.gcp.full_loss_grad(T, np.ones(W.shape[1]), U, loss,
                                                       need_grad=False)
                     F = float(F)
                 except NotImplementedError:   # no exact loss on this backend
@@ -569,8 +569,8 @@ class GCP(BaseCP):
         R = U[0].shape[1]
         ones = np.ones(R)
         U = [backend.asarray(u, dtype=state.dtype) for u in U]
-        opt = backend.gcp_optimizer_state(self.solver, U)
-        f = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
+        opt = backend.gcp.optimizer_state(self.solver, U)
+        f = float(backend.gcp.loss_estimate(T, state, ones, U, loss))
         if not np.isfinite(f):
             raise ValueError(f"the estimated loss of the initial guess is {f}; check the "
                                      f"data against the loss {loss.name!r} or give an init")
@@ -585,16 +585,16 @@ class GCP(BaseCP):
                      {k: [backend.copy(a) for a in v] for k, v in opt.items()}, t)
             lr = self.learning_rate * self.decay ** n_fails
             for _ in range(self.epoch_iters):
-                G, _ = backend.gcp_sampled_gradient(T, state, ones, U, loss, seed, draws, out=G,
+                G, _ = backend.gcp.sampled_gradient(T, state, ones, U, loss, seed, draws, out=G,
                                                     active=active)
                 draws += 1
                 t += 1
-                backend.gcp_optimizer_step(self.solver, U, G, opt, lr, t, loss.lower,
+                backend.gcp.optimizer_step(self.solver, U, G, opt, lr, t, loss.lower,
                                            self.beta1, self.beta2, self.epsilon, active)
                 if limit is not None and time.perf_counter() > limit:
                     stop = "max_time"
                     break
-            f_new = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
+            f_new = float(backend.gcp.loss_estimate(T, state, ones, U, loss))
             n_epochs += 1
             failed = not f_new <= f  # NaN counts as a failure
             change = np.inf
@@ -648,7 +648,7 @@ class GCP(BaseCP):
 
         def fg(x):
             unpack(x)
-            F, G = backend.gcp_full_loss_grad(T, ones, dev, loss, mask=mask, modes=modes)
+            F, G = backend.gcp.full_loss_grad(T, ones, dev, loss, mask=mask, modes=modes)
             g = np.concatenate([np.asarray(backend.to_numpy(G[k])).ravel() for k in modes])
             if not np.isfinite(F) or not np.all(np.isfinite(g)):
                 return np.inf, np.zeros_like(g)
@@ -711,7 +711,7 @@ class GCP(BaseCP):
         else:
             rng = check_random_state(self.random_state)
             n_grad, n_loss = self._sample_counts(T.nnz, X.size - T.nnz)
-            state = backend.gcp_setup(T, self.sampler, n_grad, n_loss,
+            state = backend.gcp.setup(T, self.sampler, n_grad, n_loss,
                                       int(rng.randint(0, 2 ** 62)))
             U, *_ = self._stochastic(backend, T, state, U, loss, int(rng.randint(0, 2 ** 62)),
                                      active=active)
@@ -723,13 +723,13 @@ class GCP(BaseCP):
         U += [backend.asarray(f, dtype=np.float64) for f in factors[1:]]
         ones = np.ones(W.shape[1])
         if X.size <= GCP_DENSE_LIMIT:
-            F, _ = backend.gcp_full_loss_grad(T, ones, U, loss, need_grad=False)
+            F, _ = backend.gcp.full_loss_grad(T, ones, U, loss, need_grad=False)
         else:
             rng = check_random_state(self.random_state)
             _, n_loss = self._sample_counts(T.nnz, X.size - T.nnz)
-            state = backend.gcp_setup(T, "stratified", (1, 1), n_loss,
+            state = backend.gcp.setup(T, "stratified", (1, 1), n_loss,
                                       int(rng.randint(0, 2 ** 62)))
-            F = backend.gcp_loss_estimate(T, state, ones, U, loss)
+            F = backend.gcp.loss_estimate(T, state, ones, U, loss)
         return -float(F) / X.size
 
 

@@ -26,7 +26,7 @@ import zlib
 
 import numpy as np
 
-from ..backends.base import Backend
+from ..backends.base import Backend, GcpKernels
 
 __all__ = ["DistributedBackend", "DArray", "PreparedDistributed"]
 
@@ -508,12 +508,15 @@ class DistributedBackend(Backend):
         return out
 
     # ------------------------------------------------------------------ GCP primitives
+    def _make_gcp_kernels(self):
+        return _DistGcpKernels(self)
+
     # Every process keeps the whole factors and the optimiser's moments; each draws the
     # samples of the one-process draw whose data it owns (_sampling.py), computes their
     # gradient with its backend, and the gradients are summed in rank order, so that the
     # optimiser steps are the same on every process.
-    def gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
-        from ..backends.cpu import gcp_ops
+    def _gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
+        from ..backends import gcp_common as gcp_ops
         from ._sampling import LocalShare, draw_owned, step_key
         if sampler not in gcp_ops._SAMPLERS:
             raise ValueError(f"unknown sampler {sampler!r}; use one of "
@@ -546,7 +549,7 @@ class DistributedBackend(Backend):
         state.zero_list = zero_list
         return state
 
-    def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
+    def _gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
                              active=None, with_loss=False):
         from ._sampling import draw_owned, step_key
         N = len(factors)
@@ -556,7 +559,7 @@ class DistributedBackend(Backend):
         facs = [self._full(self._darray(f)) for f in factors]
         if state.work is None:
             state.work = [self.local.zeros(tuple(f.shape), np.float64) for f in facs]
-        g, f = self.local.gcp_sample_gradient(sample, weights, facs, loss, out=state.work,
+        g, f = self.local.gcp.sample_gradient(sample, weights, facs, loss, out=state.work,
                                               active=act, with_loss=with_loss)
         state.work = g
         modes = [k for k in range(N) if act[k]]
@@ -586,12 +589,12 @@ class DistributedBackend(Backend):
             f = self.channel.sum(float(f))
         return out, f
 
-    def gcp_loss_estimate(self, T, state, weights, factors, loss):
+    def _gcp_loss_estimate(self, T, state, weights, factors, loss):
         facs = [self._full(self._darray(f)) for f in factors]
-        part = self.local.gcp_sample_loss(state.loss_sample, weights, facs, loss)
+        part = self.local.gcp.sample_loss(state.loss_sample, weights, facs, loss)
         return self.channel.sum(float(part))
 
-    def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
+    def _gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
                            need_grad=True):
         # each process: the exact loss and gradient over the dense slab of its mode-0 rows
         # (its copy of mode 0); losses and the other modes' gradients summed in rank order,
@@ -606,7 +609,7 @@ class DistributedBackend(Backend):
         modes = list(range(N)) if modes is None else list(modes)
         F, G = 0.0, None
         if T.local[0] is not None:
-            F, G = self.local.gcp_full_loss_grad(T.local[0], weights, lf, loss, modes=modes,
+            F, G = self.local.gcp.full_loss_grad(T.local[0], weights, lf, loss, modes=modes,
                                                  need_grad=need_grad)
         F = self.channel.sum(float(F))
         if not need_grad:
@@ -626,18 +629,18 @@ class DistributedBackend(Backend):
             grads[k] = self._new(shape, np.float64, full=self.local.asarray(full))
         return F, grads
 
-    def gcp_optimizer_state(self, solver, factors):
-        st = self.local.gcp_optimizer_state(solver, [self._full(self._darray(f))
+    def _gcp_optimizer_state(self, solver, factors):
+        st = self.local.gcp.optimizer_state(solver, [self._full(self._darray(f))
                                                      for f in factors])
         return {k: [self._new(tuple(a.shape), a.dtype, full=a) for a in v]
                 for k, v in st.items()}
 
-    def gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+    def _gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
                            epsilon, active=None):
         facs = [self._full(self._darray(f)) for f in factors]
         gs = [self._full(g) if g is not None else None for g in grads]
         st = {k: [self._full(a) for a in v] for k, v in state.items()}
-        self.local.gcp_optimizer_step(solver, facs, gs, st, lr, t, lower, beta1, beta2,
+        self.local.gcp.optimizer_step(solver, facs, gs, st, lr, t, lower, beta1, beta2,
                                       epsilon, active)
         for k, f in enumerate(factors):
             if active is None or active[k]:
@@ -654,3 +657,31 @@ class DistributedBackend(Backend):
     def info(self):
         return {"name": self.name, "processes": self.channel.size,
                 "local": self.local.info()}
+
+
+class _DistGcpKernels(GcpKernels):
+    """``backend.gcp`` of the distributed backend (arguments checked by GcpKernels): the
+    ``_gcp_*`` methods of :class:`DistributedBackend`."""
+
+    def _setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs):
+        return self.backend._gcp_setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs)
+
+    def _sampled_gradient(self, T, state, weights, factors, loss, seed, step, out, active,
+                          with_loss):
+        return self.backend._gcp_sampled_gradient(T, state, weights, factors, loss, seed, step,
+                                                  out, active, with_loss)
+
+    def _loss_estimate(self, T, state, weights, factors, loss):
+        return self.backend._gcp_loss_estimate(T, state, weights, factors, loss)
+
+    def _full_loss_grad(self, T, weights, factors, loss, mask, modes, need_grad):
+        return self.backend._gcp_full_loss_grad(T, weights, factors, loss, mask, modes,
+                                                need_grad)
+
+    def _optimizer_state(self, solver, factors):
+        return self.backend._gcp_optimizer_state(solver, factors)
+
+    def _optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                        epsilon, active):
+        return self.backend._gcp_optimizer_step(solver, factors, grads, state, lr, t, lower,
+                                                beta1, beta2, epsilon, active)

@@ -246,47 +246,10 @@ class CpuBackend(Backend):
         return {"kkt": float(kkt.max()) if I else 0.0, "n_inner": int(inner.sum()),
                 "n_changed": int(np.count_nonzero(changed))}
 
-    # --- GCP primitives ---------------------------------------------------------------
-    # (implemented in gcp_ops.py; the kernels are in _gcp.pyx)
-    def gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
-        from . import gcp_ops
-        return gcp_ops.setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs,
-                             get_num_threads())
-
-    def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
-                             active=None, with_loss=False):
-        from . import gcp_ops
-        return gcp_ops.sampled_gradient(T, state, weights, factors, loss, seed, step, out,
-                                        active, with_loss, get_num_threads())
-
-    def gcp_loss_estimate(self, T, state, weights, factors, loss):
-        from . import gcp_ops
-        return gcp_ops.loss_estimate(T, state, weights, factors, loss, get_num_threads())
-
-    def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
-                           need_grad=True):
-        from . import gcp_ops
-        return gcp_ops.full_loss_grad(T, weights, factors, loss, mask, modes, need_grad)
-
-    def gcp_sample_gradient(self, sample, weights, factors, loss, out=None, active=None,
-                            with_loss=False):
-        from . import gcp_ops
-        return gcp_ops.explicit_gradient(sample, weights, factors, loss, out, active,
-                                         with_loss, get_num_threads())
-
-    def gcp_sample_loss(self, sample, weights, factors, loss):
-        from . import gcp_ops
-        return gcp_ops.sample_loss(*sample, weights, factors, loss, get_num_threads())
-
-    def gcp_optimizer_state(self, solver, factors):
-        from . import gcp_ops
-        return gcp_ops.optimizer_state(solver, factors)
-
-    def gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                           epsilon, active=None):
-        from . import gcp_ops
-        return gcp_ops.optimizer_step(solver, factors, grads, state, lr, t, lower, beta1,
-                                      beta2, epsilon, active, get_num_threads())
+    # --- GCP primitives: backend.gcp (gcp_ops.py; the kernels are in _gcp.pyx) ---------
+    def _make_gcp_kernels(self):
+        from .gcp_ops import CpuGcpKernels
+        return CpuGcpKernels(self)
 
     def info(self):
         return {"name": self.name, "openmp": bool(_kernels.HAVE_OPENMP),

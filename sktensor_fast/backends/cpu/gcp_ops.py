@@ -11,6 +11,8 @@ for tensors of at most ``GCP_DENSE_LIMIT`` entries (checked by the estimator).
 """
 import numpy as np
 
+from ..._threads import get_num_threads
+from ..base import GcpKernels
 from . import _gcp, _kernels
 # the backend-neutral parts (sampler plans, dense exact loss, moments) are shared with the
 # other backends; their names stay importable from here
@@ -18,7 +20,7 @@ from ..gcp_common import (_MAX_ATTEMPTS, _SAMPLERS, _ZERO_LIST_DENSITY,  # noqa:
                           _ZERO_LIST_MAX, _MOMENTS, dense_model, dense_mttkrp, full_loss_grad,
                           optimizer_state, sampler_plan, zero_list_mode)
 
-__all__ = ["GcpState", "sampler_plan", "setup", "sampled_gradient", "loss_estimate", "full_loss_grad",
+__all__ = ["CpuGcpKernels", "GcpState", "sampler_plan", "setup", "sampled_gradient", "loss_estimate", "full_loss_grad",
            "optimizer_state", "optimizer_step", "dense_mttkrp", "dense_model"]
 
 #: below this much work a host-side kernel call runs on one thread (as in _gcp.pyx)
@@ -130,8 +132,7 @@ def _make_sampler(T, kind, p, q, zero_subs, lin, vals, implicit=False):
 
 
 def setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs=None, num_threads=1):
-    if sampler not in _SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler!r}; use one of {sorted(_SAMPLERS)}")
+    """The state of :meth:`GcpKernels.setup` (arguments checked there)."""
     vals = np.ascontiguousarray(T.vals, dtype=np.float64)
     lin = _linear_index(T)
     if lin is not None and T.nnz > 1 and np.any(lin[1:] <= lin[:-1]):
@@ -298,3 +299,36 @@ def optimizer_step(solver, factors, grads, state, lr, t, lower, beta1, beta2, ep
         else:
             raise ValueError(f"unknown stochastic solver {solver!r}")
     return factors
+
+
+class CpuGcpKernels(GcpKernels):
+    """``backend.gcp`` of the CPU backend: the functions above on the kernels' threads."""
+
+    def _setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs):
+        return setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs, get_num_threads())
+
+    def _sampled_gradient(self, T, state, weights, factors, loss, seed, step, out, active,
+                          with_loss):
+        return sampled_gradient(T, state, weights, factors, loss, seed, step, out, active,
+                                with_loss, get_num_threads())
+
+    def _loss_estimate(self, T, state, weights, factors, loss):
+        return loss_estimate(T, state, weights, factors, loss, get_num_threads())
+
+    def _full_loss_grad(self, T, weights, factors, loss, mask, modes, need_grad):
+        return full_loss_grad(T, weights, factors, loss, mask, modes, need_grad)
+
+    def _sample_gradient(self, sample, weights, factors, loss, out, active, with_loss):
+        return explicit_gradient(sample, weights, factors, loss, out, active, with_loss,
+                                 get_num_threads())
+
+    def _sample_loss(self, sample, weights, factors, loss):
+        return sample_loss(*sample, weights, factors, loss, get_num_threads())
+
+    def _optimizer_state(self, solver, factors):
+        return optimizer_state(solver, factors)
+
+    def _optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                        epsilon, active):
+        return optimizer_step(solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                              epsilon, active, get_num_threads())

@@ -723,30 +723,9 @@ class OpenCLBackend(Backend):
         # T.vals[0] is in the order of T.subs[0], the order model_values uses
         return self._vec_reduce(0, T.vals[0], m, eps, T.nnz)
 
-    # --- GCP primitives (implemented in gcp_ops.py; the kernels are in kernels/gcp.cl) -----
-    def gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
-        return gcp_ops.setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs)
-
-    def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
-                             active=None, with_loss=False):
-        return gcp_ops.sampled_gradient(self, T, state, weights, factors, loss, seed, step,
-                                        out, active, with_loss)
-
-    def gcp_loss_estimate(self, T, state, weights, factors, loss):
-        return gcp_ops.loss_estimate(self, T, state, weights, factors, loss)
-
-    def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
-                           need_grad=True):
-        """Exact loss and gradient, computed on the host (see gcp_ops.full_loss_grad)."""
-        return gcp_ops.full_loss_grad(self, T, weights, factors, loss, mask, modes, need_grad)
-
-    def gcp_optimizer_state(self, solver, factors):
-        return gcp_ops.optimizer_state(self, solver, factors)
-
-    def gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                           epsilon, active=None):
-        return gcp_ops.optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1,
-                                      beta2, epsilon, active)
+    # --- GCP primitives: backend.gcp (gcp_ops.py; the kernels are in kernels/gcp.cl) -----
+    def _make_gcp_kernels(self):
+        return gcp_ops.OpenCLGcpKernels(self)
 
     def info(self):
         d = self.device

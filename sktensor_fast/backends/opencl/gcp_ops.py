@@ -35,17 +35,17 @@ import math
 import numpy as np
 
 from .. import gcp_common
+from ..base import GcpKernels
 from ..gcp_common import sampler_plan, zero_list_mode
 from .tensor import OpenCLTensor
 
-__all__ = ["GcpState", "step_key", "setup", "sampled_gradient", "loss_estimate",
+__all__ = ["OpenCLGcpKernels", "GcpState", "step_key", "setup", "sampled_gradient", "loss_estimate",
            "full_loss_grad", "optimizer_state", "optimizer_step", "draw"]
 
 #: where the stratified sampler's zeros come from (the list of all zeros, computed from the
 #: linear indices, or rejection) and how many rejections it tries is decided as on the CPU
 #: (``zero_list_mode`` and ``_MAX_ATTEMPTS`` of backends/gcp_common.py), so that both draw the
 #: same entries
-_SAMPLERS = ("stratified", "semi-stratified", "uniform")
 _MOMENTS = gcp_common.MOMENTS
 #: samples per partial sum of a loss (the CPU's LOSS_CHUNK: the same order of additions)
 _LOSS_CHUNK = 1024
@@ -70,37 +70,7 @@ def step_key(seed, step):
     return _mix64(_mix64((seed + _PHI) & _M64) ^ ((step * 0xD1B54A32D192ED03 + 1) & _M64))
 
 
-# ------------------------------------------------------------------ validation helpers
-def _int(value, name, lo=0, hi=None):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    value = int(value)
-    if value < lo or (hi is not None and value >= hi):
-        rng = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
-        raise ValueError(f"{name} must be in {rng}, got {value}")
-    return value
-
-
-def _float(value, name):
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got {value!r}") from None
-    if math.isnan(value):
-        raise ValueError(f"{name} must not be NaN")
-    return value
-
-
-def _pair(value, name):
-    try:
-        vals = tuple(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a pair (nonzeros, others), got {value!r}") from None
-    if len(vals) != 2:
-        raise ValueError(f"{name} must be a pair (nonzeros, others), got {value!r}")
-    return tuple(_int(v, name) for v in vals)
-
-
+# ------------------------------------------------------------------ device-side checks
 def _check_tensor(be, T):
     if not isinstance(T, OpenCLTensor):
         raise TypeError(f"expected a tensor prepared by this OpenCL backend "
@@ -111,9 +81,9 @@ def _check_tensor(be, T):
 
 def _check_state(be, T, state):
     if not isinstance(state, GcpState):
-        raise TypeError(f"expected the state returned by gcp_setup, got {type(state).__name__}")
+        raise TypeError(f"expected the state returned by backend.gcp.setup, got {type(state).__name__}")
     if state.T is not T:
-        raise ValueError("the GCP state was set up for another tensor (call gcp_setup with "
+        raise ValueError("the GCP state was set up for another tensor (call backend.gcp.setup with "
                          "this tensor)")
     if state.backend is not be:
         raise ValueError("the GCP state was set up by another backend")
@@ -134,15 +104,6 @@ def _check_loss(loss):
         raise TypeError("a user-defined loss needs methods value(x, m) and deriv(x, m)")
     param = float(getattr(loss, "param", float("nan")))
     return code, param
-
-
-def _active(active, N):
-    if active is None:
-        return (True,) * N
-    act = tuple(bool(a) for a in active)
-    if len(act) != N:
-        raise ValueError(f"active has {len(act)} entries for {N} modes")
-    return act
 
 
 def _weights(weights, R):
@@ -353,42 +314,16 @@ class GcpState:
         return self._work
 
 
-def _check_zero_subs(zero_subs, shape):
-    N = len(shape)
-    z = np.asarray(zero_subs)
-    if z.size == 0:
-        return np.zeros((0, N), dtype=np.int32)
-    if z.dtype.kind not in "iu":
-        if z.dtype.kind == "f" and np.all(np.isfinite(z)) and np.all(z == np.round(z)):
-            z = z.astype(np.int64)
-        else:
-            raise TypeError(f"zero_subs must hold integer coordinates, got dtype {z.dtype}")
-    if z.ndim != 2 or z.shape[1] != N:
-        raise ValueError(f"zero_subs must be an (n, {N}) array of coordinates, got shape "
-                         f"{z.shape}")
-    z = z.astype(np.int64)
-    bad = (z < 0) | (z >= np.asarray(shape, dtype=np.int64)[None, :])
-    if bad.any():
-        row = int(np.argwhere(bad)[0, 0])
-        raise ValueError(f"zero_subs row {row} {tuple(z[row])} is outside the tensor's shape "
-                         f"{tuple(shape)}")
-    return np.ascontiguousarray(z, dtype=np.int32)
-
-
 def setup(be, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
+    """The state of :meth:`GcpKernels.setup` (arguments checked there)."""
     _check_tensor(be, T)
-    if sampler not in _SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler!r}; use one of {sorted(_SAMPLERS)}")
-    n_grad = _pair(n_grad, "n_grad")
-    n_loss = _pair(n_loss, "n_loss")
-    loss_seed = _int(loss_seed, "loss_seed", 0, 2 ** 64)
     if sum(n_grad) >= _MAX_SAMPLES or sum(n_loss) >= _MAX_SAMPLES:
         raise ValueError(f"at most {_MAX_SAMPLES - 1} samples per draw on an OpenCL device")
     nnz = int(T.nnz)
     size = _size(T.shape)
     zdev = None
     if zero_subs is not None:
-        z = _check_zero_subs(zero_subs, T.shape)
+        z = np.ascontiguousarray(zero_subs, dtype=np.int32)
         nz = int(z.shape[0])
         n_entries = nnz + nz
         zdev = _to_device(be, z) if nz else None
@@ -485,10 +420,8 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
     _check_state(be, T, state)
     facs, lam, R = _factors(be, T, factors, weights)
     code, param = _check_loss(loss)
-    seed = _int(seed, "seed", 0, 2 ** 64)
-    step = _int(step, "step", 0, 2 ** 64 - 1)
     N = T.ndim
-    act = _active(active, N)
+    act = tuple(active)
     dt = state.dtype
     if out is None:
         out = [be.zeros((T.shape[k], R), dt) for k in range(N)]
@@ -593,20 +526,8 @@ def full_loss_grad(be, T, weights, factors, loss, mask=None, modes=None, need_gr
     every call, and the gradients are uploaded as device arrays of the factors' dtype.
     """
     _check_tensor(be, T)
-    if not isinstance(factors, (list, tuple)):
-        raise TypeError("factors must be a list of (I_k x R) matrices")
     R = be.check_factors(T, factors)
     lam = _weights(weights, R)
-    if not callable(getattr(loss, "value", None)) or not callable(getattr(loss, "deriv", None)):
-        raise TypeError("loss must have methods value(x, m) and deriv(x, m)")
-    N = T.ndim
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.shape != tuple(T.shape):
-            raise ValueError(f"mask has shape {mask.shape}, expected {tuple(T.shape)}")
-        mask = mask.astype(bool)
-    if modes is not None:
-        modes = [_int(k, "mode", 0, N) for k in modes]
     host = T.__dict__.get("_gcp_host")
     if host is None:
         host = _HostNonzeros(T)
@@ -620,11 +541,6 @@ def full_loss_grad(be, T, weights, factors, loss, mask=None, modes=None, need_gr
 
 
 # ------------------------------------------------------------------ optimiser steps
-def _check_solver(solver):
-    if solver not in _MOMENTS:
-        raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
-
-
 def _device_matrices(be, arrays, name):
     import pyopencl.array as cla
     if not isinstance(arrays, (list, tuple)):
@@ -640,7 +556,6 @@ def _device_matrices(be, arrays, name):
 
 
 def optimizer_state(be, solver, factors):
-    _check_solver(solver)
     _device_matrices(be, factors, "factors")
     return {name: [be.zeros(tuple(f.shape), f.dtype) for f in factors]
             for name in _MOMENTS[solver]}
@@ -648,24 +563,14 @@ def optimizer_state(be, solver, factors):
 
 def optimizer_step(be, solver, factors, grads, state, lr, t, lower, beta1, beta2, epsilon,
                    active=None):
-    _check_solver(solver)
+    """One step on device arrays (arguments checked by :meth:`GcpKernels.optimizer_step`;
+    here that they are this backend's device arrays of one dtype)."""
     _device_matrices(be, factors, "factors")
     _device_matrices(be, grads, "grads")
     N = len(factors)
-    if len(grads) != N:
-        raise ValueError(f"{len(grads)} gradients for {N} factors")
-    if not isinstance(state, dict) or set(state) != set(_MOMENTS[solver]):
-        raise ValueError(f"state must be the dict of gcp_optimizer_state({solver!r}, ...)")
     for name, arrs in state.items():
         _device_matrices(be, arrs, f"state[{name!r}]")
-        if len(arrs) != N:
-            raise ValueError(f"state[{name!r}] has {len(arrs)} arrays for {N} factors")
-    act = _active(active, N)
-    lr = _float(lr, "lr")
-    lower = _float(lower, "lower")
-    t = _int(t, "t", 1)
-    beta1, beta2, epsilon = (_float(beta1, "beta1"), _float(beta2, "beta2"),
-                             _float(epsilon, "epsilon"))
+    act = tuple(active) if active is not None else (True,) * N
     for k in range(N):
         if not act[k]:
             continue
@@ -696,3 +601,29 @@ def optimizer_step(be, solver, factors, grads, state, lr, t, lower, beta1, beta2
             _kernel(be, U.dtype, N, "gcp_sgd")(
                 be.queue, (U.size,), None, n, U.data, G.data, dt(lr), dt(lower))
     return factors
+
+
+class OpenCLGcpKernels(GcpKernels):
+    """``backend.gcp`` of the OpenCL backend: the functions above on its device."""
+
+    def _setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs):
+        return setup(self.backend, T, sampler, n_grad, n_loss, loss_seed, zero_subs)
+
+    def _sampled_gradient(self, T, state, weights, factors, loss, seed, step, out, active,
+                          with_loss):
+        return sampled_gradient(self.backend, T, state, weights, factors, loss, seed, step,
+                                out, active, with_loss)
+
+    def _loss_estimate(self, T, state, weights, factors, loss):
+        return loss_estimate(self.backend, T, state, weights, factors, loss)
+
+    def _full_loss_grad(self, T, weights, factors, loss, mask, modes, need_grad):
+        return full_loss_grad(self.backend, T, weights, factors, loss, mask, modes, need_grad)
+
+    def _optimizer_state(self, solver, factors):
+        return optimizer_state(self.backend, solver, factors)
+
+    def _optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
+                        epsilon, active):
+        return optimizer_step(self.backend, solver, factors, grads, state, lr, t, lower,
+                              beta1, beta2, epsilon, active)

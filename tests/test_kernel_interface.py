@@ -1,0 +1,71 @@
+"""The kernel interface: GCP primitives grouped in ``backend.gcp`` and their arguments checked
+once, in the base class, with the same messages on every backend."""
+import numpy as np
+import pytest
+
+from sktensor_fast import SparseTensor
+from sktensor_fast.backends import Backend, get_backend
+from sktensor_fast.backends.base import GcpKernels
+from sktensor_fast.decomposition.losses import get_loss
+
+
+def test_backend_has_no_flat_gcp_methods():
+    assert not [m for m in dir(Backend) if m.startswith("gcp_")]
+    cpu = get_backend("cpu")
+    assert isinstance(cpu.gcp, GcpKernels) and cpu.gcp is cpu.gcp
+    assert cpu.gcp.backend is cpu
+
+
+def test_a_backend_without_gcp_says_so():
+    class Bare(Backend):
+        name = "bare"
+        prepare = asarray = to_numpy = zeros = mttkrp = phi = model_values = None
+        gram = matmul_small = column_norms = scale_columns = inner = None
+
+    with pytest.raises(NotImplementedError, match="'bare' backend does not implement the GCP "
+                                                  "primitive optimizer_state"):
+        Bare().gcp.optimizer_state("adam", [np.zeros((2, 2))])
+
+
+def _setup(device):
+    be = get_backend(device)
+    rng = np.random.default_rng(0)
+    X = SparseTensor.from_dense((rng.random((6, 5, 4)) < 0.3) * 1.0)
+    T = be.prepare(X, be.storage_format("auto", ("gcp",)))
+    U = [be.asarray(rng.random((s, 2))) for s in X.shape]
+    return be, T, U
+
+
+@pytest.mark.parametrize("call, err, match", [
+    (lambda g, T, U: g.setup(T, "random", (5, 5), (5, 5), 0), ValueError, "unknown sampler"),
+    (lambda g, T, U: g.setup(T, "uniform", (5,), (5, 5), 0), ValueError, "n_grad must be a pair"),
+    (lambda g, T, U: g.setup(T, "uniform", (5, -1), (5, 5), 0), ValueError, "n_grad must be in"),
+    (lambda g, T, U: g.setup(T, "uniform", (5, 5), (5, 5), 1.5), TypeError, "loss_seed must be"),
+    (lambda g, T, U: g.setup(T, "uniform", (5, 5), (5, 5), 0, zero_subs=[[9, 0, 0]]),
+     ValueError, "zero_subs row 0 .* is outside"),
+    (lambda g, T, U: g.loss_estimate(T, None, np.ones(3), U, get_loss("gaussian")), ValueError,
+     r"weights have shape \(3,\), expected \(2,\)"),
+    (lambda g, T, U: g.sampled_gradient(T, None, np.ones(2), U, get_loss("gaussian"), -1, 0),
+     ValueError, "seed must be in"),
+    (lambda g, T, U: g.sampled_gradient(T, None, np.ones(2), U, get_loss("gaussian"), 0, 0,
+                                        active=[True]), ValueError, "active has 1 entries"),
+    (lambda g, T, U: g.sampled_gradient(T, None, np.ones(2), U, object(), 0, 0), TypeError,
+     "loss must be a loss object"),
+    (lambda g, T, U: g.full_loss_grad(T, np.ones(2), U, get_loss("gaussian"), mask=np.ones(3)),
+     ValueError, "mask has shape"),
+    (lambda g, T, U: g.full_loss_grad(T, np.ones(2), U[:2], get_loss("gaussian")), ValueError,
+     "2 factor matrices given for a tensor with 3 modes"),
+    (lambda g, T, U: g.optimizer_state("newton", U), ValueError, "unknown stochastic solver"),
+    (lambda g, T, U: g.optimizer_step("sgd", U, U[:2], {}, 0.1, 1, 0.0, 0.9, 0.99, 1e-8),
+     ValueError, "2 gradients for 3 factors"),
+    (lambda g, T, U: g.optimizer_step("adam", U, U, {"m": U}, 0.1, 1, 0.0, 0.9, 0.99, 1e-8),
+     ValueError, "state must be the dict"),
+    (lambda g, T, U: g.optimizer_step("sgd", U, U, {}, 0.1, 0, 0.0, 0.9, 0.99, 1e-8),
+     ValueError, "t must be in"),
+    (lambda g, T, U: g.optimizer_step("sgd", U, U[::-1], {}, 0.1, 1, 0.0, 0.9, 0.99, 1e-8),
+     ValueError, "mode 0: the gradient has shape"),
+])
+def test_gcp_arguments_are_checked_alike_on_every_device(device, call, err, match):
+    be, T, U = _setup(device)
+    with pytest.raises(err, match=match):
+        call(be.gcp, T, U)
