@@ -57,7 +57,7 @@ def test_row_solver_matches_numpy(shape, rank, method):
         for threads in (1, 2):
             B = B0.copy()
             with num_threads(threads):
-                res = be.apr_row_solve(T, factors, mode, B, method, ROW_PARAMS)
+                res = be.apr.row_solve(T, factors, mode, B, method, ROW_PARAMS)
             np.testing.assert_allclose(B, ref, rtol=1e-9, atol=1e-12)
             assert res["kkt"] == pytest.approx(kkt.max(), rel=1e-9)
             assert res["n_inner"] == inner.sum()
@@ -77,11 +77,11 @@ def test_row_solver_uncached_rows_and_float32(method, monkeypatch):
     monkeypatch.setattr(_cpapr, "PI_CACHE_ELEMS", 40)   # rows with > 10 nonzeros: uncached
     assert np.diff(T.row_ptr(0)).max() * 4 > 40
     B = factors[0].copy()
-    be.apr_row_solve(T, factors, 0, B, method, ROW_PARAMS)
+    be.apr.row_solve(T, factors, 0, B, method, ROW_PARAMS)
     np.testing.assert_allclose(B, ref, rtol=1e-9, atol=1e-12)
     X32 = SparseTensor(X.subs, X.vals, X.shape, dtype=np.float32)
     B32 = factors[0].astype(np.float32)
-    be.apr_row_solve(CooFormat(X32), [f.astype(np.float32) for f in factors], 0, B32, method,
+    be.apr.row_solve(CooFormat(X32), [f.astype(np.float32) for f in factors], 0, B32, method,
                      ROW_PARAMS)
     assert B32.dtype == np.float32
     np.testing.assert_allclose(B32, ref, rtol=1e-3, atol=1e-5)
@@ -104,18 +104,18 @@ def test_row_ptr_and_elementwise_primitives():
     Phi = rng.random((30, 4)) * 2
     shift = (Phi > 1) & (A < 1e-10)
     expect = np.where(shift, A + 0.5, A)
-    assert be.apr_shift_inadmissible(A, Phi, 1e-10, 0.5) == np.count_nonzero(shift) > 0
+    assert be.apr.shift_inadmissible(A, Phi, 1e-10, 0.5) == np.count_nonzero(shift) > 0
     np.testing.assert_array_equal(A, expect)
-    assert be.apr_kkt_violation(A, Phi) == np.max(np.abs(np.minimum(A, 1 - Phi)))
+    assert be.apr.kkt_violation(A, Phi) == np.max(np.abs(np.minimum(A, 1 - Phi)))
     B = A.copy()
-    assert be.multiply_(B, Phi) is B
+    assert be.apr.multiply_(B, Phi) is B
     np.testing.assert_array_equal(B, A * Phi)
-    from sktensor_fast.backends.base import Backend
+    from sktensor_fast.backends.base import AprKernels
     moving = np.max(np.abs(np.minimum(A, 1 - Phi)), axis=1) >= 0.3
     expect = np.where(moving[:, None], A * Phi, A)
     B, B_host = A.copy(), A.copy()
-    assert be.apr_mu_rows_(B, Phi, 0.3) == np.count_nonzero(moving) > 0
-    assert Backend.apr_mu_rows_(be, B_host, Phi, 0.3) == np.count_nonzero(moving)
+    assert be.apr.mu_rows_(B, Phi, 0.3) == np.count_nonzero(moving) > 0
+    assert AprKernels(be).mu_rows_(B_host, Phi, 0.3) == np.count_nonzero(moving)  # host
     np.testing.assert_array_equal(B, expect)
     np.testing.assert_array_equal(B_host, expect)
 
@@ -187,7 +187,7 @@ def test_mu_shift_plumbing_matches_pyttb(monkeypatch):
     """pyttb 1.8.6 shifts entries where Φ > 0 (the Tensor Toolbox, the paper and CPAPR use
     Φ > 1).  With our primitive swapped for pyttb's rule, shifts happen at the same place in the
     iteration and the results agree; with the right rule CPAPR converges where pyttb cannot."""
-    from sktensor_fast.backends.cpu.backend import CpuBackend
+    from sktensor_fast.backends.cpu.backend import CpuAprKernels
 
     def pyttb_rule(self, A, Phi, kappa_tol, kappa):
         V = (Phi > 0) & (A < kappa_tol)
@@ -198,7 +198,7 @@ def test_mu_shift_plumbing_matches_pyttb(monkeypatch):
     M, out = _pyttb_fit(X, init, "mu", maxiters=40)
     est_ok = CPAPR(3, solver="mu", init=init, max_iter=40).fit(X)
     with monkeypatch.context() as mp:
-        mp.setattr(CpuBackend, "apr_shift_inadmissible", pyttb_rule)
+        mp.setattr(CpuAprKernels, "_shift_inadmissible", pyttb_rule)
         est = CPAPR(3, solver="mu", init=init, max_iter=40).fit(X)
     assert est.n_inner_iter_ == out["nTotalIters"]
     assert est.log_likelihood_ == pytest.approx(out["obj"], rel=1e-8)

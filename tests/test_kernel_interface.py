@@ -27,11 +27,16 @@ def test_a_backend_without_gcp_says_so():
         Bare().gcp.optimizer_state("adam", [np.zeros((2, 2))])
 
 
+def _tensor():
+    rng = np.random.default_rng(0)
+    return SparseTensor.from_dense((rng.random((6, 5, 4)) < 0.3) * 1.0)
+
+
 def _setup(device):
     be = get_backend(device)
-    rng = np.random.default_rng(0)
-    X = SparseTensor.from_dense((rng.random((6, 5, 4)) < 0.3) * 1.0)
+    X = _tensor()
     T = be.prepare(X, be.storage_format("auto", ("gcp",)))
+    rng = np.random.default_rng(1)
     U = [be.asarray(rng.random((s, 2))) for s in X.shape]
     return be, T, U
 
@@ -69,3 +74,41 @@ def test_gcp_arguments_are_checked_alike_on_every_device(device, call, err, matc
     be, T, U = _setup(device)
     with pytest.raises(err, match=match):
         call(be.gcp, T, U)
+
+
+def test_backend_has_no_flat_apr_methods():
+    assert not [m for m in dir(Backend) if m.startswith("apr_") or m == "multiply_"]
+    from sktensor_fast.backends.base import AprKernels
+    cpu = get_backend("cpu")
+    assert isinstance(cpu.apr, AprKernels) and cpu.apr is cpu.apr
+
+
+def _row_params(**kw):
+    return dict(dict(tol=1e-4, max_inner=5, eps_div_zero=1e-10, eps_active=1e-8), **kw)
+
+
+@pytest.mark.parametrize("call, err, match", [
+    (lambda a, T, U: a.shift_inadmissible(U[0], U[1], 1e-10, 0.01), ValueError,
+     r"Phi has shape \(5, 2\), A has \(6, 2\)"),
+    (lambda a, T, U: a.kkt_violation(U[0], [[1.0]]), TypeError, "Phi must be a NumPy or "),
+    (lambda a, T, U: a.multiply_(U[0], U[1]), ValueError, "Phi has shape"),
+    (lambda a, T, U: a.mu_rows_(U[0], U[0], float("nan")), ValueError, "tol must be a real"),
+    (lambda a, T, U: a.row_solve(T, U, 0, U[0], "newton", _row_params()), ValueError,
+     "unknown CP-APR row solver"),
+    (lambda a, T, U: a.row_solve(T, U, 1.0, U[1], "pdnr", _row_params()), TypeError,
+     "mode must be an integer"),
+    (lambda a, T, U: a.row_solve(T, U, 0, U[1], "pdnr", _row_params()), ValueError,
+     r"B has shape \(5, 2\), expected \(6, 2\)"),
+    (lambda a, T, U: a.row_solve(T, U, 0, U[0], "pdnr", {"tol": 1e-4}), ValueError,
+     "lack max_inner"),
+    (lambda a, T, U: a.row_solve(T, U, 0, U[0], "pqnr", _row_params(lbfgs_mem=0)), ValueError,
+     "lbfgs_mem must be in"),
+    (lambda a, T, U: a.row_solve(T, U, 0, U[0], "pqnr", _row_params(eps_div_zero=0.0)),
+     ValueError, "eps_div_zero must be > 0"),
+])
+def test_apr_arguments_are_checked_alike_on_every_device(device, call, err, match):
+    be, T, U = _setup(device)
+    T = be.prepare(_tensor(), be.storage_format("auto", ("apr_rows",)))
+    with pytest.raises(err, match=match):
+        call(be.apr, T, U)
+

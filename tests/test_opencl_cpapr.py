@@ -54,9 +54,9 @@ def _compare(be, cpu, X, factors, method, params, rtol=1e-9):
     out = []
     for mode in range(X.ndim):
         Bc = factors[mode].copy()
-        rc = cpu.apr_row_solve(Tc, factors, mode, Bc, method, params)
+        rc = cpu.apr.row_solve(Tc, factors, mode, Bc, method, params)
         Bd = be.asarray(factors[mode])
-        ro = be.apr_row_solve(To, factors, mode, Bd, method, params)
+        ro = be.apr.row_solve(To, factors, mode, Bd, method, params)
         Bo = be.to_numpy(Bd)
         assert Bo.dtype == X.dtype
         np.testing.assert_allclose(Bo, Bc, rtol=rtol, atol=rtol * np.abs(Bc).max())
@@ -129,7 +129,7 @@ def test_row_solve_without_nonzeros(be):
     X = SparseTensor(np.zeros((0, 3), dtype=np.int64), np.zeros(0), (4, 3, 2))
     f = [np.ones((s, 2)) for s in X.shape]
     Bd = be.asarray(f[1])
-    res = be.apr_row_solve(be.prepare(X), f, 1, Bd, "pdnr", _params())
+    res = be.apr.row_solve(be.prepare(X), f, 1, Bd, "pdnr", _params())
     assert res == {"kkt": 0.0, "n_inner": 0, "n_changed": 0}
     assert np.all(be.to_numpy(Bd) == 0)
 
@@ -139,12 +139,12 @@ def test_row_solve_host_arrays_and_other_dtype(be, cpu):
     X, _, factors = _problem((10, 8, 6), 3, 200, seed=9)
     T, Tc = be.prepare(X), cpu.prepare(X, "coo")
     Bc = factors[0].copy()
-    cpu.apr_row_solve(Tc, factors, 0, Bc, "pqnr", _params())
+    cpu.apr.row_solve(Tc, factors, 0, Bc, "pqnr", _params())
     Bh = factors[0].copy()
-    be.apr_row_solve(T, factors, 0, Bh, "pqnr", _params())
+    be.apr.row_solve(T, factors, 0, Bh, "pqnr", _params())
     np.testing.assert_allclose(Bh, Bc, rtol=1e-9, atol=1e-12)
     B32 = be.asarray(factors[0].astype(np.float32))
-    be.apr_row_solve(T, factors, 0, B32, "pqnr", _params())
+    be.apr.row_solve(T, factors, 0, B32, "pqnr", _params())
     assert B32.dtype == np.float32
     np.testing.assert_allclose(be.to_numpy(B32), Bc, rtol=1e-5, atol=1e-6)
 
@@ -187,16 +187,16 @@ def test_mu_rows_matches_cpu(be, cpu, dtype):
     B[5] = 0
     Phi[5] = 0.2          # violation 0 (B is 0): left alone too
     Bc = B.copy()
-    nc = cpu.apr_mu_rows_(Bc, Phi, 1e-3)
+    nc = cpu.apr.mu_rows_(Bc, Phi, 1e-3)
     Bd = be.asarray(B)
-    no = be.apr_mu_rows_(Bd, be.asarray(Phi), 1e-3)
+    no = be.apr.mu_rows_(Bd, be.asarray(Phi), 1e-3)
     assert no == nc and 0 < no < 57
     np.testing.assert_array_equal(be.to_numpy(Bd), Bc)
-    assert be.apr_mu_rows_(be.zeros((0, 5), dtype), be.zeros((0, 5), dtype), 1e-3) == 0
+    assert be.apr.mu_rows_(be.zeros((0, 5), dtype), be.zeros((0, 5), dtype), 1e-3) == 0
     Bh = B.copy()                       # a host B is updated in place as well
-    assert be.apr_mu_rows_(Bh, Phi, 1e-3) == nc
+    assert be.apr.mu_rows_(Bh, Phi, 1e-3) == nc
     np.testing.assert_array_equal(Bh, Bc)
-    assert be.apr_mu_rows_(Bd, be.asarray(np.ones_like(B)), 1e-3) == 0
+    assert be.apr.mu_rows_(Bd, be.asarray(np.ones_like(B)), 1e-3) == 0
 
 
 def test_bad_inputs_are_clear_errors(be):
@@ -223,18 +223,18 @@ def test_bad_inputs_are_clear_errors(be):
         args = dict(T=T, factors=f, mode=0, B=B, method="pdnr", params=_params())
         args.update(change)
         with pytest.raises(exc, match=match):
-            be.apr_row_solve(**args)
+            be.apr.row_solve(**args)
     np.testing.assert_array_equal(be.to_numpy(B), before)    # nothing ran
     R = MAX_RANK + 1
     fr = [np.ones((s, R)) for s in X.shape]
     with pytest.raises(ValueError, match=f"rank {R} exceeds"):
-        be.apr_row_solve(T, fr, 1, be.asarray(fr[1]), "pqnr", _params())
+        be.apr.row_solve(T, fr, 1, be.asarray(fr[1]), "pqnr", _params())
     with pytest.raises(ValueError, match="Phi has shape"):
-        be.apr_mu_rows_(B, be.zeros((8, 2), np.float64), 1e-3)
+        be.apr.mu_rows_(B, be.zeros((8, 2), np.float64), 1e-3)
     with pytest.raises(TypeError, match="NumPy or device array"):
-        be.apr_mu_rows_([[1.0, 2.0]], [[1.0, 2.0]], 1e-3)
+        be.apr.mu_rows_([[1.0, 2.0]], [[1.0, 2.0]], 1e-3)
     with pytest.raises(ValueError, match="tol"):
-        be.apr_mu_rows_(B, B, float("nan"))
+        be.apr.mu_rows_(B, B, float("nan"))
 
 
 @pytest.mark.parametrize("solver", ["mu", "pdnr", "pqnr"])

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-__all__ = ["Backend", "GcpKernels"]
+__all__ = ["Backend", "AprKernels", "GcpKernels"]
 
 
 class Backend(ABC):
@@ -140,64 +140,26 @@ class Backend(ABC):
         takes process 0's."""
         return bool(flag)
 
-    # --- CP-APR primitives ------------------------------------------------------------
-    # Element-wise steps of CP-APR on (I x R) backend arrays, and the row subproblem solver of
-    # its Newton variants.  Defaults raise, so a backend only claims CP-APR when it has them.
-    def _apr_missing(self, what):
-        raise NotImplementedError(f"the {self.name!r} backend does not implement the CP-APR "
-                                  f"primitive {what}")
-
-    def apr_shift_inadmissible(self, A, Phi, kappa_tol, kappa):
-        """A[(Phi > 1) & (A < kappa_tol)] += kappa in place (the "inadmissible zeros" of
-        CP-APR MU: entries stuck at zero although the gradient asks them to grow); returns the
-        number of shifted entries."""
-        self._apr_missing("apr_shift_inadmissible")
-
-    def apr_kkt_violation(self, B, Phi):
-        """max |min(B, 1 - Phi)| over all entries, as a float (0.0 for an empty B)."""
-        self._apr_missing("apr_kkt_violation")
-
-    def multiply_(self, B, Phi):
-        """B *= Phi element-wise in place; returns B."""
-        self._apr_missing("multiply_")
-
-    def apr_mu_rows_(self, B, Phi, tol):
-        """B[i] *= Phi[i] in place for the rows whose KKT violation max_r |min(B, 1 - Phi)|
-        is at least ``tol``; returns how many rows were updated (row-wise MU steps, so that a
-        row's result does not depend on the other rows).
-
-        This default takes B and Phi through the host; backends should override it."""
-        Bh = np.array(self.to_numpy(B))
-        Ph = np.asarray(self.to_numpy(Phi))
-        if Bh.size == 0:
-            return 0
-        rows = np.flatnonzero(np.max(np.abs(np.minimum(Bh, 1 - Ph)), axis=1) >= tol)
-        if rows.size:
-            Bh[rows] *= Ph[rows]
-            if hasattr(B, "set"):        # device arrays (pyopencl.array.Array)
-                B.set(np.ascontiguousarray(Bh))
-            else:
-                B[...] = Bh
-        return int(rows.size)
-
     def poisson_data_term(self, T, weights, factors, eps=0.0):
         """Σ over the nonzeros of x log(max(m, eps)) as a float, ``m`` the values of the
         Kruskal model (``weights``, ``factors``) there; terms with x = 0 are 0.  Backends form
         m on the fly (no array of nnz model values)."""
-        self._apr_missing("poisson_data_term")
+        raise NotImplementedError(f"the {self.name!r} backend does not implement "
+                                  f"poisson_data_term")
 
-    def apr_row_solve(self, T, factors, mode, B, method, params):
-        """Solve CP-APR's row subproblems of ``mode`` in place in ``B``.
+    # --- CP-APR primitives --------------------------------------------------------------
+    @property
+    def apr(self):
+        """The CP-APR primitives of this backend (an :class:`AprKernels`), made at first use."""
+        kernels = self.__dict__.get("_apr_kernels")
+        if kernels is None:
+            kernels = self.__dict__["_apr_kernels"] = self._make_apr_kernels()
+        return kernels
 
-        ``factors[k]`` for k != mode are held fixed, ``B`` (I_mode x R) holds the starting
-        point with the weights folded in.  ``method`` is ``"pdnr"`` (projected damped Newton)
-        or ``"pqnr"`` (projected L-BFGS); ``params`` holds ``tol``, ``max_inner``,
-        ``eps_div_zero``, ``eps_active``, ``mu0`` and ``lbfgs_mem``.  Returns a dict with
-        ``kkt`` (largest KKT violation of a row at its first inner iteration), ``n_inner``
-        (inner iterations summed over rows) and ``n_changed`` (rows that were not converged on
-        entry).
-        """
-        self._apr_missing("apr_row_solve")
+    def _make_apr_kernels(self):
+        """The :class:`AprKernels` subclass instance of this backend (default: only the host
+        fallback of ``mu_rows_``; the other primitives raise NotImplementedError)."""
+        return AprKernels(self)
 
     # --- GCP primitives ----------------------------------------------------------------
     @property
@@ -216,6 +178,152 @@ class Backend(ABC):
     def info(self):
         """A dict describing this backend for ``show_config``."""
         return {"name": self.name}
+
+
+# ---------------------------------------------------------------------- CP-APR primitives
+#: the row solvers of CP-APR's Newton variants
+APR_METHODS = ("pdnr", "pqnr")
+
+
+def _same_shape(A, Phi, a="A", b="Phi"):
+    for name, x in ((a, A), (b, Phi)):
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            raise TypeError(f"{name} must be a NumPy or device array, got {type(x).__name__}")
+    if tuple(Phi.shape) != tuple(A.shape):
+        raise ValueError(f"{b} has shape {tuple(Phi.shape)}, {a} has {tuple(A.shape)}")
+
+
+def _real(value, name, lo=None, strict=False):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                     np.floating)) \
+            or math.isnan(float(value)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if lo is not None and (value <= lo if strict else value < lo):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {lo:g}, got {value!r}")
+    return value
+
+
+def _row_params(params):
+    """CP-APR's row-solver parameters, checked, with the defaults of mu0 and lbfgs_mem."""
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict, got {type(params).__name__}")
+    missing = [k for k in ("tol", "max_inner", "eps_div_zero", "eps_active") if k not in params]
+    if missing:
+        raise ValueError(f"CP-APR row solver parameters lack {', '.join(missing)}")
+    out = {}
+    for key, default, lo, strict in (("tol", None, None, False),
+                                     ("eps_div_zero", None, 0.0, True),
+                                     ("eps_active", None, 0.0, False),
+                                     ("mu0", 1e-5, 0.0, True)):
+        out[key] = _real(params.get(key, default), f"CP-APR row solver parameter {key}", lo,
+                         strict)
+    for key, default, lo in (("max_inner", None, 0), ("lbfgs_mem", 3, 1)):
+        v = params.get(key, default)
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise ValueError(f"CP-APR row solver parameter {key} must be an integer, got {v!r}")
+        v = int(v)
+        if not lo <= v <= 2 ** 31 - 1:
+            raise ValueError(f"CP-APR row solver parameter {key} must be in "
+                             f"[{lo}, {2 ** 31 - 1}], got {v}")
+        out[key] = v
+    return out
+
+
+class AprKernels:
+    """The element-wise steps of CP-APR on (I x R) backend arrays and the row subproblem
+    solver of its Newton variants, on one backend: ``backend.apr``.
+
+    The public methods check their arguments here, once for every backend, and call the
+    backend's ``_``-prefixed implementation.  This base class implements only ``mu_rows_``
+    (through the host); the others raise NotImplementedError.
+    """
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def _missing(self, what):
+        raise NotImplementedError(f"the {self.backend.name!r} backend does not implement the "
+                                  f"CP-APR primitive {what}")
+
+    # ------------------------------------------------------------------ public, checked
+    def shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+        """A[(Phi > 1) & (A < kappa_tol)] += kappa in place (the "inadmissible zeros" of
+        CP-APR MU: entries stuck at zero although the gradient asks them to grow); returns the
+        number of shifted entries."""
+        _same_shape(A, Phi)
+        return self._shift_inadmissible(A, Phi, _real(kappa_tol, "kappa_tol"),
+                                        _real(kappa, "kappa"))
+
+    def kkt_violation(self, B, Phi):
+        """max |min(B, 1 - Phi)| over all entries, as a float (0.0 for an empty B)."""
+        _same_shape(B, Phi, "B")
+        return self._kkt_violation(B, Phi)
+
+    def multiply_(self, B, Phi):
+        """B *= Phi element-wise in place; returns B."""
+        _same_shape(B, Phi, "B")
+        return self._multiply_(B, Phi)
+
+    def mu_rows_(self, B, Phi, tol):
+        """B[i] *= Phi[i] in place for the rows whose KKT violation max_r |min(B, 1 - Phi)|
+        is at least ``tol``; returns how many rows were updated (row-wise MU steps, so that a
+        row's result does not depend on the other rows)."""
+        _same_shape(B, Phi, "B")
+        if len(B.shape) != 2:
+            raise ValueError(f"B must be 2-D, got shape {tuple(B.shape)}")
+        return self._mu_rows_(B, Phi, _real(tol, "tol"))
+
+    def row_solve(self, T, factors, mode, B, method, params):
+        """Solve CP-APR's row subproblems of ``mode`` in place in ``B``.
+
+        ``factors[k]`` for k != mode are held fixed, ``B`` (I_mode x R) holds the starting
+        point with the weights folded in.  ``method`` is ``"pdnr"`` (projected damped Newton)
+        or ``"pqnr"`` (projected L-BFGS); ``params`` holds ``tol``, ``max_inner``,
+        ``eps_div_zero``, ``eps_active`` and optionally ``mu0`` (1e-5) and ``lbfgs_mem`` (3).
+        Returns a dict with ``kkt`` (largest KKT violation of a row at its first inner
+        iteration), ``n_inner`` (inner iterations summed over rows) and ``n_changed`` (rows
+        that were not converged on entry).
+        """
+        if method not in APR_METHODS:
+            raise ValueError(f"unknown CP-APR row solver {method!r}; use 'pdnr' or 'pqnr'")
+        if isinstance(mode, (bool, np.bool_)) or not isinstance(mode, (int, np.integer)):
+            raise TypeError(f"mode must be an integer, got {mode!r}")
+        if not (hasattr(B, "shape") and hasattr(B, "dtype")):
+            raise TypeError(f"B must be a NumPy or device array (updated in place), got "
+                            f"{type(B).__name__}")
+        factors = list(factors)
+        self.backend.check_factors(T, factors, int(mode), B=B)
+        return self._row_solve(T, factors, int(mode), B, method, _row_params(params))
+
+    # ------------------------------------------------------------------ implementations
+    def _shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+        self._missing("shift_inadmissible")
+
+    def _kkt_violation(self, B, Phi):
+        self._missing("kkt_violation")
+
+    def _multiply_(self, B, Phi):
+        self._missing("multiply_")
+
+    def _mu_rows_(self, B, Phi, tol):
+        """Through the host: backends should override it."""
+        be = self.backend
+        Bh = np.array(be.to_numpy(B))
+        Ph = np.asarray(be.to_numpy(Phi))
+        if Bh.size == 0:
+            return 0
+        rows = np.flatnonzero(np.max(np.abs(np.minimum(Bh, 1 - Ph)), axis=1) >= tol)
+        if rows.size:
+            Bh[rows] *= Ph[rows]
+            if hasattr(B, "set"):        # device arrays (pyopencl.array.Array)
+                B.set(np.ascontiguousarray(Bh))
+            else:
+                B[...] = Bh
+        return int(rows.size)
+
+    def _row_solve(self, T, factors, mode, B, method, params):
+        self._missing("row_solve")
 
 
 # ---------------------------------------------------------------------- GCP primitives

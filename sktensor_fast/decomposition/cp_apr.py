@@ -390,7 +390,7 @@ class CPAPR(BaseCP):
         for n, a in enumerate(A):
             mark = np.zeros(host[n].shape, dtype=np.dtype(a.dtype))
             mark[np.unique(X.subs[dead, n])] = 2.0
-            backend.apr_shift_inadmissible(a, backend.asarray(mark, dtype=a.dtype),
+            backend.apr.shift_inadmissible(a, backend.asarray(mark, dtype=a.dtype),
                                            self.kappa_tol, self.kappa)
             weights = weights * _normalize_columns(backend, a)
         self._log(f"the model was zero at {dead.size} nonzero(s); their factor entries below "
@@ -410,18 +410,18 @@ class CPAPR(BaseCP):
             converged = True
             for n in range(N):
                 if it > 0:
-                    backend.apr_shift_inadmissible(A[n], Phi[n], self.kappa_tol, self.kappa)
+                    backend.apr.shift_inadmissible(A[n], Phi[n], self.kappa_tol, self.kappa)
                 # B = (A + S) Λ: fold the weights into mode n
                 backend.scale_columns(A[n], weights)
                 B = A[n]
                 for _ in range(self.max_inner_iter):
                     n_inner += 1
                     Phi[n] = backend.phi(T, A, n, B, eps, out=Phi[n])
-                    kkt_mode[n] = backend.apr_kkt_violation(B, Phi[n])
+                    kkt_mode[n] = backend.apr.kkt_violation(B, Phi[n])
                     if kkt_mode[n] < self.tol:
                         break
                     converged = False
-                    backend.multiply_(B, Phi[n])
+                    backend.apr.multiply_(B, Phi[n])
                 weights = _normalize_columns(backend, B)
             kkt = float(kkt_mode.max())
             out_of_time = self._finish_outer(backend, T, A, weights, it, kkt, n_inner, t0,
@@ -453,7 +453,7 @@ class CPAPR(BaseCP):
             for n in range(N):
                 backend.scale_columns(A[n], weights)
                 max_inner = 2 if (pdnr and self.inexact and it == 0) else self.max_inner_iter
-                res = backend.apr_row_solve(T, A, n, A[n], self.solver,
+                res = backend.apr.row_solve(T, A, n, A[n], self.solver,
                                             self._row_params(row_tol, max_inner, eps))
                 kkt_mode[n] = res["kkt"]
                 n_inner += res["n_inner"]
@@ -497,10 +497,10 @@ class CPAPR(BaseCP):
             Phi = None
             for _ in range(cap):
                 Phi = backend.phi(T, U, 0, W, self._eps(dtype), out=Phi)
-                if backend.apr_mu_rows_(W, Phi, self.tol) == 0:
+                if backend.apr.mu_rows_(W, Phi, self.tol) == 0:
                     break
         else:
-            backend.apr_row_solve(T, U, 0, W, self.solver,
+            backend.apr.row_solve(T, U, 0, W, self.solver,
                                   self._row_params(self.tol, cap, self._eps(dtype)))
         return np.asarray(backend.to_numpy(W), dtype=np.float64)
 

@@ -26,7 +26,7 @@ import zlib
 
 import numpy as np
 
-from ..backends.base import Backend, GcpKernels
+from ..backends.base import AprKernels, Backend, GcpKernels
 
 __all__ = ["DistributedBackend", "DArray", "PreparedDistributed"]
 
@@ -454,15 +454,18 @@ class DistributedBackend(Backend):
         return self.channel.sum(np.asarray(part, dtype=np.float64))
 
     # ------------------------------------------------------------------ CP-APR primitives
+    def _make_apr_kernels(self):
+        return _DistAprKernels(self)
+
     def _pair(self, A, B):
         L = self._layout_of(A, B)
         if L is None:
             return None, A.full, B.full
         return L, self._part(A, L), self._part(B, L)
 
-    def apr_shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+    def _apr_shift_inadmissible(self, A, Phi, kappa_tol, kappa):
         L, a, p = self._pair(A, Phi)
-        n = self.local.apr_shift_inadmissible(a, p, kappa_tol, kappa)
+        n = self.local.apr.shift_inadmissible(a, p, kappa_tol, kappa)
         if L is None:
             self._wrote_full(A)
             return n
@@ -471,23 +474,23 @@ class DistributedBackend(Backend):
             self._wrote_part(A)
         return n
 
-    def apr_kkt_violation(self, B, Phi):
+    def _apr_kkt_violation(self, B, Phi):
         L, b, p = self._pair(B, Phi)
-        v = self.local.apr_kkt_violation(b, p)
+        v = self.local.apr.kkt_violation(b, p)
         return float(v) if L is None else self.channel.max(float(v))
 
-    def multiply_(self, B, Phi):
+    def _apr_multiply_(self, B, Phi):
         L, b, p = self._pair(B, Phi)
-        self.local.multiply_(b, p)
+        self.local.apr.multiply_(b, p)
         if L is None:
             self._wrote_full(B)
         else:
             self._wrote_part(B)
         return B
 
-    def apr_mu_rows_(self, B, Phi, tol):
+    def _apr_mu_rows_(self, B, Phi, tol):
         L, b, p = self._pair(B, Phi)
-        n = self.local.apr_mu_rows_(b, p, tol)
+        n = self.local.apr.mu_rows_(b, p, tol)
         if L is None:
             self._wrote_full(B)
             return n
@@ -496,11 +499,11 @@ class DistributedBackend(Backend):
             self._wrote_part(B)
         return n
 
-    def apr_row_solve(self, T, factors, mode, B, method, params):
+    def _apr_row_solve(self, T, factors, mode, B, method, params):
         R, L, facs, Bp = self._mode_call(T, factors, mode, B=B)
         res = {"kkt": 0.0, "n_inner": 0, "n_changed": 0}
         if T.local[mode] is not None:
-            res = self.local.apr_row_solve(T.local[mode], facs, mode, Bp, method, params)
+            res = self.local.apr.row_solve(T.local[mode], facs, mode, Bp, method, params)
         out = {"kkt": self.channel.max(float(res["kkt"])),
                "n_inner": self.channel.isum(int(res["n_inner"])),
                "n_changed": self.channel.isum(int(res["n_changed"]))}
@@ -685,3 +688,23 @@ class _DistGcpKernels(GcpKernels):
                         epsilon, active):
         return self.backend._gcp_optimizer_step(solver, factors, grads, state, lr, t, lower,
                                                 beta1, beta2, epsilon, active)
+
+
+class _DistAprKernels(AprKernels):
+    """``backend.apr`` of the distributed backend (arguments checked by AprKernels): the
+    ``_apr_*`` methods of :class:`DistributedBackend`."""
+
+    def _shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+        return self.backend._apr_shift_inadmissible(A, Phi, kappa_tol, kappa)
+
+    def _kkt_violation(self, B, Phi):
+        return self.backend._apr_kkt_violation(B, Phi)
+
+    def _multiply_(self, B, Phi):
+        return self.backend._apr_multiply_(B, Phi)
+
+    def _mu_rows_(self, B, Phi, tol):
+        return self.backend._apr_mu_rows_(B, Phi, tol)
+
+    def _row_solve(self, T, factors, mode, B, method, params):
+        return self.backend._apr_row_solve(T, factors, mode, B, method, params)

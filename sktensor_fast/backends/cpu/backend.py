@@ -4,7 +4,7 @@ import sys
 
 import numpy as np
 
-from ..base import Backend
+from ..base import AprKernels, Backend
 from ..._threads import (MAX_THREADS_PER_CPU, get_num_threads, max_threads,  # noqa: F401
                          num_threads, set_num_threads)
 from ...formats.coo import useful_threads
@@ -179,8 +179,30 @@ class CpuBackend(Backend):
     def inner(self, A, B):
         return np.einsum("ir,ir->r", A, B).astype(np.float64)
 
-    # --- CP-APR primitives ------------------------------------------------------------
-    def apr_shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+    def poisson_data_term(self, T, weights, factors, eps=0.0):
+        self.check_factors(T, factors, weights=weights)
+        return float(T.poisson_data_term(_c(weights, T.dtype), self._factors(T, factors),
+                                         float(eps), _threads_for(T)))
+
+    # --- CP-APR primitives: backend.apr (CpuAprKernels below) ---------------------------
+    def _make_apr_kernels(self):
+        return CpuAprKernels(self)
+
+    # --- GCP primitives: backend.gcp (gcp_ops.py; the kernels are in _gcp.pyx) ---------
+    def _make_gcp_kernels(self):
+        from .gcp_ops import CpuGcpKernels
+        return CpuGcpKernels(self)
+
+    def info(self):
+        return {"name": self.name, "openmp": bool(_kernels.HAVE_OPENMP),
+                "threads": get_num_threads()}
+
+
+class CpuAprKernels(AprKernels):
+    """``backend.apr`` of the CPU backend: NumPy element-wise steps and the compiled row
+    solvers of _cpapr.pyx (arguments checked by AprKernels)."""
+
+    def _shift_inadmissible(self, A, Phi, kappa_tol, kappa):
         V = (Phi > 1) & (A < kappa_tol)
         n = int(np.count_nonzero(V))
         if n:
@@ -188,39 +210,32 @@ class CpuBackend(Backend):
         return n
 
     @staticmethod
-    def _apr_kkt_terms(B, Phi):
+    def _kkt_terms(B, Phi):
         t = np.subtract(1, Phi)          # one temporary: |min(B, 1 - Phi)|
         np.minimum(B, t, out=t)
         return np.abs(t, out=t)
 
-    def apr_kkt_violation(self, B, Phi):
+    def _kkt_violation(self, B, Phi):
         if B.size == 0:
             return 0.0
-        return float(self._apr_kkt_terms(B, Phi).max())
+        return float(self._kkt_terms(B, Phi).max())
 
-    def multiply_(self, B, Phi):
+    def _multiply_(self, B, Phi):
         np.multiply(B, Phi, out=B)
         return B
 
-    def apr_mu_rows_(self, B, Phi, tol):
+    def _mu_rows_(self, B, Phi, tol):
         if B.size == 0:
             return 0
-        rows = np.flatnonzero(self._apr_kkt_terms(B, Phi).max(axis=1) >= tol)
+        rows = np.flatnonzero(self._kkt_terms(B, Phi).max(axis=1) >= tol)
         if rows.size:
             B[rows] *= Phi[rows]
         return int(rows.size)
 
-    def poisson_data_term(self, T, weights, factors, eps=0.0):
-        self.check_factors(T, factors, weights=weights)
-        return float(T.poisson_data_term(_c(weights, T.dtype), self._factors(T, factors),
-                                         float(eps), _threads_for(T)))
+    _METHODS = {"pdnr": 0, "pqnr": 1}
 
-    _APR_METHODS = {"pdnr": 0, "pqnr": 1}
-
-    def apr_row_solve(self, T, factors, mode, B, method, params):
+    def _row_solve(self, T, factors, mode, B, method, params):
         from . import _cpapr
-        if method not in self._APR_METHODS:
-            raise ValueError(f"unknown CP-APR row solver {method!r}; use 'pdnr' or 'pqnr'")
         row_ptr = getattr(T, "row_ptr", None)
         if row_ptr is None:
             raise TypeError(f"the CP-APR row solvers need a format with per-mode row pointers "
@@ -236,21 +251,12 @@ class CpuBackend(Backend):
         inner = np.zeros(I, dtype=np.int64)
         changed = np.zeros(I, dtype=np.int8)
         _cpapr.row_solve(T.subs, vals, T.perms[mode], row_ptr(mode), facs, int(mode), work,
-                         self._APR_METHODS[method], float(params["tol"]),
+                         self._METHODS[method], float(params["tol"]),
                          int(params["max_inner"]), float(params["eps_div_zero"]),
-                         float(params["eps_active"]), float(params.get("mu0", 1e-5)),
-                         int(params.get("lbfgs_mem", 3)), kkt, inner, changed,
+                         float(params["eps_active"]), float(params["mu0"]),
+                         int(params["lbfgs_mem"]), kkt, inner, changed,
                          max(1, min(get_num_threads(), I)))
         if work is not B:
             B[...] = work
         return {"kkt": float(kkt.max()) if I else 0.0, "n_inner": int(inner.sum()),
                 "n_changed": int(np.count_nonzero(changed))}
-
-    # --- GCP primitives: backend.gcp (gcp_ops.py; the kernels are in _gcp.pyx) ---------
-    def _make_gcp_kernels(self):
-        from .gcp_ops import CpuGcpKernels
-        return CpuGcpKernels(self)
-
-    def info(self):
-        return {"name": self.name, "openmp": bool(_kernels.HAVE_OPENMP),
-                "threads": get_num_threads()}

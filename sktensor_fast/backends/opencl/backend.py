@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from ..base import Backend
+from ..base import AprKernels, Backend
 from ..options import OpenCLOptions
 from . import cpapr_rows, gcp_ops
 from .program import WHAT_TO_DO, KernelBuildError, _compiler_message, _device_label, build_program
@@ -688,33 +688,8 @@ class OpenCLBackend(Backend):
         part = partial.get().astype(np.float64)
         return float(part.max() if op == 1 else part.sum())
 
-    def apr_shift_inadmissible(self, A, Phi, kappa_tol, kappa):
-        n = A.size
-        if n == 0:
-            return 0
-        count = int(round(self._vec_reduce(2, A, Phi, kappa_tol, n)))
-        if count:
-            self._kernel(A.dtype, None, False, "apr_shift")(
-                self.queue, (n,), None, np.int64(n), A.data, Phi.data, A.dtype.type(kappa_tol),
-                A.dtype.type(kappa))
-        return count
-
-    def apr_kkt_violation(self, B, Phi):
-        if B.size == 0:
-            return 0.0
-        return self._vec_reduce(1, B, Phi, 0.0, B.size)
-
-    def multiply_(self, B, Phi):
-        if B.size:
-            self._kernel(B.dtype, None, False, "multiply_inplace")(
-                self.queue, (B.size,), None, np.int64(B.size), B.data, Phi.data)
-        return B
-
-    def apr_mu_rows_(self, B, Phi, tol):
-        return cpapr_rows.mu_rows(self, B, Phi, tol)
-
-    def apr_row_solve(self, T, factors, mode, B, method, params):
-        return cpapr_rows.row_solve(self, T, factors, mode, B, method, params)
+    def _make_apr_kernels(self):
+        return OpenCLAprKernels(self)
 
     def poisson_data_term(self, T, weights, factors, eps=0.0):
         if T.nnz == 0:
@@ -733,3 +708,37 @@ class OpenCLBackend(Backend):
                 "fp64": self.fp64, "gpu": self.is_gpu, "options": self.options.set_options(),
                 "vec_per_kernel": self.vec or dict(self.VEC)}
 
+
+class OpenCLAprKernels(AprKernels):
+    """``backend.apr`` of the OpenCL backend: element-wise kernels of dense.cl and the row
+    solvers of cpapr_rows.py (arguments checked by AprKernels)."""
+
+    def _shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+        be = self.backend
+        n = A.size
+        if n == 0:
+            return 0
+        count = int(round(be._vec_reduce(2, A, Phi, kappa_tol, n)))
+        if count:
+            be._kernel(A.dtype, None, False, "apr_shift")(
+                be.queue, (n,), None, np.int64(n), A.data, Phi.data, A.dtype.type(kappa_tol),
+                A.dtype.type(kappa))
+        return count
+
+    def _kkt_violation(self, B, Phi):
+        if B.size == 0:
+            return 0.0
+        return self.backend._vec_reduce(1, B, Phi, 0.0, B.size)
+
+    def _multiply_(self, B, Phi):
+        be = self.backend
+        if B.size:
+            be._kernel(B.dtype, None, False, "multiply_inplace")(
+                be.queue, (B.size,), None, np.int64(B.size), B.data, Phi.data)
+        return B
+
+    def _mu_rows_(self, B, Phi, tol):
+        return cpapr_rows.mu_rows(self.backend, B, Phi, tol)
+
+    def _row_solve(self, T, factors, mode, B, method, params):
+        return cpapr_rows.row_solve(self.backend, T, factors, mode, B, method, params)

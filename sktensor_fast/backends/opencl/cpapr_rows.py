@@ -10,11 +10,10 @@ batches of rows sized to a fixed budget, and is kept on the backend between call
 Like the CPU solver, the solvers compute in double precision whenever the device has it
 (float32 data and factors are converted on reading); devices without fp64 compute in float.
 
-Everything is checked here before a kernel runs.  :class:`OpenCLBackend` delegates
-``apr_row_solve`` and ``apr_mu_rows_`` to :func:`row_solve` and :func:`mu_rows`.
+The generic arguments are checked by ``AprKernels`` (backends/base.py), the device-specific
+ones here, before a kernel runs.  ``backend.apr`` of :class:`OpenCLBackend` delegates
+``row_solve`` and ``mu_rows_`` to :func:`row_solve` and :func:`mu_rows`.
 """
-import math
-import numbers
 
 import numpy as np
 
@@ -141,38 +140,6 @@ def _check_tensor(backend, T):
                         f"(backend.prepare(X)), got {type(T).__name__}")
 
 
-def _check_params(params):
-    if not isinstance(params, dict):
-        raise TypeError(f"params must be a dict, got {type(params).__name__}")
-    missing = [k for k in ("tol", "max_inner", "eps_div_zero", "eps_active") if k not in params]
-    if missing:
-        raise ValueError(f"CP-APR row solver parameters lack {', '.join(missing)}")
-    out = {}
-    for key, default, lo, strict in (("tol", None, None, False),
-                                     ("eps_div_zero", None, 0.0, True),
-                                     ("eps_active", None, 0.0, False),
-                                     ("mu0", 1e-5, 0.0, True)):
-        v = params.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(float(v)):
-            raise ValueError(f"CP-APR row solver parameter {key} must be a real number, "
-                             f"got {v!r}")
-        v = float(v)
-        if lo is not None and (v <= lo if strict else v < lo):
-            raise ValueError(f"CP-APR row solver parameter {key} must be "
-                             f"{'>' if strict else '>='} {lo:g}, got {v!r}")
-        out[key] = v
-    for key, default, lo in (("max_inner", None, 0), ("lbfgs_mem", 3, 1)):
-        v = params.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise ValueError(f"CP-APR row solver parameter {key} must be an integer, got {v!r}")
-        v = int(v)
-        if not lo <= v <= 2 ** 31 - 1:
-            raise ValueError(f"CP-APR row solver parameter {key} must be in "
-                             f"[{lo}, {2 ** 31 - 1}], got {v}")
-        out[key] = v
-    return out
-
-
 def _device_array(backend, a, dtype, what):
     """``a`` as a C-contiguous device array of ``dtype`` (a copy when it is not one)."""
     import pyopencl.array as cla
@@ -194,20 +161,14 @@ def _device_array(backend, a, dtype, what):
 
 # ---------------------------------------------------------------------- the solvers
 def row_solve(backend, T, factors, mode, B, method, params):
-    """``Backend.apr_row_solve`` on the device; see ``backends/base.py``."""
+    """``backend.apr.row_solve`` on the device (arguments checked by ``AprKernels``, see
+    ``backends/base.py``)."""
     import pyopencl.array as cla
-    if method not in METHODS:
-        raise ValueError(f"unknown CP-APR row solver {method!r}; use 'pdnr' or 'pqnr'")
     _check_tensor(backend, T)
-    if isinstance(mode, bool) or not isinstance(mode, numbers.Integral):
-        raise TypeError(f"mode must be an integer, got {mode!r}")
-    mode = int(mode)
     if not isinstance(B, (cla.Array, np.ndarray)):
         raise TypeError(f"B must be a NumPy or device array (updated in place), got "
                         f"{type(B).__name__}")
-    factors = list(factors)
-    backend.check_factors(T, factors, mode, B=B)
-    p = _check_params(params)
+    p = params
     R = int(B.shape[1])
     if R > MAX_RANK:
         raise ValueError(f"rank {R} exceeds the largest rank of the OpenCL CP-APR row solvers "
@@ -270,8 +231,9 @@ def row_solve(backend, T, factors, mode, B, method, params):
 
 
 def mu_rows(backend, B, Phi, tol):
-    """``Backend.apr_mu_rows_`` on the device: a row-wise KKT check and update kernel and a
-    count reduction; returns the number of updated rows."""
+    """``backend.apr.mu_rows_`` on the device: a row-wise KKT check and update kernel and a
+    count reduction; returns the number of updated rows (arguments checked by
+    ``AprKernels``)."""
     import pyopencl.array as cla
     if isinstance(B, np.ndarray):
         # a host B: solved on the device, written back in place
@@ -283,16 +245,10 @@ def mu_rows(backend, B, Phi, tol):
         return n
     if not isinstance(B, cla.Array):
         raise TypeError(f"B must be a NumPy or device array, got {type(B).__name__}")
-    if B.ndim != 2:
-        raise ValueError(f"B must be 2-D, got shape {tuple(B.shape)}")
-    if tuple(np.shape(Phi)) != tuple(B.shape):
-        raise ValueError(f"Phi has shape {tuple(np.shape(Phi))}, B has {tuple(B.shape)}")
     if B.dtype not in (np.float32, np.float64):
         raise TypeError(f"B must hold float32 or float64, got {B.dtype}")
     if not B.flags.c_contiguous:
         raise ValueError("B must be a C-contiguous device array")
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or math.isnan(float(tol)):
-        raise ValueError(f"tol must be a real number, got {tol!r}")
     Phi = _device_array(backend, Phi, B.dtype, "Phi")
     I, R = (int(s) for s in B.shape)
     if B.size == 0:
