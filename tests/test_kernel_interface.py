@@ -19,7 +19,7 @@ def test_backend_has_no_flat_gcp_methods():
 def test_a_backend_without_gcp_says_so():
     class Bare(Backend):
         name = "bare"
-        prepare = asarray = to_numpy = zeros = mttkrp = phi = model_values = None
+        prepare = asarray = to_numpy = zeros = _mttkrp = _phi = _model_values = None
         gram = matmul_small = column_norms = scale_columns = inner = None
 
     with pytest.raises(NotImplementedError, match="'bare' backend does not implement the GCP "

@@ -63,17 +63,34 @@ class Backend(ABC):
         return contextlib.nullcontext()
 
     # ------------------------------------------------------------------ sparse kernels
-    @abstractmethod
+    # The public methods check the shapes once (check_factors) and call the backend's
+    # ``_``-prefixed implementation.
     def mttkrp(self, T, factors, mode, out=None):
         """Matricised tensor times Khatri-Rao product for ``mode``: (I_mode x R)."""
+        self.check_factors(T, factors, mode, out=out)
+        return self._mttkrp(T, factors, mode, out)
 
-    @abstractmethod
     def phi(self, T, factors, mode, B, eps, out=None):
         """CP-APR's Φ = (X_(n) ⊘ max(B Π, eps)) Πᵀ, computed without storing Π."""
+        self.check_factors(T, factors, mode, B=B, out=out)
+        return self._phi(T, factors, mode, B, eps, out)
 
-    @abstractmethod
     def model_values(self, T, weights, factors):
         """Values of the Kruskal model at the nonzeros of ``T`` (length nnz, backend array)."""
+        self.check_factors(T, factors, weights=weights)
+        return self._model_values(T, weights, factors)
+
+    @abstractmethod
+    def _mttkrp(self, T, factors, mode, out):
+        """:meth:`mttkrp` with checked arguments."""
+
+    @abstractmethod
+    def _phi(self, T, factors, mode, B, eps, out):
+        """:meth:`phi` with checked arguments."""
+
+    @abstractmethod
+    def _model_values(self, T, weights, factors):
+        """:meth:`model_values` with checked arguments."""
 
     # ------------------------------------------------------------------ small dense steps
     @abstractmethod
@@ -144,6 +161,10 @@ class Backend(ABC):
         """Σ over the nonzeros of x log(max(m, eps)) as a float, ``m`` the values of the
         Kruskal model (``weights``, ``factors``) there; terms with x = 0 are 0.  Backends form
         m on the fly (no array of nnz model values)."""
+        self.check_factors(T, factors, weights=weights)
+        return self._poisson_data_term(T, weights, factors, eps)
+
+    def _poisson_data_term(self, T, weights, factors, eps):
         raise NotImplementedError(f"the {self.name!r} backend does not implement "
                                   f"poisson_data_term")
 

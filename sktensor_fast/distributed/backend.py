@@ -345,7 +345,7 @@ class DistributedBackend(Backend):
             out = DArray((T.shape[mode], R), T.dtype)
         return out, self._alloc_part(out, L)
 
-    def mttkrp(self, T, factors, mode, out=None):
+    def _mttkrp(self, T, factors, mode, out):
         R, L, facs, _ = self._mode_call(T, factors, mode)
         out, dst = self._out(out, T, mode, R, L)
         if T.local[mode] is not None:
@@ -355,7 +355,7 @@ class DistributedBackend(Backend):
         self._wrote_part(out)
         return out
 
-    def phi(self, T, factors, mode, B, eps, out=None):
+    def _phi(self, T, factors, mode, B, eps, out):
         R, L, facs, Bp = self._mode_call(T, factors, mode, B=B)
         out, dst = self._out(out, T, mode, R, L)
         if T.local[mode] is not None:
@@ -365,7 +365,7 @@ class DistributedBackend(Backend):
         self._wrote_part(out)
         return out
 
-    def model_values(self, T, weights, factors):
+    def _model_values(self, T, weights, factors):
         raise NotImplementedError("the model values at every nonzero of a distributed tensor "
                                   "would gather the whole tensor; use model_zero_count or "
                                   "poisson_data_term")
@@ -381,8 +381,7 @@ class DistributedBackend(Backend):
             n = int(np.count_nonzero(m <= 0))
         return self.channel.isum(n)
 
-    def poisson_data_term(self, T, weights, factors, eps=0.0):
-        self.check_factors(T, factors, weights=weights)
+    def _poisson_data_term(self, T, weights, factors, eps):
         facs = [self._full(self._darray(f)) for f in factors]
         part = 0.0
         if T.local[0] is not None:

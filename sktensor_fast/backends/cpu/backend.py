@@ -127,22 +127,21 @@ class CpuBackend(Backend):
     def _factors(self, T, factors):
         return [_c(f, T.dtype) for f in factors]
 
-    def mttkrp(self, T, factors, mode, out=None):
-        R = self.check_factors(T, factors, mode, out=out)
+    def _mttkrp(self, T, factors, mode, out):
+        R = np.shape(factors[0])[1]
         facs = self._factors(T, factors)
         if out is None:
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
         return T.accumulate(facs, mode, out, None, 0.0, _threads_for(T))
 
-    def phi(self, T, factors, mode, B, eps, out=None):
-        R = self.check_factors(T, factors, mode, B=B, out=out)
+    def _phi(self, T, factors, mode, B, eps, out):
+        R = np.shape(factors[0])[1]
         facs = self._factors(T, factors)
         if out is None:
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
         return T.accumulate(facs, mode, out, _c(B, T.dtype), float(eps), _threads_for(T))
 
-    def model_values(self, T, weights, factors):
-        self.check_factors(T, factors, weights=weights)
+    def _model_values(self, T, weights, factors):
         facs = self._factors(T, factors)
         out = np.empty(T.nnz, dtype=T.dtype)
         _kernels.kruskal_values(T.subs, _c(weights, T.dtype), facs, out,
@@ -179,8 +178,7 @@ class CpuBackend(Backend):
     def inner(self, A, B):
         return np.einsum("ir,ir->r", A, B).astype(np.float64)
 
-    def poisson_data_term(self, T, weights, factors, eps=0.0):
-        self.check_factors(T, factors, weights=weights)
+    def _poisson_data_term(self, T, weights, factors, eps):
         return float(T.poisson_data_term(_c(weights, T.dtype), self._factors(T, factors),
                                          float(eps), _threads_for(T)))
 

@@ -462,7 +462,6 @@ class OpenCLBackend(Backend):
 
     # ------------------------------------------------------------------ sparse kernels
     def _launch_accumulate(self, T, factors, mode, B, eps, out):
-        self.check_factors(T, factors, mode, B=B, out=out)
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         R = int(facs[0].shape[1])
         I = T.shape[mode]
@@ -595,14 +594,13 @@ class OpenCLBackend(Backend):
                 return out
             rows, vals, n = nrows, nvals, 2 * nch
 
-    def mttkrp(self, T, factors, mode, out=None):
+    def _mttkrp(self, T, factors, mode, out):
         return self._launch_accumulate(T, factors, mode, None, 0.0, out)
 
-    def phi(self, T, factors, mode, B, eps, out=None):
+    def _phi(self, T, factors, mode, B, eps, out):
         return self._launch_accumulate(T, factors, mode, B, eps, out)
 
-    def model_values(self, T, weights, factors):
-        self.check_factors(T, factors, weights=weights)
+    def _model_values(self, T, weights, factors):
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         w = self.asarray(np.asarray(weights), dtype=T.dtype)
         out = self.zeros((T.nnz,), T.dtype)
@@ -691,10 +689,10 @@ class OpenCLBackend(Backend):
     def _make_apr_kernels(self):
         return OpenCLAprKernels(self)
 
-    def poisson_data_term(self, T, weights, factors, eps=0.0):
+    def _poisson_data_term(self, T, weights, factors, eps):
         if T.nnz == 0:
             return 0.0
-        m = self.model_values(T, weights, factors)
+        m = self._model_values(T, weights, factors)
         # T.vals[0] is in the order of T.subs[0], the order model_values uses
         return self._vec_reduce(0, T.vals[0], m, eps, T.nnz)
 

@@ -115,11 +115,9 @@ def _weights(weights, R):
 
 def _factors(be, T, factors, weights):
     """Factors as device arrays of the tensor's dtype (host arrays are uploaded, device
-    arrays of another dtype converted on the device); checks shapes first."""
+    arrays of another dtype converted on the device; shapes checked by GcpKernels)."""
     import pyopencl.array as cla
-    if not isinstance(factors, (list, tuple)):
-        raise TypeError("factors must be a list of (I_k x R) matrices")
-    R = be.check_factors(T, factors, weights=None)
+    R = int(factors[0].shape[1])
     lam = _weights(weights, R)
     out = []
     for k, f in enumerate(factors):
@@ -526,8 +524,7 @@ def full_loss_grad(be, T, weights, factors, loss, mask=None, modes=None, need_gr
     every call, and the gradients are uploaded as device arrays of the factors' dtype.
     """
     _check_tensor(be, T)
-    R = be.check_factors(T, factors)
-    lam = _weights(weights, R)
+    lam = _weights(weights, int(factors[0].shape[1]))
     host = T.__dict__.get("_gcp_host")
     if host is None:
         host = _HostNonzeros(T)
