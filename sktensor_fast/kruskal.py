@@ -127,8 +127,10 @@ class KruskalTensor:
                 f"dtype={self.dtype.name})")
 
     # ------------------------------------------------------------------ normal forms
-    def normalize(self, ord=2, sort=False):
+    def normalize(self, ord=2, sort=False, signs=False):
         """Absorb the column norms of every factor matrix into the weights.
+
+        The one normal form of the package: the estimators return their models through it.
 
         Parameters
         ----------
@@ -136,6 +138,10 @@ class KruskalTensor:
             Vector norm of the columns (as in :func:`numpy.linalg.norm`).
         sort : bool, default=False
             Also order the components by decreasing weight.
+        signs : bool, default=False
+            Also fix the signs of the columns: in every mode but the last, the entry of
+            largest magnitude of each column is made positive, the last mode taking the signs
+            (so that equal models give equal factors).
 
         Returns
         -------
@@ -152,6 +158,9 @@ class KruskalTensor:
         >>> N = K.normalize()
         >>> N.weights, N.factors[0].ravel(), N.factors[1].ravel()
         (array([5.]), array([-0.6, -0.8]), array([1.]))
+        >>> S = K.normalize(signs=True)
+        >>> S.weights, S.factors[0].ravel(), S.factors[1].ravel()
+        (array([5.]), array([0.6, 0.8]), array([-1.]))
         """
         weights = self.weights.copy()
         factors = []
@@ -164,6 +173,16 @@ class KruskalTensor:
         if neg.any():
             weights[neg] = -weights[neg]
             factors[0][:, neg] = -factors[0][:, neg]
+        if signs:
+            # every mode but the last: the entry of largest magnitude positive (exact flips)
+            for f in factors[:-1]:
+                if f.shape[0] == 0:
+                    continue
+                idx = np.argmax(np.abs(f), axis=0)
+                s = np.sign(f[idx, np.arange(f.shape[1])])
+                s[s == 0] = 1
+                f *= s[None, :]
+                factors[-1] *= s[None, :]
         out = KruskalTensor._wrap(weights, factors)
         if sort:
             out = out._permuted(np.argsort(-weights, kind="stable"))

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 from sklearn.utils._param_validation import Interval, Real
 
+from ..kruskal import KruskalTensor
 from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
 
@@ -292,26 +293,9 @@ class CPALS(BaseCP):
 
 
 def _arrange(weights, factors):
-    """Unit 2-norm columns, weights absorbed and sorted in decreasing order, signs fixed."""
-    weights = np.asarray(weights, dtype=np.float64).copy()
-    factors = [f.copy() for f in factors]
-    for f in factors:
-        norms = np.linalg.norm(f, axis=0)
-        safe = np.where(norms > 0, norms, 1.0)
-        f /= safe[None, :]
-        weights *= norms
-    # sign convention: in every mode but the last, the entry of largest magnitude is positive
-    for f in factors[:-1]:
-        if f.shape[0] == 0:
-            continue
-        idx = np.argmax(np.abs(f), axis=0)
-        s = np.sign(f[idx, np.arange(f.shape[1])])
-        s[s == 0] = 1
-        f *= s[None, :]
-        factors[-1] *= s[None, :]
-    neg = weights < 0
-    if neg.any():
-        weights[neg] *= -1
-        factors[-1][:, neg] *= -1
-    order = np.argsort(-weights, kind="stable")
-    return weights[order], [np.ascontiguousarray(f[:, order]) for f in factors]
+    """Unit 2-norm columns, weights absorbed and sorted in decreasing order, signs fixed:
+    :meth:`KruskalTensor.normalize` with ``sort`` and ``signs``."""
+    K = KruskalTensor._wrap(np.asarray(weights, dtype=np.float64),
+                            [np.asarray(f) for f in factors])
+    K = K.normalize(sort=True, signs=True)
+    return K.weights, K.factors
