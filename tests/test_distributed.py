@@ -33,6 +33,7 @@ def _mpiexec():
 
 MPIEXEC, WHY = _mpiexec()
 needs_mpi = pytest.mark.skipif(MPIEXEC is None, reason=str(WHY))
+pytestmark = pytest.mark.slow      # MPI jobs in subprocesses
 
 
 def _env():

@@ -13,7 +13,8 @@ from _reference import mttkrp_ref, phi_ref, random_sparse
 DECODERS = ["generic"] + (["pext"] if _alto.pext_available() else [])
 RANKS = [1, 5, 8, 16, 17, 32, 33]
 # 3-way (one-word and two-word ALTO index), 4-way (both), 5-way, and 6-way (general kernels)
-SHAPES = [(40, 7, 300), (2 ** 22, 2 ** 21, 2 ** 22), (12, 5, 9, 7),
+SHAPES = [(40, 7, 300), pytest.param((2 ** 22, 2 ** 21, 2 ** 22), marks=pytest.mark.slow),
+          (12, 5, 9, 7),
           (2 ** 17, 2 ** 16, 2 ** 16, 2 ** 16), (6, 5, 9, 7, 4), (3, 4, 2, 5, 3, 2)]
 
 

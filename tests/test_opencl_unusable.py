@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 cl = pytest.importorskip("pyopencl")
+pytestmark = pytest.mark.slow      # every test starts Python subprocesses
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -219,6 +219,7 @@ REPRO = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_models_are_bitwise_identical_for_any_threads_and_affinity():
     """COO and ALTO (buffer and compact paths), low- and high-reuse tensors, CP-ALS, CP-APR MU
