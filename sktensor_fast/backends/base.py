@@ -369,7 +369,7 @@ def _float(value, name):
         value = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, got {value!r}") from None
-    if math.isnan(value):
+    if value != value:
         raise ValueError(f"{name} must not be NaN")
     return value
 
@@ -431,12 +431,19 @@ def _check_zero_subs(zero_subs, shape):
     return z
 
 
+def _shape(a):
+    shape = getattr(a, "shape", None)
+    if type(shape) is tuple:
+        return shape
+    return tuple(shape) if shape is not None else np.shape(a)
+
+
 def _matrices(arrays, name, N=None):
     if not isinstance(arrays, (list, tuple)):
         raise TypeError(f"{name} must be a list of (I_k x R) matrices")
     if N is not None and len(arrays) != N:
         raise ValueError(f"{name} has {len(arrays)} arrays for {N} modes")
-    shapes = [tuple(getattr(a, "shape", np.shape(a))) for a in arrays]
+    shapes = [_shape(a) for a in arrays]
     if any(len(sh) != 2 for sh in shapes):
         raise ValueError(f"{name} must be 2-D matrices, got shapes {shapes}")
     return shapes
@@ -594,15 +601,18 @@ class GcpKernels:
             if not isinstance(arrs, (list, tuple)) or len(arrs) != N:
                 raise ValueError(f"state[{name!r}] must hold {N} arrays, one per factor")
         act = _active(active, N)
+        moments = [state[name] for name in GCP_MOMENTS[solver]]
         for k in range(N):
             if not act[k]:
                 continue
-            for what, a in [("gradient", grads[k])] + [(f"state[{name!r}]", state[name][k])
-                                                       for name in GCP_MOMENTS[solver]]:
-                if tuple(getattr(a, "shape", np.shape(a))) != shapes[k]:
-                    raise ValueError(f"mode {k}: the {what} has shape "
-                                     f"{tuple(getattr(a, 'shape', np.shape(a)))}, the factor "
-                                     f"{shapes[k]}")
+            sh = shapes[k]
+            if _shape(grads[k]) != sh:
+                raise ValueError(f"mode {k}: the gradient has shape {_shape(grads[k])}, the "
+                                 f"factor {sh}")
+            for name, arrs in zip(GCP_MOMENTS[solver], moments):
+                if _shape(arrs[k]) != sh:
+                    raise ValueError(f"mode {k}: state[{name!r}] has shape {_shape(arrs[k])}, "
+                                     f"the factor {sh}")
         return self._optimizer_step(solver, factors, grads, state, _float(lr, "lr"),
                                     _int(t, "t", 1), _float(lower, "lower"),
                                     _float(beta1, "beta1"), _float(beta2, "beta2"),
