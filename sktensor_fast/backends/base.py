@@ -7,6 +7,13 @@ matrices, length-R vectors and scalars come back to the host as NumPy objects.
 
 Backend arrays are whatever the backend uses (NumPy arrays on the CPU, ``pyopencl.array.Array``
 on an OpenCL device).  Factor matrices are C-contiguous (I_n x R).
+
+The primitives of one algorithm are grouped: ``backend.apr`` (:class:`AprKernels`, CP-APR's
+element-wise steps and row solvers) and ``backend.gcp`` (:class:`GcpKernels`, GCP's sampling,
+gradients, losses and optimiser steps).  Arguments are checked once, here: the public methods
+(``mttkrp``, ``phi``, ``model_values``, ``poisson_data_term`` and those of the groups) check
+them and call the backend's ``_``-prefixed implementation, so every backend refuses the same
+bad input with the same message.
 """
 import contextlib
 import math
