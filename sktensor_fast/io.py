@@ -790,31 +790,34 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
         if value is not None and (isinstance(value, bool)
                                   or not isinstance(value, numbers.Integral) or value < 1):
             raise ValueError(f"{arg} must be a positive integer or None, got {value!r}")
-    stream, name = _open_binary(path)
-    parser = _BlockParser(name, shape, int(index_base), dtype, max_modes)
+    from ._native import text
+    from ._native.canonical import CanonicalError
+    if hasattr(path, "read"):
+        # a file object is read as it goes (and inflated as it is read), never whole
+        stream, name = _open_binary(path)
+        opened = (stream, name, None, False)
+    else:
+        opened = text.open_text(path)
+        name = opened[1]
+    report = {}
     try:
-        for block in _iter_blocks(stream, _BLOCK_BYTES, max_line_length, name):
-            parser.feed(block)
-    except _READ_ERRORS as exc:
-        if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+        subs, vals, shape_read, canonical = text.load_arrays(
+            None, shape, index_base=int(index_base), dtype=dtype, block_bytes=_BLOCK_BYTES,
+            max_line_length=max_line_length, max_modes=max_modes, opened=opened,
+            report=report)
+    except CanonicalError as exc:
+        if exc.kind != "overflow":
             raise
-        raise ValueError(f"{name}: cannot read the file: {exc}") from exc
-    finally:
-        stream.close()
-    if parser.underflows:
-        warnings.warn(f"{name}: {parser.underflows} value(s) too small for {dtype.name} round "
-                      f"to 0 and are dropped", UserWarning, stacklevel=2)
-    if parser.ncols is None:
+        raise _SumOverflowError(exc.coord, dtype, int(index_base), f"{name}: ") from None
+    if report.get("underflows"):
+        warnings.warn(f"{name}: {report['underflows']} value(s) too small for {dtype.name} "
+                      f"round to 0 and are dropped", UserWarning, stacklevel=2)
+    if subs is None:
         if shape is None:
             raise ValueError(f"{name} holds no nonzeros; pass `shape` to load an empty tensor")
         subs = np.zeros((0, len(shape)), np.int64)
         vals = np.zeros(0, dtype)
-    else:
-        # the first data line always yields a row, so the lists are not empty
-        subs = np.concatenate(parser.coords)
-        vals = np.concatenate(parser.vals)
-        if shape is None:
-            shape = tuple(int(m) + 1 for m in parser.maxima)
+    shape = tuple(shape_read) if shape is None else shape
     labels = None
     if with_labels:
         directory = os.path.dirname(os.path.abspath(os.fspath(path)))
@@ -826,10 +829,15 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
                     grown[k] = max(grown[k], len(_read_map(p)))
             shape = tuple(grown)
         labels = read_labels(directory, shape)
-    try:
-        X = _to_tensor(subs, vals, shape, dtype)
-    except _SumOverflowError as exc:
-        raise _SumOverflowError(exc.coord, exc.dtype, index_base, f"{name}: ") from None
+    if canonical:
+        # checked, sorted, summed and free of zeros by the compiled passes
+        X = SparseTensor._from_canonical(subs, vals, shape)
+    else:
+        # wider than the compiled sort handles: the constructor sorts
+        try:
+            X = SparseTensor(subs, vals, shape, dtype=dtype, copy=False)
+        except _SumOverflowError as exc:
+            raise _SumOverflowError(exc.coord, exc.dtype, index_base, f"{name}: ") from None
     return (X, labels) if with_labels else X
 
 
