@@ -8,7 +8,6 @@ their parameters, pickles and saved models do not change.
 """
 import contextlib
 import contextvars
-from dataclasses import dataclass
 
 __all__ = ["FitProgress", "fit_callback"]
 
@@ -17,7 +16,6 @@ _CALLBACK = contextvars.ContextVar("sktensor_fast_fit_callback", default=None)
 _START = contextvars.ContextVar("sktensor_fast_fit_start", default=(1, 1))
 
 
-@dataclass(frozen=True)
 class FitProgress:
     """Where a fit stands after one outer iteration (passed to a :func:`fit_callback`).
 
@@ -49,13 +47,28 @@ class FitProgress:
     'CPALS iteration 3: fit 0.517'
     """
 
-    estimator: str
-    iteration: int
-    objective: float
-    objective_name: str
-    elapsed: float
-    start: int = 1
-    n_init: int = 1
+    __hash__ = None
+    _FIELDS = ("estimator", "iteration", "objective", "objective_name", "elapsed", "start",
+               "n_init")
+
+    def __init__(self, estimator, iteration, objective, objective_name, elapsed, start=1,
+                 n_init=1):
+        self.estimator = str(estimator)
+        self.iteration = int(iteration)
+        self.objective = float(objective)
+        self.objective_name = str(objective_name)
+        self.elapsed = float(elapsed)
+        self.start = int(start)
+        self.n_init = int(n_init)
+
+    def __repr__(self):
+        return "FitProgress(" + ", ".join(f"{k}={getattr(self, k)!r}"
+                                          for k in self._FIELDS) + ")"
+
+    def __eq__(self, other):
+        if not isinstance(other, FitProgress):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self._FIELDS)
 
 
 @contextlib.contextmanager
@@ -80,8 +93,8 @@ def fit_callback(callback):
     >>> X = load_flights_routes().tensor
     >>> seen = []
     >>> with fit_callback(seen.append), warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore")    # it stops at max_iter: a ConvergenceWarning
-    ...     model = CPALS(rank=2, max_iter=3, tol=0, random_state=0).fit(X)
+    ...     warnings.simplefilter("ignore")      # max_iter is reached
+    ...     model = CPALS(2, max_iter=3, tol=0, random_state=0).fit(X)
     >>> [p.iteration for p in seen], seen[-1].objective_name
     ([1, 2, 3], 'fit')
     >>> bool(seen[-1].objective == model.fit_)
@@ -102,8 +115,8 @@ def report(estimator, iteration, objective, objective_name, elapsed):
     if callback is None:
         return
     start, n_init = _START.get()
-    callback(FitProgress(type(estimator).__name__, int(iteration), float(objective),
-                         objective_name, float(elapsed), start, n_init))
+    callback(FitProgress(type(estimator).__name__, iteration, objective, objective_name,
+                         elapsed, start, n_init))
 
 
 @contextlib.contextmanager
