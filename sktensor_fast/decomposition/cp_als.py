@@ -156,6 +156,8 @@ class CPALS(BaseCP):
         "init": [_InitConstraint({"random", "nvecs"})],
     }
 
+    _objective_name = "fit"
+
     def __init__(self, rank=2, *, max_iter=100, tol=1e-4, init="random", random_state=None,
                  n_init=1, device="cpu", format="auto", verbose=0, max_time=None):
         self.rank = rank
@@ -240,6 +242,7 @@ class CPALS(BaseCP):
                     f"CPALS diverged at iteration {n_iter} (fit is {fit}); try a smaller rank or "
                     "init='nvecs'")
             change = abs(fit_old - fit)
+            self._report_iteration(n_iter, fit, t0)
             if self.verbose and (self.verbose > 1 or it % 10 == 0):
                 self._log(f"iter {n_iter:4d}  fit {fit:.8f}  change {change:.2e}  "
                           f"{time.perf_counter() - t0:.2f}s")
