@@ -382,9 +382,14 @@ def bad_data_on_one_process_fails_everywhere():
 def time_limit_taken_together():
     X = random_tensor((30, 20, 10), 1500, seed=12)
     Xd = scatter(X if RANK == 0 else None)
-    model = CPAPR(rank=3, random_state=0, max_iter=500, tol=0, max_time=0.05).fit(Xd)
-    n = everywhere(model.n_iter_)
-    assert len(set(n)) == 1 and n[0] < 500
+    counts = []
+    for est in (CPAPR(rank=3, random_state=0, max_iter=500, tol=0, max_time=0.05),
+                CPALS(rank=3, random_state=0, max_iter=100000, tol=0, max_time=0.05),
+                GCP(rank=3, loss="poisson", random_state=0, max_iter=1000, epoch_iters=5,
+                    max_time=0.05)):
+        counts.append(everywhere(est.fit(Xd).n_iter_))
+    for n in counts:
+        assert len(set(n)) == 1, counts
 
 
 @case

@@ -246,7 +246,8 @@ class CPALS(BaseCP):
             if it > 0 and change < self.tol:
                 stop = "tol"
                 break
-            if self.max_time is not None and time.perf_counter() - t0 > self.max_time:
+            if self.max_time is not None and backend.decide(time.perf_counter() - t0
+                                                             > self.max_time):
                 stop = "max_time"
                 self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
