@@ -259,7 +259,7 @@ class CPALS(BaseCP):
                 "attributes": {"fit_": float(fit)}}
 
     def _solve_mode0(self, backend, T, X, factors):
-        U = [backend.asarray(np.empty((X.shape[0], self.rank_), dtype=X.dtype))]
+        U = [backend.asarray(np.zeros((X.shape[0], self.rank_), dtype=X.dtype))]
         U += [backend.asarray(f, dtype=X.dtype) for f in factors[1:]]
         grams = [np.ones((self.rank_, self.rank_))] + [backend.gram(u) for u in U[1:]]
         M = backend.mttkrp(T, U, 0)
@@ -267,7 +267,7 @@ class CPALS(BaseCP):
         return np.asarray(backend.to_numpy(W), dtype=np.float64)
 
     def _score_loadings(self, backend, T, X, W, factors):
-        s = _data_scale(getattr(X, "vals", None))
+        s = _data_scale(np.array([_max_abs(X)]))
         if s != 1.0:  # the score is scale-free: compute it on scaled data and loadings
             X = _scaled(X, s)
             T = backend.prepare(X, self._storage_format())
