@@ -43,9 +43,10 @@ def rel(a, b):
     return float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
 
 
-@pytest.mark.parametrize("layout", ["wide", "lanes"])
-def test_kernels_match_resident(be, layout):
+@pytest.mark.parametrize("layout,pinned", [("wide", False), ("lanes", True)])
+def test_kernels_match_resident(be, layout, pinned, monkeypatch):
     be.layout = layout
+    monkeypatch.setattr(streamed.StreamedTensor, "PINNED", pinned)
     X = _heavy_tensor()
     be.max_tensor_bytes = None
     T = be.prepare(_fresh(X))
@@ -54,6 +55,7 @@ def test_kernels_match_resident(be, layout):
     be.max_tensor_bytes = cap
     S = be.prepare(_fresh(X))
     assert isinstance(S, streamed.StreamedTensor)
+    assert S.pinned == pinned
     assert S.nbytes <= cap
     assert all(n > 1 for n in S.nblocks), S.nblocks
     # the heavy row of mode 0 is cut between blocks
@@ -81,6 +83,27 @@ def test_kernels_match_resident(be, layout):
     dev = [be.asarray(f) for f in F]
     n = be.model_zero_count(T, w, dev)
     assert 0 < n == be.model_zero_count(S, w, dev)
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.6])
+def test_blocks_stay_on_the_device(be, fraction):
+    # a second pass over a mode uploads only the blocks that do not fit in the slots
+    X = _heavy_tensor(seed=4)
+    be.max_tensor_bytes = int(streamed.resident_bytes(be, X) * fraction)
+    S = be.prepare(_fresh(X))
+    K = S.nslots
+    assert S.nbytes <= be.max_tensor_bytes
+    F = [be.asarray(np.random.default_rng(5).random((s, 4))) for s in X.shape]
+    for mode in range(3):
+        B = S.nblocks[mode]
+        u0 = S.uploads
+        a = be.to_numpy(be.mttkrp(S, F, mode))
+        u1 = S.uploads
+        b = be.to_numpy(be.mttkrp(S, F, mode))
+        u2 = S.uploads
+        assert np.array_equal(a, b)
+        assert u1 - u0 <= B
+        assert u2 - u1 == (0 if B <= K else B - (K - 2)), (mode, B, K, u1 - u0, u2 - u1)
 
 
 def _fits(be, X, make):

@@ -10,10 +10,16 @@ returns a :class:`StreamedTensor` instead, in the spirit of BLCO's out-of-memory
   row alone holds more than a block.  Each block's mode coordinate is shifted to start at its
   first row, so a block is a small tensor of the rows ``r0:r1`` of its mode, stored in the
   order the MTTKRP / Φ kernels read (chunk-interleaved for the ``lanes`` and ``wide`` layouts);
-- on the device, two slots of ``block_nnz`` nonzeros (all the tensor memory used: the cap
-  bounds ``2 * block_nnz * (4 * N + itemsize)``), filled alternately on a second command
-  queue, so that block ``b + 1`` is uploaded while the kernel of block ``b`` runs (events
-  order the upload of a slot after the kernel that last read it);
+- on the device, ``K`` slots of ``block_nnz`` nonzeros (all the tensor memory used: the cap
+  bounds ``K * block_nnz * (4 * N + itemsize)``; ``block_nnz`` is about an eighth of the cap,
+  so ``K`` is 8 unless the cap is tiny).  A pass over the blocks of a mode uses the blocks
+  already on the device and uploads the others on a second command queue, so that uploads
+  overlap the kernels of earlier blocks (events order the upload into a slot after the kernel
+  that last read it).  When a mode has at most ``K`` blocks they all stay on the device until
+  another mode needs the slots: CP-APR's inner iterations, which compute Φ of one mode again
+  and again, then upload the mode once per outer iteration.  A mode with more blocks keeps its
+  first ``K - 2`` on the device and streams the rest through the two other slots alternately
+  (double buffering);
 - MTTKRP / Φ of mode ``n``: for every block, the backend's own kernel computes the rows
   ``r0:r1`` into a scratch array, which is added into those rows of the device-resident
   output (a row cut between two blocks gets both partial sums); the Poisson data term and
@@ -190,12 +196,21 @@ class StreamedTensor:
     cap : int
         The device bytes the tensor may use.
     block_nnz : int
-        Nonzeros per device slot (two slots are allocated).
+        Nonzeros per device slot.
+    nslots : int
+        Device slots (``nslots * block_nnz`` nonzeros fit within ``cap``).
     blocks : list of list
         Per mode, the host blocks (rows ``r0:r1``, ``nnz``).
     """
 
     streamed = True
+
+    #: slots the cap is divided into (fewer when the cap holds fewer blocks of one chunk)
+    SLOTS = 8
+
+    #: host blocks in page-locked memory (buffers allocated with CL_MEM_ALLOC_HOST_PTR and
+    #: mapped once), which GPU drivers copy asynchronously; None: on GPU devices only
+    PINNED = None
 
     def __init__(self, backend, X, cap):
         cl = import_cl()
@@ -211,14 +226,17 @@ class StreamedTensor:
         self.chunk = _chunk_of(backend)
         row = self.ndim * 4 + self.dtype.itemsize
         step = self.chunk or 1
-        block = (self.cap // 2) // row // step * step
-        max_alloc = int(backend.device.max_mem_alloc_size)
-        block = min(block, max_alloc // (self.ndim * 4) // step * step)
-        if block < step or block < 1:
+        if self.cap < 2 * step * row:
             raise ValueError(
                 f"max_tensor_bytes={self.cap} is too small to stream the tensor: two blocks of "
                 f"{step} nonzeros (one chunk) need {2 * step * row} bytes on the device")
+        block = max(self.cap // (self.SLOTS * row) // step * step, step)
+        max_alloc = int(backend.device.max_mem_alloc_size)
+        block = min(block, max(max_alloc // (self.ndim * 4) // step * step, step))
         self.block_nnz = int(min(block, -(-self.nnz // step) * step))
+        self._cl = cl
+        self._pinned = backend.is_gpu if self.PINNED is None else bool(self.PINNED)
+        self._maps = []
         nt = _threads.get_num_threads()
         subs32 = np.empty((self.nnz, self.ndim), dtype=np.int32)
         _construct.narrow(np.ascontiguousarray(X.subs, dtype=np.int64), subs32, nt)
@@ -237,12 +255,18 @@ class StreamedTensor:
         del subs32, orders
         q = backend.queue
         n_slot = self.block_nnz
+        K = max(2, min(self.cap // (n_slot * row), sum(self.nblocks)))
         self._slots = [(cla.empty(q, (n_slot, self.ndim), self.idx_dtype),
-                        cla.empty(q, (n_slot,), self.dtype)) for _ in range(2)]
-        # uploads run on their own queue, so that they overlap the kernels of the other slot
+                        cla.empty(q, (n_slot,), self.dtype)) for _ in range(K)]
+        # uploads run on their own queue, so that they overlap the kernels of other slots
         self._tq = cl.CommandQueue(backend.ctx)
-        self._done = [None, None]
-        self._cl = cl
+        self._done = [None] * K        # per slot: the end of the last kernel that read it
+        self._holder = [None] * K      # per slot: the (mode, block) it holds
+        self._last_use = [0] * K
+        self._clock = 0
+        #: blocks uploaded (and their bytes) since the tensor was built
+        self.uploads = 0
+        self.upload_bytes = 0
 
     def _host_block(self, mode, subs, vals):
         b = _HostBlock()
@@ -251,14 +275,33 @@ class StreamedTensor:
         b.r0 = int(subs[0, mode])
         b.r1 = int(subs[-1, mode]) + 1
         pos, b.padded = _interleave_positions(b.nnz, self.chunk)
-        hs = np.zeros((b.padded, self.ndim), dtype=np.int32)
-        hv = np.zeros(b.padded, dtype=self.dtype)
+        hs = self._host_array((b.padded, self.ndim), np.int32)
+        hv = self._host_array((b.padded,), self.dtype)
         hs[pos] = subs
         hs[pos, mode] -= b.r0
         hv[pos] = vals
         b.subs, b.vals = hs, hv
         b.valid = pos if self.chunk else None
         return b
+
+    def _host_array(self, shape, dtype):
+        """A zeroed host array, page-locked when ``_pinned`` (plain memory if the driver
+        refuses)."""
+        if self._pinned:
+            cl = self._cl
+            nbytes = max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
+            try:
+                buf = cl.Buffer(self.backend.ctx,
+                                cl.mem_flags.READ_ONLY | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
+                arr, _ = cl.enqueue_map_buffer(self.backend.queue, buf,
+                                               cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                               shape, dtype, is_blocking=True)
+                arr[...] = 0
+                self._maps.append(buf)
+                return arr
+            except cl.Error:
+                self._pinned = False
+        return np.zeros(shape, dtype=dtype)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -267,9 +310,18 @@ class StreamedTensor:
         return [len(b) for b in self.blocks]
 
     @property
+    def nslots(self):
+        return len(self._slots)
+
+    @property
     def nbytes(self):
-        """Device bytes of the two slots (the tensor's device memory)."""
+        """Device bytes of the slots (the tensor's device memory)."""
         return sum(s.nbytes + v.nbytes for s, v in self._slots)
+
+    @property
+    def pinned(self):
+        """Whether the host blocks are page-locked."""
+        return self._pinned
 
     @property
     def host_nbytes(self):
@@ -305,34 +357,83 @@ class StreamedTensor:
                 f"device='{self.backend.device.name.strip()}')")
 
     # ------------------------------------------------------------------ streaming
+    def _plan(self, mode):
+        """Slot of every block of ``mode`` for one pass, and whether it must be uploaded."""
+        blocks = self.blocks[mode]
+        B, K = len(blocks), len(self._slots)
+        keep = B if B <= K else K - 2
+        where = {h: s for s, h in enumerate(self._holder) if h is not None}
+        slots = [None] * B
+        for b in range(keep):
+            slots[b] = where.get((mode, b))
+        taken = {s for s in slots if s is not None}
+        # free slots first, then the least recently used
+        free = sorted((s for s in range(len(self._slots)) if s not in taken),
+                      key=lambda s: (self._holder[s] is not None, self._last_use[s]))
+        free = iter(free)
+        for b in range(keep):
+            if slots[b] is None:
+                slots[b] = next(free)
+        if B > keep:
+            pair = (next(free), next(free))
+            for b in range(keep, B):
+                slots[b] = pair[(b - keep) % 2]
+        # a block is on the device when its slot holds it and no earlier block of this pass
+        # is put there first
+        first = {}
+        for b, s in enumerate(slots):
+            first.setdefault(s, b)
+        upload = [first[slots[b]] != b or self._holder[slots[b]] != (mode, b)
+                  for b in range(B)]
+        return slots, upload
+
+    def _upload(self, mode, b, s):
+        cl = self._cl
+        blk = self.blocks[mode][b]
+        wait = [self._done[s]] if self._done[s] is not None else None
+        subs, vals = self._slots[s]
+        ev = [cl.enqueue_copy(self._tq, subs.data, blk.subs, is_blocking=False, wait_for=wait),
+              cl.enqueue_copy(self._tq, vals.data, blk.vals, is_blocking=False, wait_for=wait)]
+        self._tq.flush()
+        self._holder[s] = (mode, b)
+        self.uploads += 1
+        self.upload_bytes += blk.subs.nbytes + blk.vals.nbytes
+        return ev
+
     def _stream(self, mode):
         """Yield (host block, device view) for every block of ``mode``; the view's data are on
         the device when the backend's queue reaches the next command."""
         cl = self._cl
-        q, tq = self.backend.queue, self._tq
+        q = self.backend.queue
         blocks = self.blocks[mode]
+        slots, upload = self._plan(mode)
         pending = {}
-
-        def upload(b):
-            s = b % 2
-            blk = blocks[b]
-            wait = [self._done[s]] if self._done[s] is not None else None
-            subs, vals = self._slots[s]
-            ev = [cl.enqueue_copy(tq, subs.data, blk.subs, is_blocking=False, wait_for=wait),
-                  cl.enqueue_copy(tq, vals.data, blk.vals, is_blocking=False, wait_for=wait)]
-            tq.flush()
-            return ev
-
-        for b in range(min(2, len(blocks))):
-            pending[b] = upload(b)
+        first_use = {}
+        for b, s in enumerate(slots):
+            first_use.setdefault(s, b)
+        # uploads into slots that no earlier block of this pass reads: all at once
+        for b, s in enumerate(slots):
+            if upload[b] and first_use[s] == b:
+                pending[b] = self._upload(mode, b, s)
+        # the next block of this pass reading the slot of block b
+        next_same, seen = [None] * len(slots), {}
+        for b in range(len(slots) - 1, -1, -1):
+            next_same[b] = seen.get(slots[b])
+            seen[slots[b]] = b
         for b, blk in enumerate(blocks):
-            s = b % 2
-            cl.enqueue_barrier(q, wait_for=pending.pop(b))
+            s = slots[b]
+            ev = pending.pop(b, None)
+            if ev is not None:
+                cl.enqueue_barrier(q, wait_for=ev)
             yield blk, _BlockView(self, blk, self._slots[s], blk.padded)
             self._done[s] = cl.enqueue_marker(q)
+            self._clock += 1
+            self._last_use[s] = self._clock
             q.flush()
-            if b + 2 < len(blocks):
-                pending[b + 2] = upload(b + 2)
+            nxt = next_same[b]
+            if nxt is not None and upload[nxt]:
+                # the next block of this pass that reads slot s, now that it is free
+                pending[nxt] = self._upload(mode, nxt, s)
 
     def _rows_copy(self, A, r0, r1):
         """Rows ``r0:r1`` of the device array ``A`` as a new (pooled) device array."""
