@@ -336,6 +336,20 @@ def opencl_device_same_model():
     b = est.fit(Xd)
     assert_same_everywhere([b.weights_, *b.factors_])
     compare_models(a, b, "CPAPR mu on OpenCL")
+    # each process's share streamed through its device in blocks (its memory capped)
+    from sktensor_fast.backends import get_backend
+    be = get_backend("opencl")
+    old = be.max_tensor_bytes
+    be.max_tensor_bytes = 4096
+    try:
+        Xs = scatter(X if RANK == 0 else None)
+        c = CPAPR(**est.get_params()).fit(Xs)
+        kinds = {type(t).__name__ for t in Xs._prepared[(id(be), "auto")].local
+                 if t is not None}
+    finally:
+        be.max_tensor_bytes = old
+    assert kinds == {"StreamedTensor"}, kinds
+    compare_models(a, c, "CPAPR mu on OpenCL, streamed")
 
 
 @case
