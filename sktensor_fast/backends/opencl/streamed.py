@@ -34,9 +34,7 @@ import os
 import numpy as np
 
 from ... import _threads
-from ..._native import _construct
-from ..._prepared import value_stats
-from .tensor import host_orders, import_cl
+from .tensor import describe, host_orders, import_cl, narrow_subs
 
 __all__ = ["StreamedTensor", "ENV_MAX_TENSOR_BYTES", "parse_max_bytes", "resident_bytes",
            "plan_streaming"]
@@ -215,13 +213,7 @@ class StreamedTensor:
     def __init__(self, backend, X, cap):
         cl = import_cl()
         import pyopencl.array as cla
-        self.backend = backend
-        self.shape = tuple(int(s) for s in X.shape)
-        self.ndim = len(self.shape)
-        self.nnz = int(X.nnz)
-        self.dtype = np.dtype(X.dtype)
-        self.idx_dtype = backend.index_dtype(self.shape)
-        self.norm_sq = float(value_stats(X)["sum_sq"])
+        describe(self, backend, X)
         self.cap = int(cap)
         self.chunk = _chunk_of(backend)
         row = self.ndim * 4 + self.dtype.itemsize
@@ -238,8 +230,7 @@ class StreamedTensor:
         self._pinned = backend.is_gpu if self.PINNED is None else bool(self.PINNED)
         self._maps = []
         nt = _threads.get_num_threads()
-        subs32 = np.empty((self.nnz, self.ndim), dtype=np.int32)
-        _construct.narrow(np.ascontiguousarray(X.subs, dtype=np.int64), subs32, nt)
+        subs32 = narrow_subs(X, nt)
         vals = np.ascontiguousarray(X.vals)
         orders = host_orders(subs32, self.shape, nt)
         self.blocks = []
