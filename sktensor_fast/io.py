@@ -714,6 +714,19 @@ def write_labels(directory, labels, names=None):
 
 
 # ---------------------------------------------------------------------------------- loading
+def _check_tns_args(shape, index_base, dtype):
+    """``shape`` (None or checked), ``index_base`` (a nonnegative int) and ``dtype`` (float32
+    or float64) of a .tns reader, checked; ValueError / TypeError naming the argument."""
+    if shape is not None:
+        shape = _check_shape(shape)
+    if isinstance(index_base, bool) or int(index_base) != index_base or index_base < 0:
+        raise ValueError(f"index_base must be a nonnegative integer, got {index_base!r}")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+    return shape, int(index_base), dtype
+
+
 def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_base=1,
              max_line_length=MAX_LINE_LENGTH, max_modes=MAX_MODES):
     """Load a sparse tensor from a FROSTT ``.tns`` file (plain or compressed).
@@ -777,13 +790,7 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
     SparseTensor(shape=(3, 2), nnz=2, dtype=float64, density=0.333)
     """
     inferred = shape is None
-    if not inferred:
-        shape = _check_shape(shape)
-    if isinstance(index_base, bool) or int(index_base) != index_base or index_base < 0:
-        raise ValueError(f"index_base must be a nonnegative integer, got {index_base!r}")
-    dtype = np.dtype(dtype)
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+    shape, index_base, dtype = _check_tns_args(shape, index_base, dtype)
     if with_labels and hasattr(path, "read"):
         raise TypeError("with_labels=True needs a file path to locate the label files")
     for arg, value in (("max_line_length", max_line_length), ("max_modes", max_modes)):

@@ -221,6 +221,27 @@ def test_opencl_variants_script_runs(capsys):
         assert name in out
 
 
+def test_streamed_script_runs(tmp_path):
+    """bench_streamed fits resident and streamed (capped) tensors and writes JSON."""
+    import json
+    pytest.importorskip("pyopencl")
+    from _reference import opencl_backend_or_skip
+    be = opencl_backend_or_skip()
+    before = be.max_tensor_bytes
+    from benchmarks import bench_streamed
+    out = tmp_path / "streamed.json"
+    bench_streamed.main(["--device", "opencl", "--shape", "uber", "--nnz", "4000", "--rank", "4",
+                         "--iters", "1", "--repeat", "1", "--algos", "cpapr",
+                         "--out", str(out)])
+    rep = json.loads(out.read_text())
+    assert [r["algo"] for r in rep["rows"]] == ["cpapr"]
+    for r in rep["rows"]:
+        assert not r["resident"]["streamed"] and r["streamed"]["streamed"]
+        assert r["streamed"]["device_bytes"] <= rep["cap_bytes"] < rep["resident_need_bytes"]
+        assert r["ratio"] > 0 and r["score_rel_diff"] < 1e-12
+    assert be.max_tensor_bytes == before      # the backend's setting is restored
+
+
 def test_phi_script_runs(tmp_path, capsys):
     """bench_phi times Φ of every mode and the data term for COO and ALTO and writes JSON."""
     import json

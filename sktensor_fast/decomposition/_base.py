@@ -344,7 +344,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
-        backend = self._backend()
+        backend = self._backend(X)
         with backend.compute_scope(), prepared(backend, X, self._storage_format()) as T:
             return self._solve_mode0(backend, T, X, self.factors_)
 
@@ -352,7 +352,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """Goodness of fit of ``X`` after refitting its mode-0 loadings (greater is better)."""
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
-        backend = self._backend()
+        backend = self._backend(X)
         with backend.compute_scope(), prepared(backend, X, self._storage_format()) as T:
             W = self._solve_mode0(backend, T, X, self.factors_)
             return float(self._score_loadings(backend, T, X, W, self.factors_))

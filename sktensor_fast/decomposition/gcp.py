@@ -588,7 +588,7 @@ class GCP(BaseCP):
                 t += 1
                 backend.gcp_optimizer_step(self.solver, U, G, opt, lr, t, loss.lower,
                                            self.beta1, self.beta2, self.epsilon, active)
-                if limit is not None and time.perf_counter() > limit:
+                if limit is not None and backend.decide(time.perf_counter() > limit):
                     stop = "max_time"
                     break
             f_new = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
@@ -674,7 +674,7 @@ class GCP(BaseCP):
             if self.verbose:
                 self._log(f"iter {len(history) - 1:4d}  loss {history[-1]:.8e}  "
                           f"{time.perf_counter() - t0:.2f}s")
-            if limit is not None and time.perf_counter() > limit:
+            if limit is not None and backend.decide(time.perf_counter() > limit):
                 timed_out.append(True)
                 raise StopIteration
 
