@@ -985,14 +985,21 @@ def save_tns(path, X, *, precision=None):
     integral = bool(X.nnz == 0 or (np.all(vals == np.round(vals))
                                    and float(np.abs(vals).max()) < 2.0 ** 53))
 
-    def write(f):
-        for lo in range(0, X.nnz, _WRITE_CHUNK):
-            hi = min(lo + _WRITE_CHUNK, X.nnz)
-            f.write(_format_rows(X.subs[lo:hi], vals[lo:hi], integral, precision))
+    from ._native import text
+    mode = "int" if integral else ("shortest" if precision is None else "g")
+
+    def write(f, compression=None):
+        # formatted in parallel, one buffer while the one before is written (and compressed,
+        # every buffer a member of a multi-member file, in parallel)
+        text.write_tns(f, X.subs, vals, mode=mode, precision=precision or 17,
+                       compression=compression)
 
     if hasattr(path, "write"):
         write(path)
         return
     name = os.fspath(path)
-    with _atomic_output(name) as raw, _compressed(raw, name) as f:
-        write(f)
+    lower = name.lower()
+    compression = next((c for suffix, c in ((".gz", "gzip"), (".bz2", "bz2"), (".xz", "xz"))
+                        if lower.endswith(suffix)), None)
+    with _atomic_output(name) as raw:
+        write(raw, compression)

@@ -433,6 +433,16 @@ cdef extern from *:
     /* the value as text: mode 0 an integer, 1 "%.{prec}g", 2 the shortest of %.15g, %.16g,
        %.17g that reads back as the same double, 3 (float32 values) the shortest of %.6g to
        %.9g that reads back as the same float32 */
+    /* a float written as digits alone gets ".0" (as Python writes floats): it stays a float
+       to a reader that guesses types */
+    static inline int skn_float_mark(char *p, int n) {
+        for (int i = 0; i < n; i++)
+            if (p[i] == '.' || p[i] == 'e' || p[i] == 'n' || p[i] == 'i') return n;
+        p[n] = '.';
+        p[n + 1] = '0';
+        return n + 2;
+    }
+
     static inline int skn_fmt_value(char *p, double v, int mode, int prec) {
         if (mode == 0) {
             if (v < 0) { p[0] = '-'; return 1 + skn_u64(p + 1, (uint64_t) (-v)); }
@@ -444,12 +454,13 @@ cdef extern from *:
                float32) as the same float32; 9 digits always do */
             for (int digits = 6; digits <= 9; digits++) {
                 int n = snprintf(p, 32, "%.*g", digits, v);
-                if (digits == 9 || (float) strtod(p, NULL) == (float) v) return n;
+                if (digits == 9 || (float) strtod(p, NULL) == (float) v)
+                    return skn_float_mark(p, n);
             }
         }
         for (int digits = 15; digits <= 17; digits++) {
             int n = snprintf(p, 32, "%.*g", digits, v);
-            if (digits == 17 || strtod(p, NULL) == v) return n;
+            if (digits == 17 || strtod(p, NULL) == v) return skn_float_mark(p, n);
         }
         return 0;
     }
@@ -480,7 +491,7 @@ FORMAT_BLOCK = FORMAT_BLOCK_C
 
 #: bytes a row may take at most: 20 per coordinate and separator, 32 for the value, a newline
 def row_bytes_max(Py_ssize_t ncoords):
-    return 20 * ncoords + 33
+    return 20 * ncoords + 35
 
 
 def format_rows(const int64_t[:, ::1] subs, const value_t[::1] vals, Py_ssize_t lo,
