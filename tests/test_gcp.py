@@ -371,6 +371,58 @@ def test_fused_sampling_equals_drawn_sample_and_inactive_modes_untouched():
         np.testing.assert_allclose(marker[1], ref[1], rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("solver", ["adam", "adagrad", "sgd"])
+def test_fused_steps_equal_the_primitives_step_by_step(solver):
+    """The CPU backend's compiled loop of steps gives the bits of gradient + optimiser step
+    called one step at a time (1 and 2 threads; a draw large enough for the multi-threaded
+    gradient; an inactive mode stays untouched), and the Backend's default loop agrees."""
+    from sktensor_fast.backends.base import Backend
+    X, _ = small_problem(shape=(40, 30, 20), density=0.1, R=8)
+    be = get_backend("cpu")
+    T = be.prepare(X)
+    loss = get_loss("poisson")
+    lam = np.ones(8)
+    rng = np.random.default_rng(5)
+    U0 = [rng.uniform(0.1, 1.0, (s, 8)) for s in X.shape]
+    active = [True, False, True]
+    for n_grad in ((20, 20), (7000, 7000)):   # serial / parallel gradient at 2 threads
+        state = be.gcp_setup(T, "stratified", n_grad, (5, 5), 0)
+        results = []
+        for threads in (1, 2):
+            with num_threads(threads):
+                U = [u.copy() for u in U0]
+                opt = be.gcp_optimizer_state(solver, U)
+                G = None
+                for s in range(6):
+                    G, _ = be.gcp_sampled_gradient(T, state, lam, U, loss, 9, 3 + s, out=G,
+                                                   active=active)
+                    be.gcp_optimizer_step(solver, U, G, opt, 1e-2, 4 + s, loss.lower, 0.9,
+                                          0.999, 1e-8, active)
+                ref = (U, opt)
+                for run in (be.gcp_steps, lambda *a, **k: Backend.gcp_steps(be, *a, **k)):
+                    V = [u.copy() for u in U0]
+                    opt2 = be.gcp_optimizer_state(solver, V)
+                    G2, done, timed_out = run(T, state, lam, V, loss, 9, 3, 6, solver, opt2,
+                                              1e-2, 4, loss.lower, 0.9, 0.999, 1e-8, active)
+                    assert (done, timed_out) == (6, False)
+                    for a, b in zip(V, ref[0]):
+                        np.testing.assert_array_equal(a, b)
+                    for name in opt2:
+                        for a, b in zip(opt2[name], ref[1][name]):
+                            np.testing.assert_array_equal(a, b)
+                    np.testing.assert_array_equal(V[1], U0[1])
+                results.append(ref[0])
+        for a, b in zip(*results):
+            np.testing.assert_array_equal(a, b)
+    # a deadline already passed: one step, then the loop stops and says so
+    V = [u.copy() for u in U0]
+    opt2 = be.gcp_optimizer_state(solver, V)
+    _, done, timed_out = be.gcp_steps(T, state, lam, V, loss, 9, 0, 50, solver, opt2, 1e-2, 1,
+                                      loss.lower, 0.9, 0.999, 1e-8, deadline=-1.0,
+                                      clock=lambda: 0.0)
+    assert (done, timed_out) == (1, True)
+
+
 def test_exact_loss_and_gradient_match_pyttb():
     import pyttb as ttb
     from pyttb.gcp.fg import evaluate

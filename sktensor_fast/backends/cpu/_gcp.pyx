@@ -49,7 +49,7 @@ themselves.  Like the other kernels, these trust their inputs; the Python layer
 (``backends/cpu/gcp_ops.py``) validates shapes and builds the sampler.
 """
 from cython.parallel cimport prange, parallel
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
 from libc.math cimport log, exp, log1p, expm1, fabs, sqrt, pow, M_PI
 from libc.stdint cimport int64_t, uint64_t, int8_t
@@ -765,6 +765,7 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef int64_t* run_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
     cdef int64_t total_runs, since = 0
     cdef bint stopped = False
+    cdef int sort_threads = 0
     # thread scratch
     cdef int64_t* idx
     cdef double* suf
@@ -777,6 +778,10 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     if hist == NULL or order == NULL or nrun == NULL or run_off == NULL:
         free(hist); free(order); free(nrun); free(run_off)
         raise MemoryError()
+    for k in range(N):  # the sort has one task per active mode: no more threads than that
+        if active[k]:
+            sort_threads += 1
+    sort_threads = max(1, min(sort_threads, num_threads))
     with nogil:
         nblocks = (ns + block - 1) // block
         for bi in range(nblocks):
@@ -805,7 +810,7 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
             for jj in range(nb):
                 total += fval[jj]
             # 2. order the block's samples by their row in every active mode (stable)
-            for k in prange(N, schedule='dynamic', num_threads=num_threads):
+            for k in prange(N, schedule='dynamic', num_threads=sort_threads):
                 if not active[k]:
                     continue
                 order[k] = _radix_sort(keys + k, N, nb, shape[k] - 1, sort_a + k * block,
@@ -920,8 +925,9 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
         if block <= 0:
             block = default_block(N, R)
         block = max(1, min(block, _n_samples(&S)))
-        if _n_samples(&S) * N * R < SERIAL_WORK:
-            num_threads = 1  # not worth waking threads (the result is the same)
+        # one thread per SERIAL_WORK units (below: not worth waking threads; the result
+        # is the same for any count)
+        num_threads = _threads_for(_n_samples(&S) * N * R, num_threads)
         if R == 0 or _n_samples(&S) == 0:
             for k in range(N):
                 if active[k]:
@@ -1079,3 +1085,146 @@ def sgd_step(double[::1] u, const double[::1] g, double lr, double lower, int nu
         for c in prange(nchunks, schedule='dynamic', num_threads=num_threads):
             i0 = c * STEP_CHUNK
             sktf_sgd_chunk(&u[i0], &g[i0], min(STEP_CHUNK, n - i0), lr, lower)
+
+
+# ---------------------------------------------------------------------------- fused steps
+cdef enum:
+    SOLVER_SGD = 0
+    SOLVER_ADAGRAD = 1
+    SOLVER_ADAM = 2
+
+#: Codes of the stochastic solvers for :func:`run_steps`.
+SOLVER_CODES = {"sgd": SOLVER_SGD, "adagrad": SOLVER_ADAGRAD, "adam": SOLVER_ADAM}
+
+
+cdef inline int _threads_for(int64_t work, int num_threads) noexcept nogil:
+    """Threads for a call doing ``work`` units (samples x modes x rank, or entries): one per
+    ``SERIAL_WORK`` units, at most ``num_threads``.  Every thread then has a share long enough
+    to be worth waking it, and a region does not wait at its barrier for threads that had
+    next to nothing to do (on a busy machine each of them may first wait for a core)."""
+    cdef int64_t t = work // SERIAL_WORK
+    if t < 1:
+        return 1
+    return <int> t if t < num_threads else num_threads
+
+
+cdef inline void _opt_chunk(int solver, double* u, const double* g, double* s1, double* s2,
+                            int64_t n, double lr, double beta1, double beta2, double a,
+                            double e, double lower) noexcept nogil:
+    if solver == SOLVER_ADAM:
+        sktf_adam_chunk(u, g, s1, s2, n, beta1, beta2, a, e, lower)
+    elif solver == SOLVER_ADAGRAD:
+        sktf_adagrad_chunk(u, g, s1, n, lr, e, lower)
+    else:
+        sktf_sgd_chunk(u, g, n, lr, lower)
+
+
+cdef void _opt_apply(int solver, double* u, const double* g, double* s1, double* s2,
+                     int64_t n, double lr, double beta1, double beta2, double eps, double t,
+                     double lower, int num_threads) noexcept nogil:
+    """One optimiser step on ``n`` entries, as :func:`adam_step` / :func:`adagrad_step` /
+    :func:`sgd_step` compute it (same expressions, same bits)."""
+    cdef int64_t c, i0, nchunks = (n + STEP_CHUNK - 1) // STEP_CHUNK
+    cdef double a = lr, e = eps, bc1, bc2
+    if n <= 0:
+        return
+    if solver == SOLVER_ADAM:
+        bc1 = 1.0 - pow(beta1, t)
+        bc2 = 1.0 - pow(beta2, t)
+        a = lr * sqrt(bc2) / bc1
+        e = eps * sqrt(bc2)
+    num_threads = _threads_for(n, num_threads)
+    if num_threads == 1:
+        for c in range(nchunks):
+            i0 = c * STEP_CHUNK
+            _opt_chunk(solver, u + i0, g + i0, s1 + i0 if s1 != NULL else NULL,
+                       s2 + i0 if s2 != NULL else NULL, min(STEP_CHUNK, n - i0), lr, beta1,
+                       beta2, a, e, lower)
+        return
+    for c in prange(nchunks, schedule='dynamic', num_threads=num_threads):
+        i0 = c * STEP_CHUNK
+        _opt_chunk(solver, u + i0, g + i0, s1 + i0 if s1 != NULL else NULL,
+                   s2 + i0 if s2 != NULL else NULL, min(STEP_CHUNK, n - i0), lr, beta1,
+                   beta2, a, e, lower)
+
+
+def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_steps,
+              int code, double param, const double[::1] weights, list factors, list grads,
+              const int8_t[::1] active, int solver, list moments1, list moments2, double lr,
+              int64_t t_first, double beta1, double beta2, double eps, double lower,
+              int num_threads=1, object work=None, object deadline=None, object clock=None):
+    """``n_steps`` steps of a stochastic solver in one call: for each, the fused sampled
+    gradient of every active mode (the draw ``first_draw + s`` of ``seed``, as
+    :func:`gradient` at key ``step_key(seed, first_draw + s + 1)``), then the optimiser step
+    ``t_first + s`` of ``solver`` (a code of :data:`SOLVER_CODES`) in place on ``factors``
+    and the moments (``moments1``: Adam's first moments or AdaGrad's sums; ``moments2``:
+    Adam's second moments; None where unused), clipped to ``lower``.
+
+    The same bits as calling :func:`gradient` and :func:`adam_step` (etc.) step by step,
+    without the Python work between them.  ``grads`` (I_k x R, C-contiguous) receive the
+    gradients.  Between steps pending signals are handled (Ctrl-C raises) and, when
+    ``deadline`` is given, ``clock()`` is compared with it.  Returns ``(steps_done,
+    timed_out)``.
+    """
+    cdef int N = len(factors)
+    cdef Src S = sampler.src
+    cdef Py_ssize_t R = weights.shape[0]
+    cdef int64_t ns = S.p + S.q, s, block = 0, done = 0
+    cdef int k, nt
+    cdef bint timed_out = False
+    cdef double** fac = <double**> malloc(N * sizeof(double*))
+    cdef double** grad = <double**> malloc(N * sizeof(double*))
+    cdef double** m1 = <double**> calloc(N, sizeof(double*))
+    cdef double** m2 = <double**> calloc(N, sizeof(double*))
+    cdef int64_t* shape = <int64_t*> malloc(N * sizeof(int64_t))
+    cdef double[::1] wv
+    cdef double* wp = NULL
+    if fac == NULL or grad == NULL or m1 == NULL or m2 == NULL or shape == NULL:
+        free(fac); free(grad); free(m1); free(m2); free(shape)
+        raise MemoryError()
+    try:
+        if solver not in (SOLVER_SGD, SOLVER_ADAGRAD, SOLVER_ADAM):
+            raise ValueError(f"unknown solver code {solver}")
+        _pointers(factors, fac)
+        _pointers(grads, grad)
+        if solver != SOLVER_SGD:
+            _pointers(moments1, m1)
+        if solver == SOLVER_ADAM:
+            _pointers(moments2, m2)
+        for k in range(N):
+            shape[k] = (<object> grads[k]).shape[0]
+        nt = _threads_for(ns * N * R, num_threads)
+        if nt > 1 and R > 0:
+            block = max(1, min(default_block(N, R), ns))
+            need = workspace_size(N, R, block)
+            if work is None or (<object> work).shape[0] < need:
+                work = np.empty(need)
+            wv = work
+            wp = &wv[0]
+        for s in range(n_steps):
+            S.key = sktf_mix_seed(seed, <uint64_t> (first_draw + s + 1))
+            for k in range(N):
+                if active[k] and shape[k] > 0 and R > 0:
+                    memset(grad[k], 0, shape[k] * R * sizeof(double))
+            if R > 0 and ns > 0:
+                if nt == 1:
+                    _gradient_serial(&S, code, param, &weights[0], fac, grad, &active[0], R,
+                                     False)
+                else:
+                    _gradient_parallel(&S, code, param, &weights[0], fac, grad, &active[0],
+                                       shape, R, block, False, nt, wp)
+            with nogil:
+                for k in range(N):
+                    if active[k] and fac[k] != NULL:
+                        _opt_apply(solver, fac[k], grad[k], m1[k], m2[k], shape[k] * R, lr,
+                                   beta1, beta2, eps, <double> (t_first + s), lower,
+                                   num_threads)
+            done = s + 1
+            if _check_signals() != 0:
+                _reraise()
+            if deadline is not None and clock() > deadline:
+                timed_out = True
+                break
+        return done, timed_out
+    finally:
+        free(fac); free(grad); free(m1); free(m2); free(shape)
