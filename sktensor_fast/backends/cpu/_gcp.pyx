@@ -168,7 +168,10 @@ cdef enum:
     LOSS_CHUNK = 1024
     # samples drawn ahead of the one being processed (their rows are prefetched)
     LOOKAHEAD = 8
-    # below this much work (samples x modes x rank, or entries) a kernel runs on one thread
+    # samples per task of the first phase of the multi-threaded gradient
+    PHASE1_CHUNK = 256
+    # below this much work (samples x modes x rank, or entries) a kernel runs on one thread;
+    # the sampling kernels take one thread per this much work (see _threads_for)
     SERIAL_WORK = 131072
     # samples between two checks for a pending signal (Ctrl-C) in the long-running kernels
     SIGNAL_EVERY = 1 << 20
@@ -548,8 +551,7 @@ cdef class GcpSampler:
         S.key = key
         if n == 0:
             return
-        if n * N < SERIAL_WORK:
-            num_threads = 1
+        num_threads = _threads_for(n * N, num_threads)
         with nogil:
             j0 = 0
             while j0 < n:  # in pieces, to see Ctrl-C in between
@@ -682,6 +684,15 @@ cdef inline void _prefetch_rows(double** fac, double** grad, const int8_t* activ
                 SKTF_PREFETCH_W(grad[k] + idx[k] * R + off)
 
 
+cdef inline void _prefetch_factor_rows(double** fac, const int64_t* idx, int N,
+                                       Py_ssize_t R) noexcept nogil:
+    cdef int k
+    cdef Py_ssize_t off
+    for k in range(N):
+        for off in range(0, R, 8):
+            SKTF_PREFETCH(fac[k] + idx[k] * R + off)
+
+
 cdef double _gradient_serial(const Src* S, int code, double param, const double* lam,
                              double** fac, double** grad, const int8_t* active,
                              Py_ssize_t R, bint want_loss) except? -1.0:
@@ -766,7 +777,12 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef int64_t total_runs, since = 0
     cdef bint stopped = False
     cdef int sort_threads = 0
+    cdef int64_t nchunks, ci, c0, c1
     # thread scratch
+    cdef int64_t* ring
+    cdef double* ring_x
+    cdef int* ring_c
+    cdef int slot
     cdef int64_t* idx
     cdef double* suf
     cdef double* pre
@@ -788,23 +804,45 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
             b0 = bi * block
             nb = min(block, ns - b0)
             # 1. samples, model values, derivatives, contribution rows
+            #    (chunks of PHASE1_CHUNK samples; in each, samples are drawn LOOKAHEAD ahead
+            #    and their factor rows prefetched, as in the serial version)
+            nchunks = (nb + PHASE1_CHUNK - 1) // PHASE1_CHUNK
             with parallel(num_threads=num_threads):
-                idx = <int64_t*> malloc(N * sizeof(int64_t))
+                ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
+                ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
+                ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
                 suf = <double*> malloc((N * R + R + 1) * sizeof(double))
                 pre = suf + N * R
                 rows = <const double**> malloc(N * sizeof(double*))
-                for jj in prange(nb, schedule='dynamic', chunksize=256):
-                    fval[jj] = _sample_terms(S, b0 + jj, code, param, lam, fac, N, R, idx,
-                                             rows, suf, pre, want_loss)
-                    for k in range(N):
-                        keys[jj * N + k] = idx[k]
-                        if active[k]:
-                            for r in range(R):
-                                contrib[(k * block + jj) * R + r] = pre[r] * suf[k * R + r]
-                        if k < N - 1:
-                            for r in range(R):
-                                pre[r] = pre[r] * rows[k][r]
-                free(idx)
+                for ci in prange(nchunks, schedule='dynamic'):
+                    c0 = ci * PHASE1_CHUNK
+                    c1 = min(nb, c0 + PHASE1_CHUNK)
+                    for jj in range(c0, min(c0 + LOOKAHEAD, c1)):
+                        slot = <int> (jj - c0)
+                        ring_x[slot] = _sample(S, b0 + jj, ring + slot * N,
+                                               &ring_x[LOOKAHEAD + slot], &ring_c[slot])
+                        _prefetch_factor_rows(fac, ring + slot * N, N, R)
+                    for jj in range(c0, c1):
+                        slot = <int> ((jj - c0) % LOOKAHEAD)
+                        idx = ring + slot * N
+                        fval[jj] = _terms(S, b0 + jj, ring_x[slot], ring_x[LOOKAHEAD + slot],
+                                          ring_c[slot], code, param, lam, fac, N, R, idx, rows,
+                                          suf, pre, want_loss)
+                        for k in range(N):
+                            keys[jj * N + k] = idx[k]
+                            if active[k]:
+                                for r in range(R):
+                                    contrib[(k * block + jj) * R + r] = pre[r] * suf[k * R + r]
+                            if k < N - 1:
+                                for r in range(R):
+                                    pre[r] = pre[r] * rows[k][r]
+                        if jj + LOOKAHEAD < c1:  # refill the slot LOOKAHEAD samples ahead
+                            ring_x[slot] = _sample(S, b0 + jj + LOOKAHEAD, idx,
+                                                   &ring_x[LOOKAHEAD + slot], &ring_c[slot])
+                            _prefetch_factor_rows(fac, idx, N, R)
+                free(ring)
+                free(ring_x)
+                free(ring_c)
                 free(suf)
                 free(<void*> rows)
             for jj in range(nb):
@@ -984,8 +1022,7 @@ def loss_sum(GcpSampler sampler, uint64_t key, int code, double param,
         if ns == 0:
             return 0.0
         nchunks = (ns + LOSS_CHUNK - 1) // LOSS_CHUNK
-        if ns * N * R < SERIAL_WORK:
-            num_threads = 1
+        num_threads = _threads_for(ns * N * R, num_threads)
         part = <double*> malloc(nchunks * sizeof(double))
         if part == NULL:
             raise MemoryError()
