@@ -155,7 +155,8 @@ class GCP(BaseCP):
     for large-scale tensor decomposition*, SIMODS 2020) never form ``Y``.  Each step draws a
     fresh sample of entries, computes the model values there from the factor rows, the
     weighted loss derivatives and the gradient of every mode in one fused kernel, and takes a
-    step; factors are clipped to the loss's lower bound.  The loss is estimated on a fixed
+    step; factors are clipped to the loss's lower bound.  On the CPU the steps of an epoch run
+    in one compiled loop, with no Python work between them.  The loss is estimated on a fixed
     stratified sample drawn once per fit.  The steps are grouped in epochs of ``epoch_iters``;
     an epoch whose estimated loss went up is undone (model and optimiser state restored) and
     the learning rate multiplied by ``decay``.  The fit stops after ``max_iter`` epochs, when
