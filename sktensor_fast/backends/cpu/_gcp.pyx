@@ -10,20 +10,25 @@ row ``i_k(j)`` of mode ``k``, over the samples ``j``, with ``y_j = w_j ∂f/∂m
 :func:`gradient` computes it without building the sampled tensor.  Samples are processed in
 blocks of a fixed size; for each block
 
-1. (parallel over samples) draw the sample, read the N factor rows it touches, form the model
-   value from them (suffix products), the weighted loss derivative ``y_j``, and the N
-   contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]`` (prefix × suffix products) into a buffer;
-2. (parallel over modes) stable LSD radix sort of the block's samples by their mode-k row;
-3. (parallel over runs of equal rows) add each run of contributions, in sample order, into its
-   gradient row.  A row is owned by exactly one run, so no atomics and no per-thread copies of
-   the gradient are needed.
+1. (parallel over tasks of 256 samples) draw the samples, read the N factor rows each
+   touches, form the model value from them (suffix products), the weighted loss derivative
+   ``y_j``, and the N contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]`` (prefix × suffix
+   products) into a buffer; then list the task's samples of every mode by row range (a
+   stable counting sort into at most 64 ranges of rows, fixed by the mode's size);
+2. (parallel over (mode, row range)) add the contributions of the range's rows, task by task
+   of step 1 and in sample order within each, into their gradient rows.  A row is owned by
+   exactly one range, so no atomics and no per-thread copies of the gradient are needed.
+
+Two parallel loops per block (one block per step at the default sample counts), each with a
+dynamic schedule over tasks that do not depend on the thread count.
 
 This is the "sparse array" variant of GenTen's fused sampling + MTTKRP.  Per-thread private
 gradient buffers would have to be zeroed and merged over every row of every mode at each step
 (Σ I_k · R · threads) and would make the summation order depend on the thread count; with the
-sort, the work per step is proportional to the number of samples, and every gradient row is
-the sum of its contributions in increasing sample order.  On one thread the kernel skips the
-buffer and the sort and adds each contribution straight into its row as the samples come,
+lists by row range, the work per step is proportional to the number of samples, and every
+gradient row is the sum of its contributions in increasing sample order.  On one thread the
+kernel skips the buffer and the lists and adds each contribution straight into its row as the
+samples come,
 which is the same order: the result is bitwise identical for any thread count (the module is
 compiled without contraction of a*b + c into fused multiply-adds, which would round the two
 paths differently).
@@ -162,14 +167,14 @@ cdef extern from *:
     double EPS "SKTF_EPS"
 
 cdef enum:
-    RADIX_BITS = 11
-    RADIX = 2048
     # samples per chunk of the loss sum (fixed: sums do not depend on the thread count)
     LOSS_CHUNK = 1024
     # samples drawn ahead of the one being processed (their rows are prefetched)
     LOOKAHEAD = 8
     # samples per task of the first phase of the multi-threaded gradient
     PHASE1_CHUNK = 256
+    # most row ranges per mode in its second phase
+    MAX_PARTS = 64
     # below this much work (samples x modes x rank, or entries) a kernel runs on one thread;
     # the sampling kernels take one thread per this much work (see _threads_for)
     SERIAL_WORK = 131072
@@ -598,32 +603,6 @@ cdef void _explicit_src(Src* S, int N, object xsubs, object xvals, object xw, ob
 
 
 # ---------------------------------------------------------------------------- fused gradient
-cdef int64_t* _radix_sort(const int64_t* keys, int stride, int64_t n, int64_t maxkey,
-                          int64_t* a, int64_t* b, int64_t* hist) noexcept nogil:
-    """Stable LSD radix sort of 0..n-1 by keys[i * stride]; returns the sorted buffer (a or b)."""
-    cdef int64_t i, d, tmp_total
-    cdef int shift = 0
-    cdef int64_t* t
-    for i in range(n):
-        a[i] = i
-    while shift < 64 and (maxkey >> shift) != 0:
-        memset(hist, 0, (RADIX + 1) * sizeof(int64_t))
-        for i in range(n):
-            d = (keys[a[i] * stride] >> shift) & (RADIX - 1)
-            hist[d + 1] += 1
-        for d in range(RADIX):
-            hist[d + 1] += hist[d]
-        for i in range(n):
-            d = (keys[a[i] * stride] >> shift) & (RADIX - 1)
-            b[hist[d]] = a[i]
-            hist[d] += 1
-        t = a
-        a = b
-        b = t
-        shift += RADIX_BITS
-    return a
-
-
 cdef inline double _terms(const Src* S, int64_t j, double x, double w, int corr, int code,
                           double param, const double* lam, double** fac, int N, Py_ssize_t R,
                           const int64_t* idx, const double** rows, double* suf, double* pre,
@@ -697,7 +676,7 @@ cdef double _gradient_serial(const Src* S, int code, double param, const double*
                              double** fac, double** grad, const int8_t* active,
                              Py_ssize_t R, bint want_loss) except? -1.0:
     """One thread: every contribution goes straight into its gradient row, in sample order
-    (the same order, hence the same sums, as the sorted path of the parallel version).
+    (the same order, hence the same sums, as the listed path of the parallel version).
     Samples are drawn ``LOOKAHEAD`` ahead and their factor and gradient rows prefetched, so
     that the memory latency of the random rows overlaps the arithmetic of earlier samples."""
     cdef int N = S.nmodes, k, slot
@@ -750,38 +729,48 @@ cdef double _gradient_serial(const Src* S, int code, double param, const double*
     return total
 
 
+cdef inline int64_t _n_parts(int64_t rows) noexcept nogil:
+    """Row ranges of a mode in the multi-threaded gradient (fixed by the mode's size)."""
+    return rows if rows < MAX_PARTS else MAX_PARTS
+
+
 cdef double _gradient_parallel(const Src* S, int code, double param, const double* lam,
                                double** fac, double** grad, const int8_t* active,
                                const int64_t* shape, Py_ssize_t R, int64_t block,
                                bint want_loss, int num_threads, double* work) except? -1.0:
-    """Blocks of samples: contributions in parallel, sort by row, add runs in sample order.
+    """Blocks of samples, two parallel loops per block:
+
+    1. tasks of PHASE1_CHUNK samples: draw them, store their rows (``keys``), contributions
+       and loss terms, and for every active mode list the task's samples by row range (a
+       stable counting sort into ``_n_parts`` ranges of equal numbers of rows);
+    2. one task per (mode, row range): add the contributions of its rows, task by task of
+       step 1 and in sample order within each, so every gradient row is the sum of its
+       contributions in increasing sample order, as in the serial version (a row belongs to
+       one range: no conflicts, no atomics, the same bits for any thread count).
 
     ``work`` holds ``workspace_size(N, R, block)`` words (kept by the caller between calls:
     fresh pages would fault on every step)."""
     cdef int N = S.nmodes
     cdef int64_t ns = _n_samples(S)
-    cdef int64_t nblocks, bi, b0, nb, jj, j, pos, s, nruns, key
+    cdef int64_t nblocks, bi, b0, nb, jj, j, pos, since = 0
     cdef int k
     cdef Py_ssize_t r
     cdef double total = 0.0
+    cdef int64_t cmax = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
     cdef double* contrib = work
     cdef double* fval = contrib + block * N * R
     cdef int64_t* keys = <int64_t*> (fval + block)
-    cdef int64_t* sort_a = keys + block * N
-    cdef int64_t* sort_b = sort_a + block * N
-    cdef int64_t* runs = sort_b + block * N
-    cdef int64_t* hist = <int64_t*> malloc(N * (RADIX + 1) * sizeof(int64_t))
-    cdef int64_t** order = <int64_t**> malloc(N * sizeof(int64_t*))
-    cdef int64_t* nrun = <int64_t*> malloc(N * sizeof(int64_t))
-    cdef int64_t* run_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
-    cdef int64_t total_runs, since = 0
+    cdef int64_t* bidx = keys + block * N          # samples of a task of step 1, by range
+    cdef int64_t* boff = bidx + block * N          # where each range starts, per task and mode
+    cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
+    cdef int64_t ntasks, t, p, nparts, rows_k
     cdef bint stopped = False
-    cdef int sort_threads = 0
-    cdef int64_t nchunks, ci, c0, c1
+    cdef int64_t nchunks, ci, c0, c1, cj
     # thread scratch
     cdef int64_t* ring
     cdef double* ring_x
     cdef int* ring_c
+    cdef int64_t* cnt
     cdef int slot
     cdef int64_t* idx
     cdef double* suf
@@ -789,24 +778,25 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef const double** rows
     cdef const double* c
     cdef double* g
-    cdef int64_t* ordk
-    cdef int64_t* runk
-    if hist == NULL or order == NULL or nrun == NULL or run_off == NULL:
-        free(hist); free(order); free(nrun); free(run_off)
+    cdef int64_t* off
+    cdef int64_t* lst
+    if task_off == NULL:
         raise MemoryError()
-    for k in range(N):  # the sort has one task per active mode: no more threads than that
+    ntasks = 0
+    for k in range(N):
+        task_off[k] = ntasks
         if active[k]:
-            sort_threads += 1
-    sort_threads = max(1, min(sort_threads, num_threads))
+            ntasks += _n_parts(shape[k])
+    task_off[N] = ntasks
     with nogil:
         nblocks = (ns + block - 1) // block
         for bi in range(nblocks):
             b0 = bi * block
             nb = min(block, ns - b0)
-            # 1. samples, model values, derivatives, contribution rows
-            #    (chunks of PHASE1_CHUNK samples; in each, samples are drawn LOOKAHEAD ahead
-            #    and their factor rows prefetched, as in the serial version)
             nchunks = (nb + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+            # 1. samples, model values, derivatives, contribution rows, lists by row range
+            #    (in each task samples are drawn LOOKAHEAD ahead and their factor rows
+            #    prefetched, as in the serial version)
             with parallel(num_threads=num_threads):
                 ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
                 ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
@@ -814,6 +804,7 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 suf = <double*> malloc((N * R + R + 1) * sizeof(double))
                 pre = suf + N * R
                 rows = <const double**> malloc(N * sizeof(double*))
+                cnt = <int64_t*> malloc((MAX_PARTS + 1) * sizeof(int64_t))
                 for ci in prange(nchunks, schedule='dynamic'):
                     c0 = ci * PHASE1_CHUNK
                     c1 = min(nb, c0 + PHASE1_CHUNK)
@@ -840,56 +831,56 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                             ring_x[slot] = _sample(S, b0 + jj + LOOKAHEAD, idx,
                                                    &ring_x[LOOKAHEAD + slot], &ring_c[slot])
                             _prefetch_factor_rows(fac, idx, N, R)
+                    # the task's samples of every active mode, listed by row range (stable)
+                    for k in range(N):
+                        if not active[k]:
+                            continue
+                        nparts = _n_parts(shape[k])
+                        rows_k = shape[k]
+                        off = boff + (ci * N + k) * (MAX_PARTS + 1)
+                        lst = bidx + k * block + c0
+                        for p in range(nparts + 1):
+                            cnt[p] = 0
+                        for jj in range(c0, c1):
+                            cnt[keys[jj * N + k] * nparts // rows_k + 1] += 1
+                        for p in range(nparts):
+                            cnt[p + 1] += cnt[p]
+                        for p in range(nparts + 1):
+                            off[p] = cnt[p]
+                        for jj in range(c0, c1):
+                            p = keys[jj * N + k] * nparts // rows_k
+                            lst[cnt[p]] = jj
+                            cnt[p] += 1
                 free(ring)
                 free(ring_x)
                 free(ring_c)
                 free(suf)
                 free(<void*> rows)
+                free(cnt)
             for jj in range(nb):
                 total += fval[jj]
-            # 2. order the block's samples by their row in every active mode (stable)
-            for k in prange(N, schedule='dynamic', num_threads=sort_threads):
-                if not active[k]:
-                    continue
-                order[k] = _radix_sort(keys + k, N, nb, shape[k] - 1, sort_a + k * block,
-                                       sort_b + k * block, hist + k * (RADIX + 1))
-                ordk = order[k]
-                runk = runs + k * (block + 1)
-                nruns = 0
-                for pos in range(nb):
-                    if pos == 0 or keys[ordk[pos] * N + k] != keys[ordk[pos - 1] * N + k]:
-                        runk[nruns] = pos
-                        nruns = nruns + 1
-                runk[nruns] = nb
-                nrun[k] = nruns
-            # 3. add every run into its gradient row, in sample order (one run per row: no
-            #    conflicts, and the sums are those of the serial version); the runs of all
-            #    modes form one parallel loop
-            total_runs = 0
-            for k in range(N):
-                run_off[k] = total_runs
-                if active[k]:
-                    total_runs = total_runs + nrun[k]
-            run_off[N] = total_runs
-            for s in prange(total_runs, schedule='dynamic', chunksize=256, num_threads=num_threads):
+            # 2. one task per (mode, row range): its rows' contributions, in sample order
+            for t in prange(ntasks, schedule='dynamic', num_threads=num_threads):
                 k = 0
-                while s >= run_off[k + 1]:
+                while t >= task_off[k + 1]:
                     k = k + 1
-                ordk = order[k]
-                runk = runs + k * (block + 1)
-                key = keys[ordk[runk[s - run_off[k]]] * N + k]
-                g = grad[k] + key * R
-                for pos in range(runk[s - run_off[k]], runk[s - run_off[k] + 1]):
-                    c = contrib + (k * block + ordk[pos]) * R
-                    for r in range(R):
-                        g[r] = g[r] + c[r]
+                p = t - task_off[k]
+                for cj in range(nchunks):
+                    off = boff + (cj * N + k) * (MAX_PARTS + 1)
+                    lst = bidx + k * block + cj * PHASE1_CHUNK
+                    for pos in range(off[p], off[p + 1]):
+                        j = lst[pos]
+                        g = grad[k] + keys[j * N + k] * R
+                        c = contrib + (k * block + j) * R
+                        for r in range(R):
+                            g[r] = g[r] + c[r]
             since = since + nb
             if since >= SIGNAL_EVERY and bi + 1 < nblocks:
                 since = 0
                 if _interrupted():
                     stopped = True
                     break
-    free(hist); free(order); free(nrun); free(run_off)
+    free(task_off)
     if stopped:
         _reraise()
     return total
@@ -915,7 +906,9 @@ cdef int _const_pointers(list arrays, double** out) except -1:
 
 def workspace_size(int nmodes, Py_ssize_t R, int64_t block):
     """Words (8 bytes) of the workspace of the multi-threaded gradient for ``block`` samples."""
-    return int(block * nmodes * R + block + 3 * block * nmodes + (block + 1) * nmodes)
+    cdef int64_t tasks = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+    return int(block * nmodes * R + block + 2 * block * nmodes
+               + tasks * nmodes * (MAX_PARTS + 1))
 
 
 def default_block(int nmodes, Py_ssize_t R):
