@@ -324,25 +324,29 @@ def test_fused_gradient_matches_numpy(shape, R):
     ref_y, _ = gradient_ref(subs, x, w, corr, lam, factors, y=y)
     act = np.ones(len(shape), np.int8)
     results = []
-    for threads in (1, 2):
+    # work_per_thread=1: every thread asked for runs, however small the sample
+    for threads in (1, 2, 3):
         for block in (0, 256):
             out = [np.full_like(f, np.nan) for f in factors]
             f = _gcp.gradient(None, 0, loss.code, loss.param, lam, factors, out, act, True,
-                              threads, xsubs=subs, xvals=x, xw=w, xcorr=corr, block=block)
+                              threads, xsubs=subs, xvals=x, xw=w, xcorr=corr, block=block,
+                              work_per_thread=1)
             for g, r in zip(out, ref):
                 np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10)
             assert f == pytest.approx(fref, rel=1e-10)
             out_y = [np.zeros_like(f) for f in factors]
             _gcp.gradient(None, 0, -1, 0.0, lam, factors, out_y, act, False, threads,
-                          xsubs=subs, xvals=x, xw=w, xcorr=corr, xy=y, block=block)
+                          xsubs=subs, xvals=x, xw=w, xcorr=corr, xy=y, block=block,
+                          work_per_thread=1)
             for g, r in zip(out_y, ref_y):
                 np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10)
             results.append((block, out))
-    # the summation order is fixed by the samples: 1 and 2 threads agree bitwise
-    for (b1, o1), (b2, o2) in zip(results[:2], results[2:]):
-        assert b1 == b2
-        for g1, g2 in zip(o1, o2):
-            np.testing.assert_array_equal(g1, g2)
+    # the summation order is fixed by the samples: 1, 2 and 3 threads agree bitwise
+    for other in (results[2:4], results[4:6]):
+        for (b1, o1), (b2, o2) in zip(results[:2], other):
+            assert b1 == b2
+            for g1, g2 in zip(o1, o2):
+                np.testing.assert_array_equal(g1, g2)
 
 
 def test_fused_sampling_equals_drawn_sample_and_inactive_modes_untouched():

@@ -11,13 +11,17 @@ row ``i_k(j)`` of mode ``k``, over the samples ``j``, with ``y_j = w_j ∂f/∂m
 blocks of a fixed size; for each block
 
 1. (parallel over tasks of 256 samples) draw the samples, read the N factor rows each
-   touches, form the model value from them (suffix products), the weighted loss derivative
-   ``y_j``, and the N contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]`` (prefix × suffix
-   products) into a buffer; then list the task's samples of every mode by row range (a
-   stable counting sort into at most 64 ranges of rows, fixed by the mode's size);
-2. (parallel over (mode, row range)) add the contributions of the range's rows, task by task
-   of step 1 and in sample order within each, into their gradient rows.  A row is owned by
-   exactly one range, so no atomics and no per-thread copies of the gradient are needed.
+   touches, form the model value from them (suffix products) and the weighted loss
+   derivative ``y_j``; keep ``y_j`` and the sample's rows, and list the task's samples of
+   every mode by row range (a stable counting sort into at most 64 ranges of rows, fixed by
+   the mode's size);
+2. (parallel over (mode, row range)) form the contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]``
+   of the range's rows again from ``y_j`` and the factor rows (the prefix × suffix products of
+   the serial version, in its order) and add them, task by task of step 1 and in sample
+   order within each, into their gradient rows.  A row is owned by exactly one range, so no
+   atomics and no per-thread copies of the gradient are needed.  (Storing the N contribution
+   rows of every sample instead would write and read back N·R words per sample, most of them
+   cache misses; forming them again reads factor rows, which stay in cache far more often.)
 
 Two parallel loops per block (one block per step at the default sample counts), each with a
 dynamic schedule over tasks that do not depend on the thread count.
@@ -606,11 +610,12 @@ cdef void _explicit_src(Src* S, int N, object xsubs, object xvals, object xw, ob
 cdef inline double _terms(const Src* S, int64_t j, double x, double w, int corr, int code,
                           double param, const double* lam, double** fac, int N, Py_ssize_t R,
                           const int64_t* idx, const double** rows, double* suf, double* pre,
-                          bint want_loss) noexcept nogil:
+                          bint want_loss, double* yout=NULL) noexcept nogil:
     """For sample j (coordinates ``idx``, value x, weight w), read its factor rows and leave
     in ``suf[k]`` the product of the rows after mode k and in ``pre`` the weighted derivative
     times λ; returns the weighted loss (when ``want_loss``).  The contribution of mode k is
-    then ``pre ⊛ suf[k]`` once ``pre`` has been multiplied by the rows of the modes before k."""
+    then ``pre ⊛ suf[k]`` once ``pre`` has been multiplied by the rows of the modes before k.
+    ``yout`` (optional) receives the weighted derivative."""
     cdef double m = 0.0, yv, f = 0.0
     cdef int k
     cdef Py_ssize_t r
@@ -637,19 +642,9 @@ cdef inline double _terms(const Src* S, int64_t j, double x, double w, int corr,
         f = w * f
     for r in range(R):
         pre[r] = yv * lam[r]
+    if yout != NULL:
+        yout[0] = yv
     return f
-
-
-cdef inline double _sample_terms(const Src* S, int64_t j, int code, double param,
-                                 const double* lam, double** fac, int N, Py_ssize_t R,
-                                 int64_t* idx, const double** rows, double* suf, double* pre,
-                                 bint want_loss) noexcept nogil:
-    """Draw sample j into ``idx``, then :func:`_terms`."""
-    cdef double x, w = 0.0
-    cdef int corr = 0
-    x = _sample(S, j, idx, &w, &corr)
-    return _terms(S, j, x, w, corr, code, param, lam, fac, N, R, idx, rows, suf, pre,
-                  want_loss)
 
 
 cdef inline void _prefetch_rows(double** fac, double** grad, const int8_t* active,
@@ -740,13 +735,15 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                                bint want_loss, int num_threads, double* work) except? -1.0:
     """Blocks of samples, two parallel loops per block:
 
-    1. tasks of PHASE1_CHUNK samples: draw them, store their rows (``keys``), contributions
-       and loss terms, and for every active mode list the task's samples by row range (a
-       stable counting sort into ``_n_parts`` ranges of equal numbers of rows);
-    2. one task per (mode, row range): add the contributions of its rows, task by task of
-       step 1 and in sample order within each, so every gradient row is the sum of its
-       contributions in increasing sample order, as in the serial version (a row belongs to
-       one range: no conflicts, no atomics, the same bits for any thread count).
+    1. tasks of PHASE1_CHUNK samples: draw them, store their rows (``keys``), weighted
+       derivatives and loss terms, and for every active mode list the task's samples by row
+       range (a stable counting sort into ``_n_parts`` ranges of equal numbers of rows);
+    2. one task per (mode, row range): form the contributions of its rows from the
+       derivatives and factor rows (the products of the serial version, in its order) and
+       add them, task by task of step 1 and in sample order within each, so every gradient
+       row is the sum of its contributions in increasing sample order, as in the serial
+       version (a row belongs to one range: no conflicts, no atomics, the same bits for any
+       thread count).
 
     ``work`` holds ``workspace_size(N, R, block)`` words (kept by the caller between calls:
     fresh pages would fault on every step)."""
@@ -757,13 +754,18 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef Py_ssize_t r
     cdef double total = 0.0
     cdef int64_t cmax = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
-    cdef double* contrib = work
-    cdef double* fval = contrib + block * N * R
+    cdef double* yval = work                       # weighted derivative of each sample
+    cdef double* fval = yval + block
     cdef int64_t* keys = <int64_t*> (fval + block)
     cdef int64_t* bidx = keys + block * N          # samples of a task of step 1, by range
     cdef int64_t* boff = bidx + block * N          # where each range starts, per task and mode
     cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
-    cdef int64_t ntasks, t, p, nparts, rows_k
+    cdef int64_t ntasks, t, p, nparts, rows_k, jn
+    cdef int l
+    cdef double yv, tv
+    cdef double* pvec
+    cdef double* svec
+    cdef const double** prow
     cdef bint stopped = False
     cdef int64_t nchunks, ci, c0, c1, cj
     # thread scratch
@@ -776,7 +778,6 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef double* suf
     cdef double* pre
     cdef const double** rows
-    cdef const double* c
     cdef double* g
     cdef int64_t* off
     cdef int64_t* lst
@@ -818,15 +819,9 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                         idx = ring + slot * N
                         fval[jj] = _terms(S, b0 + jj, ring_x[slot], ring_x[LOOKAHEAD + slot],
                                           ring_c[slot], code, param, lam, fac, N, R, idx, rows,
-                                          suf, pre, want_loss)
+                                          suf, pre, want_loss, &yval[jj])
                         for k in range(N):
                             keys[jj * N + k] = idx[k]
-                            if active[k]:
-                                for r in range(R):
-                                    contrib[(k * block + jj) * R + r] = pre[r] * suf[k * R + r]
-                            if k < N - 1:
-                                for r in range(R):
-                                    pre[r] = pre[r] * rows[k][r]
                         if jj + LOOKAHEAD < c1:  # refill the slot LOOKAHEAD samples ahead
                             ring_x[slot] = _sample(S, b0 + jj + LOOKAHEAD, idx,
                                                    &ring_x[LOOKAHEAD + slot], &ring_c[slot])
@@ -859,21 +854,45 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 free(cnt)
             for jj in range(nb):
                 total += fval[jj]
-            # 2. one task per (mode, row range): its rows' contributions, in sample order
-            for t in prange(ntasks, schedule='dynamic', num_threads=num_threads):
-                k = 0
-                while t >= task_off[k + 1]:
-                    k = k + 1
-                p = t - task_off[k]
-                for cj in range(nchunks):
-                    off = boff + (cj * N + k) * (MAX_PARTS + 1)
-                    lst = bidx + k * block + cj * PHASE1_CHUNK
-                    for pos in range(off[p], off[p + 1]):
-                        j = lst[pos]
-                        g = grad[k] + keys[j * N + k] * R
-                        c = contrib + (k * block + j) * R
-                        for r in range(R):
-                            g[r] = g[r] + c[r]
+            # 2. one task per (mode, row range): its rows' contributions, in sample order,
+            #    each formed again from y and the factor rows with the products of the serial
+            #    version (prefix (y λ) ⊛ A_0 ⊛ … ⊛ A_{k-1} times suffix from the last mode)
+            with parallel(num_threads=num_threads):
+                prow = <const double**> malloc(N * sizeof(double*))
+                pvec = <double*> malloc(2 * R * sizeof(double) + sizeof(double))
+                svec = pvec + R
+                for t in prange(ntasks, schedule='dynamic'):
+                    k = 0
+                    while t >= task_off[k + 1]:
+                        k = k + 1
+                    p = t - task_off[k]
+                    for cj in range(nchunks):
+                        off = boff + (cj * N + k) * (MAX_PARTS + 1)
+                        lst = bidx + k * block + cj * PHASE1_CHUNK
+                        for pos in range(off[p], off[p + 1]):
+                            if pos + LOOKAHEAD < off[p + 1]:  # rows LOOKAHEAD samples ahead
+                                jn = lst[pos + LOOKAHEAD]
+                                _prefetch_factor_rows(fac, keys + jn * N, N, R)
+                                SKTF_PREFETCH_W(grad[k] + keys[jn * N + k] * R)
+                            j = lst[pos]
+                            for l in range(N):
+                                prow[l] = fac[l] + keys[j * N + l] * R
+                            g = grad[k] + keys[j * N + k] * R
+                            yv = yval[j]
+                            for r in range(R):
+                                pvec[r] = yv * lam[r]
+                                svec[r] = 1.0
+                            for l in range(k):
+                                for r in range(R):
+                                    pvec[r] = pvec[r] * prow[l][r]
+                            for l in range(N - 1, k, -1):
+                                for r in range(R):
+                                    svec[r] = svec[r] * prow[l][r]
+                            for r in range(R):
+                                tv = pvec[r] * svec[r]
+                                g[r] = g[r] + tv
+                free(<void*> prow)
+                free(pvec)
             since = since + nb
             if since >= SIGNAL_EVERY and bi + 1 < nblocks:
                 since = 0
@@ -907,8 +926,7 @@ cdef int _const_pointers(list arrays, double** out) except -1:
 def workspace_size(int nmodes, Py_ssize_t R, int64_t block):
     """Words (8 bytes) of the workspace of the multi-threaded gradient for ``block`` samples."""
     cdef int64_t tasks = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
-    return int(block * nmodes * R + block + 2 * block * nmodes
-               + tasks * nmodes * (MAX_PARTS + 1))
+    return int(2 * block + 2 * block * nmodes + tasks * nmodes * (MAX_PARTS + 1))
 
 
 def default_block(int nmodes, Py_ssize_t R):
@@ -921,7 +939,7 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
              const double[::1] weights, list factors, list grads, const int8_t[::1] active,
              bint want_loss=True, int num_threads=1, object xsubs=None, object xvals=None,
              object xw=None, object xcorr=None, object xy=None, int64_t block=0,
-             object work=None):
+             object work=None, int64_t work_per_thread=0):
     """Fused sampled GCP gradient of every active mode (see the module docstring).
 
     Samples come from ``sampler`` at step key ``key``, or, when ``xsubs`` is given, from the
@@ -931,6 +949,8 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
     with ``active[k]``; returns the sampled loss Σ_j w_j (f(x_j, m_j) − corr_j f(0, m_j)) when
     ``want_loss``, else 0.  ``work``: optional float64 workspace of at least
     :func:`workspace_size` words for the block used (reused between calls).
+    ``work_per_thread``: units of work (samples x modes x rank) per thread (default
+    ``SERIAL_WORK``; tests make it small to run the multi-threaded path on small samples).
     """
     cdef int N = len(factors)
     cdef Src S
@@ -958,7 +978,7 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
         block = max(1, min(block, _n_samples(&S)))
         # one thread per SERIAL_WORK units (below: not worth waking threads; the result
         # is the same for any count)
-        num_threads = _threads_for(_n_samples(&S) * N * R, num_threads)
+        num_threads = _threads_for(_n_samples(&S) * N * R, num_threads, work_per_thread)
         if R == 0 or _n_samples(&S) == 0:
             for k in range(N):
                 if active[k]:
@@ -1127,12 +1147,14 @@ cdef enum:
 SOLVER_CODES = {"sgd": SOLVER_SGD, "adagrad": SOLVER_ADAGRAD, "adam": SOLVER_ADAM}
 
 
-cdef inline int _threads_for(int64_t work, int num_threads) noexcept nogil:
+cdef inline int _threads_for(int64_t work, int num_threads,
+                             int64_t unit=SERIAL_WORK) noexcept nogil:
     """Threads for a call doing ``work`` units (samples x modes x rank, or entries): one per
-    ``SERIAL_WORK`` units, at most ``num_threads``.  Every thread then has a share long enough
-    to be worth waking it, and a region does not wait at its barrier for threads that had
-    next to nothing to do (on a busy machine each of them may first wait for a core)."""
-    cdef int64_t t = work // SERIAL_WORK
+    ``unit`` (``SERIAL_WORK``) units, at most ``num_threads``.  Every thread then has a share
+    long enough to be worth waking it, and a region does not wait at its barrier for threads
+    that had next to nothing to do (on a busy machine each of them may first wait for a
+    core)."""
+    cdef int64_t t = work // (unit if unit > 0 else SERIAL_WORK)
     if t < 1:
         return 1
     return <int> t if t < num_threads else num_threads
@@ -1182,7 +1204,8 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
               int code, double param, const double[::1] weights, list factors, list grads,
               const int8_t[::1] active, int solver, list moments1, list moments2, double lr,
               int64_t t_first, double beta1, double beta2, double eps, double lower,
-              int num_threads=1, object work=None, object deadline=None, object clock=None):
+              int num_threads=1, object work=None, object deadline=None, object clock=None,
+              int64_t work_per_thread=0):
     """``n_steps`` steps of a stochastic solver in one call: for each, the fused sampled
     gradient of every active mode (the draw ``first_draw + s`` of ``seed``, as
     :func:`gradient` at key ``step_key(seed, first_draw + s + 1)``), then the optimiser step
@@ -1193,8 +1216,8 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
     The same bits as calling :func:`gradient` and :func:`adam_step` (etc.) step by step,
     without the Python work between them.  ``grads`` (I_k x R, C-contiguous) receive the
     gradients.  Between steps pending signals are handled (Ctrl-C raises) and, when
-    ``deadline`` is given, ``clock()`` is compared with it.  Returns ``(steps_done,
-    timed_out)``.
+    ``deadline`` is given, ``clock()`` is compared with it.  ``work_per_thread`` as for
+    :func:`gradient`.  Returns ``(steps_done, timed_out)``.
     """
     cdef int N = len(factors)
     cdef Src S = sampler.src
@@ -1223,7 +1246,7 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
             _pointers(moments2, m2)
         for k in range(N):
             shape[k] = (<object> grads[k]).shape[0]
-        nt = _threads_for(ns * N * R, num_threads)
+        nt = _threads_for(ns * N * R, num_threads, work_per_thread)
         if nt > 1 and R > 0:
             block = max(1, min(default_block(N, R), ns))
             need = workspace_size(N, R, block)
