@@ -40,6 +40,12 @@ contention (only when asked for: ``--sections contention``)
     default thread count (or ``--threads``), on a quiet machine and with ``--busy N`` busy
     processes started by the benchmark (default: one per core); see
     ``benchmarks/contention.py``.
+e2e
+    File to model on a NELL-2-shaped tensor (``--max-nnz`` nonzeros; ``benchmarks/e2e.py``):
+    construction from unsorted arrays, ``save_tns``, ``load_tns`` (parse + sorted tensor, peak
+    memory), the binary container, and per device the prepare and the fits of CP-APR and CP-ALS
+    with the kernel time inside them; references from the same run (NumPy's stable argsort,
+    pandas' ``read_csv``).
 
 Output: one table per section on stdout (Markdown), ``OUT/benchmarks.json`` (machine, CPU,
 threads, devices, versions, date and every section) and PNG plots in ``OUT``.
@@ -64,6 +70,7 @@ from sktensor_fast import SparseTensor, load_tns, num_threads  # noqa: E402
 from sktensor_fast.backends import get_backend, parse_device  # noqa: E402
 from sktensor_fast.formats import FORMATS  # noqa: E402
 from benchmarks import contention  # noqa: E402
+from benchmarks import e2e as e2e_mod  # noqa: E402
 from benchmarks import peers  # noqa: E402
 from benchmarks import stream as stream_mod  # noqa: E402
 from benchmarks.byte_models import genten_mttkrp_bytes, mttkrp_bytes, phi_bytes  # noqa: E402
@@ -869,14 +876,16 @@ def make_plots(report, outdir):
         fig = contention.plot(report["contention"], outdir, plt)
         if fig is not None:
             save(fig, "contention.png")
+    if "devices" in report.get("e2e", {}):
+        e2e_mod.plot_e2e(report, outdir, save)
     return files
 
 
 # ====================================================================== main
-SECTIONS = ("stream", "kernels", "fits", "scaling", "contention")
+SECTIONS = ("stream", "kernels", "fits", "scaling", "contention", "e2e")
 
 #: Sections run when --sections is not given (contention starts busy processes: only on request)
-DEFAULT_SECTIONS = ("stream", "kernels", "fits", "scaling")
+DEFAULT_SECTIONS = ("stream", "kernels", "fits", "scaling", "e2e")
 
 
 def parse_args(argv):
@@ -988,7 +997,8 @@ def main(argv=None):
     titles = {"stream": "STREAM (GB/s, best of the rounds after the first)",
               "kernels": "Kernels", "fits": "Whole fits", "scaling": "Scaling",
               "contention": "Whole fits on a quiet and on a busy machine (fresh processes, "
-                            "best seconds; ratio: many threads over one)"}
+                            "best seconds; ratio: many threads over one)",
+              "e2e": "File to model"}
     for s in SECTIONS:
         if s not in args.sections:
             continue
@@ -1003,6 +1013,8 @@ def main(argv=None):
             res, table = contention.section_contention(
                 args.mode, args.busy, args.threads, args.repeat, cores=cores(),
                 compare_spin=args.compare_spin)
+        elif s == "e2e":
+            res, table = e2e_mod.section_e2e(cfg, threads, devices)
         else:
             res, table = section_scaling(cfg, threads, devices, synth)
         res["section_seconds"] = time.time() - t0

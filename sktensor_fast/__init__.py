@@ -1,7 +1,8 @@
 """sktensor_fast: fast sparse tensor decompositions with scikit-learn estimators.
 
 Data: :class:`SparseTensor` (COO), :class:`KruskalTensor`, FROSTT I/O (:func:`load_tns`,
-:func:`save_tns`).  Estimators: :class:`CPALS`, :class:`CPAPR`, :class:`GCP`; what they found:
+:func:`save_tns`; the binary container :func:`save_tensor` / :func:`load_tensor`).  Estimators:
+:class:`CPALS`, :class:`CPAPR`, :class:`GCP`; what they found:
 :func:`describe_components`; fitted models to a file and back: :func:`save_model`,
 :func:`load_model`.  Kernels run on
 the CPU (Cython/OpenMP) or on OpenCL devices, chosen by each estimator's ``device`` parameter.
@@ -18,6 +19,7 @@ try:
     from .tensor import SparseTensor
     from .kruskal import KruskalTensor
     from .io import load_tns, save_tns
+    from .binary import load_tensor, save_tensor
     from .decomposition import CPALS, CPAPR, GCP
     from .backends import list_devices
     from .backends.cpu import get_num_threads, set_num_threads, num_threads
@@ -28,7 +30,7 @@ from .inspection import describe_components
 from .persistence import load_model, save_model
 
 __all__ = [
-    "SparseTensor", "KruskalTensor", "load_tns", "save_tns", "CPALS", "CPAPR", "GCP",
+    "SparseTensor", "KruskalTensor", "load_tns", "save_tns", "load_tensor", "save_tensor", "CPALS", "CPAPR", "GCP",
     "list_devices", "show_config", "get_config", "get_num_threads", "set_num_threads",
     "num_threads", "describe_components", "save_model", "load_model", "__version__",
 ]

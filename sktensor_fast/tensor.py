@@ -9,6 +9,8 @@ import warnings
 
 import numpy as np
 
+from ._prepared import register_selection
+
 __all__ = ["SparseTensor", "as_sparse_tensor", "DENSE_SIZE_LIMIT"]
 
 #: Largest number of entries :meth:`SparseTensor.to_dense` and friends materialise by default.
@@ -67,6 +69,9 @@ class SparseTensor:
     """
 
     __array_priority__ = 10
+    #: coordinates, values and shape cannot change once built: what a backend prepares from
+    #: the tensor may be kept with it (``_prepared.prepared``)
+    _immutable = True
 
     def __init__(self, subs, vals, shape=None, *, sum_duplicates=True, dtype=None, copy=True):
         if shape is not None:
@@ -432,7 +437,11 @@ class SparseTensor:
         shape = (int(idx.size),) + self.shape[1:]
         vals = self.vals[src]
         perm = _lexsort(subs, shape)
-        return SparseTensor._from_canonical(subs[perm], vals[perm], shape)
+        out = SparseTensor._from_canonical(subs[perm], vals[perm], shape)
+        # what a backend prepares for these slices is kept with this tensor (cross-validation
+        # selects the same slices again for every candidate)
+        register_selection(out, self, idx)
+        return out
 
 
 _INT64_MAX = int(np.iinfo(np.int64).max)

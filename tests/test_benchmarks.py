@@ -35,7 +35,7 @@ def tiny(tmp_path_factory):
 # ------------------------------------------------------------------ the whole suite, --tiny
 def test_tiny_report_has_every_section(tiny):
     _, rep = tiny
-    for key in ("machine", "stream", "kernels", "fits", "scaling"):
+    for key in ("machine", "stream", "kernels", "fits", "scaling", "e2e"):
         assert key in rep and "skipped" not in rep[key], key
     m = rep["machine"]
     assert m["cpu"] and m["threads"] == [1, 2] and m["devices"][0]["device"] == "cpu"
@@ -88,10 +88,27 @@ def test_tiny_fits_and_scaling(tiny):
     assert {r["threads"] for r in sc["threads_sweep"]["rows"]} == {1, 2}
 
 
+def test_tiny_e2e(tiny):
+    _, rep = tiny
+    e = rep["e2e"]
+    assert e["shape"] == [12092, 9184, 28818] and 0 < e["nnz"] <= e["nnz_requested"]
+    assert not [n for n in e["notes"] if "did not give back" in n]
+    assert e["construct"]["seconds"] > 0 and e["construct"]["numpy_argsort_seconds"] > 0
+    assert e["parse"]["seconds"] > 0 and e["parse"]["peak_bytes"] > 0
+    assert e["binary"]["load_seconds"] > 0 and e["save_tns"]["bytes"] > 0
+    cpu = e["devices"]["cpu"]
+    assert cpu["prepare_seconds"] > 0
+    for fit in ("cpapr", "cpals"):
+        assert 0 < cpu[fit]["kernel_seconds"] <= cpu[fit]["fit_seconds"]
+        assert cpu[fit]["kernel_calls"] > 0
+    assert {r["phase"] for r in e["rows"]} >= {"construct (unsorted arrays)", "save_tns",
+                                              "prepare", "fit cpapr", "fit cpals"}
+
+
 def test_tiny_plots(tiny):
     out, rep = tiny
     assert set(rep["plots"]) >= {"stream.png", "kernels.png", "fits.png", "scaling_nnz.png",
-                                 "scaling_threads.png"}
+                                 "scaling_threads.png", "e2e.png"}
     for name in rep["plots"]:
         with open(out / name, "rb") as f:
             assert f.read(8) == PNG_MAGIC
@@ -328,3 +345,14 @@ def test_gcp_threads_script_runs(tmp_path, capsys):
     assert len(rows) == 4 and all(r["same_bits"] for r in rows)
     report = json.loads((tmp_path / "g.json").read_text())
     assert report["nnz"] == 3000 and [r["threads"] for r in report["rows"]] == [1, 2, 1, 2]
+
+
+def test_als_fixed_script_runs(tmp_path, capsys):
+    from benchmarks import bench_als_fixed
+    rows = bench_als_fixed.main(["--threads", "1", "--iters", "3", "--repeat", "1",
+                                 "--json", str(tmp_path / "als.json")])
+    ours = [r for r in rows if r["library"] == "sktensor_fast"]
+    assert {r["variant"] for r in ours} == {f for f in FORMATS if f != "auto"}
+    assert all(np.isfinite(r["s_per_iter"]) for r in ours)
+    assert _strict_json(tmp_path / "als.json") is not None
+    assert "| library | variant |" in capsys.readouterr().out

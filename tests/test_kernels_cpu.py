@@ -159,3 +159,26 @@ def test_mode_order_is_the_stable_order(threads, n, length):
     got = mode_order(subs[:, 1], length, num_threads=threads)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [0, 1, 700, 5000])
+def test_dense_steps_on_own_threads(dtype, rows):
+    """A @ M and AᵀA of the CPU backend (backends/cpu/_dense.pyx): NumPy's values, the Gram
+    matrix exactly symmetric and bitwise the same for any thread count."""
+    from sktensor_fast.backends.cpu import _dense
+    rng = np.random.default_rng(rows)
+    A = rng.random((rows, 7)).astype(dtype)
+    M = rng.random((7, 5)).astype(dtype)
+    out = np.empty((rows, 5), dtype)
+    np.testing.assert_allclose(_dense.matmul_small(A, M, out, 2), A @ M, rtol=1e-5)
+    grams = [_dense.gram(A, t) for t in (1, 2, 3)]
+    ref = A.astype(np.float64).T @ A.astype(np.float64)
+    np.testing.assert_allclose(grams[0], ref, rtol=1e-12, atol=1e-12)
+    for G in grams:
+        assert G.dtype == np.float64 and np.array_equal(G, G.T)
+        assert np.array_equal(G, grams[0])
+    wide = rng.random((50, 200))           # wider than the stack accumulator: NumPy
+    np.testing.assert_allclose(_dense.gram(wide, 2), wide.T @ wide, rtol=1e-12)
+    np.testing.assert_allclose(_dense.matmul_small(wide, rng.random((200, 150)),
+                                                   np.empty((50, 150)), 2).shape, (50, 150))

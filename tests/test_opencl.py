@@ -95,22 +95,26 @@ def test_heavy_row_spanning_many_chunks(layout_be, off32, prefetch):
 
 
 def test_interleaved_copies_built_once_per_mode(be):
-    """The chunk-interleaved copies are built at the first MTTKRP / Φ of a mode, reused after,
-    replaced (not added to) when the chunk size changes, and hold every nonzero once."""
+    """The chunk-interleaved copies are built by prepare (from the one upload), reused by every
+    MTTKRP / Φ, replaced (not added to) when the chunk size changes, and hold every nonzero
+    once; the mode-sorted copies are built only when something asks for them."""
     rng = np.random.default_rng(3)
     X = random_sparse((30, 20, 10), 1000, rng, counts=True)
     old = be.layout, be.chunk
     try:
         be.layout, be.chunk = "lanes", 64
         T = be.prepare(X)
-        base = T.nbytes
-        assert T.interleaved == {}
+        assert set(T.interleaved) == {(0, 64), (1, 64), (2, 64)}
+        subs, vals = T.interleaved[(1, 64)]
         f = [rng.random((s, 4)) for s in X.shape]
         be.mttkrp(T, f, 1)
-        subs, vals = T.interleaved[(1, 64)]
-        assert T.nbytes > base
         be.phi(T, f, 1, f[1], 1e-10)
         assert T.interleaved[(1, 64)][0] is subs          # reused, not rebuilt
+        base = T.nbytes
+        order = np.argsort(X.subs[:, 1], kind="stable")
+        np.testing.assert_array_equal(T.subs[1].get(), X.subs[order])    # built now
+        np.testing.assert_array_equal(T.vals[1].get(), X.vals[order])
+        assert T.nbytes > base
         nch = -(-X.nnz // 64)
         k = np.arange(X.nnz)
         pos = (k % 64) * nch + k // 64
@@ -119,7 +123,7 @@ def test_interleaved_copies_built_once_per_mode(be):
         be.chunk = 7
         np.testing.assert_allclose(be.to_numpy(be.mttkrp(T, f, 1)), mttkrp_ref(X, f, 1),
                                    rtol=1e-12)
-        assert set(T.interleaved) == {(1, 7)}
+        assert set(T.interleaved) == {(0, 64), (1, 7), (2, 64)}
     finally:
         be.layout, be.chunk = old
 
@@ -283,8 +287,9 @@ def test_out_of_memory_for_the_interleaved_copy_is_a_clear_error(monkeypatch, be
     X = random_sparse((30, 20, 10), 500, rng, counts=True)
     old = be.layout
     try:
-        be.layout = "lanes"
+        be.layout = "lanes-sorted"        # prepare builds no interleaved copy...
         T = be.prepare(X)
+        be.layout = "lanes"               # ...so the MTTKRP builds it
 
         real_empty = cla.empty
 

@@ -43,10 +43,10 @@ def get_backend(device="cpu"):
     if key in _CACHE:
         return _CACHE[key]
     if kind == "cpu":
-        from .cpu import CpuBackend
+        from .cpu.backend import CpuBackend
         backend = CpuBackend()
     else:
-        from .opencl import OpenCLBackend
+        from .opencl.backend import OpenCLBackend
         backend = OpenCLBackend(sel)
     _CACHE[key] = backend
     return backend

@@ -26,6 +26,7 @@ from sklearn.utils._param_validation import (Integral, Interval, InvalidParamete
                                             Real, StrOptions)
 from sklearn.utils.validation import check_is_fitted
 
+from .._prepared import prepared
 from ..backends import get_backend, parse_device
 from ..formats import FORMATS
 from ..kruskal import KruskalTensor
@@ -268,28 +269,29 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     def _fit_in_scope(self, backend, X, **fit_args):
         t0 = time.perf_counter()
-        T = backend.prepare(X, self._storage_format())
-        self._log(f"tensor {X.shape}, nnz={X.nnz}, prepared for {backend.name} "
-                  f"({type(T).__name__}) in {time.perf_counter() - t0:.3f}s")
-        if getattr(T, "note", None):
-            self._log(f"note: {T.note}")
-        rng = check_random_state(self.random_state)
-        best = None
-        init_param = self.init
-        for trial in range(self.n_init):
-            factors0 = initialize_factors(init_param, X, self.rank, rng, self._init_options(),
-                                          dtype=X.dtype)
-            if not isinstance(init_param, str):
-                factors0 = self._check_init_scale(factors0)
-            t1 = time.perf_counter()
-            result = self._fit_model(backend, T, X, factors0, rng, **fit_args)
-            result["time"] = time.perf_counter() - t1
-            if self.n_init > 1:
-                self._log(f"init {trial + 1}/{self.n_init}: score {self._result_key(result):.6g}")
-            if best is None or self._result_key(result) > self._result_key(best):
-                best = result
-            if not isinstance(init_param, str):
-                break  # a given start gives the same result every time
+        with prepared(backend, X, self._storage_format()) as T:
+            self._log(f"tensor {X.shape}, nnz={X.nnz}, prepared for {backend.name} "
+                      f"({type(T).__name__}) in {time.perf_counter() - t0:.3f}s")
+            if getattr(T, "note", None):
+                self._log(f"note: {T.note}")
+            rng = check_random_state(self.random_state)
+            best = None
+            init_param = self.init
+            for trial in range(self.n_init):
+                factors0 = initialize_factors(init_param, X, self.rank, rng,
+                                              self._init_options(), dtype=X.dtype)
+                if not isinstance(init_param, str):
+                    factors0 = self._check_init_scale(factors0)
+                t1 = time.perf_counter()
+                result = self._fit_model(backend, T, X, factors0, rng, **fit_args)
+                result["time"] = time.perf_counter() - t1
+                if self.n_init > 1:
+                    self._log(f"init {trial + 1}/{self.n_init}: score "
+                              f"{self._result_key(result):.6g}")
+                if best is None or self._result_key(result) > self._result_key(best):
+                    best = result
+                if not isinstance(init_param, str):
+                    break  # a given start gives the same result every time
         self.weights_ = np.asarray(best["weights"], dtype=np.float64)
         self.factors_ = [np.asarray(f) for f in best["factors"]]
         self.n_iter_ = int(best["n_iter"])
@@ -331,8 +333,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
         backend = self._backend()
-        with backend.compute_scope():
-            T = backend.prepare(X, self._storage_format())
+        with backend.compute_scope(), prepared(backend, X, self._storage_format()) as T:
             return self._solve_mode0(backend, T, X, self.factors_)
 
     def score(self, X, y=None):
@@ -340,8 +341,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
         backend = self._backend()
-        with backend.compute_scope():
-            T = backend.prepare(X, self._storage_format())
+        with backend.compute_scope(), prepared(backend, X, self._storage_format()) as T:
             W = self._solve_mode0(backend, T, X, self.factors_)
             return float(self._score_loadings(backend, T, X, W, self.factors_))
 

@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 from sklearn.utils._param_validation import Integral, Interval, Real, StrOptions
 
-from ..tensor import _warn_nonint
+from .._prepared import value_stats
 from ._base import BaseCP, _InitConstraint
 
 __all__ = ["CPAPR"]
@@ -249,14 +249,17 @@ class CPAPR(BaseCP):
 
     def _check_data(self, X):
         if X.nnz:
-            neg = X.vals < 0
-            if neg.any():
+            # one compiled pass over the values, kept with the tensor
+            st = value_stats(X)
+            if st["negative"]:
                 raise ValueError(
                     f"Negative values in data passed to {type(self).__name__}: it fits a "
                     f"Poisson model and needs nonnegative counts, but X holds "
-                    f"{int(np.count_nonzero(neg))} negative value(s), the smallest being "
+                    f"{st['negative']} negative value(s), the smallest being "
                     f"{float(X.vals.min()):g}")
-            _warn_nonint(X.vals, type(self).__name__)
+            if st["nonint"]:
+                warnings.warn(f"{type(self).__name__}: the data hold non-integer values; the "
+                              f"model assumes counts", UserWarning, stacklevel=3)
         return X
 
     def _result_key(self, result):

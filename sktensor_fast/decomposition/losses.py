@@ -143,14 +143,14 @@ class Loss:
     # ------------------------------------------------------------------ shared checks
     def _require_nonneg(self, vals, what="non-negative data"):
         vals = np.asarray(vals)
-        if vals.size and vals.min() < 0:
+        if vals.size and _stats(vals)["negative"]:
             raise ValueError(f"loss {self.name!r} needs {what}; the tensor holds negative "
                              f"values (minimum {vals.min():g})")
 
     def _require_counts(self, vals):
         self._require_nonneg(vals, "non-negative counts")
         vals = np.asarray(vals)
-        if vals.size and np.any(vals != np.round(vals)):
+        if vals.size and _stats(vals)["nonint"]:
             warnings.warn(f"loss {self.name!r}: the data hold non-integer values; the model "
                           f"assumes counts", UserWarning, stacklevel=4)
 
@@ -336,12 +336,23 @@ class ZTPoisson(Loss):
         self._require_counts(vals)
 
 
+def _stats(vals):
+    """One compiled pass over finite values: negatives, non-integers, entries not 0 or 1."""
+    from .._native import _construct
+    from .._threads import get_num_threads
+    if vals.dtype not in (np.float32, np.float64):
+        vals = vals.astype(np.float64)
+    return _construct.value_stats(np.ascontiguousarray(vals).reshape(-1), get_num_threads())
+
+
 def _require_binary(name, vals):
     vals = np.asarray(vals)
-    bad = (vals != 0) & (vals != 1)
-    if bad.any():
+    if not vals.size:
+        return
+    st = _stats(vals)
+    if st["nonbinary"]:
         raise ValueError(f"loss {name!r} needs binary data (every entry 0 or 1); the tensor "
-                         f"holds {vals[bad][0]:g}")
+                         f"holds {float(vals.reshape(-1)[st['first_nonbinary']]):g}")
 
 
 #: Built-in losses by name.

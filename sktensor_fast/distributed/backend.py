@@ -268,8 +268,7 @@ class DistributedBackend(Backend):
 
     # ------------------------------------------------------------------ data placement
     def prepare(self, X, format="auto"):
-        from .tensor import DistributedTensor
-        if not isinstance(X, DistributedTensor):
+        if not isinstance(getattr(X, "_prepared", None), dict) or not hasattr(X, "comm"):
             raise TypeError(f"the distributed backend prepares a DistributedTensor, got "
                             f"{type(X).__name__}")
         key = (id(self.local), format)

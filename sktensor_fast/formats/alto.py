@@ -88,7 +88,13 @@ built only when such a kernel asks for them, through a COO view sharing ``subs``
 """
 import numpy as np
 
+from .._threads import get_num_threads
 from .coo import CooFormat, useful_threads
+
+try:
+    from ..backends.cpu import _alto
+except ImportError:  # pragma: no cover - not built: CpuBackend() says so
+    _alto = None
 
 __all__ = ["AltoFormat", "alto_bits", "alto_layout", "alto_support", "MAX_BITS",
            "REUSE_THRESHOLD"]
@@ -204,7 +210,6 @@ def _codec_arrays(shape):
 
 def make_codec(shape):
     """The compiled codec of ``shape`` and its total bit count."""
-    from ..backends.cpu import _alto
     a = _codec_arrays(shape)
     codec = _alto.Codec(a["words"], a["mask_lo"], a["mask_hi"], a["lo_bits"], a["gptr"],
                         a["gword"], a["grs"], a["gls"], a["gmask"], a["tab"], a["goff"],
@@ -270,7 +275,6 @@ class AltoFormat:
         if conflict not in CONFLICTS:
             raise ValueError(f"conflict must be one of {CONFLICTS}, got {conflict!r}")
         if num_threads is None:
-            from ..backends.cpu import get_num_threads
             num_threads = get_num_threads()
         nt = useful_threads(int(X.nnz), int(num_threads))
         self.shape = tuple(int(s) for s in X.shape)
@@ -376,7 +380,6 @@ class AltoFormat:
         :meth:`threads_for` threads run.  The buffers are kept on this object, so two calls on
         the same object must not run at the same time.
         """
-        from ..backends.cpu import _alto
         how = conflict or self.conflict_for(mode)
         if how not in ("buffer", "compact"):
             raise ValueError(f"conflict must be 'buffer' or 'compact', got {how!r}")
@@ -418,7 +421,6 @@ class AltoFormat:
 
     def kruskal_values(self, weights, factors, num_threads=1):
         """Model values at the nonzeros, in ALTO order (aligned with ``sorted_vals``)."""
-        from ..backends.cpu import _alto
         out = np.empty(self.nnz, dtype=self.dtype)
         w = np.ascontiguousarray(weights, dtype=self.dtype)
         facs = [np.ascontiguousarray(f, dtype=self.dtype) for f in factors]
@@ -427,7 +429,6 @@ class AltoFormat:
 
     def poisson_data_term(self, weights, factors, eps, num_threads=1):
         """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
-        from ..backends.cpu import _alto
         return _alto.poisson_data_term(self.codec, self.lin, self.sorted_vals, weights, factors,
                                        float(eps), self.threads_for(num_threads))
 

@@ -7,6 +7,14 @@ accumulate each row's run privately.  Mode 0 needs no permutation because
 """
 import numpy as np
 
+from .._native import _construct
+from .._threads import get_num_threads
+
+try:
+    from ..backends.cpu import _kernels
+except ImportError:  # pragma: no cover - not built: CpuBackend() says so
+    _kernels = None
+
 #: Nonzeros per partition: independent of the thread count, so results are reproducible.
 MIN_PART = 2048
 MAX_PARTS = 4096
@@ -26,16 +34,12 @@ def mode_order(coords, length, num_threads=None):
     coords = np.asarray(coords)
     n = coords.shape[0]
     if 0 < length <= max(4 * n, 1 << 16) and length <= COUNTING_SORT_MAX_COUNTS:
-        try:
-            from ..backends.cpu import _kernels, get_num_threads
-        except ImportError:      # not built: NumPy below
-            _kernels = None
-        if _kernels is not None:
-            nt = get_num_threads() if num_threads is None else int(num_threads)
-            nt = max(1, min(useful_threads(n, nt), COUNTING_SORT_MAX_COUNTS // length))
-            if coords.dtype != np.int64:
-                coords = coords.astype(np.int64)
-            return _kernels.counting_order(coords, int(length), nt)
+        nt = get_num_threads() if num_threads is None else int(num_threads)
+        nt = max(1, min(useful_threads(n, nt), COUNTING_SORT_MAX_COUNTS // length))
+        col = np.ascontiguousarray(coords, dtype=np.int64).reshape(n, 1)
+        out = np.empty(n, dtype=np.int64)
+        _construct.mode_order(col, 0, int(length), out, nt)
+        return out
     if length <= 1 << 16:
         return np.argsort(coords.astype(np.uint16), kind="stable").astype(np.int64)
     return np.argsort(coords, kind="stable").astype(np.int64)
@@ -126,13 +130,11 @@ class CooFormat:
 
     def poisson_data_term(self, weights, factors, eps, num_threads):
         """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
-        from ..backends.cpu import _kernels
         return _kernels.poisson_data_term(self.subs, self.vals, weights, factors, float(eps),
                                           useful_threads(self.nnz, num_threads))
 
     def accumulate(self, factors, mode, out, B, eps, num_threads):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``."""
-        from ..backends.cpu import _kernels
         _kernels.sorted_accumulate(self.subs, self.vals, self.perms[mode], self.part_ptr,
                                    factors, int(mode), out, B, eps,
                                    useful_threads(self.nnz, num_threads))

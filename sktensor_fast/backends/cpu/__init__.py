@@ -1,3 +1,4 @@
-from .backend import CpuBackend, get_num_threads, set_num_threads, num_threads
+"""The CPU backend (:mod:`.backend`) and its compiled kernels."""
+from ..._threads import get_num_threads, num_threads, set_num_threads
 
-__all__ = ["CpuBackend", "get_num_threads", "set_num_threads", "num_threads"]
+__all__ = ["get_num_threads", "set_num_threads", "num_threads"]

@@ -1,29 +1,21 @@
 """The CPU backend: Cython/OpenMP kernels, NumPy for the small dense steps."""
 import contextlib
-import os
 import sys
-import threading
-import warnings
 
 import numpy as np
 
 from ..base import Backend
+from ..._threads import (MAX_THREADS_PER_CPU, get_num_threads, max_threads,  # noqa: F401
+                         num_threads, set_num_threads)
 from ...formats.coo import useful_threads
 
 try:
-    from . import _kernels
+    from . import _dense, _kernels
 except ImportError as exc:  # pragma: no cover - only when the package was not built
-    _kernels = None
+    _kernels = _dense = None
     _IMPORT_ERROR = exc
 else:
     _IMPORT_ERROR = None
-
-_local = threading.local()
-
-#: Requests for more threads than this many per CPU of the machine are capped (with a
-#: warning): the kernels gain nothing from oversubscribed cores, the OpenMP runtime cannot
-#: create tens of thousands of threads, and some scratch memory is per thread.
-MAX_THREADS_PER_CPU = 4
 
 
 def _require_kernels():
@@ -34,126 +26,18 @@ def _require_kernels():
     return _kernels
 
 
-#: CPUs of the machine (``os.cpu_count()``, whatever the affinity), read once.
-_CPUS = max(1, os.cpu_count() or 1)
+#: multiply-adds a dense step needs before a second thread is worth waking
+DENSE_FLOPS_PER_THREAD = 1 << 23
 
 
-def max_threads():
-    """The largest thread count the CPU kernels run: ``MAX_THREADS_PER_CPU`` times the CPUs
-    of the machine (``os.cpu_count()``, whatever the affinity of this process)."""
-    return MAX_THREADS_PER_CPU * _CPUS
+def _dense_threads(flops):
+    return max(1, min(get_num_threads(), int(flops) // DENSE_FLOPS_PER_THREAD))
 
 
-def _checked(n, what):
-    """``n`` validated as a thread count, capped at :func:`max_threads` with a warning."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"the number of threads must be a positive integer{what}, got {n!r}")
-    n = int(n)
-    cap = max_threads()
-    if n > cap:
-        warnings.warn(f"{n} threads requested; the CPU kernels use at most {cap} "
-                      f"({MAX_THREADS_PER_CPU} per CPU, {cap // MAX_THREADS_PER_CPU} CPUs): "
-                      f"capped at {cap}", RuntimeWarning, stacklevel=3)
-        n = cap
-    return n
-
-
-_WARNED_OMP = set()
-
-
-def get_num_threads():
-    """Threads the CPU kernels use: the value set by :func:`set_num_threads` / :func:`num_threads`,
-    else OpenMP's default (all cores, ``OMP_NUM_THREADS``, or a threadpoolctl limit).
-
-    The result is at most :func:`max_threads`.  A kernel call may use fewer: one thread per
-    ``MIN_NNZ_PER_THREAD`` nonzeros at most, and no more threads than it has partitions
-    (results do not depend on the thread count).
-
-    Returns
-    -------
-    int
-        At least 1.
-
-    Examples
-    --------
-    >>> import sktensor_fast
-    >>> with sktensor_fast.num_threads(1):
-    ...     sktensor_fast.get_num_threads()
-    1
-    """
-    n = getattr(_local, "n", None)
-    if n is None:
-        n = _GLOBAL["n"]
-    if n is None:
-        n = max(1, int(_require_kernels().max_threads()))
-        cap = max_threads()
-        if n > cap:
-            if n not in _WARNED_OMP:
-                _WARNED_OMP.add(n)
-                warnings.warn(f"OpenMP asks for {n} threads (OMP_NUM_THREADS or a threadpoolctl "
-                              f"limit); the CPU kernels use at most {cap} "
-                              f"({MAX_THREADS_PER_CPU} per CPU): capped at {cap}",
-                              RuntimeWarning, stacklevel=2)
-            n = cap
-    return max(1, int(n))
-
-
-_GLOBAL = {"n": None}
-
-
-def set_num_threads(n):
-    """Set the number of threads for the CPU kernels (``None`` restores the default).
-
-    Values above :func:`max_threads` are capped with a ``RuntimeWarning``.  The setting takes
-    precedence over ``OMP_NUM_THREADS`` and threadpoolctl limits of the OpenMP runtime.
-
-    Parameters
-    ----------
-    n : int or None
-        A positive number of threads, or None for OpenMP's default.
-
-    Examples
-    --------
-    >>> import sktensor_fast
-    >>> sktensor_fast.set_num_threads(1)
-    >>> sktensor_fast.get_num_threads()
-    1
-    >>> sktensor_fast.set_num_threads(None)      # back to the default
-    """
-    if n is not None:
-        n = _checked(n, " or None")
-    _GLOBAL["n"] = n
-
-
-@contextlib.contextmanager
-def num_threads(n):
-    """Context manager: run the CPU kernels with ``n`` threads inside the block (this thread).
-
-    Values above :func:`max_threads` are capped with a ``RuntimeWarning``.
-
-    Parameters
-    ----------
-    n : int
-        A positive number of threads.
-
-    Examples
-    --------
-    >>> import sktensor_fast
-    >>> from sktensor_fast import CPALS
-    >>> from sktensor_fast.datasets import load_flights_routes
-    >>> X = load_flights_routes().tensor
-    >>> with sktensor_fast.num_threads(1):
-    ...     model = CPALS(rank=2, random_state=0).fit(X)
-    >>> model.factors_[0].shape
-    (3, 2)
-    """
-    n = _checked(n, "")
-    old = getattr(_local, "n", None)
-    _local.n = n
-    try:
-        yield
-    finally:
-        _local.n = old
+def _threads_for(T):
+    """Threads for a kernel over ``T``: a small tensor runs on fewer (every format's result is
+    independent of the thread count, and a parallel region costs more than such a kernel)."""
+    return useful_threads(T.nnz, get_num_threads())
 
 
 # ---------------------------------------------------------------------- BLAS during fits
@@ -236,14 +120,14 @@ class CpuBackend(Backend):
         facs = self._factors(T, factors)
         if out is None:
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
-        return T.accumulate(facs, mode, out, None, 0.0, get_num_threads())
+        return T.accumulate(facs, mode, out, None, 0.0, _threads_for(T))
 
     def phi(self, T, factors, mode, B, eps, out=None):
         R = self.check_factors(T, factors, mode, B=B, out=out)
         facs = self._factors(T, factors)
         if out is None:
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
-        return T.accumulate(facs, mode, out, _c(B, T.dtype), float(eps), get_num_threads())
+        return T.accumulate(facs, mode, out, _c(B, T.dtype), float(eps), _threads_for(T))
 
     def model_values(self, T, weights, factors):
         self.check_factors(T, factors, weights=weights)
@@ -254,11 +138,22 @@ class CpuBackend(Backend):
         return out
 
     # ------------------------------------------------------------------ small dense steps
+    # the small dense steps run on the kernels' OpenMP threads (_dense.pyx), not on a second,
+    # multithreaded BLAS pool, and on one thread unless they are large
     def gram(self, A):
-        return np.asarray(A.T @ A, dtype=np.float64)
+        A = np.ascontiguousarray(A)
+        if A.dtype not in (np.float32, np.float64):
+            A = A.astype(np.float64)
+        return _dense.gram(A, _dense_threads(A.shape[0] * A.shape[1] * A.shape[1]))
 
     def matmul_small(self, A, M):
-        return np.ascontiguousarray(A @ np.asarray(M, dtype=A.dtype))
+        A = np.ascontiguousarray(A)
+        if A.dtype not in (np.float32, np.float64):
+            A = A.astype(np.float64)
+        M = np.ascontiguousarray(M, dtype=A.dtype)
+        out = np.empty((A.shape[0], M.shape[1]), dtype=A.dtype)
+        return _dense.matmul_small(A, M, out, _dense_threads(A.shape[0] * A.shape[1]
+                                                             * M.shape[1]))
 
     def column_norms(self, A, ord=2):
         if A.shape[0] == 0:
@@ -306,7 +201,7 @@ class CpuBackend(Backend):
     def poisson_data_term(self, T, weights, factors, eps=0.0):
         self.check_factors(T, factors, weights=weights)
         return float(T.poisson_data_term(_c(weights, T.dtype), self._factors(T, factors),
-                                         float(eps), get_num_threads()))
+                                         float(eps), _threads_for(T)))
 
     _APR_METHODS = {"pdnr": 0, "pqnr": 1}
 

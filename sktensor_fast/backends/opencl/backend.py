@@ -1,41 +1,28 @@
 """The OpenCL backend: the same primitives as the CPU backend, run by PyOpenCL kernels.
 
-The tensor is uploaded once by :meth:`OpenCLBackend.prepare`: for every mode one copy of the
-nonzeros sorted by that mode's coordinate (row-major int32 coordinates and the values), so the
-kernels read the nonzeros of a mode contiguously and reduce runs of equal output rows in
-registers.  Factor matrices live on the device as ``pyopencl.array.Array``; only R x R matrices,
-length-R vectors and scalars cross to the host during a fit.
+The tensor is uploaded once by :meth:`OpenCLBackend.prepare` (:mod:`.tensor`): int32
+coordinates, the values and the order of the nonzeros by every other mode; the copies of the
+nonzeros sorted by each mode, in the chunk-interleaved order the MTTKRP / Φ kernels read, are
+built from them on the device, so the kernels read the nonzeros of a mode contiguously and
+reduce runs of equal output rows in registers.  Factor matrices live on the device as
+``pyopencl.array.Array``; only R x R matrices, length-R vectors and scalars cross to the host
+during a fit.
 """
-import logging
 import os
-import re
 import warnings
 
 import numpy as np
 
 from ..base import Backend
-from ...formats.coo import mode_order
+from ...formats import FORMATS
+from . import cpapr_rows, gcp_ops
+from .program import WHAT_TO_DO, KernelBuildError, _compiler_message, _device_label, build_program
+from .tensor import INSTALL_HINT, OpenCLTensor, import_cl
 
 __all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError", "DeviceUnusableError",
            "KernelBuildError", "probe_device", "build_program"]
 
-#: compiler output of successful builds goes to this logger at DEBUG level (and, with
-#: PYOPENCL_COMPILER_OUTPUT=1, to PyOpenCL's CompilerWarning as PyOpenCL does by default)
-logger = logging.getLogger("sktensor_fast.opencl")
-
 _KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-
-INSTALL_HINT = (
-    "Install a GPU driver with OpenCL support (NVIDIA, AMD ROCm, Intel compute runtime) or, to run "
-    "on the CPU, PoCL: `pip install pocl-binary-distribution`. `sktensor_fast.list_devices()` "
-    "shows what PyOpenCL sees.")
-
-
-WHAT_TO_DO = (
-    "Run on the CPU with device='cpu' (the compiled CPU kernels need no OpenCL), choose another "
-    "OpenCL device ('opencl:P:D'; `sktensor-fast info` marks which ones can compile), or update "
-    "or reinstall the device's OpenCL driver (for PoCL: `pip install -U "
-    "pocl-binary-distribution pyopencl`, or a PoCL build whose LLVM knows this CPU).")
 
 
 class NoDeviceError(RuntimeError):
@@ -76,94 +63,6 @@ class DeviceUnusableError(NoDeviceError):
     >>> from sktensor_fast import list_devices
     >>> unusable = [d["device"] for d in list_devices() if d["usable"] is False]
     """
-
-
-class KernelBuildError(RuntimeError):
-    """The device's OpenCL compiler failed on one of the package's kernels.
-
-    The message names the device and quotes the compiler.  Devices whose compiler fails on
-    every program are refused earlier, with :class:`DeviceUnusableError`.
-
-    Examples
-    --------
-    >>> from sktensor_fast.backends.opencl import KernelBuildError
-    >>> issubclass(KernelBuildError, RuntimeError)
-    True
-    """
-
-
-def _truthy(value):
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
-def _compiler_message(exc):
-    """The compiler's own text from a PyOpenCL build error (without PyOpenCL's repetitions of
-    the status and its ``(options: ...)`` trailer)."""
-    text = str(exc)
-    m = re.search(r"Build on [^\n]*:\n\n(.*?)(?:\n\(options:|\n\(source saved|\Z)", text, re.S)
-    msg = (m.group(1) if m else text).strip()
-    status = re.match(r"clBuildProgram failed: ([A-Z_]+)", text)
-    if status and status.group(1) not in msg:
-        msg = f"{status.group(1)}: {msg}"
-    return msg if len(msg) <= 2000 else msg[:2000] + " [...]"
-
-
-def _device_label(dev):
-    try:
-        return f"'{dev.name.strip()}' on '{dev.platform.name.strip()}'"
-    except Exception:  # pragma: no cover - a device object without its info
-        return repr(dev)
-
-
-def build_program(ctx, src, options=(), what="kernels"):
-    """Build OpenCL C source ``src`` for the devices of ``ctx`` and return the program.
-
-    The compiler output of a successful build (warnings, remarks: nothing a user of the
-    package can act on) is logged at DEBUG level on the ``sktensor_fast.opencl`` logger instead
-    of appearing as PyOpenCL's ``CompilerWarning``; set ``PYOPENCL_COMPILER_OUTPUT=1`` to get
-    PyOpenCL's warnings with the full text.  A failed build raises :class:`KernelBuildError`
-    naming the device and quoting the compiler.
-
-    Parameters
-    ----------
-    ctx : pyopencl.Context
-        The context whose devices build the program.
-    src : str
-        OpenCL C source.
-    options : sequence of str, default=()
-        Build options.
-    what : str, default="kernels"
-        What the program is, for the messages.
-
-    Returns
-    -------
-    pyopencl.Program
-        The built program.
-    """
-    cl = _import_cl()
-    prog = cl.Program(ctx, src)
-    try:
-        if _truthy(os.environ.get("PYOPENCL_COMPILER_OUTPUT", "")):
-            prog.build(options=list(options))
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", cl.CompilerWarning)
-                prog.build(options=list(options))
-    except cl.Error as exc:
-        devs = ", ".join(_device_label(d) for d in ctx.devices)
-        raise KernelBuildError(
-            f"the OpenCL compiler of {devs} failed to build {what}: {_compiler_message(exc)}. "
-            f"{WHAT_TO_DO}") from exc
-    if logger.isEnabledFor(logging.DEBUG):
-        for dev in ctx.devices:
-            try:
-                log = prog.get_build_info(dev, cl.program_build_info.LOG)
-            except cl.Error:
-                continue
-            if log and log.strip():
-                logger.debug("OpenCL compiler output for %s on %s:\n%s", what,
-                             _device_label(dev), log.strip())
-    return prog
 
 
 _PROBE_SRC = """
@@ -207,7 +106,7 @@ def probe_device(dev):
     key = _device_key(dev)
     if key in _PROBED:
         return _PROBED[key]
-    cl = _import_cl()
+    cl = import_cl()
     try:
         ctx = cl.Context([dev])
         prog = build_program(ctx, _PROBE_SRC, what="a test program")
@@ -225,17 +124,6 @@ def _unusable(dev, err):
     return DeviceUnusableError(
         f"the OpenCL device {_device_label(dev)} cannot compile kernels; its compiler said: "
         f"{err}. {WHAT_TO_DO}")
-
-
-def _import_cl():
-    try:
-        import pyopencl as cl
-        import pyopencl.array  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(
-            "device='gpu'/'opencl' needs PyOpenCL: `pip install 'sktensor_fast[gpu]'` "
-            f"(or `pip install pyopencl`). {INSTALL_HINT}") from exc
-    return cl
 
 
 def _platform_summary(cl):
@@ -258,7 +146,7 @@ def _platform_summary(cl):
 
 def select_device(selector):
     """Pick a ``pyopencl.Device`` for ``'gpu'``, ``'opencl'`` or a (platform, device) pair."""
-    cl = _import_cl()
+    cl = import_cl()
     try:
         plats = cl.get_platforms()
     except Exception:
@@ -321,46 +209,6 @@ def _any_device(cl, plats):
     return False
 
 
-class OpenCLTensor:
-    """A sparse tensor uploaded to an OpenCL device, one mode-sorted copy per mode."""
-
-    def __init__(self, backend, X):
-        import pyopencl.array as cla
-        self.shape = tuple(X.shape)
-        self.ndim = X.ndim
-        self.nnz = X.nnz
-        self.dtype = X.dtype
-        v64 = X.vals.astype(np.float64)
-        self.norm_sq = float(np.dot(v64, v64))
-        q = backend.queue
-        idx_dtype = backend.index_dtype(self.shape)
-        # upload once (mode-0 order), then build the other modes' copies on the device
-        subs0 = cla.to_device(q, np.ascontiguousarray(X.subs, dtype=idx_dtype))
-        vals0 = cla.to_device(q, np.ascontiguousarray(X.vals))
-        self.subs = [subs0]
-        self.vals = [vals0]
-        gather = backend._kernel(self.dtype, None, False, "gather_nonzeros")
-        for n in range(1, self.ndim):
-            order = cla.to_device(q, mode_order(X.subs[:, n], X.shape[n]))
-            sn = cla.empty(q, subs0.shape, idx_dtype)
-            vn = cla.empty(q, vals0.shape, vals0.dtype)
-            if self.nnz:
-                gather(q, (self.nnz,), None, np.int64(self.nnz), np.int32(self.ndim), order.data,
-                       subs0.data, vals0.data, sn.data, vn.data)
-            self.subs.append(sn)
-            self.vals.append(vn)
-            del order
-        self.idx_dtype = idx_dtype
-        #: chunk-interleaved copies for the MTTKRP / Φ kernels of the layouts "lanes" and "wide",
-        #: {(mode, chunk): (subs, vals)}, built by the backend at their first use
-        self.interleaved = {}
-
-    @property
-    def nbytes(self):
-        return (sum(a.nbytes for a in self.subs) + sum(a.nbytes for a in self.vals)
-                + sum(s.nbytes + v.nbytes for s, v in self.interleaved.values()))
-
-
 class OpenCLBackend(Backend):
     """Kernels written in OpenCL C, run through PyOpenCL on any vendor's device."""
 
@@ -387,7 +235,7 @@ class OpenCLBackend(Backend):
     LAYOUTS = ("lanes", "lanes-sorted", "wide")
 
     def __init__(self, selector="opencl"):
-        cl = _import_cl()
+        cl = import_cl()
         self.cl = cl
         self.device = select_device(selector)
         self.ctx = cl.Context([self.device])
@@ -535,32 +383,47 @@ class OpenCLBackend(Backend):
             self._knls[key] = knl
         return knl
 
+    def _interleave_plan(self, ndim):
+        """(mode, chunk) of the chunk-interleaved copies the layout reads, built at prepare."""
+        if self.layout == "lanes":
+            return [(m, self.chunk) for m in range(ndim)]
+        if self.layout == "wide":
+            return [(m, self.wide_chunk) for m in range(ndim)]
+        return []
+
     def _check_memory(self, X):
         idx = 4
-        # the mode-sorted copies plus the permutation uploaded while building them, and the
-        # chunk-interleaved copies that the MTTKRP / Φ kernels read (layouts "lanes", "wide")
-        copies = X.ndim if self.layout == "lanes-sorted" else 2 * X.ndim
-        need = copies * (X.nnz + self.chunk) * (X.ndim * idx + X.vals.itemsize) + 8 * X.nnz
+        # the uploaded tensor and the orders of the other modes, then the copies the kernels
+        # read: chunk-interleaved ("lanes", "wide") or mode-sorted ("lanes-sorted")
+        row = X.ndim * idx + X.vals.itemsize
+        chunk = self.wide_chunk if self.layout == "wide" else self.chunk
+        copies = X.ndim if self.layout == "lanes-sorted" else X.ndim
+        need = (X.nnz * row + (X.ndim - 1) * X.nnz * 4
+                + copies * (X.nnz + chunk) * row)
         total = int(self.device.global_mem_size)
         max_alloc = int(self.device.max_mem_alloc_size)
-        per_copy = X.nnz * X.ndim * idx
+        per_copy = (X.nnz + chunk) * X.ndim * idx
         if need > 0.9 * total or per_copy > max_alloc:
             raise MemoryError(
-                f"the tensor needs {need / 2**30:.2f} GiB on the device ({copies} sorted "
-                f"copies of {X.nnz} nonzeros; one coordinate array is {per_copy / 2**30:.2f} GiB) "
-                f"but '{self.device.name}' has {total / 2**30:.2f} GiB with at most "
-                f"{max_alloc / 2**30:.2f} GiB per allocation")
+                f"the tensor needs {need / 2**30:.2f} GiB on the device (the uploaded nonzeros, "
+                f"their orders and {copies} copies of {X.nnz} nonzeros for the kernels; one "
+                f"coordinate array is {per_copy / 2**30:.2f} GiB) but '{self.device.name}' has "
+                f"{total / 2**30:.2f} GiB with at most {max_alloc / 2**30:.2f} GiB per "
+                f"allocation")
 
     # ------------------------------------------------------------------ data placement
     def prepare(self, X, format="auto"):
-        from ...formats import FORMATS
         if format not in FORMATS:
             raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
         self._check_dtype(X.dtype)
         self.index_dtype(X.shape)
         self._check_memory(X)
         try:
-            return OpenCLTensor(self, X)
+            T = OpenCLTensor(self, X, interleave=self._interleave_plan(X.ndim))
+            if self.layout == "lanes-sorted":
+                for m in range(1, X.ndim):
+                    T.sorted_copy(m)
+            return T
         except self.cl.MemoryError as exc:
             raise MemoryError(f"out of device memory while uploading a tensor with {X.nnz} "
                               f"nonzeros to '{self.device.name}': {exc}") from exc
@@ -663,30 +526,8 @@ class OpenCLBackend(Backend):
     WIDE_MAX_RANK = 16
 
     def _interleaved(self, T, mode, chunk):
-        """The copy of the nonzeros sorted by ``mode`` in chunk-interleaved order (entry k of
-        chunk c at k * nchunks + c), built on the device at its first use and kept on ``T``."""
-        key = (mode, chunk)
-        got = T.interleaved.get(key)
-        if got is None:
-            import pyopencl.array as cla
-            for old in [k for k in T.interleaved if k[0] == mode]:
-                del T.interleaved[old]       # one copy per mode: the last chunk size asked for
-            nchunks = -(-T.nnz // chunk)
-            size = nchunks * chunk
-            try:
-                subs = cla.empty(self.queue, (size, T.ndim), T.idx_dtype)
-                vals = cla.empty(self.queue, (size,), T.dtype)
-            except self.cl.Error as exc:
-                need = size * (T.ndim * np.dtype(T.idx_dtype).itemsize + np.dtype(T.dtype).itemsize)
-                raise MemoryError(
-                    f"out of device memory for the chunk-interleaved copy of mode {mode} "
-                    f"({need / 2**30:.2f} GiB) on '{self.device.name}': {exc}. "
-                    f"SKTENSOR_FAST_OCL_LAYOUT=lanes-sorted needs no such copy") from exc
-            knl = self._kernel(T.dtype, None, False, "interleave_nonzeros")
-            knl(self.queue, (T.nnz,), None, np.int64(T.nnz), np.int64(nchunks), np.int32(chunk),
-                np.int32(T.ndim), T.subs[mode].data, T.vals[mode].data, subs.data, vals.data)
-            got = T.interleaved[key] = (subs, vals)
-        return got
+        """The chunk-interleaved copy of the nonzeros sorted by ``mode`` (kept on ``T``)."""
+        return T.interleaved_copy(mode, chunk)
 
     def _launch_wide(self, T, facs, mode, B, eps, out, R, RP):
         """MTTKRP / Φ by cp.cl's accumulate_wide: one work-item per chunk of nonzeros, whole
@@ -861,11 +702,9 @@ class OpenCLBackend(Backend):
         return B
 
     def apr_mu_rows_(self, B, Phi, tol):
-        from . import cpapr_rows
         return cpapr_rows.mu_rows(self, B, Phi, tol)
 
     def apr_row_solve(self, T, factors, mode, B, method, params):
-        from . import cpapr_rows
         return cpapr_rows.row_solve(self, T, factors, mode, B, method, params)
 
     def poisson_data_term(self, T, weights, factors, eps=0.0):
@@ -877,32 +716,26 @@ class OpenCLBackend(Backend):
 
     # --- GCP primitives (implemented in gcp_ops.py; the kernels are in kernels/gcp.cl) -----
     def gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
-        from . import gcp_ops
         return gcp_ops.setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs)
 
     def gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
                              active=None, with_loss=False):
-        from . import gcp_ops
         return gcp_ops.sampled_gradient(self, T, state, weights, factors, loss, seed, step,
                                         out, active, with_loss)
 
     def gcp_loss_estimate(self, T, state, weights, factors, loss):
-        from . import gcp_ops
         return gcp_ops.loss_estimate(self, T, state, weights, factors, loss)
 
     def gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
                            need_grad=True):
         """Exact loss and gradient, computed on the host (see gcp_ops.full_loss_grad)."""
-        from . import gcp_ops
         return gcp_ops.full_loss_grad(self, T, weights, factors, loss, mask, modes, need_grad)
 
     def gcp_optimizer_state(self, solver, factors):
-        from . import gcp_ops
         return gcp_ops.optimizer_state(self, solver, factors)
 
     def gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
                            epsilon, active=None):
-        from . import gcp_ops
         return gcp_ops.optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1,
                                       beta2, epsilon, active)
 

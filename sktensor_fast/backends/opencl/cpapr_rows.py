@@ -18,6 +18,8 @@ import numbers
 
 import numpy as np
 
+from .tensor import OpenCLTensor
+
 __all__ = ["row_solve", "mu_rows", "MAX_RANK", "METHODS"]
 
 #: Largest rank the row solver kernels accept (per-row scratch grows as rank²).
@@ -51,7 +53,7 @@ def _program(backend, dtype, nmodes):
             ["#define REAL_T float"]
         src = backend._header(dtype, nmodes, extra=extra) + backend._source("cpapr_rows.cl")
         options = [] if backend.fp64 else ["-cl-single-precision-constant"]
-        from .backend import build_program
+        from .program import build_program
         prog = build_program(backend.ctx, src, options, what="the CP-APR row solvers")
         cache[key] = prog
     return prog
@@ -134,7 +136,6 @@ def _reduce(backend, dtype, nmodes, n, use_kkt, kkt, inner, changed):
 
 # ---------------------------------------------------------------------- argument checks
 def _check_tensor(backend, T):
-    from .backend import OpenCLTensor
     if not isinstance(T, OpenCLTensor):
         raise TypeError(f"the OpenCL CP-APR row solver needs a tensor prepared by this backend "
                         f"(backend.prepare(X)), got {type(T).__name__}")

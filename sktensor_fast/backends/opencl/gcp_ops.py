@@ -36,7 +36,7 @@ import numpy as np
 
 from ..cpu import gcp_ops as _cpu_ops
 from ..cpu.gcp_ops import sampler_plan, zero_list_mode
-from .backend import OpenCLTensor
+from .tensor import OpenCLTensor
 
 __all__ = ["GcpState", "step_key", "setup", "sampled_gradient", "loss_estimate",
            "full_loss_grad", "optimizer_state", "optimizer_step", "draw"]
@@ -190,7 +190,7 @@ def _kernel(be, dtype, N, name):
                      f"#define GRAD_ARRAY __global VAL_T* G[NMODES] = {{{names}}};"]
             src = be._header(dtype, N, extra=extra) + be._source("gcp.cl")
             opts = [] if np.dtype(dtype) == np.float64 else ["-cl-single-precision-constant"]
-            from .backend import build_program
+            from .program import build_program
             prog = build_program(be.ctx, src, opts, what="the GCP kernels")
             be._progs[pkey] = prog
         knl = be.cl.Kernel(prog, name)

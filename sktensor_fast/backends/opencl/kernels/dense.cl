@@ -168,3 +168,21 @@ __kernel void interleave_nonzeros(const long n, const long nchunks, const int ch
     for (int k = 0; k < ncols; ++k) dst_subs[p * ncols + k] = src_subs[j * ncols + k];
     dst_vals[p] = src_vals[j];
 }
+
+/* dst[p(j)] = src[o(j)] for the nonzeros: o(j) = order[j] (use_order) or j, p(j) the
+ * chunk-interleaved position (j % chunk) * nchunks + j / chunk (chunk > 0) or j.  Builds a mode's
+ * sorted or chunk-interleaved copy straight from the uploaded tensor and that mode's order
+ * (int: the host checks that every position fits). */
+__kernel void gather_interleave(const long n, const long nchunks, const int chunk,
+                                const int ncols, const int use_order,
+                                __global const int* order, __global const IDX_T* src_subs,
+                                __global const VAL_T* src_vals, __global IDX_T* dst_subs,
+                                __global VAL_T* dst_vals)
+{
+    const long j = get_global_id(0);
+    if (j >= n) return;
+    const long o = use_order ? (long) order[j] : j;
+    const long p = chunk > 0 ? (j % chunk) * nchunks + j / chunk : j;
+    for (int k = 0; k < ncols; ++k) dst_subs[p * ncols + k] = src_subs[o * ncols + k];
+    dst_vals[p] = src_vals[o];
+}

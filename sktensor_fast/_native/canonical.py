@@ -1,0 +1,164 @@
+"""The canonical form of a COO tensor, built by the compiled passes of :mod:`._construct`.
+
+:func:`canonical_coo` is what :class:`~sktensor_fast.SparseTensor` and
+:func:`~sktensor_fast.load_tns` call once the dtypes are settled: it checks every coordinate
+against the shape and every value for finiteness, sorts the rows (only when they are not
+sorted already), adds up repeated coordinates and drops zeros, without copying arrays that are
+already in their final form.
+"""
+import numpy as np
+
+from .. import _threads
+from . import _construct
+
+__all__ = ["canonical_coo", "canonical_from", "key_bits", "CanonicalError", "MAX_KEY_BITS"]
+
+#: Widest packed key the compiled passes sort; wider tensors take NumPy's lexsort.
+MAX_KEY_BITS = 64
+
+_INDEX_DTYPES = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8,
+                                            np.uint16, np.uint32, np.uint64))
+
+
+class CanonicalError(ValueError):
+    """A problem with the data found while building the canonical form.
+
+    ``kind`` is ``"coordinate"`` (``row`` holds a coordinate outside the shape), ``"value"``
+    (``row`` holds a NaN or infinite value), ``"repeated"`` (repeated coordinates while
+    ``sum_duplicates`` is False) or ``"overflow"`` (the values at coordinate ``coord`` add up
+    beyond the dtype's range).
+    """
+
+    def __init__(self, kind, message, row=None, coord=None):
+        super().__init__(message)
+        self.kind = kind
+        self.row = row
+        self.coord = coord
+
+
+def key_bits(shape):
+    """Bits of every mode's field in the packed key: ``ceil(log2 I_k)`` (0 for length 1)."""
+    return [max(int(s) - 1, 0).bit_length() for s in shape]
+
+
+def _layout(shape):
+    bits = key_bits(shape)
+    shifts = [sum(bits[k + 1:]) for k in range(len(bits))]
+    masks = [(1 << b) - 1 for b in bits]
+    return bits, shifts, masks
+
+
+def canonical_coo(subs, vals, shape, *, sum_duplicates=True, num_threads=None):
+    """See :func:`canonical_from` (this form leaves the arrays to the caller)."""
+    return canonical_from([subs, vals], shape, sum_duplicates=sum_duplicates,
+                          num_threads=num_threads)
+
+
+def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
+    """Sorted, checked, duplicate-free coordinates and values.
+
+    Parameters
+    ----------
+    arrays : list ``[subs, vals]``
+        ``subs``, an ndarray of an integer dtype of shape (nnz, N), holds the coordinates
+        (copied only when not C-contiguous); ``vals``, float32 or float64 of shape (nnz,), the
+        values in the dtype of the result.  The list is emptied: the arrays are released as
+        soon as they are no longer needed, unless the caller holds them too.
+    shape : tuple of int
+        Mode lengths (already checked to be positive).
+    sum_duplicates : bool, default=True
+        Add up repeated coordinates; False makes them an error.
+    num_threads : int, optional
+        Threads of the compiled passes (default: the package's setting).
+
+    Returns
+    -------
+    subs : int64 ndarray (nnz_out, N), C-contiguous
+        The input array itself when it was int64, C-contiguous and already canonical.
+    vals : ndarray (nnz_out,)
+        Likewise.
+    info : dict
+        ``sorted`` (the input was in order), ``summed`` (repeated coordinates were added
+        up), ``zeros`` (entries dropped because they or their sums were 0).
+
+    Returns None when the packed key would need more than :data:`MAX_KEY_BITS` bits; the
+    caller then sorts another way.
+
+    Raises
+    ------
+    CanonicalError
+        For a coordinate outside the shape, a value that is not finite, a repeated coordinate
+        with ``sum_duplicates=False`` or a sum that overflows.
+    """
+    bits, shifts, masks = _layout(shape)
+    if sum(bits) > MAX_KEY_BITS:
+        return None
+    subs, vals = arrays
+    del arrays[:]
+    if subs.dtype not in _INDEX_DTYPES:
+        raise TypeError(f"canonical_coo: coordinates of dtype {subs.dtype} are not supported")
+    if vals.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"canonical_coo: values of dtype {vals.dtype} are not supported")
+    nt = _threads.get_num_threads() if num_threads is None else max(1, int(num_threads))
+    subs = np.ascontiguousarray(subs)
+    vals = np.ascontiguousarray(vals)
+    n, N = subs.shape
+    nbits = sum(bits)
+    top = _top_digit(n, nbits)
+    hist = np.zeros((_construct.num_blocks(n, nt), 1 << top), dtype=np.int64)
+    keys = np.empty(n, dtype=np.uint64)
+    rep = _construct.linearize(subs, vals, list(shape), shifts, keys, hist, nbits - top, nt)
+    if rep["bad_row"] >= 0:
+        raise _coordinate_error(subs, shape, rep["bad_row"])
+    if rep["bad_val"] >= 0:
+        bad = rep["bad_val"]
+        raise CanonicalError("value", f"vals holds NaN or infinite values (first at position "
+                                      f"{bad})", row=bad)
+    info = {"sorted": rep["order"] > 0, "summed": False, "zeros": 0}
+    if rep["order"] == 2 and rep["zeros"] == 0:
+        return subs.astype(np.int64, copy=False), vals, info
+    del subs  # the keys say everything the coordinates did
+    if rep["order"] == 0:
+        keys, svals, bstart = _construct.msd_scatter(keys, vals, hist, nbits - top, nt)
+        del vals, hist
+        out = _construct.sort_buckets(keys, svals, bstart, nbits - top, shifts, masks, nt)
+        vals = svals
+    else:
+        out = _construct.compact(keys, vals, shifts, masks, 0, nt)
+        if out["overflow"] >= 0:
+            out["overflow_key"] = int(keys[out["overflow"]])
+    del keys
+    if out["overflow"] >= 0:
+        key = out["overflow_key"]
+        coord = tuple((key >> s) & m for s, m in zip(shifts, masks))
+        raise CanonicalError("overflow", f"the values repeated at coordinate {coord} add up to "
+                                         f"more than the largest {vals.dtype.name}",
+                             coord=coord)
+    if out["dup"] and not sum_duplicates:
+        raise CanonicalError("repeated", "subs holds repeated coordinates")
+    info["summed"] = bool(out["dup"])
+    info["zeros"] = out["zeros"]
+    return out["subs"], out["vals"], info
+
+
+def _top_digit(n, nbits):
+    """Bits of the first (most significant) digit the keys are scattered by: buckets of a few
+    thousand keys on average (sorted in cache), at most 2**12 of them."""
+    if nbits == 0:
+        return 0
+    t = max(1, (max(n, 1) // 4096).bit_length())
+    return min(t, 12, nbits)
+
+
+def _coordinate_error(subs, shape, row):
+    """The error for the first row with a coordinate outside the shape."""
+    for k in range(subs.shape[1]):
+        c = int(subs[row, k])
+        if c < 0:
+            return CanonicalError("coordinate", f"subs holds a negative coordinate ({c}) in mode "
+                                                f"{k}", row=row)
+        if c >= shape[k]:
+            return CanonicalError("coordinate", f"subs holds coordinate {c} in mode {k}, outside "
+                                                f"the shape {tuple(shape)} (mode {k} has length "
+                                                f"{shape[k]})", row=row)
+    raise AssertionError("no bad coordinate in the row reported")  # pragma: no cover

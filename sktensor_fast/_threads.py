@@ -1,0 +1,150 @@
+"""Thread settings of the compiled passes (CPU kernels, tensor construction, I/O).
+
+One setting serves every OpenMP pass of the package, so that one pool of threads runs at a
+time.  It lives here, outside the backends, because the data layer (building tensors, reading
+files) and the storage formats use it as much as the kernels do.
+"""
+import contextlib
+import os
+import threading
+import warnings
+
+import numpy as np
+
+__all__ = ["get_num_threads", "set_num_threads", "num_threads", "max_threads",
+           "MAX_THREADS_PER_CPU"]
+
+_GLOBAL = {"n": None}
+
+
+def _default_threads():
+    """OpenMP's default thread count (all cores, ``OMP_NUM_THREADS``, a threadpoolctl limit)."""
+    try:
+        from ._native import _construct
+    except ImportError:  # pragma: no cover - only when the package was not built
+        return 1
+    return max(1, int(_construct.max_threads()))
+
+
+_local = threading.local()
+
+#: Requests for more threads than this many per CPU of the machine are capped (with a
+#: warning): the kernels gain nothing from oversubscribed cores, the OpenMP runtime cannot
+#: create tens of thousands of threads, and some scratch memory is per thread.
+MAX_THREADS_PER_CPU = 4
+
+#: CPUs of the machine (``os.cpu_count()``, whatever the affinity), read once.
+_CPUS = max(1, os.cpu_count() or 1)
+
+
+def max_threads():
+    """The largest thread count the CPU kernels run: ``MAX_THREADS_PER_CPU`` times the CPUs
+    of the machine (``os.cpu_count()``, whatever the affinity of this process)."""
+    return MAX_THREADS_PER_CPU * _CPUS
+
+
+def _checked(n, what):
+    """``n`` validated as a thread count, capped at :func:`max_threads` with a warning."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"the number of threads must be a positive integer{what}, got {n!r}")
+    n = int(n)
+    cap = max_threads()
+    if n > cap:
+        warnings.warn(f"{n} threads requested; the CPU kernels use at most {cap} "
+                      f"({MAX_THREADS_PER_CPU} per CPU, {cap // MAX_THREADS_PER_CPU} CPUs): "
+                      f"capped at {cap}", RuntimeWarning, stacklevel=3)
+        n = cap
+    return n
+
+
+_WARNED_OMP = set()
+
+
+def get_num_threads():
+    """Threads the CPU kernels use: the value set by :func:`set_num_threads` / :func:`num_threads`,
+    else OpenMP's default (all cores, ``OMP_NUM_THREADS``, or a threadpoolctl limit).
+
+    The result is at most :func:`max_threads`.  A kernel call may use fewer: one thread per
+    ``MIN_NNZ_PER_THREAD`` nonzeros at most, and no more threads than it has partitions
+    (results do not depend on the thread count).
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> with sktensor_fast.num_threads(1):
+    ...     sktensor_fast.get_num_threads()
+    1
+    """
+    n = getattr(_local, "n", None)
+    if n is None:
+        n = _GLOBAL["n"]
+    if n is None:
+        n = _default_threads()
+        cap = max_threads()
+        if n > cap:
+            if n not in _WARNED_OMP:
+                _WARNED_OMP.add(n)
+                warnings.warn(f"OpenMP asks for {n} threads (OMP_NUM_THREADS or a threadpoolctl "
+                              f"limit); the CPU kernels use at most {cap} "
+                              f"({MAX_THREADS_PER_CPU} per CPU): capped at {cap}",
+                              RuntimeWarning, stacklevel=2)
+            n = cap
+    return max(1, int(n))
+def set_num_threads(n):
+    """Set the number of threads for the CPU kernels (``None`` restores the default).
+
+    Values above :func:`max_threads` are capped with a ``RuntimeWarning``.  The setting takes
+    precedence over ``OMP_NUM_THREADS`` and threadpoolctl limits of the OpenMP runtime.
+
+    Parameters
+    ----------
+    n : int or None
+        A positive number of threads, or None for OpenMP's default.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> sktensor_fast.set_num_threads(1)
+    >>> sktensor_fast.get_num_threads()
+    1
+    >>> sktensor_fast.set_num_threads(None)      # back to the default
+    """
+    if n is not None:
+        n = _checked(n, " or None")
+    _GLOBAL["n"] = n
+
+
+@contextlib.contextmanager
+def num_threads(n):
+    """Context manager: run the CPU kernels with ``n`` threads inside the block (this thread).
+
+    Values above :func:`max_threads` are capped with a ``RuntimeWarning``.
+
+    Parameters
+    ----------
+    n : int
+        A positive number of threads.
+
+    Examples
+    --------
+    >>> import sktensor_fast
+    >>> from sktensor_fast import CPALS
+    >>> from sktensor_fast.datasets import load_flights_routes
+    >>> X = load_flights_routes().tensor
+    >>> with sktensor_fast.num_threads(1):
+    ...     model = CPALS(rank=2, random_state=0).fit(X)
+    >>> model.factors_[0].shape
+    (3, 2)
+    """
+    n = _checked(n, "")
+    old = getattr(_local, "n", None)
+    _local.n = n
+    try:
+        yield
+    finally:
+        _local.n = old

@@ -1,0 +1,111 @@
+"""Building OpenCL programs: compiler output hidden unless asked for, failures as clear errors.
+
+Every OpenCL program of the package (the backend's kernels, the CP-APR row solvers, the GCP
+kernels, the device probe) is built through :func:`build_program`.
+"""
+import logging
+import os
+import re
+import warnings
+
+from .tensor import import_cl
+
+__all__ = ["build_program", "KernelBuildError", "WHAT_TO_DO", "logger"]
+
+#: compiler output of successful builds goes to this logger at DEBUG level (and, with
+#: PYOPENCL_COMPILER_OUTPUT=1, to PyOpenCL's CompilerWarning as PyOpenCL does by default)
+logger = logging.getLogger("sktensor_fast.opencl")
+
+WHAT_TO_DO = (
+    "Run on the CPU with device='cpu' (the compiled CPU kernels need no OpenCL), choose another "
+    "OpenCL device ('opencl:P:D'; `sktensor-fast info` marks which ones can compile), or update "
+    "or reinstall the device's OpenCL driver (for PoCL: `pip install -U "
+    "pocl-binary-distribution pyopencl`, or a PoCL build whose LLVM knows this CPU).")
+
+
+class KernelBuildError(RuntimeError):
+    """The device's OpenCL compiler failed on one of the package's kernels.
+
+    The message names the device and quotes the compiler.  Devices whose compiler fails on
+    every program are refused earlier, with :class:`DeviceUnusableError`.
+
+    Examples
+    --------
+    >>> from sktensor_fast.backends.opencl import KernelBuildError
+    >>> issubclass(KernelBuildError, RuntimeError)
+    True
+    """
+
+
+def _truthy(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _compiler_message(exc):
+    """The compiler's own text from a PyOpenCL build error (without PyOpenCL's repetitions of
+    the status and its ``(options: ...)`` trailer)."""
+    text = str(exc)
+    m = re.search(r"Build on [^\n]*:\n\n(.*?)(?:\n\(options:|\n\(source saved|\Z)", text, re.S)
+    msg = (m.group(1) if m else text).strip()
+    status = re.match(r"clBuildProgram failed: ([A-Z_]+)", text)
+    if status and status.group(1) not in msg:
+        msg = f"{status.group(1)}: {msg}"
+    return msg if len(msg) <= 2000 else msg[:2000] + " [...]"
+
+
+def _device_label(dev):
+    try:
+        return f"'{dev.name.strip()}' on '{dev.platform.name.strip()}'"
+    except Exception:  # pragma: no cover - a device object without its info
+        return repr(dev)
+
+
+def build_program(ctx, src, options=(), what="kernels"):
+    """Build OpenCL C source ``src`` for the devices of ``ctx`` and return the program.
+
+    The compiler output of a successful build (warnings, remarks: nothing a user of the
+    package can act on) is logged at DEBUG level on the ``sktensor_fast.opencl`` logger instead
+    of appearing as PyOpenCL's ``CompilerWarning``; set ``PYOPENCL_COMPILER_OUTPUT=1`` to get
+    PyOpenCL's warnings with the full text.  A failed build raises :class:`KernelBuildError`
+    naming the device and quoting the compiler.
+
+    Parameters
+    ----------
+    ctx : pyopencl.Context
+        The context whose devices build the program.
+    src : str
+        OpenCL C source.
+    options : sequence of str, default=()
+        Build options.
+    what : str, default="kernels"
+        What the program is, for the messages.
+
+    Returns
+    -------
+    pyopencl.Program
+        The built program.
+    """
+    cl = import_cl()
+    prog = cl.Program(ctx, src)
+    try:
+        if _truthy(os.environ.get("PYOPENCL_COMPILER_OUTPUT", "")):
+            prog.build(options=list(options))
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                prog.build(options=list(options))
+    except cl.Error as exc:
+        devs = ", ".join(_device_label(d) for d in ctx.devices)
+        raise KernelBuildError(
+            f"the OpenCL compiler of {devs} failed to build {what}: {_compiler_message(exc)}. "
+            f"{WHAT_TO_DO}") from exc
+    if logger.isEnabledFor(logging.DEBUG):
+        for dev in ctx.devices:
+            try:
+                log = prog.get_build_info(dev, cl.program_build_info.LOG)
+            except cl.Error:
+                continue
+            if log and log.strip():
+                logger.debug("OpenCL compiler output for %s on %s:\n%s", what,
+                             _device_label(dev), log.strip())
+    return prog

@@ -1,0 +1,145 @@
+"""The package's modules import each other without a circle.
+
+The graph is read from the source with ``ast``: a module imports ``a.b.c`` and with it the
+packages ``a`` and ``a.b`` whose ``__init__`` runs first (except the packages the module itself
+lives in, which are being imported already).  Imports at module level run at import time and
+must form no cycle at all.  Imports inside functions may only close a cycle through the device
+registry (``sktensor_fast/backends/__init__.py``), which imports the backend a device string
+names when it is asked for one.
+"""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PKG = "sktensor_fast"
+#: modules whose function-level imports may point back into what imports them
+DISPATCH = {"sktensor_fast.backends"}
+
+
+def modules():
+    found = {}
+    for path in sorted((ROOT / PKG).rglob("*")):
+        if path.suffix not in (".py", ".pyx") or "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        is_pkg = parts[-1] == "__init__"
+        if is_pkg:
+            parts = parts[:-1]
+        found[".".join(parts)] = (path, is_pkg)
+    return found
+
+
+def imports(name, path, is_pkg, known):
+    """(module-level targets, function-level targets) of one module."""
+    if path.suffix == ".pyx":
+        return set(), set()          # Cython: compiled leaves (cimports are not Python imports)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top, lazy = set(), set()
+
+    def resolve(level, module):
+        base = name.split(".") if is_pkg else name.split(".")[:-1]
+        if level:
+            base = base[:len(base) - (level - 1)]
+            return ".".join(base + ([module] if module else []))
+        return module or ""
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                      ast.Lambda))
+            targets = []
+            if isinstance(child, ast.Import):
+                targets = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = resolve(child.level, child.module)
+                for a in child.names:
+                    full = f"{base}.{a.name}"
+                    targets.append(full if full in known else base)
+            (lazy if inner else top).update(t for t in targets if t.startswith(PKG))
+            visit(child, inner)
+
+    visit(tree, False)
+    return top, lazy
+
+
+def expand(name, targets, known):
+    """Every module a set of imports runs: the targets and their parent packages."""
+    out = set()
+    for t in targets:
+        parts = t.split(".")
+        for i in range(1, len(parts) + 1):
+            m = ".".join(parts[:i])
+            if m in known and not (name == m or name.startswith(m + ".")):
+                out.add(m)
+    return out
+
+
+def cycles(graph):
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, comps = {}, {}, [], set(), []
+    counter = [0]
+
+    def strong(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return comps
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    known = modules()
+    top, full = {}, {}
+    for name, (path, is_pkg) in known.items():
+        t, lazy = imports(name, path, is_pkg, known)
+        top[name] = expand(name, t, known)
+        full[name] = top[name] | (set() if name in DISPATCH else expand(name, lazy, known))
+    return top, full
+
+
+def test_no_cycle_at_import_time(graphs):
+    top, _ = graphs
+    assert cycles(top) == []
+
+
+def test_no_cycle_through_function_level_imports(graphs):
+    _, full = graphs
+    assert cycles(full) == []
+
+
+def test_the_checker_sees_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    known = {"p": None, "p.x": None, "p.y": None}
+    assert expand("p.x", {"p.y"}, known) == {"p.y"}          # p is x's own package
+    assert expand("q", {"p.y"}, {**known, "q": None}) == {"p", "p.y"}
+
+
+def test_known_edges_are_seen(graphs):
+    top, _ = graphs
+    assert "sktensor_fast.formats" in top["sktensor_fast.backends.cpu.backend"]
+    assert "sktensor_fast.backends.opencl.gcp_ops" in top["sktensor_fast.backends.opencl.backend"]
+    assert "sktensor_fast.backends.opencl.tensor" in top["sktensor_fast.backends.opencl.gcp_ops"]
