@@ -353,6 +353,21 @@ def test_cpapr_seeds_script_runs(capsys):
     assert n_inf == 0 and "| mu | 5 |" in out and "0 of 1 fits" in out
 
 
+def test_gcp_threads_script_runs(tmp_path, capsys):
+    """bench_gcp_threads times Adam steps and whole GCP fits at 1 and 2 threads, checks that
+    they give the same bits and writes JSON."""
+    import json
+    from benchmarks import bench_gcp_threads
+    rows = bench_gcp_threads.main(["--nnz", "3000", "--shape", "40", "30", "20", "--rank", "3",
+                                   "--steps", "5", "--rounds", "1",
+                                   "--out", str(tmp_path / "g.json")])
+    out = capsys.readouterr().out
+    assert "| 5 steps | 2 |" in out and "CPU ratio" in out
+    assert len(rows) == 4 and all(r["same_bits"] for r in rows)
+    report = json.loads((tmp_path / "g.json").read_text())
+    assert report["nnz"] == 3000 and [r["threads"] for r in report["rows"]] == [1, 2, 1, 2]
+
+
 def test_als_fixed_script_runs(tmp_path, capsys):
     from benchmarks import bench_als_fixed
     rows = bench_als_fixed.main(["--threads", "1", "--iters", "3", "--repeat", "1",

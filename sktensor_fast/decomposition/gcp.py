@@ -155,7 +155,8 @@ class GCP(BaseCP):
     for large-scale tensor decomposition*, SIMODS 2020) never form ``Y``.  Each step draws a
     fresh sample of entries, computes the model values there from the factor rows, the
     weighted loss derivatives and the gradient of every mode in one fused kernel, and takes a
-    step; factors are clipped to the loss's lower bound.  The loss is estimated on a fixed
+    step; factors are clipped to the loss's lower bound.  On the CPU the steps of an epoch run
+    in one compiled loop, with no Python work between them.  The loss is estimated on a fixed
     stratified sample drawn once per fit.  The steps are grouped in epochs of ``epoch_iters``;
     an epoch whose estimated loss went up is undone (model and optimiser state restored) and
     the learning rate multiplied by ``decay``.  The fit stops after ``max_iter`` epochs, when
@@ -581,16 +582,15 @@ class GCP(BaseCP):
             saved = ([backend.copy(u) for u in U],
                      {k: [backend.copy(a) for a in v] for k, v in opt.items()}, t)
             lr = self.learning_rate * self.decay ** n_fails
-            for _ in range(self.epoch_iters):
-                G, _ = backend.gcp_sampled_gradient(T, state, ones, U, loss, seed, draws, out=G,
-                                                    active=active)
-                draws += 1
-                t += 1
-                backend.gcp_optimizer_step(self.solver, U, G, opt, lr, t, loss.lower,
-                                           self.beta1, self.beta2, self.epsilon, active)
-                if limit is not None and backend.decide(time.perf_counter() > limit):
-                    stop = "max_time"
-                    break
+            # the epoch's steps in one call (one compiled loop on the CPU backend)
+            G, done, timed_out = backend.gcp_steps(
+                T, state, ones, U, loss, seed, draws, self.epoch_iters, self.solver, opt, lr,
+                t + 1, loss.lower, self.beta1, self.beta2, self.epsilon, active, out=G,
+                deadline=limit, clock=time.perf_counter)
+            draws += done
+            t += done
+            if timed_out:
+                stop = "max_time"
             f_new = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
             n_epochs += 1
             failed = not f_new <= f  # NaN counts as a failure
