@@ -26,7 +26,7 @@ import numpy as np
 from .. import _threads
 from . import _tns
 
-__all__ = ["read_tns", "write_tns", "load_arrays", "open_text", "BLOCK_BYTES", "TextError"]
+__all__ = ["read_tns", "TnsParser", "write_tns", "load_arrays", "open_text", "BLOCK_BYTES", "TextError"]
 
 #: Bytes of text parsed at a time (two such blocks are held: one parsed, one being read).
 BLOCK_BYTES = 1 << 25
@@ -300,7 +300,6 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
         (a damaged or truncated compressed file).
     """
     dtype = np.dtype(dtype)
-    nt = _threads.get_num_threads() if num_threads is None else max(1, int(num_threads))
     size = int(block_bytes or BLOCK_BYTES)
     if isinstance(stream, mmap.mmap):
         size_hint = len(stream)
@@ -310,88 +309,137 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
             size = max(1, min(size, int(size_hint) + 1))   # a small file needs no large buffers
         state = {"name": name, "lines": 0, "limit": max_line_length}
         blocks = _stream_blocks(stream, size, state)
-    shape_arr = None if shape is None else np.asarray(shape, dtype=np.int64)
-    lines_before = 0
-    ncols = first_line = None
-    out = None
-    rows = 0
-    order = 2
-    zeros = 0
-    underflows = 0
-    maxima = None
-    last_row = None
-    limit = -1 if max_line_length is None else int(max_line_length)
+    parser = TnsParser(name, shape, index_base, dtype, num_threads=num_threads,
+                       max_line_length=max_line_length, max_modes=max_modes,
+                       size_hint=size_hint)
     try:
         for buf, view, start, cut, eof in blocks:
-            nl, bad = _tns.line_stats(view, start, cut, limit, nt)
-            # lines before a line over the limit are read first: an error there comes first
-            end = cut if bad < 0 else start + bad
-            if ncols is None:
-                found = _first_data_line(buf, start, end)
-                if found is not None:
-                    off, text = found
-                    first_line = lines_before + _tns.count_newlines(view, start, off) + 1
-                    ncols = len(text.split())
-                    where = f"{name}, line {first_line}"
-                    if ncols < 2:
-                        raise TextError(f"{where}: found {ncols} column; a nonzero needs its "
-                                        f"coordinates followed by its value")
-                    if max_modes is not None and ncols - 1 > max_modes:
-                        raise TextError(f"{where}: found {ncols - 1} coordinates, more than "
-                                        f"max_modes={max_modes} (pass a larger max_modes to "
-                                        f"load_tns if the tensor really has that many modes)")
-                    if shape is not None and ncols - 1 != len(shape):
-                        raise TextError(f"{where}: found {ncols - 1} coordinates but `shape` "
-                                        f"{tuple(shape)} has {len(shape)} modes")
-                    hint = None
-                    if size_hint:
-                        per_line = max((cut - off) / max(nl, 1), 1.0)
-                        hint = int(size_hint / per_line * 1.02) + 1024
-                    out = _Grow(ncols - 1, dtype, hint or (nl + 1))
-            if ncols is not None and end > start:
-                out.reserve(rows + nl + 1)
-                rep = _tns.parse(view[start:end], end - start, ncols, index_base, shape_arr,
-                                 out.subs, out.vals, rows, nt)
-                if rep["error"] >= 0:
-                    off = start + rep["error"]
-                    line_no = lines_before + _tns.count_newlines(view, start, off) + 1
-                    stop = buf.find(b"\n", off, end)
-                    text = bytes(buf[off:end if stop == -1 else stop]).decode("latin-1")
-                    msg = diagnose_line(text, ncols, first_line, index_base, shape, dtype)
-                    raise TextError(f"{name}, line {line_no}: "
-                                    f"{msg or 'cannot be read as a nonzero'}")
-                got_rows = rep["rows"]
-                if got_rows:
-                    if last_row is not None and order:
-                        c = _tns.compare_rows(out.subs[rows], last_row)
-                        if c < 0:
-                            order = 0
-                        elif c == 0:
-                            order = min(order, 1)
-                    order = min(order, rep["order"])
-                    zeros += rep["zeros"]
-                    underflows += rep["underflows"]
-                    maxima = rep["maxima"] if maxima is None else np.maximum(maxima,
-                                                                             rep["maxima"])
-                    rows += got_rows
-                    last_row = out.subs[rows - 1].copy()
-            if bad >= 0:
-                line_no = lines_before + _tns.count_newlines(view, start, start + bad) + 1
-                raise TextError(_too_long(name, line_no, max_line_length))
-            lines_before += nl
+            parser.feed(buf, view, start, cut, eof)
             if not isinstance(stream, mmap.mmap):
-                state["lines"] = lines_before
-            if eof:
-                if cut > start and bytes(buf[cut - 1:cut]) != b"\n":
-                    lines_before += 1
+                state["lines"] = parser.lines_before
     finally:
         blocks.close()
-    if out is None:
-        return {"subs": None, "vals": None, "maxima": None, "order": 2, "zeros": 0,
-                "underflows": 0, "lines": lines_before}
-    subs, vals = out.finish(rows)
-    return {"subs": subs, "vals": vals, "maxima": maxima, "order": order, "zeros": zeros,
-            "underflows": underflows, "lines": lines_before}
+    return parser.result()
+
+
+class TnsParser:
+    """The parse of one ``.tns`` text fed in blocks of whole lines (what :func:`read_tns` runs;
+    a reader of byte ranges feeds its own blocks).
+
+    ``lines_before`` (lines before the next block, for the line numbers of the messages) may
+    be set between blocks by a reader that skips blocks.  :meth:`result` gives the arrays and
+    what was seen (see :func:`read_tns`).
+    """
+
+    def __init__(self, name, shape=None, index_base=1, dtype=np.float64, *, num_threads=None,
+                 max_line_length=None, max_modes=None, size_hint=None):
+        self.name = name
+        self.shape = shape
+        self.shape_arr = None if shape is None else np.asarray(shape, dtype=np.int64)
+        self.index_base = index_base
+        self.dtype = np.dtype(dtype)
+        self.nt = _threads.get_num_threads() if num_threads is None else max(1, int(num_threads))
+        self.max_line_length = max_line_length
+        self.limit = -1 if max_line_length is None else int(max_line_length)
+        self.max_modes = max_modes
+        self.size_hint = size_hint
+        self.lines_before = 0
+        self.ncols = self.first_line = None
+        self.out = None
+        self.rows = 0
+        self.order = 2
+        self.zeros = 0
+        self.underflows = 0
+        self.maxima = None
+        self.last_row = None
+
+    def feed_bytes(self, block, eof=False):
+        """Parse ``block`` (bytes of whole lines; the last line may lack its break at ``eof``)."""
+        view = memoryview(block)
+        try:
+            self.feed(block, view, 0, len(block), eof)
+        finally:
+            view.release()
+
+    def _first_line_checks(self, buf, view, start, end, cut, nl):
+        found = _first_data_line(buf, start, end)
+        if found is None:
+            return
+        off, text = found
+        ncols = len(text.split())
+        self.first_line = self.lines_before + _tns.count_newlines(view, start, off) + 1
+        where = f"{self.name}, line {self.first_line}"
+        if ncols < 2:
+            raise TextError(f"{where}: found {ncols} column; a nonzero needs its coordinates "
+                            f"followed by its value")
+        if self.max_modes is not None and ncols - 1 > self.max_modes:
+            raise TextError(f"{where}: found {ncols - 1} coordinates, more than "
+                            f"max_modes={self.max_modes} (pass a larger max_modes to load_tns "
+                            f"if the tensor really has that many modes)")
+        if self.shape is not None and ncols - 1 != len(self.shape):
+            raise TextError(f"{where}: found {ncols - 1} coordinates but `shape` "
+                            f"{tuple(self.shape)} has {len(self.shape)} modes")
+        hint = None
+        if self.size_hint:
+            per_line = max((cut - off) / max(nl, 1), 1.0)
+            hint = int(self.size_hint / per_line * 1.02) + 1024
+        self.ncols = ncols
+        self.out = _Grow(ncols - 1, self.dtype, hint or (nl + 1))
+
+    def feed(self, buf, view, start, cut, eof):
+        """Parse the whole lines of ``buf[start:cut]`` (``view``: a memoryview of ``buf``)."""
+        nl, bad = _tns.line_stats(view, start, cut, self.limit, self.nt)
+        # lines before a line over the limit are read first: an error there comes first
+        end = cut if bad < 0 else start + bad
+        if self.ncols is None:
+            self._first_line_checks(buf, view, start, end, cut, nl)
+        if self.ncols is not None and end > start:
+            out, rows = self.out, self.rows
+            out.reserve(rows + nl + 1)
+            rep = _tns.parse(view[start:end], end - start, self.ncols, self.index_base,
+                             self.shape_arr, out.subs, out.vals, rows, self.nt)
+            if rep["error"] >= 0:
+                off = start + rep["error"]
+                line_no = self.lines_before + _tns.count_newlines(view, start, off) + 1
+                stop = buf.find(b"\n", off, end)
+                text = bytes(buf[off:end if stop == -1 else stop]).decode("latin-1")
+                msg = diagnose_line(text, self.ncols, self.first_line, self.index_base,
+                                    self.shape, self.dtype)
+                raise TextError(f"{self.name}, line {line_no}: "
+                                f"{msg or 'cannot be read as a nonzero'}")
+            got_rows = rep["rows"]
+            if got_rows:
+                if self.last_row is not None and self.order:
+                    c = _tns.compare_rows(out.subs[rows], self.last_row)
+                    if c < 0:
+                        self.order = 0
+                    elif c == 0:
+                        self.order = min(self.order, 1)
+                self.order = min(self.order, rep["order"])
+                self.zeros += rep["zeros"]
+                self.underflows += rep["underflows"]
+                self.maxima = rep["maxima"] if self.maxima is None else \
+                    np.maximum(self.maxima, rep["maxima"])
+                self.rows = rows + got_rows
+                self.last_row = out.subs[self.rows - 1].copy()
+        if bad >= 0:
+            line_no = self.lines_before + _tns.count_newlines(view, start, start + bad) + 1
+            raise TextError(_too_long(self.name, line_no, self.max_line_length))
+        self.lines_before += nl
+        if eof and cut > start and bytes(buf[cut - 1:cut]) != b"\n":
+            self.lines_before += 1
+
+    def result(self):
+        """``subs`` (None without a data line), ``vals``, ``maxima``, ``order``, ``zeros``,
+        ``underflows``, ``lines``."""
+        if self.out is None:
+            return {"subs": None, "vals": None, "maxima": None, "order": 2, "zeros": 0,
+                    "underflows": 0, "lines": self.lines_before}
+        subs, vals = self.out.finish(self.rows)
+        self.out = None
+        return {"subs": subs, "vals": vals, "maxima": self.maxima, "order": self.order,
+                "zeros": self.zeros, "underflows": self.underflows,
+                "lines": self.lines_before}
 
 
 # ---------------------------------------------------------------------------------- files

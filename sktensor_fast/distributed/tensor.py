@@ -391,6 +391,7 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
         found it); also when the processes were given different arguments.
     """
     from .. import io as _io
+    from .._native import text
     comm = get_comm(comm)
     chan = Channel(comm)
     P, rank = chan.size, chan.rank
@@ -412,7 +413,7 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
     lines_in_range = 0
     with agree_on_errors(comm):
         stream, name = _io._open_binary(name)
-        parser = _io._BlockParser(name, shape, int(index_base), dtype)
+        parser = text.TnsParser(name, shape, int(index_base), dtype)
         try:
             compressed = not isinstance(stream, __import__("io").BufferedReader)
             if compressed:
@@ -421,7 +422,7 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
                 for b, block in enumerate(_io._iter_blocks(stream, _io._BLOCK_BYTES)):
                     if b % P == rank:
                         parser.lines_before = lines_before
-                        parser.feed(block)
+                        parser.feed_bytes(block)
                     lines_before += block.count(b"\n")
                 lines_in_range = None
             else:
@@ -432,7 +433,7 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
                     if start == 0 and parser.lines_before == 0 and \
                             block.startswith(_io._UTF8_BOM):
                         block = block[len(_io._UTF8_BOM):]
-                    parser.feed(block)
+                    parser.feed_bytes(block)
                 lines_in_range = parser.lines_before
         except (OSError, EOFError) as exc:
             if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
@@ -464,13 +465,12 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
             raise ValueError(f"{name}, line {line}: expected {found[0][1]} columns (as on line "
                              f"{found[0][2]}) but found {c}")
     N = len(shape) if shape is not None else found[0][1] - 1
-    if parser.coords:
-        subs = np.concatenate(parser.coords)
-        vals = np.concatenate(parser.vals)
+    got = parser.result()
+    if got["subs"] is not None:
+        subs, vals = got["subs"], got["vals"]
     else:
         subs = np.zeros((0, N), dtype=np.int64)
         vals = np.zeros(0, dtype=np.float64)
-    parser.coords = parser.vals = None
     if shape is None:
         mx = np.full(N, -1, dtype=np.int64) if parser.maxima is None else \
             np.asarray(parser.maxima, dtype=np.int64)
