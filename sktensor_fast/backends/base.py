@@ -625,7 +625,55 @@ class GcpKernels:
                                     _float(beta1, "beta1"), _float(beta2, "beta2"),
                                     _float(epsilon, "epsilon"), act)
 
+    def steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, solver, opt,
+              lr, t_first, lower, beta1, beta2, epsilon, active=None, out=None, deadline=None,
+              clock=None):
+        """``n_steps`` steps of a stochastic solver: for ``s = 0, 1, …`` the gradient of draw
+        ``first_draw + s`` (:meth:`sampled_gradient`), then optimiser step ``t_first + s``
+        (:meth:`optimizer_step`).  With ``deadline``, stops after the first step at which
+        ``clock()`` exceeds it (a ``backend.decide``, so that the processes of a distributed
+        fit stop together).  Returns ``(grads, steps_done, timed_out)``.  By default the
+        steps run one by one; a backend may run them in one call (the same results)."""
+        _matrices(factors, "factors")
+        self.backend.check_factors(T, factors, weights=weights)
+        loss = _check_loss(loss)
+        seed = _int(seed, "seed", 0, 2 ** 64)
+        first_draw = _int(first_draw, "first_draw", 0, 2 ** 64 - 1)
+        n_steps = _int(n_steps, "n_steps", 0)
+        if solver not in GCP_MOMENTS:
+            raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
+        if not isinstance(opt, dict) or set(opt) != set(GCP_MOMENTS[solver]):
+            raise ValueError(f"opt must be the dict of gcp.optimizer_state({solver!r}, ...)")
+        act = _active(active, T.ndim)
+        if out is not None and len(out) != T.ndim:
+            raise ValueError(f"out has {len(out)} arrays for {T.ndim} modes")
+        if deadline is not None and not callable(clock):
+            raise TypeError("a deadline needs a clock (a callable returning the time)")
+        return self._steps(T, state, weights, factors, loss, seed, first_draw, n_steps, solver,
+                           opt, _float(lr, "lr"), _int(t_first, "t_first", 1),
+                           _float(lower, "lower"), _float(beta1, "beta1"),
+                           _float(beta2, "beta2"), _float(epsilon, "epsilon"), act, out,
+                           deadline, clock)
+
     # ------------------------------------------------------------------ implementations
+    def _steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, solver, opt,
+               lr, t_first, lower, beta1, beta2, epsilon, active, out, deadline, clock):
+        return self._stepwise(T, state, weights, factors, loss, seed, first_draw, n_steps,
+                              solver, opt, lr, t_first, lower, beta1, beta2, epsilon, active,
+                              out, deadline, clock)
+
+    def _stepwise(self, T, state, weights, factors, loss, seed, first_draw, n_steps, solver,
+                  opt, lr, t_first, lower, beta1, beta2, epsilon, active, out, deadline, clock):
+        """The steps one by one through the backend's two implementations."""
+        for s in range(n_steps):
+            out, _ = self._sampled_gradient(T, state, weights, factors, loss, seed,
+                                            first_draw + s, out, active, False)
+            self._optimizer_step(solver, factors, out, opt, lr, t_first + s, lower, beta1,
+                                 beta2, epsilon, active)
+            if deadline is not None and self.backend.decide(clock() > deadline):
+                return out, s + 1, True
+        return out, n_steps, False
+
     def _setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs):
         self._missing("setup")
 

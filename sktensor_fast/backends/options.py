@@ -82,6 +82,10 @@ class OpenCLOptions:
         computing the whole dot.
     wide_chunk, wide_group : int, optional
         Nonzeros per work-item and work-group size of the wide layout (64 and 128).
+    max_tensor_bytes : int or str, optional
+        Device bytes a tensor may use; one whose resident copies need more is streamed
+        through the device in blocks (a number of bytes, or a string such as ``"512M"`` or
+        ``"2G"``; default: stream only what does not fit the device).
 
     Examples
     --------
@@ -95,7 +99,7 @@ class OpenCLOptions:
     >>> OpenCLOptions.from_mapping({"chunks": 4})
     Traceback (most recent call last):
     ...
-    ValueError: unknown OpenCL option 'chunks'; the options are layout, chunk, vec, off32, prefetch, phi, wide_chunk, wide_group
+    ValueError: unknown OpenCL option 'chunks'; the options are layout, chunk, vec, off32, prefetch, phi, wide_chunk, wide_group, max_tensor_bytes
     """
 
     layout: object = None
@@ -106,8 +110,11 @@ class OpenCLOptions:
     phi: object = None
     wide_chunk: object = None
     wide_group: object = None
+    max_tensor_bytes: object = None
 
     def __post_init__(self):
+        if isinstance(self.max_tensor_bytes, str):
+            object.__setattr__(self, "max_tensor_bytes", _parse_bytes(self.max_tensor_bytes))
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is not None:
@@ -174,6 +181,7 @@ _CHECKS = {
     "phi": lambda n, v: _choice(n, v, PHI_VARIANTS),
     "wide_chunk": _positive_int,
     "wide_group": _positive_int,
+    "max_tensor_bytes": _positive_int,
 }
 
 
@@ -190,9 +198,24 @@ def _parse_bool(raw):
     return raw == "1"
 
 
+def _parse_bytes(raw):
+    """A byte count from a string such as ``"3000000"``, ``"1.5e9"``, ``"512M"``, ``"2G"``."""
+    text = str(raw).strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:], 1) \
+        if text[-1:].isalpha() else 1
+    num = text[:-1] if text[-1:].isalpha() else text
+    try:
+        if text[-1:].isalpha() and text[-1:] not in "KMGT":
+            raise ValueError
+        return int(float(num) * mult)
+    except ValueError:
+        raise ValueError(f"OpenCL option 'max_tensor_bytes' must be a number of bytes "
+                         f"(optionally with K, M or G), got {raw!r}") from None
+
+
 _PARSE = {"layout": str, "chunk": _parse_int, "vec": _parse_int, "off32": _parse_bool,
           "prefetch": _parse_bool, "phi": str, "wide_chunk": _parse_int,
-          "wide_group": _parse_int}
+          "wide_group": _parse_int, "max_tensor_bytes": _parse_bytes}
 
 #: (variable, value) pairs already warned about
 _WARNED = set()

@@ -20,11 +20,10 @@ a copy of the nonzeros whose mode-``n`` coordinate falls in its block (coordinat
 The choice and its measured cost are in ``doc/scaling.md``.
 """
 import os
-import warnings
 
 import numpy as np
 
-from ..tensor import SparseTensor, _check_shape
+from ..tensor import SparseTensor
 from ._mpi import Channel, agree_on_errors, get_comm, install_abort_hook
 
 __all__ = ["DistributedTensor", "scatter", "load_tns", "balanced_blocks"]
@@ -152,20 +151,10 @@ class DistributedTensor:
         install_abort_hook()
 
     # ------------------------------------------------------------------ global properties
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        size = 1
-        for s in self.shape:
-            size *= s
-        return size
-
-    @property
-    def density(self):
-        return self.nnz / self.size
+    # ndim, size and density from shape and nnz, as for a SparseTensor
+    ndim = SparseTensor.ndim
+    size = SparseTensor.size
+    density = SparseTensor.density
 
     def norm(self):
         """Frobenius norm of the whole tensor."""
@@ -402,6 +391,7 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
         found it); also when the processes were given different arguments.
     """
     from .. import io as _io
+    from .._native import text
     comm = get_comm(comm)
     chan = Channel(comm)
     P, rank = chan.size, chan.rank
@@ -410,14 +400,8 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
             raise TypeError("sktensor_fast.distributed.load_tns needs a file path that every "
                             "process can open, not a file object")
         name = os.fspath(path)
-        if shape is not None:
-            shape = _check_shape(shape)
-        if isinstance(index_base, bool) or int(index_base) != index_base or index_base < 0:
-            raise ValueError(f"index_base must be a nonnegative integer, got {index_base!r}")
-        dtype = np.dtype(dtype)
-        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
-        args = (os.path.abspath(name), shape, dtype.str, int(index_base))
+        shape, index_base, dtype = _io._check_tns_args(shape, index_base, dtype)
+        args = (os.path.abspath(name), shape, dtype.str, index_base)
     everyone = comm.allgather(args)
     with agree_on_errors(comm):
         if any(a != everyone[0] for a in everyone):
@@ -429,7 +413,7 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
     lines_in_range = 0
     with agree_on_errors(comm):
         stream, name = _io._open_binary(name)
-        parser = _io._BlockParser(name, shape, int(index_base), dtype)
+        parser = text.TnsParser(name, shape, int(index_base), dtype)
         try:
             compressed = not isinstance(stream, __import__("io").BufferedReader)
             if compressed:
@@ -438,7 +422,7 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
                 for b, block in enumerate(_io._iter_blocks(stream, _io._BLOCK_BYTES)):
                     if b % P == rank:
                         parser.lines_before = lines_before
-                        parser.feed(block)
+                        parser.feed_bytes(block)
                     lines_before += block.count(b"\n")
                 lines_in_range = None
             else:
@@ -449,7 +433,7 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
                     if start == 0 and parser.lines_before == 0 and \
                             block.startswith(_io._UTF8_BOM):
                         block = block[len(_io._UTF8_BOM):]
-                    parser.feed(block)
+                    parser.feed_bytes(block)
                 lines_in_range = parser.lines_before
         except (OSError, EOFError) as exc:
             if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
@@ -481,13 +465,12 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
             raise ValueError(f"{name}, line {line}: expected {found[0][1]} columns (as on line "
                              f"{found[0][2]}) but found {c}")
     N = len(shape) if shape is not None else found[0][1] - 1
-    if parser.coords:
-        subs = np.concatenate(parser.coords)
-        vals = np.concatenate(parser.vals)
+    got = parser.result()
+    if got["subs"] is not None:
+        subs, vals = got["subs"], got["vals"]
     else:
         subs = np.zeros((0, N), dtype=np.int64)
         vals = np.zeros(0, dtype=np.float64)
-    parser.coords = parser.vals = None
     if shape is None:
         mx = np.full(N, -1, dtype=np.int64) if parser.maxima is None else \
             np.asarray(parser.maxima, dtype=np.int64)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..base import AprKernels, Backend
 from ..options import OpenCLOptions
-from . import cpapr_rows, gcp_ops
+from . import cpapr_rows, gcp_ops, streamed
 from .program import WHAT_TO_DO, KernelBuildError, _compiler_message, _device_label, build_program
 from .tensor import INSTALL_HINT, OpenCLTensor, import_cl
 
@@ -234,7 +234,7 @@ class OpenCLBackend(Backend):
     #: values of the ``layout`` setting (SKTENSOR_FAST_OCL_LAYOUT)
     LAYOUTS = ("lanes", "lanes-sorted", "wide")
 
-    def __init__(self, selector="opencl", options=None):
+    def __init__(self, selector="opencl", options=None, max_tensor_bytes=None):
         cl = import_cl()
         self.cl = cl
         self.device = select_device(selector)
@@ -251,7 +251,10 @@ class OpenCLBackend(Backend):
         self._knls = {}
         self._progs = {}
         self.is_nvidia = "NVIDIA" in (self.device.vendor or "").upper()
-        self._apply_options(OpenCLOptions() if options is None else options)
+        options = OpenCLOptions() if options is None else options
+        if max_tensor_bytes is not None:
+            options = options.updated(OpenCLOptions(max_tensor_bytes=max_tensor_bytes))
+        self._apply_options(options)
         self.name = f"opencl:{self.device.name.strip()}"
 
     def _apply_options(self, options):
@@ -286,6 +289,9 @@ class OpenCLBackend(Backend):
         self.prefetch = options.prefetch
         self.wide_chunk = options.wide_chunk or 64
         self.wide_group = options.wide_group or 128
+        # device bytes a tensor may use; one whose resident copies need more is streamed
+        # through the device in blocks (streamed.py); None: only what does not fit
+        self.max_tensor_bytes = options.max_tensor_bytes
         self.requested_options = options
 
     @property
@@ -294,7 +300,8 @@ class OpenCLBackend(Backend):
         in; ``off32`` / ``prefetch`` None: per kernel, see OFF32 and PREFETCH)."""
         return OpenCLOptions(layout=self.layout, chunk=self.chunk, vec=self.vec,
                              off32=self.off32, prefetch=self.prefetch, phi=self.phi_variant,
-                             wide_chunk=self.wide_chunk, wide_group=self.wide_group)
+                             wide_chunk=self.wide_chunk, wide_group=self.wide_group,
+                             max_tensor_bytes=self.max_tensor_bytes)
 
     # ------------------------------------------------------------------ helpers
     def _check_dtype(self, dtype):
@@ -426,6 +433,9 @@ class OpenCLBackend(Backend):
         self.storage_format(format)
         self._check_dtype(X.dtype)
         self.index_dtype(X.shape)
+        cap = streamed.plan_streaming(self, X)
+        if cap is not None:
+            return streamed.StreamedTensor(self, X, cap)
         self._check_memory(X)
         try:
             T = OpenCLTensor(self, X, interleave=self._interleave_plan(X.ndim))
@@ -462,6 +472,8 @@ class OpenCLBackend(Backend):
 
     # ------------------------------------------------------------------ sparse kernels
     def _launch_accumulate(self, T, factors, mode, B, eps, out):
+        if getattr(T, "streamed", False):
+            return T.accumulate(factors, mode, B, eps, out)
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         R = int(facs[0].shape[1])
         I = T.shape[mode]
@@ -601,6 +613,8 @@ class OpenCLBackend(Backend):
         return self._launch_accumulate(T, factors, mode, B, eps, out)
 
     def _model_values(self, T, weights, factors):
+        if getattr(T, "streamed", False):
+            return T.model_values(weights, factors)
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         w = self.asarray(np.asarray(weights), dtype=T.dtype)
         out = self.zeros((T.nnz,), T.dtype)
@@ -690,6 +704,8 @@ class OpenCLBackend(Backend):
         return OpenCLAprKernels(self)
 
     def _poisson_data_term(self, T, weights, factors, eps):
+        if getattr(T, "streamed", False):
+            return T.poisson_data_term(weights, factors, eps)
         if T.nnz == 0:
             return 0.0
         m = self._model_values(T, weights, factors)
