@@ -344,8 +344,9 @@ def opencl_device_same_model():
     try:
         Xs = scatter(X if RANK == 0 else None)
         c = CPAPR(**est.get_params()).fit(Xs)
-        kinds = {type(t).__name__ for t in Xs._prepared[(id(be), "auto")].local
-                 if t is not None}
+        # the key is the format the backend builds for "auto" (the OpenCL tensor is COO)
+        kinds = {type(t).__name__ for t in Xs._prepared[(id(be), be.storage_format("auto"))]
+                 .local if t is not None}
     finally:
         be.max_tensor_bytes = old
     assert kinds == {"StreamedTensor"}, kinds
