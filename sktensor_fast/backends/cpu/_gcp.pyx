@@ -51,7 +51,7 @@ themselves.  Like the other kernels, these trust their inputs; the Python layer
 from cython.parallel cimport prange, parallel
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
-from libc.math cimport log, exp, log1p, expm1, fabs, sqrt, pow, M_PI
+from libc.math cimport sqrt
 from libc.stdint cimport int64_t, uint64_t, int8_t
 
 cdef extern from "Python.h":
@@ -155,11 +155,11 @@ cdef extern from *:
     void SKTF_PREFETCH(const void* p) nogil
     void SKTF_PREFETCH_W(const void* p) nogil
 
-cdef extern from *:
-    """
-    #define SKTF_EPS 1e-10
-    """
-    double EPS "SKTF_EPS"
+cdef extern from "sktf_losses.h":
+    # the losses, written once for every device (sktensor_fast/include/sktf_losses.h)
+    double _loss_value "sktf_loss_value"(int code, double p, double x, double m) noexcept nogil
+    double _loss_deriv "sktf_loss_deriv"(int code, double p, double x, double m) noexcept nogil
+    int SKTF_N_LOSSES
 
 cdef enum:
     RADIX_BITS = 11
@@ -173,22 +173,8 @@ cdef enum:
     # samples between two checks for a pending signal (Ctrl-C) in the long-running kernels
     SIGNAL_EVERY = 1 << 20
 
-cdef enum:
-    # loss codes, as in sktensor_fast.decomposition.losses (pyttb's Objectives)
-    GAUSSIAN = 0
-    BERNOULLI_ODDS = 1
-    BERNOULLI_LOGIT = 2
-    POISSON = 3
-    POISSON_LOG = 4
-    RAYLEIGH = 5
-    GAMMA = 6
-    HUBER = 7
-    NEGATIVE_BINOMIAL = 8
-    BETA = 9
-    ZT_POISSON = 10
-
-#: Loss codes the kernels evaluate.
-LOSS_CODES = tuple(range(11))
+#: Loss codes the kernels evaluate (those of sktensor_fast._loss_table).
+LOSS_CODES = tuple(range(SKTF_N_LOSSES))
 
 
 def step_key(uint64_t seed, uint64_t step):
@@ -197,81 +183,6 @@ def step_key(uint64_t seed, uint64_t step):
 
 
 # ---------------------------------------------------------------------------- losses
-cdef inline double _loss_value(int code, double p, double x, double m) noexcept nogil:
-    cdef double d, me
-    if code == GAUSSIAN:
-        return (x - m) * (x - m)
-    elif code == BERNOULLI_ODDS:
-        return log1p(m) - x * log(m + EPS)
-    elif code == BERNOULLI_LOGIT:
-        if m > 0:
-            return m + log1p(exp(-m)) - x * m
-        return log1p(exp(m)) - x * m
-    elif code == POISSON:
-        return m - x * log(m + EPS)
-    elif code == POISSON_LOG:
-        return exp(m) - x * m
-    elif code == RAYLEIGH:
-        me = m + EPS
-        return 2.0 * log(me) + (M_PI / 4.0) * (x / me) * (x / me)
-    elif code == GAMMA:
-        me = m + EPS
-        return x / me + log(me)
-    elif code == HUBER:
-        d = fabs(x - m)
-        if d < p:
-            return d * d
-        return 2.0 * p * d - p * p
-    elif code == NEGATIVE_BINOMIAL:
-        return (p + x) * log1p(m) - x * log(m + EPS)
-    elif code == BETA:
-        me = m + EPS
-        return pow(me, p) / p - x * pow(me, p - 1.0) / (p - 1.0)
-    elif code == ZT_POISSON:
-        return m - x * log(m + EPS) + log(-expm1(-m) + EPS)
-    return 0.0
-
-
-cdef inline double _loss_deriv(int code, double p, double x, double m) noexcept nogil:
-    cdef double d, me, e
-    if code == GAUSSIAN:
-        return 2.0 * (m - x)
-    elif code == BERNOULLI_ODDS:
-        return 1.0 / (m + 1.0) - x / (m + EPS)
-    elif code == BERNOULLI_LOGIT:
-        e = exp(-fabs(m))
-        if m >= 0:
-            return 1.0 / (1.0 + e) - x
-        return e / (1.0 + e) - x
-    elif code == POISSON:
-        return 1.0 - x / (m + EPS)
-    elif code == POISSON_LOG:
-        return exp(m) - x
-    elif code == RAYLEIGH:
-        me = m + EPS
-        return 2.0 / me - (M_PI / 2.0) * x * x / (me * me * me)
-    elif code == GAMMA:
-        me = m + EPS
-        return 1.0 / me - x / (me * me)
-    elif code == HUBER:
-        d = x - m
-        if fabs(d) < p:
-            return -2.0 * d
-        if d > 0:
-            return -2.0 * p
-        elif d < 0:
-            return 2.0 * p
-        return 0.0
-    elif code == NEGATIVE_BINOMIAL:
-        return (p + x) / (1.0 + m) - x / (m + EPS)
-    elif code == BETA:
-        me = m + EPS
-        return pow(me, p - 1.0) - x * pow(me, p - 2.0)
-    elif code == ZT_POISSON:
-        return 1.0 - x / (m + EPS) + 1.0 / (expm1(m) + EPS)
-    return 0.0
-
-
 def loss_values(int code, double param, const double[::1] x, const double[::1] m,
                 double[::1] value, double[::1] deriv):
     """f(x, m) and ∂f/∂m as the kernels compute them (for tests)."""

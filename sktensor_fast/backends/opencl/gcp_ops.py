@@ -34,6 +34,7 @@ import math
 
 import numpy as np
 
+from ..._loss_table import N_LOSSES
 from ..cpu import gcp_ops as _cpu_ops
 from ..cpu.gcp_ops import sampler_plan, zero_list_mode
 from .tensor import OpenCLTensor
@@ -51,7 +52,6 @@ _MOMENTS = {"adam": ("m", "v"), "adagrad": ("s",), "sgd": ()}
 _LOSS_CHUNK = 1024
 #: the sort keys hold the sample number in 32 bits
 _MAX_SAMPLES = 2 ** 31
-_N_LOSS_CODES = 11
 
 _M64 = (1 << 64) - 1
 _PHI = 0x9E3779B97F4A7C15
@@ -127,7 +127,7 @@ def _check_loss(loss):
         raise TypeError(f"loss must be a loss object of decomposition.losses (with an integer "
                         f"code), got {type(loss).__name__}")
     code = int(code)
-    if code >= _N_LOSS_CODES:
+    if code >= N_LOSSES:
         raise ValueError(f"unknown loss code {code}")
     if code < 0 and not (callable(getattr(loss, "value", None))
                          and callable(getattr(loss, "deriv", None))):

@@ -32,9 +32,10 @@
  */
 #pragma OPENCL FP_CONTRACT OFF
 
+/* the losses f(x, m) and df/dm, written once for every device */
+#include "sktf_losses.h"
+
 #define GCP_PHI 0x9E3779B97F4A7C15UL
-#define GCP_EPS ((VAL_T)1e-10)
-#define GCP_PI ((VAL_T)3.14159265358979323846)
 #define GCP_NO_KEY 0xFFFFFFFFFFFFFFFFUL
 
 inline ulong gcp_mix64(ulong z)
@@ -60,82 +61,6 @@ inline ulong gcp_rand(const ulong skey, const ulong c)
 inline long gcp_below(const ulong r, const long n)
 {
     return (long)mul_hi(r, (ulong)n);
-}
-
-/* ------------------------------------------------------------------------------- losses */
-inline VAL_T gcp_value(const int code, const VAL_T p, const VAL_T x, const VAL_T m)
-{
-    VAL_T d, me;
-    switch (code) {
-    case 0:  /* gaussian */
-        return (x - m) * (x - m);
-    case 1:  /* bernoulli_odds */
-        return log1p(m) - x * log(m + GCP_EPS);
-    case 2:  /* bernoulli_logit */
-        if (m > 0) return m + log1p(exp(-m)) - x * m;
-        return log1p(exp(m)) - x * m;
-    case 3:  /* poisson */
-        return m - x * log(m + GCP_EPS);
-    case 4:  /* poisson_log */
-        return exp(m) - x * m;
-    case 5:  /* rayleigh */
-        me = m + GCP_EPS;
-        return (VAL_T)2 * log(me) + (GCP_PI / (VAL_T)4) * (x / me) * (x / me);
-    case 6:  /* gamma */
-        me = m + GCP_EPS;
-        return x / me + log(me);
-    case 7:  /* huber */
-        d = fabs(x - m);
-        if (d < p) return d * d;
-        return (VAL_T)2 * p * d - p * p;
-    case 8:  /* negative_binomial */
-        return (p + x) * log1p(m) - x * log(m + GCP_EPS);
-    case 9:  /* beta */
-        me = m + GCP_EPS;
-        return pow(me, p) / p - x * pow(me, p - (VAL_T)1) / (p - (VAL_T)1);
-    case 10: /* zt_poisson */
-        return m - x * log(m + GCP_EPS) + log(-expm1(-m) + GCP_EPS);
-    }
-    return 0;
-}
-
-inline VAL_T gcp_deriv(const int code, const VAL_T p, const VAL_T x, const VAL_T m)
-{
-    VAL_T d, me, e;
-    switch (code) {
-    case 0:
-        return (VAL_T)2 * (m - x);
-    case 1:
-        return (VAL_T)1 / (m + (VAL_T)1) - x / (m + GCP_EPS);
-    case 2:
-        e = exp(-fabs(m));
-        if (m >= 0) return (VAL_T)1 / ((VAL_T)1 + e) - x;
-        return e / ((VAL_T)1 + e) - x;
-    case 3:
-        return (VAL_T)1 - x / (m + GCP_EPS);
-    case 4:
-        return exp(m) - x;
-    case 5:
-        me = m + GCP_EPS;
-        return (VAL_T)2 / me - (GCP_PI / (VAL_T)2) * x * x / (me * me * me);
-    case 6:
-        me = m + GCP_EPS;
-        return (VAL_T)1 / me - x / (me * me);
-    case 7:
-        d = x - m;
-        if (fabs(d) < p) return (VAL_T)(-2) * d;
-        if (d > 0) return (VAL_T)(-2) * p;
-        if (d < 0) return (VAL_T)2 * p;
-        return 0;
-    case 8:
-        return (p + x) / ((VAL_T)1 + m) - x / (m + GCP_EPS);
-    case 9:
-        me = m + GCP_EPS;
-        return pow(me, p - (VAL_T)1) - x * pow(me, p - (VAL_T)2);
-    case 10:
-        return (VAL_T)1 - x / (m + GCP_EPS) + (VAL_T)1 / (expm1(m) + GCP_EPS);
-    }
-    return 0;
 }
 
 /* ----------------------------------------------------------------------------- sampling */
@@ -308,12 +233,12 @@ __kernel void gcp_terms(const long ns, const long npad, const int R, const int c
     if (code >= 0) {
         const VAL_T x = sx[j], w = sw[j];
         const int corr = scorr[j];
-        VAL_T yv = gcp_deriv(code, param, x, m);
-        if (corr) yv = yv - gcp_deriv(code, param, 0, m);
+        VAL_T yv = sktf_loss_deriv(code, param, x, m);
+        if (corr) yv = yv - sktf_loss_deriv(code, param, 0, m);
         y_out[j] = w * yv;
         if (want_loss) {
-            VAL_T f = gcp_value(code, param, x, m);
-            if (corr) f = f - gcp_value(code, param, 0, m);
+            VAL_T f = sktf_loss_value(code, param, x, m);
+            if (corr) f = f - sktf_loss_value(code, param, 0, m);
             f_out[j] = w * f;
         }
     }
@@ -426,8 +351,8 @@ __kernel void gcp_sample_loss(const long ns, const int R, const int code, const 
     }
     m_out[j] = m;
     if (code >= 0) {
-        VAL_T f = gcp_value(code, param, sx[j], m);
-        if (scorr[j]) f = f - gcp_value(code, param, 0, m);
+        VAL_T f = sktf_loss_value(code, param, sx[j], m);
+        if (scorr[j]) f = f - sktf_loss_value(code, param, 0, m);
         f_out[j] = sw[j] * f;
     }
 }
