@@ -114,39 +114,7 @@ cdef extern from *:
             u[i] = ui < lower ? lower : ui;
         }
     }
-    #define SKTF_PHI 0x9E3779B97F4A7C15ULL
-    static inline uint64_t sktf_mix64(uint64_t z) {
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-        return z ^ (z >> 31);
-    }
-    /* key of sample j at a step */
-    static inline uint64_t sktf_sample_key(uint64_t key, int64_t j) {
-        return sktf_mix64(key ^ ((uint64_t)j * SKTF_PHI + SKTF_PHI));
-    }
-    /* c-th random 64-bit word of a sample */
-    static inline uint64_t sktf_rand(uint64_t skey, uint64_t c) {
-        return sktf_mix64(skey + (c + 1) * SKTF_PHI);
-    }
-    /* uniform integer in [0, n) from a random word (n >= 1) */
-    static inline int64_t sktf_below(uint64_t r, int64_t n) {
-    #if defined(__SIZEOF_INT128__)
-        return (int64_t)(((unsigned __int128)r * (uint64_t)n) >> 64);
-    #else
-        double u = (double)(r >> 11) * (1.0 / 9007199254740992.0);
-        int64_t v = (int64_t)(u * (double)n);
-        return v < n ? v : n - 1;
-    #endif
-    }
-    static uint64_t sktf_mix_seed(uint64_t seed, uint64_t step) {
-        return sktf_mix64(sktf_mix64(seed + SKTF_PHI) ^ (step * 0xD1B54A32D192ED03ULL + 1));
-    }
     """
-    uint64_t sktf_mix64(uint64_t z) nogil
-    uint64_t sktf_sample_key(uint64_t key, int64_t j) nogil
-    uint64_t sktf_rand(uint64_t skey, uint64_t c) nogil
-    int64_t sktf_below(uint64_t r, int64_t n) nogil
-    uint64_t sktf_mix_seed(uint64_t seed, uint64_t step) nogil
     void sktf_adam_chunk(double* u, const double* g, double* m, double* v, int64_t n,
                          double beta1, double beta2, double a, double e, double lower) nogil
     void sktf_adagrad_chunk(double* u, const double* g, double* s, int64_t n, double lr,
@@ -154,6 +122,13 @@ cdef extern from *:
     void sktf_sgd_chunk(double* u, const double* g, int64_t n, double lr, double lower) nogil
     void SKTF_PREFETCH(const void* p) nogil
     void SKTF_PREFETCH_W(const void* p) nogil
+
+cdef extern from "sktf_rng.h":
+    # the counter-based generator, written once for every device (sktensor_fast/include)
+    uint64_t sktf_sample_key(uint64_t key, int64_t j) noexcept nogil
+    uint64_t sktf_rand(uint64_t skey, uint64_t c) noexcept nogil
+    int64_t sktf_below(uint64_t r, int64_t n) noexcept nogil
+    uint64_t sktf_mix_seed(uint64_t seed, uint64_t step) noexcept nogil
 
 cdef extern from "sktf_losses.h":
     # the losses, written once for every device (sktensor_fast/include/sktf_losses.h)

@@ -7,10 +7,8 @@
  * backends/cpu/_gcp.pyx, and contraction of a*b + c into fused multiply-adds is off (as it is
  * there), so that for the same sample the two backends form the same sums.
  *
- * Random numbers: the same counter-based generator as the CPU kernels.  The c-th 64-bit word
- * of sample j at step key K is mix(mix(K ^ ((j + 1) * PHI)) + (c + 1) * PHI) with splitmix64's
- * finaliser `mix`; a uniform integer below n is the high word of the 128-bit product r * n
- * (mul_hi).  A sample depends on (K, j) only, never on which work-item draws it.
+ * Random numbers: the counter-based generator of sktf_rng.h, the same functions as the CPU
+ * kernels; a sample depends on (K, j) only, never on which work-item draws it.
  *
  * Sampler parameters (array `sp` of longs, set up by backends/opencl/gcp_ops.py):
  *   0 nnz          nonzeros (lexicographically sorted coordinates `subs`, values `vals`)
@@ -32,36 +30,12 @@
  */
 #pragma OPENCL FP_CONTRACT OFF
 
-/* the losses f(x, m) and df/dm, written once for every device */
+/* the losses f(x, m) and df/dm and the counter-based generator, written once for every
+ * device (sktensor_fast/include) */
 #include "sktf_losses.h"
+#include "sktf_rng.h"
 
-#define GCP_PHI 0x9E3779B97F4A7C15UL
 #define GCP_NO_KEY 0xFFFFFFFFFFFFFFFFUL
-
-inline ulong gcp_mix64(ulong z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
-    return z ^ (z >> 31);
-}
-
-/* key of sample j at a step */
-inline ulong gcp_sample_key(const ulong key, const long j)
-{
-    return gcp_mix64(key ^ ((ulong)j * GCP_PHI + GCP_PHI));
-}
-
-/* c-th random word of a sample */
-inline ulong gcp_rand(const ulong skey, const ulong c)
-{
-    return gcp_mix64(skey + (c + 1) * GCP_PHI);
-}
-
-/* uniform integer in [0, n) */
-inline long gcp_below(const ulong r, const long n)
-{
-    return (long)mul_hi(r, (ulong)n);
-}
 
 /* ----------------------------------------------------------------------------- sampling */
 /* position of coordinate idx among the nonzeros, or -1 */
@@ -133,10 +107,10 @@ inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
                         long* idx, VAL_T* w, int* corr)
 {
     const long nnz = sp[0];
-    const ulong skey = gcp_sample_key(key, j);
+    const ulong skey = sktf_sample_key(key, j);
     ulong c = 0;
     if (j < sp[3]) {
-        const long t = gcp_below(gcp_rand(skey, c), nnz);
+        const long t = sktf_below(sktf_rand(skey, c), nnz);
         for (int k = 0; k < NMODES; ++k) idx[k] = subs[t * NMODES + k];
         *w = wp;
         *corr = (int)sp[7];
@@ -146,7 +120,7 @@ inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
     *corr = 0;
     if (sp[2]) {
         const long n = sp[1] + (sp[6] ? nnz : 0);
-        long t = gcp_below(gcp_rand(skey, c), n);
+        long t = sktf_below(sktf_rand(skey, c), n);
         if (sp[6]) {
             if (t < nnz) {
                 for (int k = 0; k < NMODES; ++k) idx[k] = subs[t * NMODES + k];
@@ -163,7 +137,7 @@ inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
     }
     for (long a = 1;; ++a) {
         for (int k = 0; k < NMODES; ++k) {
-            idx[k] = gcp_below(gcp_rand(skey, c), shape[k]);
+            idx[k] = sktf_below(sktf_rand(skey, c), shape[k]);
             c += 1;
         }
         if (sp[5] == 0) return 0;
@@ -172,7 +146,7 @@ inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
         if (pos < 0) return 0;
         if (a >= sp[12] && sp[8]) {
             /* rejection keeps failing (a dense region): the zero of a uniform rank */
-            gcp_zero_coords(gcp_below(gcp_rand(skey, c), sp[13]), nnz, lin, shape, strides,
+            gcp_zero_coords(sktf_below(sktf_rand(skey, c), sp[13]), nnz, lin, shape, strides,
                             idx);
             return 0;
         }
