@@ -84,3 +84,16 @@ def test_loss_broadcasts_and_keeps_shapes():
     np.testing.assert_allclose(v, 2.0 - x * np.log(2.0 + EPS), rtol=1e-15)
     assert np.ndim(loss.deriv(1.0, 2.0)) == 0
     assert loss.deriv(1.0, 2.0) == pytest.approx(1.0 - 1.0 / (2.0 + EPS), rel=1e-15)
+
+
+def test_opencl_sources_get_the_shared_headers_pasted_in():
+    from sktensor_fast.backends.opencl.program import kernel_source
+    for name, functions in [("gcp.cl", ("sktf_loss_value", "sktf_loss_deriv", "sktf_below")),
+                            ("cpapr_rows.cl", ("sktf_apr_pdnr_row", "sktf_apr_pqnr_row"))]:
+        src = kernel_source("common.cl", name)
+        assert '#include "sktf_' not in src
+        for fn in functions:
+            # defined once in the program (by the header), called from the kernels
+            assert len(re.findall(r"^SKTF_INLINE [^;{]*\b" + fn + r"\(", src, re.M)) == 1, fn
+        # the compiler's line numbers point into the real files
+        assert '#line 1 "sktf_platform.h"' in src and f'#line 1 "{name}"' in src
