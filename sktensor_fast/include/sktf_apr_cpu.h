@@ -11,7 +11,7 @@
 #include "sktf_platform.h"
 
 typedef struct {
-    int R;
+    int64_t R;              /* the rank */
     int64_t p;              /* nonzeros in this row */
     int nmodes;
     int mode;
@@ -61,6 +61,7 @@ static inline const double *sktf_apr_pi(const sktf_apr_ctx *c, int64_t t)
 
 #define SKTF_APR_WS
 #define SKTF_APR_IDX_T int64_t
+#define SKTF_APR_INT int64_t
 #define SKTF_APR_E(v, r) (v)[r]
 #define SKTF_APR_X(c, t) ((c)->x[t])
 #define SKTF_APR_UPS(c, w, t) ((w)->ups[t])

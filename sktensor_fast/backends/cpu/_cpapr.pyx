@@ -44,7 +44,7 @@ cdef extern from "sktf_apr_cpu.h":
     # the solvers' arithmetic, written once for the CPU and the OpenCL kernels
     # (sktensor_fast/include/sktf_apr_row.h)
     ctypedef struct sktf_apr_ctx:
-        int R
+        int64_t R
         int64_t p
         int nmodes
         int mode

@@ -173,6 +173,7 @@ inline REAL_T sktf_apr_mdotpi(const sktf_apr_ctx* c, __global const REAL_T* m, c
 #define SKTF_REAL REAL_T
 #define SKTF_APR_WS __global
 #define SKTF_APR_IDX_T int
+#define SKTF_APR_INT int
 #define SKTF_APR_E(v, r) E(v, r)
 #define SKTF_APR_X(c, t) ((REAL_T)(c)->vals[(c)->start + (t)])
 #define SKTF_APR_UPS(c, w, t) ((w)->ups[(c)->start + (t)])
