@@ -97,3 +97,22 @@ def test_opencl_sources_get_the_shared_headers_pasted_in():
             assert len(re.findall(r"^SKTF_INLINE [^;{]*\b" + fn + r"\(", src, re.M)) == 1, fn
         # the compiler's line numbers point into the real files
         assert '#line 1 "sktf_platform.h"' in src and f'#line 1 "{name}"' in src
+
+
+@pytest.mark.parametrize("header", ["sktf_platform.h", "sktf_losses.h", "sktf_rng.h",
+                                    "sktf_apr_cpu.h"])
+def test_shared_headers_are_strict_c99(tmp_path, header):
+    # the headers shared with the OpenCL kernels stay in portable C99 (OpenCL C's subset)
+    import shlex
+    import shutil
+    import subprocess
+    import sysconfig
+    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    if shutil.which(cc[0]) is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "use.c"
+    src.write_text(f'#include "{header}"\nint main(void) {{ return 0; }}\n')
+    res = subprocess.run(cc[:1] + ["-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror",
+                                   "-Wno-unused-function", "-fsyntax-only", f"-I{INCLUDE}",
+                                   str(src)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

@@ -8,6 +8,7 @@
 #ifndef SKTF_APR_CPU_H
 #define SKTF_APR_CPU_H
 
+#include <stddef.h>
 #include "sktf_platform.h"
 
 typedef struct {

@@ -188,6 +188,7 @@ SKTF_INLINE int sktf_apr_cholesky_solve(const sktf_apr_ctx *c, sktf_apr_vec A, s
                                         const SKTF_APR_INT n)
 {
     SKTF_REAL s;
+    (void) c;                       /* read by SKTF_E on some devices only */
     for (SKTF_APR_INT j = 0; j < n; ++j) {
         s = SKTF_E(A, j * n + j);
         for (SKTF_APR_INT k = 0; k < j; ++k) s = s - SKTF_E(A, j * n + k) * SKTF_E(A, j * n + k);

@@ -51,7 +51,8 @@ SKTF_INLINE sktf_i64 sktf_below(const sktf_u64 r, const sktf_i64 n)
 #if defined(__OPENCL_VERSION__)
     return (sktf_i64)mul_hi(r, (sktf_u64)n);
 #elif defined(__SIZEOF_INT128__)
-    return (sktf_i64)(((unsigned __int128)r * (sktf_u64)n) >> 64);
+    __extension__ typedef unsigned __int128 sktf_u128;   /* a GCC/Clang extension */
+    return (sktf_i64)(((sktf_u128)r * (sktf_u64)n) >> 64);
 #else
     /* the same high word from 32-bit halves (compilers without a 128-bit type) */
     const sktf_u64 lo32 = SKTF_U64(0xFFFFFFFF), un = (sktf_u64)n;

@@ -18,9 +18,10 @@ Decoding a coordinate gathers the bits of its mode out of the index.  Two decode
 
 Encoding (build time) uses PDEP, or per mode a short list of (word, shift, mask) groups.
 
-The hot loops (one partition of MTTKRP or CP-APR's Φ) are written in C below, once per value
-type, per decoder and per rank class (R = 8, 16, 32 as compile-time constants so the rank loops
-vectorise fully, any other R through a run-time trip count).  Output conflicts between
+The hot loops (one partition of MTTKRP or CP-APR's Φ) are written in C, in
+``sktensor_fast/include/sktf_alto.h``, once per value type, per decoder and per rank class
+(R = 8, 16, 32 as compile-time constants so the rank loops vectorise fully, any other R through
+a run-time trip count).  Output conflicts between
 partitions are resolved in one of two ways chosen by the caller (see ``formats/alto.py``):
 
 * ``buffer``: every partition accumulates into a private buffer spanning its own row interval of

@@ -12,7 +12,8 @@ fixed-size partitions.  A partition owns every row that starts and ends inside i
 those plainly; only its first and last row may be shared with neighbouring partitions, and
 those go to small private buffers that are added in partition order after the parallel loop.
 The partition size does not depend on the number of threads, so results are bitwise identical
-whatever the thread count.
+whatever the thread count.  The loop over one partition (and the Poisson data term's loop) is
+written once, in C, in ``sktensor_fast/include/sktf_coo.h``.
 """
 cimport cython
 from cython.parallel cimport prange, parallel
