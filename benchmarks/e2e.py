@@ -44,19 +44,31 @@ E2E_NNZ = {"tiny": 20_000, "quick": 1_000_000, "full": FROSTT["nell2"][1]}
 KERNELS = ("mttkrp", "phi", "model_values", "poisson_data_term")
 
 
-def nell2_arrays(nnz, seed=0):
+def nell2_arrays(nnz, seed=0, zipf_rounds=2):
     """Coordinates (in random order) and count values of ``nnz`` distinct nonzeros of a
-    NELL-2-shaped tensor, Zipf(1.2)-skewed in every mode."""
+    NELL-2-shaped tensor.
+
+    ``zipf_rounds`` rounds draw Zipf(1.2)-skewed coordinates in every mode (the heavy rows and
+    their repeats); what is still missing after them is drawn uniformly, where repeats are
+    rare.  Skewed draws alone would need ever more rounds to find the last distinct
+    coordinates of a large tensor (tens of seconds for a few million).
+    """
     shape = FROSTT["nell2"][0]
     rng = np.random.default_rng(seed)
     lin = np.zeros(0, dtype=np.int64)
+    rounds = 0
     while lin.size < nnz:
         need = int((nnz - lin.size) * 1.5) + 1024
         new = np.zeros(need, dtype=np.int64)
         for s in shape:
             new *= s
-            new += zipf_indices(s, need, rng)
-        lin = np.unique(np.concatenate([lin, new]))
+            new += (zipf_indices(s, need, rng) if rounds < zipf_rounds
+                    else rng.integers(0, s, need))
+        lin = np.concatenate([lin, new])
+        lin.sort()
+        # (np.unique of NumPy 2.4 hashes int64 keys: 20 s for 6M where sorting takes 0.8 s)
+        lin = lin[np.concatenate(([True], lin[1:] != lin[:-1]))]
+        rounds += 1
     lin = rng.permutation(lin)[:nnz]
     subs = np.empty((nnz, len(shape)), dtype=np.int64)
     for k in range(len(shape) - 1, -1, -1):
@@ -106,10 +118,19 @@ class _KernelClock:
             delattr(self.be, name)        # back to the class's method
 
 
-def _timed(fn):
+def _timed(fn, what=None):
     t = time.perf_counter()
     out = fn()
-    return time.perf_counter() - t, out
+    dt = time.perf_counter() - t
+    if what:
+        _progress(f"{what}: {dt:.3f} s")
+    return dt, out
+
+
+def _progress(msg):
+    """One line per phase on stderr as it ends (a long run shows where it is)."""
+    import sys
+    print(f"  e2e {msg}", file=sys.stderr, flush=True)
 
 
 def section_e2e(cfg, threads, devices):
@@ -118,16 +139,16 @@ def section_e2e(cfg, threads, devices):
     nnz = int(cfg.get("max_nnz") or E2E_NNZ.get(mode, E2E_NNZ["quick"]))
     nt = max(threads)
     res = {"nnz_requested": nnz, "threads": nt, "rows": [], "devices": {}, "notes": []}
-    subs, vals, shape = nell2_arrays(nnz)
+    t_gen, (subs, vals, shape) = _timed(lambda: nell2_arrays(nnz), f"generate {nnz:,} nonzeros")
     res["shape"] = list(shape)
     with num_threads(nt), tempfile.TemporaryDirectory(prefix="sktf-e2e-") as tmp:
         tmp = Path(tmp)
         # ---- construct from unsorted arrays, against NumPy's argsort of the linear index
         lin = (subs[:, 0] * shape[1] + subs[:, 1]) * shape[2] + subs[:, 2]
-        t_argsort, _ = _timed(lambda: np.argsort(lin, kind="stable"))
+        t_argsort, _ = _timed(lambda: np.argsort(lin, kind="stable"), "numpy argsort")
         del lin
-        t_construct, X = _timed(lambda: SparseTensor(subs, vals, shape))
-        t_native, _ = _timed(lambda: canonical_coo(subs, vals, shape))
+        t_construct, X = _timed(lambda: SparseTensor(subs, vals, shape), "SparseTensor")
+        t_native, _ = _timed(lambda: canonical_coo(subs, vals, shape), "canonical_coo")
         del subs, vals
         res["nnz"] = X.nnz
         res["construct"] = {"seconds": t_construct, "numpy_argsort_seconds": t_argsort,
@@ -135,17 +156,18 @@ def section_e2e(cfg, threads, devices):
                             "compiled_ratio": t_native / t_argsort}
         # ---- text
         path = tmp / "nell2.tns"
-        t_save, _ = _timed(lambda: save_tns(path, X))
+        t_save, _ = _timed(lambda: save_tns(path, X), "save_tns")
         res["save_tns"] = {"seconds": t_save, "bytes": path.stat().st_size}
-        t_load, Y = _timed(lambda: load_tns(path, X.shape))
+        t_load, Y = _timed(lambda: load_tns(path, X.shape), "load_tns")
         if Y != X:
             res["notes"].append("load_tns did not give back the saved tensor")
         del Y
-        t_text, got = _timed(lambda: text.load_arrays(path, X.shape))
+        t_text, got = _timed(lambda: text.load_arrays(path, X.shape), "text.load_arrays")
         if not (np.array_equal(got[0], X.subs) and np.array_equal(got[1], X.vals)):
             res["notes"].append("the compiled text reader did not give back the saved tensor")
         del got
         final = X.subs.nbytes + X.vals.nbytes
+        _progress("peak memory of load_tns (traced)")
         tracemalloc.start()
         load_tns(path, X.shape)
         _, peak = tracemalloc.get_traced_memory()
@@ -158,7 +180,7 @@ def section_e2e(cfg, threads, devices):
                  "compiled_seconds": t_text, "compiled_peak_over_tensor": peak_text / final}
         try:
             import pandas as pd
-            t_pd, _ = _timed(lambda: pd.read_csv(path, sep=" ", header=None, engine="c"))
+            t_pd, _ = _timed(lambda: pd.read_csv(path, sep=" ", header=None, engine="c"), "pandas.read_csv")
             parse.update(pandas_seconds=t_pd, ratio=t_load / t_pd,
                          compiled_ratio=t_text / t_pd)
         except ImportError:
@@ -167,9 +189,9 @@ def section_e2e(cfg, threads, devices):
         path.unlink()
         # ---- binary container
         bpath = tmp / "nell2.sktf"
-        t_bsave, _ = _timed(lambda: binary.save_tensor(bpath, X))
-        t_bload, Y = _timed(lambda: binary.load_tensor(bpath))
-        t_bmap, Z = _timed(lambda: binary.load_tensor(bpath, mmap=True))
+        t_bsave, _ = _timed(lambda: binary.save_tensor(bpath, X), "save_tensor")
+        t_bload, Y = _timed(lambda: binary.load_tensor(bpath), "load_tensor")
+        t_bmap, Z = _timed(lambda: binary.load_tensor(bpath, mmap=True), "load_tensor(mmap)")
         if not (Y == X and Z == X):
             res["notes"].append("the binary container did not give back the saved tensor")
         del Y, Z
@@ -197,10 +219,11 @@ def section_e2e(cfg, threads, devices):
                             t_prep = time.perf_counter() - t0
                             kind = type(T).__name__
                         out[("prepare", fmt)] = t_prep
+                        _progress(f"prepare {fmt} on {dev}: {t_prep:.3f} s")
                         out["prepare_seconds"] = out.get("prepare_seconds", 0.0) + t_prep
                         out.setdefault("formats", []).append(f"{fmt}: {kind}")
                     with _KernelClock(be) as clock:
-                        t_fit, _ = _timed(lambda: est.fit(X))
+                        t_fit, _ = _timed(lambda: est.fit(X), f"{label} fit on {dev}")
                     out[label] = {"fit_seconds": t_fit, "kernel_seconds": clock.seconds,
                                   "kernel_calls": clock.calls, "n_iter": int(est.n_iter_)}
             except Exception as exc:   # a device that cannot hold the tensor, say

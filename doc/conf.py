@@ -85,7 +85,8 @@ html_theme_options = {
     "navbar_center": ["navbar-nav"],
     "navbar_end": ["theme-switcher"],
     "navbar_persistent": ["search-button"],
-    "header_links_before_dropdown": 6,
+    # more links (or longer titles) wrap the navigation bar of a 1280-pixel-wide window
+    "header_links_before_dropdown": 3,
     "secondary_sidebar_items": ["page-toc"],
     "show_toc_level": 2,
     "navigation_with_keys": False,
@@ -94,6 +95,12 @@ html_theme_options = {
     "logo": {"text": "sktensor_fast"},
 }
 html_sidebars = {"index": [], "auto_examples/index": [], "benchmarks": []}
+
+# ---------------------------------------------------------------- linkcheck
+# `python -m sphinx -b linkcheck doc OUT` runs offline: addresses outside the site are not
+# fetched, and the links between the site's pages and files are what it checks (as does
+# tests/test_docs.py, on every href and src of the built HTML)
+linkcheck_ignore = [r"^https?://", r"^mailto:"]
 
 # ---------------------------------------------------------------- the home page's navigation
 #: the site's sections, added as a hidden toctree to index.md when it is read

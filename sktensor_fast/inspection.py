@@ -1,7 +1,7 @@
 """What a fitted CP model found, in words: :func:`describe_components`."""
 import numpy as np
 
-__all__ = ["describe_components", "LEGEND"]
+__all__ = ["describe_components", "component_entries", "LEGEND"]
 
 #: Printed above the components by :func:`describe_components` (``legend=True``).
 LEGEND = """\
@@ -72,6 +72,57 @@ def describe_components(model, labels=None, mode_names=None, top=5, uniform=1.25
         time: near-uniform (largest share 0.500, uniform 0.500): day 0.500, night 0.500
       letter: c 0.900, a 0.100
     """
+    names, components = component_entries(model, labels=labels, mode_names=mode_names,
+                                          top=top, uniform=uniform)
+    width = max(len(str(m)) for m in names)
+    lines = [LEGEND.format(uniform=uniform), ""] if legend else []
+    for comp in components:
+        lines.append(f"Component {comp['component']}: weight {comp['weight']:.6g} "
+                     f"({100 * comp['share']:.1f}% of the total)")
+        for mode in comp["modes"]:
+            parts = []
+            for e in mode["top"]:
+                name = e["label"] if e["label"] is not None else str(e["index"] + 1)
+                sign = "-" if e["value"] < 0 else ""
+                parts.append(f"{name} {sign}{e['share']:.3f}")
+            head = ""
+            if mode["near_uniform"]:
+                head = (f"near-uniform (largest share {mode['largest_share']:.3f}, uniform "
+                        f"{1 / mode['length']:.3f}): ")
+            lines.append(f"  {str(mode['mode']):>{width}}: {head}" + ", ".join(parts))
+    return "\n".join(lines)
+
+
+def component_entries(model, labels=None, mode_names=None, top=5, uniform=1.25):
+    """The components of a CP model as data: what :func:`describe_components` prints.
+
+    Parameters
+    ----------
+    model, labels, mode_names, top, uniform
+        As for :func:`describe_components`.
+
+    Returns
+    -------
+    mode_names : list of str
+        The names of the modes (``"mode 0"``, ... where none are known).
+    components : list of dict
+        One per component, by decreasing weight, with keys ``component`` (position, from 1),
+        ``index`` (column of the factor matrices), ``weight``, ``share`` (of the sum of the
+        absolute weights) and ``modes``: per mode a dict with ``mode`` (its name), ``length``,
+        ``near_uniform``, ``largest_share`` and ``top``, the ``top`` strongest entries as
+        dicts with ``index`` (0-based), ``label`` (None without one), ``value`` (the factor
+        entry) and ``share`` (of the column's total absolute value).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sktensor_fast import KruskalTensor
+    >>> from sktensor_fast.inspection import component_entries
+    >>> K = KruskalTensor([2.0], [np.array([[0.75], [0.25]]), np.array([[1.0]])])
+    >>> names, comps = component_entries(K, labels=[["yes", "no"], None], top=1)
+    >>> names, comps[0]["modes"][0]["top"]
+    (['mode 0', 'mode 1'], [{'index': 0, 'label': 'yes', 'value': 0.75, 'share': 0.75}])
+    """
     weights, factors, own_labels, own_names = _model_parts(model)
     if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
         raise ValueError(f"top must be an integer >= 1, got {top!r}")
@@ -86,27 +137,25 @@ def describe_components(model, labels=None, mode_names=None, top=5, uniform=1.25
     if len(labels) != N or len(mode_names) != N:
         raise ValueError(f"labels and mode_names need one entry per mode ({N}), got "
                          f"{len(labels)} and {len(mode_names)}")
-    width = max(len(str(m)) for m in mode_names)
     total = float(np.sum(np.abs(weights))) or 1.0
-    lines = [LEGEND.format(uniform=uniform), ""] if legend else []
+    components = []
     for pos, r in enumerate(np.argsort(-np.abs(weights), kind="stable")):
-        lines.append(f"Component {pos + 1}: weight {weights[r]:.6g} "
-                     f"({100 * abs(weights[r]) / total:.1f}% of the total)")
+        modes = []
         for n in range(N):
             col = factors[n][:, r]
             mass = float(np.sum(np.abs(col)))
             share = np.abs(col) / mass if mass > 0 else np.zeros_like(col)
             idx = np.argsort(-share, kind="stable")[:top]
-            parts = []
-            for i in idx:
-                lab = labels[n]
-                name = str(lab[i]) if lab is not None and i < len(lab) else str(i + 1)
-                sign = "-" if col[i] < 0 else ""
-                parts.append(f"{name} {sign}{share[i]:.3f}")
+            lab = labels[n]
+            entries = [{"index": int(i),
+                        "label": str(lab[i]) if lab is not None and i < len(lab) else None,
+                        "value": float(col[i]), "share": float(share[i])} for i in idx]
             I = col.shape[0]
-            head = ""
-            if I > 1 and mass > 0 and share.max() <= uniform / I:
-                head = (f"near-uniform (largest share {share.max():.3f}, uniform "
-                        f"{1 / I:.3f}): ")
-            lines.append(f"  {str(mode_names[n]):>{width}}: {head}" + ", ".join(parts))
-    return "\n".join(lines)
+            largest = float(share.max()) if I else 0.0
+            modes.append({"mode": str(mode_names[n]), "length": int(I),
+                          "near_uniform": bool(I > 1 and mass > 0 and largest <= uniform / I),
+                          "largest_share": largest, "top": entries})
+        components.append({"component": pos + 1, "index": int(r),
+                           "weight": float(weights[r]),
+                           "share": float(abs(weights[r]) / total), "modes": modes})
+    return [str(m) for m in mode_names], components

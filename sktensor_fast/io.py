@@ -714,6 +714,19 @@ def write_labels(directory, labels, names=None):
 
 
 # ---------------------------------------------------------------------------------- loading
+def _check_tns_args(shape, index_base, dtype):
+    """``shape`` (None or checked), ``index_base`` (a nonnegative int) and ``dtype`` (float32
+    or float64) of a .tns reader, checked; ValueError / TypeError naming the argument."""
+    if shape is not None:
+        shape = _check_shape(shape)
+    if isinstance(index_base, bool) or int(index_base) != index_base or index_base < 0:
+        raise ValueError(f"index_base must be a nonnegative integer, got {index_base!r}")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+    return shape, int(index_base), dtype
+
+
 def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_base=1,
              max_line_length=MAX_LINE_LENGTH, max_modes=MAX_MODES):
     """Load a sparse tensor from a FROSTT ``.tns`` file (plain or compressed).
@@ -777,44 +790,41 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
     SparseTensor(shape=(3, 2), nnz=2, dtype=float64, density=0.333)
     """
     inferred = shape is None
-    if not inferred:
-        shape = _check_shape(shape)
-    if isinstance(index_base, bool) or int(index_base) != index_base or index_base < 0:
-        raise ValueError(f"index_base must be a nonnegative integer, got {index_base!r}")
-    dtype = np.dtype(dtype)
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+    shape, index_base, dtype = _check_tns_args(shape, index_base, dtype)
     if with_labels and hasattr(path, "read"):
         raise TypeError("with_labels=True needs a file path to locate the label files")
     for arg, value in (("max_line_length", max_line_length), ("max_modes", max_modes)):
         if value is not None and (isinstance(value, bool)
                                   or not isinstance(value, numbers.Integral) or value < 1):
             raise ValueError(f"{arg} must be a positive integer or None, got {value!r}")
-    stream, name = _open_binary(path)
-    parser = _BlockParser(name, shape, int(index_base), dtype, max_modes)
+    from ._native import text
+    from ._native.canonical import CanonicalError
+    if hasattr(path, "read"):
+        # a file object is read as it goes (and inflated as it is read), never whole
+        stream, name = _open_binary(path)
+        opened = (stream, name, None, False)
+    else:
+        opened = text.open_text(path)
+        name = opened[1]
+    report = {}
     try:
-        for block in _iter_blocks(stream, _BLOCK_BYTES, max_line_length, name):
-            parser.feed(block)
-    except _READ_ERRORS as exc:
-        if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+        subs, vals, shape_read, canonical = text.load_arrays(
+            None, shape, index_base=int(index_base), dtype=dtype, block_bytes=_BLOCK_BYTES,
+            max_line_length=max_line_length, max_modes=max_modes, opened=opened,
+            report=report)
+    except CanonicalError as exc:
+        if exc.kind != "overflow":
             raise
-        raise ValueError(f"{name}: cannot read the file: {exc}") from exc
-    finally:
-        stream.close()
-    if parser.underflows:
-        warnings.warn(f"{name}: {parser.underflows} value(s) too small for {dtype.name} round "
-                      f"to 0 and are dropped", UserWarning, stacklevel=2)
-    if parser.ncols is None:
+        raise _SumOverflowError(exc.coord, dtype, int(index_base), f"{name}: ") from None
+    if report.get("underflows"):
+        warnings.warn(f"{name}: {report['underflows']} value(s) too small for {dtype.name} "
+                      f"round to 0 and are dropped", UserWarning, stacklevel=2)
+    if subs is None:
         if shape is None:
             raise ValueError(f"{name} holds no nonzeros; pass `shape` to load an empty tensor")
         subs = np.zeros((0, len(shape)), np.int64)
         vals = np.zeros(0, dtype)
-    else:
-        # the first data line always yields a row, so the lists are not empty
-        subs = np.concatenate(parser.coords)
-        vals = np.concatenate(parser.vals)
-        if shape is None:
-            shape = tuple(int(m) + 1 for m in parser.maxima)
+    shape = tuple(shape_read) if shape is None else shape
     labels = None
     if with_labels:
         directory = os.path.dirname(os.path.abspath(os.fspath(path)))
@@ -826,10 +836,15 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
                     grown[k] = max(grown[k], len(_read_map(p)))
             shape = tuple(grown)
         labels = read_labels(directory, shape)
-    try:
-        X = _to_tensor(subs, vals, shape, dtype)
-    except _SumOverflowError as exc:
-        raise _SumOverflowError(exc.coord, exc.dtype, index_base, f"{name}: ") from None
+    if canonical:
+        # checked, sorted, summed and free of zeros by the compiled passes
+        X = SparseTensor._from_canonical(subs, vals, shape)
+    else:
+        # wider than the compiled sort handles: the constructor sorts
+        try:
+            X = SparseTensor(subs, vals, shape, dtype=dtype, copy=False)
+        except _SumOverflowError as exc:
+            raise _SumOverflowError(exc.coord, exc.dtype, index_base, f"{name}: ") from None
     return (X, labels) if with_labels else X
 
 
@@ -970,14 +985,21 @@ def save_tns(path, X, *, precision=None):
     integral = bool(X.nnz == 0 or (np.all(vals == np.round(vals))
                                    and float(np.abs(vals).max()) < 2.0 ** 53))
 
-    def write(f):
-        for lo in range(0, X.nnz, _WRITE_CHUNK):
-            hi = min(lo + _WRITE_CHUNK, X.nnz)
-            f.write(_format_rows(X.subs[lo:hi], vals[lo:hi], integral, precision))
+    from ._native import text
+    mode = "int" if integral else ("shortest" if precision is None else "g")
+
+    def write(f, compression=None):
+        # formatted in parallel, one buffer while the one before is written (and compressed,
+        # every buffer a member of a multi-member file, in parallel)
+        text.write_tns(f, X.subs, vals, mode=mode, precision=precision or 17,
+                       compression=compression)
 
     if hasattr(path, "write"):
         write(path)
         return
     name = os.fspath(path)
-    with _atomic_output(name) as raw, _compressed(raw, name) as f:
-        write(f)
+    lower = name.lower()
+    compression = next((c for suffix, c in ((".gz", "gzip"), (".bz2", "bz2"), (".xz", "xz"))
+                        if lower.endswith(suffix)), None)
+    with _atomic_output(name) as raw:
+        write(raw, compression)

@@ -9,7 +9,6 @@ under ``params_not_saved`` and the loaded estimator has their defaults.
 """
 import json
 import os
-import tempfile
 
 import numpy as np
 
@@ -118,19 +117,9 @@ def save_model(model, path, labels=None, mode_names=None):
     arrays.update({f"factor_{n}": np.asarray(f, dtype=np.float64)
                    for n, f in enumerate(model.factors_)})
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".sktensor_fast-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)       # mkstemp's 0600 would hide the file from others
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from .io import _atomic_output
+    with _atomic_output(path) as f:     # a temporary file renamed onto path when complete
+        np.savez(f, **arrays)
     return path
 
 

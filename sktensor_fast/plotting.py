@@ -70,9 +70,11 @@ def plot_components(model, labels=None, mode_names=None, top=8, components=None,
         One entry per mode: a list of the names of that mode's indices (``labels[k][j]``
         names index ``j`` of mode ``k``, as :func:`~sktensor_fast.load_tns` and
         :func:`~sktensor_fast.datasets.load_flights_routes` return them) or None (indices are
-        shown as numbers).
+        shown as numbers).  Default: those of an estimator fitted on a tensor that carries
+        labels (its ``labels_``), none otherwise.
     mode_names : list of str, optional
-        Titles of the panels (default ``"mode 0"``, ``"mode 1"``, ...).
+        Titles of the panels (default: an estimator's ``mode_names_`` when it has them, else
+        ``"mode 0"``, ``"mode 1"``, ...).
     top : int, default=8
         Entries drawn per panel.
     components : sequence of int, optional
@@ -114,6 +116,10 @@ def plot_components(model, labels=None, mode_names=None, top=8, components=None,
     _require_matplotlib()
     K = _as_kruskal(model)
     shape = K.shape
+    if labels is None:
+        labels = getattr(model, "labels_", None)
+    if mode_names is None:
+        mode_names = getattr(model, "mode_names_", None)
     labels = _check_labels(labels, shape)
     if mode_names is None:
         mode_names = [f"mode {k}" for k in range(len(shape))]

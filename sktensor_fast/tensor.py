@@ -77,6 +77,7 @@ class SparseTensor:
         if shape is not None:
             shape = _check_shape(shape)
         subs = np.asarray(subs)
+        given_subs = subs
         vals = np.asarray(vals)
         if vals.ndim != 1:
             vals = vals.reshape(-1) if vals.ndim == 2 and 1 in vals.shape else vals
@@ -112,26 +113,21 @@ class SparseTensor:
                 if hi[k] >= 2 ** 63:
                     raise ValueError(f"subs holds coordinate {hi[k]!r} in mode {k}, too large "
                                      f"for int64")
-        subs = subs.astype(np.int64, copy=copy)
+        if subs.dtype.kind != "i" or subs.dtype.itemsize > 8:
+            subs = subs.astype(np.int64)
         ndim = subs.shape[1]
         if shape is None:
             if nnz == 0:
                 raise ValueError("shape must be given for a tensor without nonzeros")
             shape = tuple(int(s) + 1 for s in subs.max(axis=0))
+            if min(shape) < 1:
+                k = int(np.argmin(shape))
+                raise ValueError(f"subs holds a negative coordinate ({shape[k] - 1}) in mode {k}")
         shape = _check_shape(shape)
         if len(shape) != ndim:
             raise ValueError(f"subs has {ndim} columns but shape {shape} has {len(shape)} modes")
         if ndim < 1:
             raise ValueError("a tensor needs at least one mode")
-        if nnz:
-            lo = subs.min(axis=0)
-            hi = subs.max(axis=0)
-            for k in range(ndim):
-                if lo[k] < 0:
-                    raise ValueError(f"subs holds a negative coordinate ({lo[k]}) in mode {k}")
-                if hi[k] >= shape[k]:
-                    raise ValueError(f"subs holds coordinate {hi[k]} in mode {k}, outside the "
-                                     f"shape {shape} (mode {k} has length {shape[k]})")
         # --- values --------------------------------------------------------------------
         if dtype is not None:
             dtype = np.dtype(dtype)
@@ -150,20 +146,48 @@ class SparseTensor:
             dtype = np.dtype(np.float32) if vals.dtype == np.float32 else np.dtype(np.float64)
         given = vals
         with np.errstate(over="ignore", under="ignore"):
-            vals = vals.astype(dtype, copy=copy)
-        if nnz and not np.all(np.isfinite(vals)):
-            bad = int(np.flatnonzero(~np.isfinite(vals))[0])
-            if given.dtype.kind == "f" and np.isfinite(given[bad]):
-                raise ValueError(f"vals holds {float(given[bad])!r} (at position {bad}), too "
-                                 f"large for {dtype.name}")
-            raise ValueError(f"vals holds NaN or infinite values (first at position {bad})")
+            vals = vals.astype(dtype, copy=False)
         if nnz and given.dtype.kind == "f" and given.dtype.itemsize > dtype.itemsize:
             lost = int(np.count_nonzero((vals == 0) & (given != 0)))
             if lost:
                 warnings.warn(f"{lost} value(s) too small for {dtype.name} round to 0 and are "
                               f"dropped", UserWarning, stacklevel=2)
-        del given
         # --- canonical form: sorted, duplicates summed, zeros dropped ---------------------
+        # the compiled passes check every coordinate and value, sort (unless sorted already),
+        # sum repeats and drop zeros; arrays already canonical come back as they are
+        from ._native.canonical import CanonicalError, canonical_from
+        arrays = [subs, vals]
+        del subs, vals
+        try:
+            res = canonical_from(arrays, shape, sum_duplicates=sum_duplicates) if nnz else None
+        except CanonicalError as exc:
+            if exc.kind == "value":
+                bad = exc.row
+                if given.dtype.kind == "f" and np.isfinite(given[bad]):
+                    raise ValueError(f"vals holds {float(given[bad])!r} (at position {bad}), "
+                                     f"too large for {dtype.name}") from None
+                raise ValueError(str(exc)) from None
+            if exc.kind == "overflow":
+                raise _SumOverflowError(exc.coord, dtype) from None
+            if exc.kind == "repeated":
+                raise ValueError("subs holds repeated coordinates (sum_duplicates=False)") \
+                    from None
+            raise ValueError(str(exc)) from None
+        if res is not None:
+            subs, vals, _ = res
+            # arrays already canonical come back as they are: the tensor keeps its own copy of
+            # what the caller may still write (with copy=False, read-only arrays are shared)
+            if np.may_share_memory(subs, given_subs) and (copy or given_subs.flags.writeable):
+                subs = subs.copy()
+            if np.may_share_memory(vals, given) and (copy or given.flags.writeable):
+                vals = vals.copy()
+            self._set(subs, vals, shape)
+            return
+        # no nonzeros, or a shape too wide for the compiled sort: NumPy's lexsort
+        subs, vals = arrays
+        if nnz:
+            _check_fallback(subs, vals, given, shape, dtype)
+        del given, given_subs
         if nnz:
             order = _lexsort(subs, shape)
             subs = subs[order]
@@ -445,6 +469,24 @@ class SparseTensor:
 
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _check_fallback(subs, vals, given, shape, dtype):
+    """The checks of the compiled passes, for the tensors they do not take (NumPy)."""
+    lo = subs.min(axis=0)
+    hi = subs.max(axis=0)
+    for k in range(subs.shape[1]):
+        if lo[k] < 0:
+            raise ValueError(f"subs holds a negative coordinate ({lo[k]}) in mode {k}")
+        if hi[k] >= shape[k]:
+            raise ValueError(f"subs holds coordinate {hi[k]} in mode {k}, outside the "
+                             f"shape {shape} (mode {k} has length {shape[k]})")
+    if not np.all(np.isfinite(vals)):
+        bad = int(np.flatnonzero(~np.isfinite(vals))[0])
+        if given.dtype.kind == "f" and np.isfinite(given[bad]):
+            raise ValueError(f"vals holds {float(given[bad])!r} (at position {bad}), too "
+                             f"large for {dtype.name}")
+        raise ValueError(f"vals holds NaN or infinite values (first at position {bad})")
 
 
 class _SumOverflowError(ValueError):

@@ -336,6 +336,54 @@ def opencl_device_same_model():
     b = est.fit(Xd)
     assert_same_everywhere([b.weights_, *b.factors_])
     compare_models(a, b, "CPAPR mu on OpenCL")
+    # each process's share streamed through its device in blocks (its memory capped)
+    from sktensor_fast.backends import get_backend
+    be = get_backend("opencl")
+    old = be.max_tensor_bytes
+    be.max_tensor_bytes = 4096
+    try:
+        Xs = scatter(X if RANK == 0 else None)
+        c = CPAPR(**est.get_params()).fit(Xs)
+        kinds = {type(t).__name__ for t in Xs._prepared[(id(be), "auto")].local
+                 if t is not None}
+    finally:
+        be.max_tensor_bytes = old
+    assert kinds == {"StreamedTensor"}, kinds
+    compare_models(a, c, "CPAPR mu on OpenCL, streamed")
+
+
+@case
+def transform_and_score():
+    # new slices spread over the processes: the loadings (gathered) and the score are those
+    # of one process, on every process
+    X = random_tensor((30, 20, 15), 2500, seed=19)
+    Y = random_tensor((17, 20, 15), 900, seed=20)
+    Yd = scatter(Y if RANK == 0 else None)
+    big = SparseTensor(Y.subs, Y.vals * 2.0 ** 600, Y.shape)
+    Bd = scatter(big if RANK == 0 else None)
+    models = [CPALS(rank=3, random_state=0, max_iter=10, tol=0),
+              CPAPR(rank=3, random_state=0, max_iter=8),
+              CPAPR(rank=3, solver="pqnr", random_state=0, max_iter=4),
+              GCP(rank=3, loss="gaussian", random_state=0, max_iter=3, epoch_iters=20),
+              GCP(rank=3, loss="poisson", random_state=0, max_iter=3, epoch_iters=20)]
+    got = []
+    for est in models:
+        est.fit(X)
+        Wd, sd = est.transform(Yd), est.score(Yd)
+        got.append((est.transform(Y), est.score(Y), Wd, sd))
+    # CPALS's score is scale-free: data beyond the safe range are scaled as on one process
+    cp = models[0]
+    got.append((None, cp.score(big), None, cp.score(Bd)))
+    assert_same_everywhere([g[2] for g in got if g[2] is not None] + [[g[3] for g in got]])
+    for est, (W, s, Wd, sd) in zip(models + [cp], got):
+        what = f"{type(est).__name__} {est.get_params().get('solver')}"
+        if W is not None:
+            # GCP's Poisson loadings come from up to 1000 L-BFGS-B steps on the exact loss,
+            # whose sums over processes round differently (the score still agrees to TOL)
+            tol = 1e-8 if what == "GCP adam" and est.loss == "poisson" else TOL
+            assert Wd.shape == (Y.shape[0], 3), what
+            assert rel(W, Wd) < tol, (what, rel(W, Wd))
+        assert abs(s - sd) <= TOL * abs(s), (what, s, sd)
 
 
 # ------------------------------------------------------------------------------ bad input
@@ -374,17 +422,29 @@ def bad_data_on_one_process_fails_everywhere():
         CPAPR(rank=2, random_state=0, max_iter=2).fit(Xd)
     said = any("non-integer" in str(w.message) for w in rec)
     assert all(everywhere(said)), "every process warns about non-integer counts"
-    expect_error_everywhere(lambda: CPALS(rank=2, random_state=0).fit(Xd).transform(Xd),
-                            NotImplementedError, "transform")
+    # transform / score check the new slices together: a wrong shape fails everywhere
+    model = CPALS(rank=2, random_state=0, max_iter=3).fit(Xd)
+    Y = random_tensor((6, 15, 11), 100, seed=18)
+    Yd = scatter(Y if RANK == 0 else None)
+    expect_error_everywhere(lambda: model.transform(Yd), ValueError, "(15, 11)")
+    # a model that differs between processes is refused rather than silently used
+    other = CPALS(rank=2, random_state=0, max_iter=3).fit(random_tensor(X.shape, 500,
+                                                                       seed=RANK))
+    expect_error_everywhere(lambda: other.score(Xd), ValueError, "different values")
 
 
 @case
 def time_limit_taken_together():
     X = random_tensor((30, 20, 10), 1500, seed=12)
     Xd = scatter(X if RANK == 0 else None)
-    model = CPAPR(rank=3, random_state=0, max_iter=500, tol=0, max_time=0.05).fit(Xd)
-    n = everywhere(model.n_iter_)
-    assert len(set(n)) == 1 and n[0] < 500
+    counts = []
+    for est in (CPAPR(rank=3, random_state=0, max_iter=500, tol=0, max_time=0.05),
+                CPALS(rank=3, random_state=0, max_iter=100000, tol=0, max_time=0.05),
+                GCP(rank=3, loss="poisson", random_state=0, max_iter=1000, epoch_iters=5,
+                    max_time=0.05)):
+        counts.append(everywhere(est.fit(Xd).n_iter_))
+    for n in counts:
+        assert len(set(n)) == 1, counts
 
 
 @case

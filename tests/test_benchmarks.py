@@ -221,6 +221,27 @@ def test_opencl_variants_script_runs(capsys):
         assert name in out
 
 
+def test_streamed_script_runs(tmp_path):
+    """bench_streamed fits resident and streamed (capped) tensors and writes JSON."""
+    import json
+    pytest.importorskip("pyopencl")
+    from _reference import opencl_backend_or_skip
+    be = opencl_backend_or_skip()
+    before = be.max_tensor_bytes
+    from benchmarks import bench_streamed
+    out = tmp_path / "streamed.json"
+    bench_streamed.main(["--device", "opencl", "--shape", "uber", "--nnz", "4000", "--rank", "4",
+                         "--iters", "1", "--repeat", "1", "--algos", "cpapr",
+                         "--out", str(out)])
+    rep = json.loads(out.read_text())
+    assert [r["algo"] for r in rep["rows"]] == ["cpapr"]
+    for r in rep["rows"]:
+        assert not r["resident"]["streamed"] and r["streamed"]["streamed"]
+        assert r["streamed"]["device_bytes"] <= rep["cap_bytes"] < rep["resident_need_bytes"]
+        assert r["ratio"] > 0 and r["score_rel_diff"] < 1e-12
+    assert be.max_tensor_bytes == before      # the backend's setting is restored
+
+
 def test_phi_script_runs(tmp_path, capsys):
     """bench_phi times Φ of every mode and the data term for COO and ALTO and writes JSON."""
     import json
@@ -330,6 +351,21 @@ def test_cpapr_seeds_script_runs(capsys):
                                     "--max-iter", "10"])
     out = capsys.readouterr().out
     assert n_inf == 0 and "| mu | 5 |" in out and "0 of 1 fits" in out
+
+
+def test_gcp_threads_script_runs(tmp_path, capsys):
+    """bench_gcp_threads times Adam steps and whole GCP fits at 1 and 2 threads, checks that
+    they give the same bits and writes JSON."""
+    import json
+    from benchmarks import bench_gcp_threads
+    rows = bench_gcp_threads.main(["--nnz", "3000", "--shape", "40", "30", "20", "--rank", "3",
+                                   "--steps", "5", "--rounds", "1",
+                                   "--out", str(tmp_path / "g.json")])
+    out = capsys.readouterr().out
+    assert "| 5 steps | 2 |" in out and "CPU ratio" in out
+    assert len(rows) == 4 and all(r["same_bits"] for r in rows)
+    report = json.loads((tmp_path / "g.json").read_text())
+    assert report["nnz"] == 3000 and [r["threads"] for r in report["rows"]] == [1, 2, 1, 2]
 
 
 def test_als_fixed_script_runs(tmp_path, capsys):

@@ -119,3 +119,224 @@ def test_expected_failures_are_one_line_before_any_work(tmp_path, capsys):
     assert "is a folder" in capsys.readouterr().err
     with pytest.raises(ValueError):                                     # --debug: traceback
         main(["fit", "--quiet", "--device", "cuda", "--debug"])
+
+
+# --------------------------------------------------------------------------- --plot
+FAST = ["--rank", "2", "--max-iter", "3", "--quiet"]
+
+
+def _one_line_error(capsys):
+    cap = capsys.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in cap.err, cap.err
+    assert "Tensor:" not in cap.out                 # refused before the data are read
+    return lines[0]
+
+
+def test_plot_draws_one_row_per_component_one_panel_per_mode(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from sktensor_fast import plotting
+    drawn = []
+
+    def record(*args, **kwargs):
+        fig = plot_components(*args, **kwargs)
+        drawn.append(fig)
+        return fig
+
+    plot_components = plotting.plot_components
+    monkeypatch.setattr(plotting, "plot_components", record)
+    path = tmp_path / "components.png"
+    assert main(["fit", "--top", "3", "--plot", str(path)] + FAST) == 0
+    assert f"Components drawn to {path}" in capsys.readouterr().out
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (fig,) = drawn
+    assert len(fig.axes) == 2 * 5                                  # rank 2 x 5 modes
+    assert [ax.get_title() for ax in fig.axes[:5]] == ["origin", "dest", "carrier", "hour",
+                                                        "weekday"]
+    origin = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert sorted(origin) == ["EWR", "JFK", "LGA"]                 # labelled entries
+    assert len(fig.axes[1].get_yticklabels()) == 3                 # --top 3
+    assert not (set(p.name for p in tmp_path.iterdir()) - {"components.png"})
+
+
+def test_plot_without_matplotlib_is_one_line_before_the_fit(tmp_path, capsys, monkeypatch):
+    for mod in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)       # `import matplotlib` fails
+    argv = ["fit", "--plot", str(tmp_path / "c.png")] + FAST
+    assert main(argv) == 2
+    line = _one_line_error(capsys)
+    assert "needs matplotlib, which is not installed" in line
+    assert 'pip install "sktensor_fast[plot]"' in line
+    assert not (tmp_path / "c.png").exists()
+    from sktensor_fast.cli import CliError
+    with pytest.raises(CliError) as info:                       # --debug: the traceback
+        main(argv + ["--debug"])
+    assert isinstance(info.value.__cause__, ImportError)
+
+
+@pytest.mark.parametrize("case", ["missing-folder", "parent-is-a-file", "read-only-folder",
+                                  "bad-extension", "folder"])
+def test_plot_to_an_unusable_path_is_one_line_before_the_fit(case, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    if case == "missing-folder":
+        path, message = tmp_path / "no" / "c.png", "does not exist"
+    elif case == "parent-is-a-file":
+        (tmp_path / "f").write_text("")
+        path, message = tmp_path / "f" / "c.png", "is a file, not a folder"
+    elif case == "read-only-folder":
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        try:
+            (ro / "probe").write_text("")
+        except OSError:
+            pass
+        else:
+            pytest.skip("permissions do not stop this user (root) from writing")
+        path, message = ro / "c.png", "not writable"
+    elif case == "bad-extension":
+        path, message = tmp_path / "c.xyz", "not an image format matplotlib writes"
+    else:
+        path, message = tmp_path, "is a folder"
+    assert main(["fit", "--plot", str(path)] + FAST) == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("sktensor-fast: error: --plot ") and message in line, line
+
+
+# --------------------------------------------------------------------------- --json
+def test_json_summary_round_trip(tmp_path, capsys):
+    import json
+    from sktensor_fast import __version__, load_model
+    from sktensor_fast.inspection import component_entries
+    js, model_file = tmp_path / "summary.json", tmp_path / "model.npz"
+    assert main(["fit", "--rank", "3", "--max-iter", "4", "--top", "2", "--seed", "3",
+                 "--json", str(js), "--out", str(model_file), "--quiet"]) == 0
+    assert f"Summary written to {js}" in capsys.readouterr().out
+    doc = json.loads(js.read_text())
+    model = load_model(model_file)
+    assert doc["method"] == "cpapr" and doc["estimator"] == "CPAPR"
+    assert doc["settings"] == json.loads(json.dumps(model.get_params()))
+    assert doc["settings"]["max_iter"] == 4 and doc["settings"]["random_state"] == 3
+    assert doc["tensor"]["shape"] == [3, 105, 16, 20, 7] and doc["tensor"]["nnz"] == 15188
+    assert doc["tensor"]["mode_names"] == ["origin", "dest", "carrier", "hour", "weekday"]
+    assert doc["rank"] == 3 and np.allclose(doc["weights"], model.weights_, rtol=1e-15)
+    # the components are describe_components' (the labels' top entries per mode)
+    assert doc["components"] == json.loads(json.dumps(component_entries(model, top=2)[1]))
+    first = doc["components"][0]["modes"][0]
+    assert first["mode"] == "origin" and len(first["top"]) == 2
+    assert all(e["label"] in ("EWR", "JFK", "LGA") for e in first["top"])
+    assert doc["objective"] == {"name": "log-likelihood", "value": model.log_likelihood_,
+                                "greater_is_better": True}
+    assert doc["log_likelihood"] == model.log_likelihood_ and doc["fit"] is None
+    assert doc["n_iter"] == 4 and doc["converged"] is False
+    assert doc["stop_reason"] == "max_iter" and len(doc["objective_history"]) == 4
+    assert doc["timing_s"]["fit"] > 0 and doc["threads"] >= 1
+    assert doc["versions"]["sktensor_fast"] == __version__ and "numpy" in doc["versions"]
+
+
+def test_json_to_stdout_holds_only_json_and_piped_stderr_has_no_progress():
+    import json
+    r = subprocess.run([sys.executable, "-m", "sktensor_fast", "fit", "--method", "cpals",
+                        "--rank", "2", "--max-iter", "5", "--json", "-"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)                       # nothing else on stdout
+    assert doc["estimator"] == "CPALS" and 0 < doc["fit"] < 1 and doc["log_likelihood"] is None
+    assert "Tensor:" in r.stderr and "Component 1:" in r.stderr    # the report moved there
+    assert "] iteration" not in r.stderr                            # piped: no progress
+
+
+# --------------------------------------------------------------------------- progress
+def _run(*argv):
+    r = subprocess.run([sys.executable, "-m", "sktensor_fast", "fit", "--rank", "2",
+                        "--max-iter", "3", "--tol", "0", *argv],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return [ln for ln in r.stderr.splitlines() if "] iteration" in ln], r.stderr
+
+
+def test_progress_shown_when_forced_and_absent_when_piped():
+    lines, _ = _run("--progress", "--progress-interval", "0")
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("[CPAPR] iteration     1  log-likelihood ")
+    assert lines[2].split()[2] == "3" and lines[2].endswith("s")
+    assert _run()[0] == []                                   # piped: nothing
+    assert _run("--progress", "--progress-interval", "0", "--quiet")[0] == []
+    lines, err = _run("--verbose", "--progress-interval", "0", "--method", "cpals")
+    assert len(lines) == 3 and lines[0].startswith("[CPALS] iteration     1  fit ")
+    assert "[CPALS] done:" in err                            # and the estimator's own log
+    assert _run("--progress", "--no-progress", "--verbose")[0] == []
+
+
+def test_progress_is_throttled():
+    import io
+    from sktensor_fast.cli import ProgressPrinter
+    from sktensor_fast.decomposition import FitProgress
+    times = iter([0.0, 0.2, 0.5, 1.1, 1.5, 2.0, 2.05, 3.5])
+    out = io.StringIO()
+    printer = ProgressPrinter(out, interval=1.0, clock=lambda: next(times))
+    for it in range(1, 8):
+        printer(FitProgress("GCP", it, -2.5 * it, "loss", it / 10, start=2, n_init=3))
+    assert out.getvalue().splitlines() == [
+        "[GCP (start 2/3)] iteration     3  loss -7.5  0.3s",
+        "[GCP (start 2/3)] iteration     7  loss -17.5  0.7s"]
+
+
+def test_progress_on_a_terminal(tmp_path):
+    """With stderr a terminal and nothing asked, the progress is shown."""
+    pty = pytest.importorskip("pty")
+    import os
+    master, slave = pty.openpty()
+    try:
+        r = subprocess.run([sys.executable, "-m", "sktensor_fast", "fit", "--rank", "2",
+                            "--max-iter", "3", "--tol", "0", "--progress-interval", "0"],
+                           stdout=subprocess.PIPE, stderr=slave, text=True, timeout=300)
+        os.close(slave)
+        slave = None
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        if slave is not None:
+            os.close(slave)
+        os.close(master)
+    assert r.returncode == 0
+    assert err.decode().count("] iteration") == 3, err[-2000:]
+
+
+# --------------------------------------------------------------------------- --loss, --format
+def test_loss_and_format_reach_the_estimators(tmp_path, capsys):
+    import json
+    js = tmp_path / "s.json"
+    assert main(["fit", "--method", "gcp", "--loss", "poisson", "--format", "coo",
+                 "--json", str(js)] + FAST) == 0
+    assert "loss='poisson'" in capsys.readouterr().out
+    doc = json.loads(js.read_text())
+    assert doc["settings"]["loss"] == "poisson" and doc["settings"]["format"] == "coo"
+    assert doc["objective"]["name"] == "loss" and doc["objective"]["greater_is_better"] is False
+    assert main(["fit", "--method", "gcp", "--loss", "huber", "--loss-param", "2",
+                 "--json", str(js)] + FAST) == 0
+    assert json.loads(js.read_text())["settings"]["loss_param"] == 2.0
+    assert main(["fit", "--method", "cpals", "--format", "alto", "--json", str(js)]
+                + FAST) == 0
+    assert json.loads(js.read_text())["settings"]["format"] == "alto"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--method", "cpapr", "--loss", "poisson"],
+     "--loss applies to --method gcp only: cpapr minimises the Poisson loss"),
+    (["--method", "cpals", "--loss-param", "2"], "--loss-param applies to --method gcp only"),
+    (["--method", "gcp", "--loss", "cauchy"], "--loss cauchy: "),
+    (["--method", "gcp", "--loss", "huber"], "--loss huber: "),
+    (["--format", "alto", "--device", "gpu"], "--format chooses how the CPU kernels store"),
+])
+def test_loss_and_format_refused_where_meaningless(argv, message, capsys):
+    assert main(["fit"] + argv + FAST) == 2
+    assert message in _one_line_error(capsys)

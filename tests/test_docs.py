@@ -160,6 +160,26 @@ def test_no_broken_internal_links(built_site):
     assert not broken, "\n".join(broken[:50])
 
 
+def test_linkcheck_runs_offline(built_site):
+    """``-b linkcheck`` on the built sources: external addresses are ignored (conf.py's
+    ``linkcheck_ignore``), so it needs no network, and no link is reported broken."""
+    import json
+    tmp = built_site.parent
+    out = tmp / "linkcheck"
+    cmd = [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "linkcheck",
+           "-d", str(tmp / "doctrees"), str(tmp / "doc"), str(out)]
+    r = subprocess.run(cmd, cwd=tmp, env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    rows = [json.loads(line) for line in (out / "output.json").read_text().splitlines()
+            if line.strip()]
+    assert rows, "linkcheck saw no links"
+    bad = [row for row in rows if row["status"] not in ("unchecked", "ignored", "working")]
+    assert not bad, bad[:20]
+    fetched = [row for row in rows if row["uri"].startswith(("http:", "https:"))
+               and row["status"] != "ignored"]
+    assert not fetched, fetched[:5]
+
+
 def test_failing_example_stops_the_build(tmp_path):
     """An example that cannot find its data file fails the build loudly."""
     src = tmp_path / "doc"

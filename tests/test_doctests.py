@@ -55,13 +55,16 @@ def _defined_in(test, module):
 def public_objects():
     """Every public function and class: the package's ``__all__`` and the modules the API
     reference documents besides it."""
-    from sktensor_fast import datasets, io, plotting
+    from sktensor_fast import datasets, inspection, io, plotting
     from sktensor_fast.backends import opencl
+    from sktensor_fast import decomposition
     from sktensor_fast.decomposition import losses
     objs = {f"sktensor_fast.{n}": getattr(sktensor_fast, n) for n in sktensor_fast.__all__
             if n != "__version__"}
     for mod, names in ((datasets, datasets.__all__), (io, ["read_labels", "write_labels"]),
                        (plotting, plotting.__all__), (losses, ["get_loss"]),
+                       (decomposition, ["fit_callback", "FitProgress"]),
+                       (inspection, ["component_entries"]),
                        (opencl, ["NoDeviceError", "DeviceUnusableError", "KernelBuildError"])):
         for n in names:
             objs[f"{mod.__name__}.{n}"] = getattr(mod, n)

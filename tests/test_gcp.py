@@ -324,25 +324,29 @@ def test_fused_gradient_matches_numpy(shape, R):
     ref_y, _ = gradient_ref(subs, x, w, corr, lam, factors, y=y)
     act = np.ones(len(shape), np.int8)
     results = []
-    for threads in (1, 2):
+    # work_per_thread=1: every thread asked for runs, however small the sample
+    for threads in (1, 2, 3):
         for block in (0, 256):
             out = [np.full_like(f, np.nan) for f in factors]
             f = _gcp.gradient(None, 0, loss.code, loss.param, lam, factors, out, act, True,
-                              threads, xsubs=subs, xvals=x, xw=w, xcorr=corr, block=block)
+                              threads, xsubs=subs, xvals=x, xw=w, xcorr=corr, block=block,
+                              work_per_thread=1)
             for g, r in zip(out, ref):
                 np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10)
             assert f == pytest.approx(fref, rel=1e-10)
             out_y = [np.zeros_like(f) for f in factors]
             _gcp.gradient(None, 0, -1, 0.0, lam, factors, out_y, act, False, threads,
-                          xsubs=subs, xvals=x, xw=w, xcorr=corr, xy=y, block=block)
+                          xsubs=subs, xvals=x, xw=w, xcorr=corr, xy=y, block=block,
+                          work_per_thread=1)
             for g, r in zip(out_y, ref_y):
                 np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10)
             results.append((block, out))
-    # the summation order is fixed by the samples: 1 and 2 threads agree bitwise
-    for (b1, o1), (b2, o2) in zip(results[:2], results[2:]):
-        assert b1 == b2
-        for g1, g2 in zip(o1, o2):
-            np.testing.assert_array_equal(g1, g2)
+    # the summation order is fixed by the samples: 1, 2 and 3 threads agree bitwise
+    for other in (results[2:4], results[4:6]):
+        for (b1, o1), (b2, o2) in zip(results[:2], other):
+            assert b1 == b2
+            for g1, g2 in zip(o1, o2):
+                np.testing.assert_array_equal(g1, g2)
 
 
 def test_fused_sampling_equals_drawn_sample_and_inactive_modes_untouched():
@@ -369,6 +373,58 @@ def test_fused_sampling_equals_drawn_sample_and_inactive_modes_untouched():
                                 active=[False, True, False])
         assert np.all(marker[0] == 7.0) and np.all(marker[2] == 7.0)
         np.testing.assert_allclose(marker[1], ref[1], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("solver", ["adam", "adagrad", "sgd"])
+def test_fused_steps_equal_the_primitives_step_by_step(solver):
+    """The CPU backend's compiled loop of steps gives the bits of gradient + optimiser step
+    called one step at a time (1 and 2 threads; a draw large enough for the multi-threaded
+    gradient; an inactive mode stays untouched), and the Backend's default loop agrees."""
+    from sktensor_fast.backends.base import Backend
+    X, _ = small_problem(shape=(40, 30, 20), density=0.1, R=8)
+    be = get_backend("cpu")
+    T = be.prepare(X)
+    loss = get_loss("poisson")
+    lam = np.ones(8)
+    rng = np.random.default_rng(5)
+    U0 = [rng.uniform(0.1, 1.0, (s, 8)) for s in X.shape]
+    active = [True, False, True]
+    for n_grad in ((20, 20), (7000, 7000)):   # serial / parallel gradient at 2 threads
+        state = be.gcp_setup(T, "stratified", n_grad, (5, 5), 0)
+        results = []
+        for threads in (1, 2):
+            with num_threads(threads):
+                U = [u.copy() for u in U0]
+                opt = be.gcp_optimizer_state(solver, U)
+                G = None
+                for s in range(6):
+                    G, _ = be.gcp_sampled_gradient(T, state, lam, U, loss, 9, 3 + s, out=G,
+                                                   active=active)
+                    be.gcp_optimizer_step(solver, U, G, opt, 1e-2, 4 + s, loss.lower, 0.9,
+                                          0.999, 1e-8, active)
+                ref = (U, opt)
+                for run in (be.gcp_steps, lambda *a, **k: Backend.gcp_steps(be, *a, **k)):
+                    V = [u.copy() for u in U0]
+                    opt2 = be.gcp_optimizer_state(solver, V)
+                    G2, done, timed_out = run(T, state, lam, V, loss, 9, 3, 6, solver, opt2,
+                                              1e-2, 4, loss.lower, 0.9, 0.999, 1e-8, active)
+                    assert (done, timed_out) == (6, False)
+                    for a, b in zip(V, ref[0]):
+                        np.testing.assert_array_equal(a, b)
+                    for name in opt2:
+                        for a, b in zip(opt2[name], ref[1][name]):
+                            np.testing.assert_array_equal(a, b)
+                    np.testing.assert_array_equal(V[1], U0[1])
+                results.append(ref[0])
+        for a, b in zip(*results):
+            np.testing.assert_array_equal(a, b)
+    # a deadline already passed: one step, then the loop stops and says so
+    V = [u.copy() for u in U0]
+    opt2 = be.gcp_optimizer_state(solver, V)
+    _, done, timed_out = be.gcp_steps(T, state, lam, V, loss, 9, 0, 50, solver, opt2, 1e-2, 1,
+                                      loss.lower, 0.9, 0.999, 1e-8, deadline=-1.0,
+                                      clock=lambda: 0.0)
+    assert (done, timed_out) == (1, True)
 
 
 def test_exact_loss_and_gradient_match_pyttb():

@@ -58,10 +58,11 @@ def test_thread_requests_above_the_cap_warn_and_are_capped():
 CRASH_FITS = """
     import warnings, numpy as np, sktensor_fast as sk
     from benchmarks.synth import synthetic_tensor
-    X = synthetic_tensor((60, 50, 40), 20000, seed=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         {setup}
+        # building the tensor runs compiled passes too: the first of them warns
+        X = synthetic_tensor((60, 50, 40), 20000, seed=0)
         n = sk.get_num_threads()
         sk.CPALS(rank=4, max_iter=2, format="alto").fit(X)
         sk.CPAPR(rank=4, max_iter=1, solver="pdnr").fit(X)

@@ -85,13 +85,19 @@ cdef extern from *:
     static inline int skn_coord(const char **pp, const char *end, int64_t *out) {
         const char *p = *pp, *s = p;
         uint64_t v = 0;
-        int nd = 0;
+        int nd = 0, any = 0;
         while (p < end && (unsigned) (*p - '0') < 10u) {
-            if (nd < 19) v = v * 10 + (uint64_t) (*p - '0');
-            nd++;
+            unsigned d = (unsigned) (*p - '0');
+            any = 1;
+            if (nd > 0 || d) {           /* leading zeros do not count */
+                if (nd < 19) v = v * 10 + d;
+                nd++;
+            }
             p++;
         }
-        if (nd > 0 && nd <= 18 && (p == end || skn_sep((unsigned char) *p))) {
+        if (any && (p == end || skn_sep((unsigned char) *p))) {
+            /* 19 digits stay below 2**64; beyond int64 is an error the caller explains */
+            if (nd > 19 || v > (uint64_t) INT64_MAX) { *pp = p; return 0; }
             *out = (int64_t) v;
             *pp = p;
             return 1;
@@ -110,7 +116,7 @@ cdef extern from *:
         }
         double d;
         if (!skn_strtod(s, e, &d)) return 0;
-        if (!(d - d == 0) || d != floor(d) || fabs(d) >= 9007199254740992.0) return 0;
+        if (!(d - d == 0) || d != floor(d) || fabs(d) >= 9223372036854775808.0) return 0;
         *out = (int64_t) d;
         return 1;
     }
@@ -175,6 +181,7 @@ cdef extern from *:
         int64_t rows;       /* rows written */
         int64_t err;        /* offset of the first bad line, or -1 */
         int64_t zeros;      /* zero values */
+        int64_t underflows; /* nonzero text values that round to 0 in the value type */
         int64_t desc;       /* some row is lexicographically before the one above it */
         int64_t equal;      /* some row equals the one above it */
     } skn_seg;
@@ -188,6 +195,7 @@ cdef extern from *:
         int64_t r = 0;
         rep->err = -1;
         rep->zeros = 0;
+        rep->underflows = 0;
         rep->desc = 0;
         rep->equal = 0;
         while (p < end) {
@@ -211,6 +219,7 @@ cdef extern from *:
                 if (!skn_coord(&p, end, &c)) goto bad;
                 if (c < base) goto bad;
                 c -= base;
+                if (c == INT64_MAX) goto bad;   /* its mode would be longer than int64 holds */
                 if (shape != NULL && c >= shape[k]) goto bad;
                 row[k] = c;
                 if (c > maxima[k]) maxima[k] = c;
@@ -221,9 +230,13 @@ cdef extern from *:
             if (!skn_value(&p, end, &v)) goto bad;
             if (!(v - v == 0)) goto bad;
             if (f32) {
-                if (fabs(v) > FLT_MAX) goto bad;
-                ((float *) vals)[r] = (float) v;
-                if ((float) v == 0) rep->zeros++;
+                float fv = (float) v;
+                if (isinf(fv)) goto bad;     /* rounds beyond the largest float32 */
+                ((float *) vals)[r] = fv;
+                if ((float) v == 0) {
+                    rep->zeros++;
+                    if (v != 0) rep->underflows++;
+                }
             } else {
                 ((double *) vals)[r] = v;
                 if (v == 0) rep->zeros++;
@@ -259,6 +272,7 @@ cdef extern from *:
         int64_t rows
         int64_t err
         int64_t zeros
+        int64_t underflows
         int64_t desc
         int64_t equal
     void skn_parse_seg(const char* buf, int64_t lo, int64_t hi, int ncols, int64_t base,
@@ -283,7 +297,8 @@ def parse(const unsigned char[::1] buf, Py_ssize_t length, int ncols, int64_t ba
     from ``base`` and, with ``shape`` (an int64 array), below the mode lengths.  The output must
     have room for ``buf.count(b"\\n") + 1`` rows after ``row0``.  Returns a dict: ``rows``
     (rows written), ``error`` (offset of the first bad line, or -1), ``maxima`` (largest
-    coordinate of every mode, -1 when no row), ``zeros`` (zero values), ``order`` (2: every
+    coordinate of every mode, -1 when no row), ``zeros`` (zero values), ``underflows`` (values
+    not 0 in the text that round to 0 as float32), ``order`` (2: every
     row after the one above it, 1: some equal, 0: some before it).
     """
     cdef Py_ssize_t N = ncols - 1
@@ -311,7 +326,7 @@ def parse(const unsigned char[::1] buf, Py_ssize_t length, int ncols, int64_t ba
             raise ValueError("parse: shape has the wrong length")
         pshape = &shp[0]
     result = {"rows": 0, "error": -1, "maxima": np.full(N, -1, dtype=np.int64), "zeros": 0,
-              "order": 2}
+              "underflows": 0, "order": 2}
     if length == 0:
         return result
     # segment boundaries just after a line break
@@ -346,6 +361,7 @@ def parse(const unsigned char[::1] buf, Py_ssize_t length, int ncols, int64_t ba
         w = 0
         order = 2
         zeros = 0
+        underflows = 0
         for s in range(nseg):
             if reps[s].rows and w != starts[s]:
                 memmove(psubs + (row0 + w) * N, psubs + (row0 + starts[s]) * N,
@@ -363,9 +379,11 @@ def parse(const unsigned char[::1] buf, Py_ssize_t length, int ncols, int64_t ba
             elif reps[s].equal and order == 2:
                 order = 1
             zeros += reps[s].zeros
+            underflows += reps[s].underflows
             w += reps[s].rows
         mx = np.asarray(maxima).max(axis=0)[:N] if N else np.zeros(0, np.int64)
-        result.update(rows=int(w), maxima=mx, zeros=int(zeros), order=order)
+        result.update(rows=int(w), maxima=mx, zeros=int(zeros), underflows=int(underflows),
+                      order=order)
         return result
     finally:
         free(reps)
@@ -415,6 +433,16 @@ cdef extern from *:
     /* the value as text: mode 0 an integer, 1 "%.{prec}g", 2 the shortest of %.15g, %.16g,
        %.17g that reads back as the same double, 3 (float32 values) the shortest of %.6g to
        %.9g that reads back as the same float32 */
+    /* a float written as digits alone gets ".0" (as Python writes floats): it stays a float
+       to a reader that guesses types */
+    static inline int skn_float_mark(char *p, int n) {
+        for (int i = 0; i < n; i++)
+            if (p[i] == '.' || p[i] == 'e' || p[i] == 'n' || p[i] == 'i') return n;
+        p[n] = '.';
+        p[n + 1] = '0';
+        return n + 2;
+    }
+
     static inline int skn_fmt_value(char *p, double v, int mode, int prec) {
         if (mode == 0) {
             if (v < 0) { p[0] = '-'; return 1 + skn_u64(p + 1, (uint64_t) (-v)); }
@@ -426,12 +454,13 @@ cdef extern from *:
                float32) as the same float32; 9 digits always do */
             for (int digits = 6; digits <= 9; digits++) {
                 int n = snprintf(p, 32, "%.*g", digits, v);
-                if (digits == 9 || (float) strtod(p, NULL) == (float) v) return n;
+                if (digits == 9 || (float) strtod(p, NULL) == (float) v)
+                    return skn_float_mark(p, n);
             }
         }
         for (int digits = 15; digits <= 17; digits++) {
             int n = snprintf(p, 32, "%.*g", digits, v);
-            if (digits == 17 || strtod(p, NULL) == v) return n;
+            if (digits == 17 || strtod(p, NULL) == v) return skn_float_mark(p, n);
         }
         return 0;
     }
@@ -462,7 +491,7 @@ FORMAT_BLOCK = FORMAT_BLOCK_C
 
 #: bytes a row may take at most: 20 per coordinate and separator, 32 for the value, a newline
 def row_bytes_max(Py_ssize_t ncoords):
-    return 20 * ncoords + 33
+    return 20 * ncoords + 35
 
 
 def format_rows(const int64_t[:, ::1] subs, const value_t[::1] vals, Py_ssize_t lo,
@@ -517,3 +546,80 @@ def count_newlines(const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t st
     if start < 0 or stop > buf.shape[0]:
         raise ValueError("count_newlines: range outside the buffer")
     return skn_count_nl(<const char*> &buf[start], stop - start)
+
+
+cdef struct _lines_seg:
+    int64_t count       # line breaks in the segment
+    int64_t first       # offset of its first line break (-1: none)
+    int64_t last        # offset of its last line break
+    int64_t longest     # longest line between two of its own line breaks
+    int64_t at          # start of that line
+
+
+def line_stats(const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t stop,
+               int64_t limit, int num_threads=1):
+    """Line breaks in ``buf[start:stop]`` and the first line longer than ``limit`` bytes.
+
+    Returns ``(count, offset)``: the number of line breaks and the offset of the start of the
+    first line (counted from ``start``; the text before ``start`` is not looked at) longer than
+    ``limit`` bytes without its line break, or -1 when there is none (or ``limit < 0``).  The
+    text after the last line break counts as a line.  One pass, in parallel segments.
+    """
+    cdef Py_ssize_t n = stop - start
+    if n <= 0:
+        return 0, -1
+    if start < 0 or stop > buf.shape[0]:
+        raise ValueError("line_stats: range outside the buffer")
+    cdef Py_ssize_t nseg = max(1, min(num_threads, n // MIN_SEGMENT_C))
+    cdef _lines_seg* segs = <_lines_seg*> calloc(nseg, sizeof(_lines_seg))
+    if segs == NULL:
+        raise MemoryError()
+    cdef const unsigned char* p = &buf[start]
+    cdef Py_ssize_t s, i, lo, hi, prev
+    cdef int64_t count = 0, bad = -1, line_start = 0, length
+    try:
+        for s in prange(nseg, nogil=True, schedule="static", num_threads=nseg):
+            lo = n * s // nseg
+            hi = n * (s + 1) // nseg
+            segs[s].first = -1
+            segs[s].last = -1
+            segs[s].longest = -1
+            prev = -1
+            for i in range(lo, hi):
+                if p[i] == 10:
+                    segs[s].count += 1
+                    if prev >= 0 and i - prev - 1 > segs[s].longest:
+                        segs[s].longest = i - prev - 1
+                        segs[s].at = prev + 1
+                    if segs[s].first < 0:
+                        segs[s].first = i
+                    prev = i
+            segs[s].last = prev
+        # lines that cross segments, and the first segment's leading line, in order
+        if limit >= 0:
+            line_start = 0
+            for s in range(nseg):
+                if segs[s].first < 0:
+                    continue
+                length = segs[s].first - line_start
+                if length > limit:
+                    bad = line_start
+                    break
+                if segs[s].longest > limit:
+                    # the first such line inside the segment: scan it again to find it
+                    prev = segs[s].first
+                    for i in range(segs[s].first + 1, segs[s].last + 1):
+                        if p[i] == 10:
+                            if i - prev - 1 > limit:
+                                bad = prev + 1
+                                break
+                            prev = i
+                    break
+                line_start = segs[s].last + 1
+            if bad < 0 and n - line_start > limit:
+                bad = line_start
+        for s in range(nseg):
+            count += segs[s].count
+    finally:
+        free(segs)
+    return count, bad

@@ -97,10 +97,13 @@ def diagnose_line(line, ncols, first_line, index_base, shape, dtype):
     nmodes = ncols - 1
     for k, tok in enumerate(tokens[:nmodes]):
         value = _as_int(tok)
-        if value is None or abs(value) >= 2 ** 62:
+        if value is None:
             if _as_float(tok) is None:
                 return f"{tok!r} is not a number"
             return f"coordinate {tok!r} in mode {k + 1} {_coord_problem(index_base)}"
+        if value - index_base >= 2 ** 63 - 1:
+            return (f"coordinate {tok!r} in mode {k + 1} is too large: a zero-based coordinate "
+                    f"must be below 2**63 - 1")
         if value < index_base:
             return f"coordinate {tok!r} in mode {k + 1} {_coord_problem(index_base)}"
         if shape is not None and value - index_base >= shape[k]:
@@ -112,7 +115,9 @@ def diagnose_line(line, ncols, first_line, index_base, shape, dtype):
         return f"{tok!r} is not a number"
     if not np.isfinite(value):
         return f"value {tok!r} is not finite"
-    if dtype == np.float32 and abs(value) > float(np.finfo(np.float32).max):
+    with np.errstate(over="ignore"):
+        too_large = dtype == np.float32 and np.isinf(np.float32(value))
+    if too_large:
         return f"value {tok} is too large for {dtype.name}"
     return None
 
@@ -175,16 +180,19 @@ def _stream_blocks(stream, size, state):
             buf = bufs[cur]
             n = carry + got
             eof = n < len(buf)
-            start = 0
             if first:
+                # the mark is skipped in the first block, also when that block grows
                 first = False
-                if buf[:3] == _UTF8_BOM:
-                    start = 3
+                lead = 3 if buf[:3] == _UTF8_BOM else 0
+            start = lead
             if eof:
                 cut = n
             else:
                 cut = buf.rfind(b"\n", start, n) + 1
                 if cut == 0:
+                    limit = state.get("limit")
+                    if limit is not None and n - start > limit:
+                        raise TextError(_too_long(state["name"], state["lines"] + 1, limit))
                     # a line longer than the block: make the block larger and read on
                     buf.extend(bytes(len(buf)))
                     carry = n
@@ -203,6 +211,7 @@ def _stream_blocks(stream, size, state):
                 yield buf, view, start, cut, eof
             finally:
                 view.release()
+            lead = 0
             if eof:
                 return
             cur = 1 - cur
@@ -214,6 +223,11 @@ def _stream_blocks(stream, size, state):
             except Exception:  # the error that matters is the one being raised
                 pass
         pool.shutdown(wait=True)
+
+
+def _too_long(name, line, limit):
+    return (f"{name}, line {line}: the line is longer than {limit} bytes (the max_line_length "
+            f"of load_tns)")
 
 
 def _mapped_blocks(mm, size):
@@ -241,7 +255,8 @@ def _mapped_blocks(mm, size):
 
 
 def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
-             block_bytes=None, size_hint=None, exact_size=False, num_threads=None):
+             block_bytes=None, size_hint=None, exact_size=False, num_threads=None,
+             max_line_length=None, max_modes=None):
     """Parse a ``.tns`` stream into coordinates and values (file order).
 
     Parameters
@@ -264,13 +279,19 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
         ``size_hint`` is exact (an uncompressed file): buffers need not be larger.
     num_threads : int, optional
         Threads of the parser (default: the package's setting).
+    max_line_length : int, optional
+        Longest line accepted (bytes, line break excluded); a longer one is an error, and no
+        buffer grows beyond a block and such a line.
+    max_modes : int, optional
+        Most coordinates a line may hold.
 
     Returns
     -------
     dict
         ``subs`` (int64, zero-based, rows x modes; None when the file has no data line),
         ``vals``, ``maxima`` (largest coordinate per mode), ``order`` (2: rows strictly
-        increase, 1: some repeat, 0: unsorted), ``zeros`` (zero values), ``lines``.
+        increase, 1: some repeat, 0: unsorted), ``zeros`` (zero values), ``underflows``
+        (values not 0 in the text that round to 0 in ``dtype``), ``lines``.
 
     Raises
     ------
@@ -287,7 +308,7 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
     else:
         if size_hint and exact_size:
             size = max(1, min(size, int(size_hint) + 1))   # a small file needs no large buffers
-        state = {"name": name, "lines": 0}
+        state = {"name": name, "lines": 0, "limit": max_line_length}
         blocks = _stream_blocks(stream, size, state)
     shape_arr = None if shape is None else np.asarray(shape, dtype=np.int64)
     lines_before = 0
@@ -296,13 +317,17 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
     rows = 0
     order = 2
     zeros = 0
+    underflows = 0
     maxima = None
     last_row = None
+    limit = -1 if max_line_length is None else int(max_line_length)
     try:
         for buf, view, start, cut, eof in blocks:
-            nl = _tns.count_newlines(view, start, cut)
+            nl, bad = _tns.line_stats(view, start, cut, limit, nt)
+            # lines before a line over the limit are read first: an error there comes first
+            end = cut if bad < 0 else start + bad
             if ncols is None:
-                found = _first_data_line(buf, start, cut)
+                found = _first_data_line(buf, start, end)
                 if found is not None:
                     off, text = found
                     first_line = lines_before + _tns.count_newlines(view, start, off) + 1
@@ -311,6 +336,10 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
                     if ncols < 2:
                         raise TextError(f"{where}: found {ncols} column; a nonzero needs its "
                                         f"coordinates followed by its value")
+                    if max_modes is not None and ncols - 1 > max_modes:
+                        raise TextError(f"{where}: found {ncols - 1} coordinates, more than "
+                                        f"max_modes={max_modes} (pass a larger max_modes to "
+                                        f"load_tns if the tensor really has that many modes)")
                     if shape is not None and ncols - 1 != len(shape):
                         raise TextError(f"{where}: found {ncols - 1} coordinates but `shape` "
                                         f"{tuple(shape)} has {len(shape)} modes")
@@ -319,15 +348,15 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
                         per_line = max((cut - off) / max(nl, 1), 1.0)
                         hint = int(size_hint / per_line * 1.02) + 1024
                     out = _Grow(ncols - 1, dtype, hint or (nl + 1))
-            if ncols is not None and cut > start:
+            if ncols is not None and end > start:
                 out.reserve(rows + nl + 1)
-                rep = _tns.parse(view[start:cut], cut - start, ncols, index_base, shape_arr,
+                rep = _tns.parse(view[start:end], end - start, ncols, index_base, shape_arr,
                                  out.subs, out.vals, rows, nt)
                 if rep["error"] >= 0:
                     off = start + rep["error"]
                     line_no = lines_before + _tns.count_newlines(view, start, off) + 1
-                    stop = buf.find(b"\n", off, cut)
-                    text = bytes(buf[off:cut if stop == -1 else stop]).decode("latin-1")
+                    stop = buf.find(b"\n", off, end)
+                    text = bytes(buf[off:end if stop == -1 else stop]).decode("latin-1")
                     msg = diagnose_line(text, ncols, first_line, index_base, shape, dtype)
                     raise TextError(f"{name}, line {line_no}: "
                                     f"{msg or 'cannot be read as a nonzero'}")
@@ -341,10 +370,14 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
                             order = min(order, 1)
                     order = min(order, rep["order"])
                     zeros += rep["zeros"]
+                    underflows += rep["underflows"]
                     maxima = rep["maxima"] if maxima is None else np.maximum(maxima,
                                                                              rep["maxima"])
                     rows += got_rows
                     last_row = out.subs[rows - 1].copy()
+            if bad >= 0:
+                line_no = lines_before + _tns.count_newlines(view, start, start + bad) + 1
+                raise TextError(_too_long(name, line_no, max_line_length))
             lines_before += nl
             if not isinstance(stream, mmap.mmap):
                 state["lines"] = lines_before
@@ -355,10 +388,10 @@ def read_tns(stream, name, shape=None, index_base=1, dtype=np.float64, *,
         blocks.close()
     if out is None:
         return {"subs": None, "vals": None, "maxima": None, "order": 2, "zeros": 0,
-                "lines": lines_before}
+                "underflows": 0, "lines": lines_before}
     subs, vals = out.finish(rows)
     return {"subs": subs, "vals": vals, "maxima": maxima, "order": order, "zeros": zeros,
-            "lines": lines_before}
+            "underflows": underflows, "lines": lines_before}
 
 
 # ---------------------------------------------------------------------------------- files
@@ -421,7 +454,8 @@ def open_text(path):
 
 
 def load_arrays(path, shape=None, *, index_base=1, dtype=np.float64, block_bytes=None,
-                num_threads=None):
+                num_threads=None, max_line_length=None, max_modes=None, opened=None,
+                report=None):
     """Read a ``.tns`` file into the canonical arrays of a tensor.
 
     Returns ``(subs, vals, shape, canonical)``: sorted, duplicate-free coordinates, nonzero
@@ -429,9 +463,14 @@ def load_arrays(path, shape=None, *, index_base=1, dtype=np.float64, block_bytes
     mode); ``subs`` is None when the file holds no data line.  ``canonical`` is False when the
     tensor is too wide for the compiled sort (:data:`.canonical.MAX_KEY_BITS`): then the
     arrays are in file order and still need sorting.
+
+    ``opened``: ``(binary stream, name, size hint, exact)`` to read instead of opening
+    ``path`` with :func:`open_text` (the stream is closed here).  ``report``: a dict that
+    receives ``underflows`` (values that round to 0 in ``dtype``) and ``lines``.
+    Errors of the canonical form (:class:`.canonical.CanonicalError`) pass through.
     """
     from .canonical import canonical_from
-    stream, name, hint, exact = open_text(path)
+    stream, name, hint, exact = open_text(path) if opened is None else opened
     mm = None
     if exact and hint and isinstance(stream, io.FileIO):
         try:
@@ -442,7 +481,8 @@ def load_arrays(path, shape=None, *, index_base=1, dtype=np.float64, block_bytes
     try:
         got = read_tns(stream if mm is None else mm, name, shape, index_base, dtype,
                        block_bytes=block_bytes, size_hint=hint, exact_size=exact,
-                       num_threads=num_threads)
+                       num_threads=num_threads, max_line_length=max_line_length,
+                       max_modes=max_modes)
     finally:
         if mm is not None:
             mm.close()
@@ -451,6 +491,8 @@ def load_arrays(path, shape=None, *, index_base=1, dtype=np.float64, block_bytes
         stream.close()
         if inner is not None and hasattr(inner, "close"):
             inner.close()
+    if report is not None:
+        report.update(underflows=got["underflows"], lines=got["lines"])
     if got["subs"] is None:
         return None, None, shape, True
     if shape is None:

@@ -256,6 +256,25 @@ class Backend(ABC):
         (from 1, for Adam's bias correction), clipping every entry to ``lower``."""
         self._gcp_missing("gcp_optimizer_step")
 
+    def gcp_steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, solver,
+                  opt, lr, t_first, lower, beta1, beta2, epsilon, active=None, out=None,
+                  deadline=None, clock=None):
+        """``n_steps`` steps of a stochastic solver: for ``s = 0, 1, …`` the gradient of draw
+        ``first_draw + s`` (:meth:`gcp_sampled_gradient`), then optimiser step ``t_first + s``
+        (:meth:`gcp_optimizer_step`).  With ``deadline``, stops after the first step at which
+        ``clock()`` exceeds it (a :meth:`decide`, so that the processes of a distributed fit
+        stop together).  Returns ``(grads, steps_done, timed_out)``.  This default
+        calls the two primitives step by step; a backend may run the steps in one call (the
+        same results)."""
+        for s in range(n_steps):
+            out, _ = self.gcp_sampled_gradient(T, state, weights, factors, loss, seed,
+                                               first_draw + s, out=out, active=active)
+            self.gcp_optimizer_step(solver, factors, out, opt, lr, t_first + s, lower, beta1,
+                                    beta2, epsilon, active)
+            if deadline is not None and self.decide(clock() > deadline):
+                return out, s + 1, True
+        return out, n_steps, False
+
     def info(self):
         """A dict describing this backend for ``show_config``."""
         return {"name": self.name}

@@ -32,6 +32,7 @@ from ..formats import FORMATS
 from ..kruskal import KruskalTensor
 from ..tensor import as_sparse_tensor
 from ._init import initialize_factors
+from . import _progress
 
 __all__ = ["BaseCP"]
 
@@ -224,6 +225,16 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         if self.verbose:
             print(f"[{type(self).__name__}] {msg}", file=sys.stderr, flush=True)
 
+    def _report_iteration(self, iteration, objective, t0, objective_name=None):
+        """Once per outer iteration of a fit: pass it to the :func:`fit_callback` of this
+        context (``t0``: when the iterations began; the name defaults to the objective that
+        ``_objective_name`` gives)."""
+        _progress.report(self, iteration, objective, objective_name or self._objective_name,
+                         time.perf_counter() - t0)
+
+    #: what the objective passed to the fit callback is (see ``FitProgress``)
+    _objective_name = "objective"
+
     # ------------------------------------------------------------------ public API
     def fit(self, X, y=None):
         """Fit the CP model to the tensor ``X``.
@@ -283,7 +294,8 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 if not isinstance(init_param, str):
                     factors0 = self._check_init_scale(factors0)
                 t1 = time.perf_counter()
-                result = self._fit_model(backend, T, X, factors0, rng, **fit_args)
+                with _progress.random_start(trial + 1, self.n_init):
+                    result = self._fit_model(backend, T, X, factors0, rng, **fit_args)
                 result["time"] = time.perf_counter() - t1
                 if self.n_init > 1:
                     self._log(f"init {trial + 1}/{self.n_init}: score "
@@ -332,7 +344,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
-        backend = self._backend()
+        backend = self._backend(X)
         with backend.compute_scope(), prepared(backend, X, self._storage_format()) as T:
             return self._solve_mode0(backend, T, X, self.factors_)
 
@@ -340,7 +352,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """Goodness of fit of ``X`` after refitting its mode-0 loadings (greater is better)."""
         check_is_fitted(self, "factors_")
         X = self._validate_input(X, reset=False)
-        backend = self._backend()
+        backend = self._backend(X)
         with backend.compute_scope(), prepared(backend, X, self._storage_format()) as T:
             W = self._solve_mode0(backend, T, X, self.factors_)
             return float(self._score_loadings(backend, T, X, W, self.factors_))

@@ -156,6 +156,8 @@ class CPALS(BaseCP):
         "init": [_InitConstraint({"random", "nvecs"})],
     }
 
+    _objective_name = "fit"
+
     def __init__(self, rank=2, *, max_iter=100, tol=1e-4, init="random", random_state=None,
                  n_init=1, device="cpu", format="auto", verbose=0, max_time=None):
         self.rank = rank
@@ -240,13 +242,15 @@ class CPALS(BaseCP):
                     f"CPALS diverged at iteration {n_iter} (fit is {fit}); try a smaller rank or "
                     "init='nvecs'")
             change = abs(fit_old - fit)
+            self._report_iteration(n_iter, fit, t0)
             if self.verbose and (self.verbose > 1 or it % 10 == 0):
                 self._log(f"iter {n_iter:4d}  fit {fit:.8f}  change {change:.2e}  "
                           f"{time.perf_counter() - t0:.2f}s")
             if it > 0 and change < self.tol:
                 stop = "tol"
                 break
-            if self.max_time is not None and time.perf_counter() - t0 > self.max_time:
+            if self.max_time is not None and backend.decide(time.perf_counter() - t0
+                                                             > self.max_time):
                 stop = "max_time"
                 self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
@@ -258,7 +262,7 @@ class CPALS(BaseCP):
                 "attributes": {"fit_": float(fit)}}
 
     def _solve_mode0(self, backend, T, X, factors):
-        U = [backend.asarray(np.empty((X.shape[0], self.rank_), dtype=X.dtype))]
+        U = [backend.asarray(np.zeros((X.shape[0], self.rank_), dtype=X.dtype))]
         U += [backend.asarray(f, dtype=X.dtype) for f in factors[1:]]
         grams = [np.ones((self.rank_, self.rank_))] + [backend.gram(u) for u in U[1:]]
         M = backend.mttkrp(T, U, 0)
@@ -266,7 +270,7 @@ class CPALS(BaseCP):
         return np.asarray(backend.to_numpy(W), dtype=np.float64)
 
     def _score_loadings(self, backend, T, X, W, factors):
-        s = _data_scale(getattr(X, "vals", None))
+        s = _data_scale(np.array([_max_abs(X)]))
         if s != 1.0:  # the score is scale-free: compute it on scaled data and loadings
             X = _scaled(X, s)
             T = backend.prepare(X, self._storage_format())

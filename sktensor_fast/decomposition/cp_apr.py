@@ -218,6 +218,8 @@ class CPAPR(BaseCP):
         "init": [_InitConstraint({"random"})],
     }
 
+    _objective_name = "log-likelihood"
+
     def __init__(self, rank=2, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
                  kappa=0.01, kappa_tol=1e-10, eps_div_zero=None, eps_active=1e-8, mu0=1e-5,
                  lbfgs_mem=3, inexact=True, init="random", random_state=None, n_init=1,
@@ -284,6 +286,7 @@ class CPAPR(BaseCP):
                 "eps_active": self.eps_active, "mu0": self.mu0, "lbfgs_mem": self.lbfgs_mem}
 
     def _report(self, it, loglik, kkt, n_inner, t0):
+        self._report_iteration(it + 1, loglik, t0)
         if self.verbose and (self.verbose > 1 or it % 10 == 0):
             self._log(f"iter {it + 1:4d}  log-likelihood {loglik:.10g}  kkt {kkt:.3e}  "
                       f"inner {n_inner:6d}  {time.perf_counter() - t0:.2f}s")

@@ -155,7 +155,8 @@ class GCP(BaseCP):
     for large-scale tensor decomposition*, SIMODS 2020) never form ``Y``.  Each step draws a
     fresh sample of entries, computes the model values there from the factor rows, the
     weighted loss derivatives and the gradient of every mode in one fused kernel, and takes a
-    step; factors are clipped to the loss's lower bound.  The loss is estimated on a fixed
+    step; factors are clipped to the loss's lower bound.  On the CPU the steps of an epoch run
+    in one compiled loop, with no Python work between them.  The loss is estimated on a fixed
     stratified sample drawn once per fit.  The steps are grouped in epochs of ``epoch_iters``;
     an epoch whose estimated loss went up is undone (model and optimiser state restored) and
     the learning rate multiplied by ``decay``.  The fit stops after ``max_iter`` epochs, when
@@ -488,7 +489,7 @@ class GCP(BaseCP):
         t0 = time.perf_counter()
         if self.solver == "lbfgsb":
             U, F, n_iter, history, stop = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
-                                                       t0=t0)
+                                                       t0=t0, report=True)
             U, F_exact, n_refit, refit_history = self._refit_mode0(backend, T, X, U, loss, obs,
                                                                     t0=t0)
             if F_exact is not None:
@@ -505,7 +506,7 @@ class GCP(BaseCP):
                 self._log(f"{self.sampler} sampling: {ctx.state.n_grad} samples per step "
                           f"(nonzeros, others), loss sample {ctx.state.n_loss}")
             U, F, n_iter, history, stop = self._stochastic(backend, ctx.To, ctx.state, U, loss,
-                                                           seed, t0=t0)
+                                                           seed, t0=t0, report=True)
             U0 = U[0]
             U, *_ = self._refit_mode0(backend, T, X, U, loss, obs, t0=t0)
             if U[0] is not U0:  # loss_ stays the estimate on the fixed sample
@@ -554,12 +555,14 @@ class GCP(BaseCP):
         return U, F, n_iter, history
 
     # ------------------------------------------------------------------ solvers
-    def _stochastic(self, backend, T, state, U, loss, seed, active=None, t0=None):
+    def _stochastic(self, backend, T, state, U, loss, seed, active=None, t0=None,
+                    report=False):
         """Epochs of Adam / SGD / AdaGrad on the factors (only those with ``active[k]``).
 
         Returns the factors, the estimated loss, the epochs run, the loss history and why it
         stopped: ``"tol"``, ``"fails"`` (more than ``max_fails`` failed epochs), ``"max_iter"``
         or ``"max_time"`` (checked after every step, measured from ``t0``; None: no limit).
+        ``report``: pass every epoch to the fit callback (the fit's own solver).
         """
         R = U[0].shape[1]
         ones = np.ones(R)
@@ -579,16 +582,15 @@ class GCP(BaseCP):
             saved = ([backend.copy(u) for u in U],
                      {k: [backend.copy(a) for a in v] for k, v in opt.items()}, t)
             lr = self.learning_rate * self.decay ** n_fails
-            for _ in range(self.epoch_iters):
-                G, _ = backend.gcp_sampled_gradient(T, state, ones, U, loss, seed, draws, out=G,
-                                                    active=active)
-                draws += 1
-                t += 1
-                backend.gcp_optimizer_step(self.solver, U, G, opt, lr, t, loss.lower,
-                                           self.beta1, self.beta2, self.epsilon, active)
-                if limit is not None and time.perf_counter() > limit:
-                    stop = "max_time"
-                    break
+            # the epoch's steps in one call (one compiled loop on the CPU backend)
+            G, done, timed_out = backend.gcp_steps(
+                T, state, ones, U, loss, seed, draws, self.epoch_iters, self.solver, opt, lr,
+                t + 1, loss.lower, self.beta1, self.beta2, self.epsilon, active, out=G,
+                deadline=limit, clock=time.perf_counter)
+            draws += done
+            t += done
+            if timed_out:
+                stop = "max_time"
             f_new = float(backend.gcp_loss_estimate(T, state, ones, U, loss))
             n_epochs += 1
             failed = not f_new <= f  # NaN counts as a failure
@@ -600,6 +602,8 @@ class GCP(BaseCP):
                 change = abs(f - f_new) / max(abs(f), np.finfo(float).tiny)
                 f = f_new
             history.append(f)
+            if report:
+                self._report_iteration(n_epochs, f, t0, "estimated loss")
             if self.verbose:
                 self._log(f"epoch {n_epochs:4d}  f-est {f_new:.6e}  lr {lr:.2e}"
                           + (f"  failed ({n_fails}), restored" if failed else
@@ -617,7 +621,7 @@ class GCP(BaseCP):
         return U, f, n_epochs, history, stop
 
     def _lbfgsb(self, backend, T, U, loss, mask=None, active=None, tight=False, maxiter=None,
-                t0=None):
+                t0=None, report=False):
         """L-BFGS-B on the exact loss; only the factors with ``active[k]`` move.
 
         ``tight``: solve to (near) machine precision, for the convex problems of
@@ -625,6 +629,7 @@ class GCP(BaseCP):
         Otherwise the fit's tolerance (scipy's ``ftol = tol * 1e-4``) and at most ``maxiter``
         iterations (default ``max_iter``).
         ``t0``: start of the fit, from which ``max_time`` is counted (None: no limit).
+        ``report``: pass every iteration to the fit callback (the fit's own solver).
         Returns the factors, the loss, the iterations, the loss history and why it stopped
         (``"tol"``, ``"max_iter"``, ``"max_time"`` or ``"linesearch"``).
         """
@@ -664,10 +669,12 @@ class GCP(BaseCP):
 
         def callback(intermediate_result):
             history.append(float(intermediate_result.fun))
+            if report:
+                self._report_iteration(len(history) - 1, history[-1], t0, "loss")
             if self.verbose:
                 self._log(f"iter {len(history) - 1:4d}  loss {history[-1]:.8e}  "
                           f"{time.perf_counter() - t0:.2f}s")
-            if limit is not None and time.perf_counter() > limit:
+            if limit is not None and backend.decide(time.perf_counter() > limit):
                 timed_out.append(True)
                 raise StopIteration
 

@@ -35,12 +35,7 @@ class _ShareView(SparseTensor):
 
 
 def validate(Xd, estimator, reset):
-    name = type(estimator).__name__
     with agree_on_errors(Xd.comm):
-        if not reset:
-            raise NotImplementedError(
-                f"{name}: transform and score take a tensor of one process; a "
-                f"DistributedTensor is for fit (use Xd.gather() on small data)")
         estimator._validate_input(_ShareView.of(Xd), reset)
     return Xd
 

@@ -20,11 +20,10 @@ a copy of the nonzeros whose mode-``n`` coordinate falls in its block (coordinat
 The choice and its measured cost are in ``doc/scaling.md``.
 """
 import os
-import warnings
 
 import numpy as np
 
-from ..tensor import SparseTensor, _check_shape
+from ..tensor import SparseTensor
 from ._mpi import Channel, agree_on_errors, get_comm, install_abort_hook
 
 __all__ = ["DistributedTensor", "scatter", "load_tns", "balanced_blocks"]
@@ -152,20 +151,10 @@ class DistributedTensor:
         install_abort_hook()
 
     # ------------------------------------------------------------------ global properties
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        size = 1
-        for s in self.shape:
-            size *= s
-        return size
-
-    @property
-    def density(self):
-        return self.nnz / self.size
+    # ndim, size and density from shape and nnz, as for a SparseTensor
+    ndim = SparseTensor.ndim
+    size = SparseTensor.size
+    density = SparseTensor.density
 
     def norm(self):
         """Frobenius norm of the whole tensor."""
@@ -410,14 +399,8 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
             raise TypeError("sktensor_fast.distributed.load_tns needs a file path that every "
                             "process can open, not a file object")
         name = os.fspath(path)
-        if shape is not None:
-            shape = _check_shape(shape)
-        if isinstance(index_base, bool) or int(index_base) != index_base or index_base < 0:
-            raise ValueError(f"index_base must be a nonnegative integer, got {index_base!r}")
-        dtype = np.dtype(dtype)
-        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
-        args = (os.path.abspath(name), shape, dtype.str, int(index_base))
+        shape, index_base, dtype = _io._check_tns_args(shape, index_base, dtype)
+        args = (os.path.abspath(name), shape, dtype.str, index_base)
     everyone = comm.allgather(args)
     with agree_on_errors(comm):
         if any(a != everyone[0] for a in everyone):

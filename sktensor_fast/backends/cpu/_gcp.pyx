@@ -10,20 +10,29 @@ row ``i_k(j)`` of mode ``k``, over the samples ``j``, with ``y_j = w_j ∂f/∂m
 :func:`gradient` computes it without building the sampled tensor.  Samples are processed in
 blocks of a fixed size; for each block
 
-1. (parallel over samples) draw the sample, read the N factor rows it touches, form the model
-   value from them (suffix products), the weighted loss derivative ``y_j``, and the N
-   contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]`` (prefix × suffix products) into a buffer;
-2. (parallel over modes) stable LSD radix sort of the block's samples by their mode-k row;
-3. (parallel over runs of equal rows) add each run of contributions, in sample order, into its
-   gradient row.  A row is owned by exactly one run, so no atomics and no per-thread copies of
-   the gradient are needed.
+1. (parallel over tasks of 256 samples) draw the samples, read the N factor rows each
+   touches, form the model value from them (suffix products) and the weighted loss
+   derivative ``y_j``; keep ``y_j`` and the sample's rows, and list the task's samples of
+   every mode by row range (a stable counting sort into at most 64 ranges of rows, fixed by
+   the mode's size);
+2. (parallel over (mode, row range)) form the contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]``
+   of the range's rows again from ``y_j`` and the factor rows (the prefix × suffix products of
+   the serial version, in its order) and add them, task by task of step 1 and in sample
+   order within each, into their gradient rows.  A row is owned by exactly one range, so no
+   atomics and no per-thread copies of the gradient are needed.  (Storing the N contribution
+   rows of every sample instead would write and read back N·R words per sample, most of them
+   cache misses; forming them again reads factor rows, which stay in cache far more often.)
+
+Two parallel loops per block (one block per step at the default sample counts), each with a
+dynamic schedule over tasks that do not depend on the thread count.
 
 This is the "sparse array" variant of GenTen's fused sampling + MTTKRP.  Per-thread private
 gradient buffers would have to be zeroed and merged over every row of every mode at each step
 (Σ I_k · R · threads) and would make the summation order depend on the thread count; with the
-sort, the work per step is proportional to the number of samples, and every gradient row is
-the sum of its contributions in increasing sample order.  On one thread the kernel skips the
-buffer and the sort and adds each contribution straight into its row as the samples come,
+lists by row range, the work per step is proportional to the number of samples, and every
+gradient row is the sum of its contributions in increasing sample order.  On one thread the
+kernel skips the buffer and the lists and adds each contribution straight into its row as the
+samples come,
 which is the same order: the result is bitwise identical for any thread count (the module is
 compiled without contraction of a*b + c into fused multiply-adds, which would round the two
 paths differently).
@@ -49,9 +58,9 @@ themselves.  Like the other kernels, these trust their inputs; the Python layer
 (``backends/cpu/gcp_ops.py``) validates shapes and builds the sampler.
 """
 from cython.parallel cimport prange, parallel
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
-from libc.math cimport sqrt
+from libc.math cimport sqrt, pow
 from libc.stdint cimport int64_t, uint64_t, int8_t
 
 cdef extern from "Python.h":
@@ -86,13 +95,16 @@ cdef extern from "sktf_losses.h":
     int SKTF_N_LOSSES
 
 cdef enum:
-    RADIX_BITS = 11
-    RADIX = 2048
     # samples per chunk of the loss sum (fixed: sums do not depend on the thread count)
     LOSS_CHUNK = 1024
     # samples drawn ahead of the one being processed (their rows are prefetched)
     LOOKAHEAD = 8
-    # below this much work (samples x modes x rank, or entries) a kernel runs on one thread
+    # samples per task of the first phase of the multi-threaded gradient
+    PHASE1_CHUNK = 256
+    # most row ranges per mode in its second phase
+    MAX_PARTS = 64
+    # below this much work (samples x modes x rank, or entries) a kernel runs on one thread;
+    # the sampling kernels take one thread per this much work (see _threads_for)
     SERIAL_WORK = 131072
     # samples between two checks for a pending signal (Ctrl-C) in the long-running kernels
     SIGNAL_EVERY = 1 << 20
@@ -383,8 +395,7 @@ cdef class GcpSampler:
         S.key = key
         if n == 0:
             return
-        if n * N < SERIAL_WORK:
-            num_threads = 1
+        num_threads = _threads_for(n * N, num_threads)
         with nogil:
             j0 = 0
             while j0 < n:  # in pieces, to see Ctrl-C in between
@@ -431,40 +442,15 @@ cdef void _explicit_src(Src* S, int N, object xsubs, object xvals, object xw, ob
 
 
 # ---------------------------------------------------------------------------- fused gradient
-cdef int64_t* _radix_sort(const int64_t* keys, int stride, int64_t n, int64_t maxkey,
-                          int64_t* a, int64_t* b, int64_t* hist) noexcept nogil:
-    """Stable LSD radix sort of 0..n-1 by keys[i * stride]; returns the sorted buffer (a or b)."""
-    cdef int64_t i, d, tmp_total
-    cdef int shift = 0
-    cdef int64_t* t
-    for i in range(n):
-        a[i] = i
-    while shift < 64 and (maxkey >> shift) != 0:
-        memset(hist, 0, (RADIX + 1) * sizeof(int64_t))
-        for i in range(n):
-            d = (keys[a[i] * stride] >> shift) & (RADIX - 1)
-            hist[d + 1] += 1
-        for d in range(RADIX):
-            hist[d + 1] += hist[d]
-        for i in range(n):
-            d = (keys[a[i] * stride] >> shift) & (RADIX - 1)
-            b[hist[d]] = a[i]
-            hist[d] += 1
-        t = a
-        a = b
-        b = t
-        shift += RADIX_BITS
-    return a
-
-
 cdef inline double _terms(const Src* S, int64_t j, double x, double w, int corr, int code,
                           double param, const double* lam, double** fac, int N, Py_ssize_t R,
                           const int64_t* idx, const double** rows, double* suf, double* pre,
-                          bint want_loss) noexcept nogil:
+                          bint want_loss, double* yout=NULL) noexcept nogil:
     """For sample j (coordinates ``idx``, value x, weight w), read its factor rows and leave
     in ``suf[k]`` the product of the rows after mode k and in ``pre`` the weighted derivative
     times λ; returns the weighted loss (when ``want_loss``).  The contribution of mode k is
-    then ``pre ⊛ suf[k]`` once ``pre`` has been multiplied by the rows of the modes before k."""
+    then ``pre ⊛ suf[k]`` once ``pre`` has been multiplied by the rows of the modes before k.
+    ``yout`` (optional) receives the weighted derivative."""
     cdef double m = 0.0, yv, f = 0.0
     cdef int k
     cdef Py_ssize_t r
@@ -491,19 +477,9 @@ cdef inline double _terms(const Src* S, int64_t j, double x, double w, int corr,
         f = w * f
     for r in range(R):
         pre[r] = yv * lam[r]
+    if yout != NULL:
+        yout[0] = yv
     return f
-
-
-cdef inline double _sample_terms(const Src* S, int64_t j, int code, double param,
-                                 const double* lam, double** fac, int N, Py_ssize_t R,
-                                 int64_t* idx, const double** rows, double* suf, double* pre,
-                                 bint want_loss) noexcept nogil:
-    """Draw sample j into ``idx``, then :func:`_terms`."""
-    cdef double x, w = 0.0
-    cdef int corr = 0
-    x = _sample(S, j, idx, &w, &corr)
-    return _terms(S, j, x, w, corr, code, param, lam, fac, N, R, idx, rows, suf, pre,
-                  want_loss)
 
 
 cdef inline void _prefetch_rows(double** fac, double** grad, const int8_t* active,
@@ -517,11 +493,20 @@ cdef inline void _prefetch_rows(double** fac, double** grad, const int8_t* activ
                 SKTF_PREFETCH_W(grad[k] + idx[k] * R + off)
 
 
+cdef inline void _prefetch_factor_rows(double** fac, const int64_t* idx, int N,
+                                       Py_ssize_t R) noexcept nogil:
+    cdef int k
+    cdef Py_ssize_t off
+    for k in range(N):
+        for off in range(0, R, 8):
+            SKTF_PREFETCH(fac[k] + idx[k] * R + off)
+
+
 cdef double _gradient_serial(const Src* S, int code, double param, const double* lam,
                              double** fac, double** grad, const int8_t* active,
                              Py_ssize_t R, bint want_loss) except? -1.0:
     """One thread: every contribution goes straight into its gradient row, in sample order
-    (the same order, hence the same sums, as the sorted path of the parallel version).
+    (the same order, hence the same sums, as the listed path of the parallel version).
     Samples are drawn ``LOOKAHEAD`` ahead and their factor and gradient rows prefetched, so
     that the memory latency of the random rows overlaps the arithmetic of earlier samples."""
     cdef int N = S.nmodes, k, slot
@@ -574,114 +559,182 @@ cdef double _gradient_serial(const Src* S, int code, double param, const double*
     return total
 
 
+cdef inline int64_t _n_parts(int64_t rows) noexcept nogil:
+    """Row ranges of a mode in the multi-threaded gradient (fixed by the mode's size)."""
+    return rows if rows < MAX_PARTS else MAX_PARTS
+
+
 cdef double _gradient_parallel(const Src* S, int code, double param, const double* lam,
                                double** fac, double** grad, const int8_t* active,
                                const int64_t* shape, Py_ssize_t R, int64_t block,
                                bint want_loss, int num_threads, double* work) except? -1.0:
-    """Blocks of samples: contributions in parallel, sort by row, add runs in sample order.
+    """Blocks of samples, two parallel loops per block:
+
+    1. tasks of PHASE1_CHUNK samples: draw them, store their rows (``keys``), weighted
+       derivatives and loss terms, and for every active mode list the task's samples by row
+       range (a stable counting sort into ``_n_parts`` ranges of equal numbers of rows);
+    2. one task per (mode, row range): form the contributions of its rows from the
+       derivatives and factor rows (the products of the serial version, in its order) and
+       add them, task by task of step 1 and in sample order within each, so every gradient
+       row is the sum of its contributions in increasing sample order, as in the serial
+       version (a row belongs to one range: no conflicts, no atomics, the same bits for any
+       thread count).
 
     ``work`` holds ``workspace_size(N, R, block)`` words (kept by the caller between calls:
     fresh pages would fault on every step)."""
     cdef int N = S.nmodes
     cdef int64_t ns = _n_samples(S)
-    cdef int64_t nblocks, bi, b0, nb, jj, j, pos, s, nruns, key
+    cdef int64_t nblocks, bi, b0, nb, jj, j, pos, since = 0
     cdef int k
     cdef Py_ssize_t r
     cdef double total = 0.0
-    cdef double* contrib = work
-    cdef double* fval = contrib + block * N * R
+    cdef int64_t cmax = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+    cdef double* yval = work                       # weighted derivative of each sample
+    cdef double* fval = yval + block
     cdef int64_t* keys = <int64_t*> (fval + block)
-    cdef int64_t* sort_a = keys + block * N
-    cdef int64_t* sort_b = sort_a + block * N
-    cdef int64_t* runs = sort_b + block * N
-    cdef int64_t* hist = <int64_t*> malloc(N * (RADIX + 1) * sizeof(int64_t))
-    cdef int64_t** order = <int64_t**> malloc(N * sizeof(int64_t*))
-    cdef int64_t* nrun = <int64_t*> malloc(N * sizeof(int64_t))
-    cdef int64_t* run_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
-    cdef int64_t total_runs, since = 0
+    cdef int64_t* bidx = keys + block * N          # samples of a task of step 1, by range
+    cdef int64_t* boff = bidx + block * N          # where each range starts, per task and mode
+    cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
+    cdef int64_t ntasks, t, p, nparts, rows_k, jn
+    cdef int l
+    cdef double yv, tv
+    cdef double* pvec
+    cdef double* svec
+    cdef const double** prow
     cdef bint stopped = False
+    cdef int64_t nchunks, ci, c0, c1, cj
     # thread scratch
+    cdef int64_t* ring
+    cdef double* ring_x
+    cdef int* ring_c
+    cdef int64_t* cnt
+    cdef int slot
     cdef int64_t* idx
     cdef double* suf
     cdef double* pre
     cdef const double** rows
-    cdef const double* c
     cdef double* g
-    cdef int64_t* ordk
-    cdef int64_t* runk
-    if hist == NULL or order == NULL or nrun == NULL or run_off == NULL:
-        free(hist); free(order); free(nrun); free(run_off)
+    cdef int64_t* off
+    cdef int64_t* lst
+    if task_off == NULL:
         raise MemoryError()
+    ntasks = 0
+    for k in range(N):
+        task_off[k] = ntasks
+        if active[k]:
+            ntasks += _n_parts(shape[k])
+    task_off[N] = ntasks
     with nogil:
         nblocks = (ns + block - 1) // block
         for bi in range(nblocks):
             b0 = bi * block
             nb = min(block, ns - b0)
-            # 1. samples, model values, derivatives, contribution rows
+            nchunks = (nb + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+            # 1. samples, model values, derivatives, contribution rows, lists by row range
+            #    (in each task samples are drawn LOOKAHEAD ahead and their factor rows
+            #    prefetched, as in the serial version)
             with parallel(num_threads=num_threads):
-                idx = <int64_t*> malloc(N * sizeof(int64_t))
+                ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
+                ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
+                ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
                 suf = <double*> malloc((N * R + R + 1) * sizeof(double))
                 pre = suf + N * R
                 rows = <const double**> malloc(N * sizeof(double*))
-                for jj in prange(nb, schedule='dynamic', chunksize=256):
-                    fval[jj] = _sample_terms(S, b0 + jj, code, param, lam, fac, N, R, idx,
-                                             rows, suf, pre, want_loss)
+                cnt = <int64_t*> malloc((MAX_PARTS + 1) * sizeof(int64_t))
+                for ci in prange(nchunks, schedule='dynamic'):
+                    c0 = ci * PHASE1_CHUNK
+                    c1 = min(nb, c0 + PHASE1_CHUNK)
+                    for jj in range(c0, min(c0 + LOOKAHEAD, c1)):
+                        slot = <int> (jj - c0)
+                        ring_x[slot] = _sample(S, b0 + jj, ring + slot * N,
+                                               &ring_x[LOOKAHEAD + slot], &ring_c[slot])
+                        _prefetch_factor_rows(fac, ring + slot * N, N, R)
+                    for jj in range(c0, c1):
+                        slot = <int> ((jj - c0) % LOOKAHEAD)
+                        idx = ring + slot * N
+                        fval[jj] = _terms(S, b0 + jj, ring_x[slot], ring_x[LOOKAHEAD + slot],
+                                          ring_c[slot], code, param, lam, fac, N, R, idx, rows,
+                                          suf, pre, want_loss, &yval[jj])
+                        for k in range(N):
+                            keys[jj * N + k] = idx[k]
+                        if jj + LOOKAHEAD < c1:  # refill the slot LOOKAHEAD samples ahead
+                            ring_x[slot] = _sample(S, b0 + jj + LOOKAHEAD, idx,
+                                                   &ring_x[LOOKAHEAD + slot], &ring_c[slot])
+                            _prefetch_factor_rows(fac, idx, N, R)
+                    # the task's samples of every active mode, listed by row range (stable)
                     for k in range(N):
-                        keys[jj * N + k] = idx[k]
-                        if active[k]:
-                            for r in range(R):
-                                contrib[(k * block + jj) * R + r] = pre[r] * suf[k * R + r]
-                        if k < N - 1:
-                            for r in range(R):
-                                pre[r] = pre[r] * rows[k][r]
-                free(idx)
+                        if not active[k]:
+                            continue
+                        nparts = _n_parts(shape[k])
+                        rows_k = shape[k]
+                        off = boff + (ci * N + k) * (MAX_PARTS + 1)
+                        lst = bidx + k * block + c0
+                        for p in range(nparts + 1):
+                            cnt[p] = 0
+                        for jj in range(c0, c1):
+                            cnt[keys[jj * N + k] * nparts // rows_k + 1] += 1
+                        for p in range(nparts):
+                            cnt[p + 1] += cnt[p]
+                        for p in range(nparts + 1):
+                            off[p] = cnt[p]
+                        for jj in range(c0, c1):
+                            p = keys[jj * N + k] * nparts // rows_k
+                            lst[cnt[p]] = jj
+                            cnt[p] += 1
+                free(ring)
+                free(ring_x)
+                free(ring_c)
                 free(suf)
                 free(<void*> rows)
+                free(cnt)
             for jj in range(nb):
                 total += fval[jj]
-            # 2. order the block's samples by their row in every active mode (stable)
-            for k in prange(N, schedule='dynamic', num_threads=num_threads):
-                if not active[k]:
-                    continue
-                order[k] = _radix_sort(keys + k, N, nb, shape[k] - 1, sort_a + k * block,
-                                       sort_b + k * block, hist + k * (RADIX + 1))
-                ordk = order[k]
-                runk = runs + k * (block + 1)
-                nruns = 0
-                for pos in range(nb):
-                    if pos == 0 or keys[ordk[pos] * N + k] != keys[ordk[pos - 1] * N + k]:
-                        runk[nruns] = pos
-                        nruns = nruns + 1
-                runk[nruns] = nb
-                nrun[k] = nruns
-            # 3. add every run into its gradient row, in sample order (one run per row: no
-            #    conflicts, and the sums are those of the serial version); the runs of all
-            #    modes form one parallel loop
-            total_runs = 0
-            for k in range(N):
-                run_off[k] = total_runs
-                if active[k]:
-                    total_runs = total_runs + nrun[k]
-            run_off[N] = total_runs
-            for s in prange(total_runs, schedule='dynamic', chunksize=256, num_threads=num_threads):
-                k = 0
-                while s >= run_off[k + 1]:
-                    k = k + 1
-                ordk = order[k]
-                runk = runs + k * (block + 1)
-                key = keys[ordk[runk[s - run_off[k]]] * N + k]
-                g = grad[k] + key * R
-                for pos in range(runk[s - run_off[k]], runk[s - run_off[k] + 1]):
-                    c = contrib + (k * block + ordk[pos]) * R
-                    for r in range(R):
-                        g[r] = g[r] + c[r]
+            # 2. one task per (mode, row range): its rows' contributions, in sample order,
+            #    each formed again from y and the factor rows with the products of the serial
+            #    version (prefix (y λ) ⊛ A_0 ⊛ … ⊛ A_{k-1} times suffix from the last mode)
+            with parallel(num_threads=num_threads):
+                prow = <const double**> malloc(N * sizeof(double*))
+                pvec = <double*> malloc(2 * R * sizeof(double) + sizeof(double))
+                svec = pvec + R
+                for t in prange(ntasks, schedule='dynamic'):
+                    k = 0
+                    while t >= task_off[k + 1]:
+                        k = k + 1
+                    p = t - task_off[k]
+                    for cj in range(nchunks):
+                        off = boff + (cj * N + k) * (MAX_PARTS + 1)
+                        lst = bidx + k * block + cj * PHASE1_CHUNK
+                        for pos in range(off[p], off[p + 1]):
+                            if pos + LOOKAHEAD < off[p + 1]:  # rows LOOKAHEAD samples ahead
+                                jn = lst[pos + LOOKAHEAD]
+                                _prefetch_factor_rows(fac, keys + jn * N, N, R)
+                                SKTF_PREFETCH_W(grad[k] + keys[jn * N + k] * R)
+                            j = lst[pos]
+                            for l in range(N):
+                                prow[l] = fac[l] + keys[j * N + l] * R
+                            g = grad[k] + keys[j * N + k] * R
+                            yv = yval[j]
+                            for r in range(R):
+                                pvec[r] = yv * lam[r]
+                                svec[r] = 1.0
+                            for l in range(k):
+                                for r in range(R):
+                                    pvec[r] = pvec[r] * prow[l][r]
+                            for l in range(N - 1, k, -1):
+                                for r in range(R):
+                                    svec[r] = svec[r] * prow[l][r]
+                            for r in range(R):
+                                tv = pvec[r] * svec[r]
+                                g[r] = g[r] + tv
+                free(<void*> prow)
+                free(pvec)
             since = since + nb
             if since >= SIGNAL_EVERY and bi + 1 < nblocks:
                 since = 0
                 if _interrupted():
                     stopped = True
                     break
-    free(hist); free(order); free(nrun); free(run_off)
+    free(task_off)
     if stopped:
         _reraise()
     return total
@@ -707,7 +760,8 @@ cdef int _const_pointers(list arrays, double** out) except -1:
 
 def workspace_size(int nmodes, Py_ssize_t R, int64_t block):
     """Words (8 bytes) of the workspace of the multi-threaded gradient for ``block`` samples."""
-    return int(block * nmodes * R + block + 3 * block * nmodes + (block + 1) * nmodes)
+    cdef int64_t tasks = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+    return int(2 * block + 2 * block * nmodes + tasks * nmodes * (MAX_PARTS + 1))
 
 
 def default_block(int nmodes, Py_ssize_t R):
@@ -720,7 +774,7 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
              const double[::1] weights, list factors, list grads, const int8_t[::1] active,
              bint want_loss=True, int num_threads=1, object xsubs=None, object xvals=None,
              object xw=None, object xcorr=None, object xy=None, int64_t block=0,
-             object work=None):
+             object work=None, int64_t work_per_thread=0):
     """Fused sampled GCP gradient of every active mode (see the module docstring).
 
     Samples come from ``sampler`` at step key ``key``, or, when ``xsubs`` is given, from the
@@ -730,6 +784,8 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
     with ``active[k]``; returns the sampled loss Σ_j w_j (f(x_j, m_j) − corr_j f(0, m_j)) when
     ``want_loss``, else 0.  ``work``: optional float64 workspace of at least
     :func:`workspace_size` words for the block used (reused between calls).
+    ``work_per_thread``: units of work (samples x modes x rank) per thread (default
+    ``SERIAL_WORK``; tests make it small to run the multi-threaded path on small samples).
     """
     cdef int N = len(factors)
     cdef Src S
@@ -755,8 +811,9 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
         if block <= 0:
             block = default_block(N, R)
         block = max(1, min(block, _n_samples(&S)))
-        if _n_samples(&S) * N * R < SERIAL_WORK:
-            num_threads = 1  # not worth waking threads (the result is the same)
+        # one thread per SERIAL_WORK units (below: not worth waking threads; the result
+        # is the same for any count)
+        num_threads = _threads_for(_n_samples(&S) * N * R, num_threads, work_per_thread)
         if R == 0 or _n_samples(&S) == 0:
             for k in range(N):
                 if active[k]:
@@ -813,8 +870,7 @@ def loss_sum(GcpSampler sampler, uint64_t key, int code, double param,
         if ns == 0:
             return 0.0
         nchunks = (ns + LOSS_CHUNK - 1) // LOSS_CHUNK
-        if ns * N * R < SERIAL_WORK:
-            num_threads = 1
+        num_threads = _threads_for(ns * N * R, num_threads)
         part = <double*> malloc(nchunks * sizeof(double))
         if part == NULL:
             raise MemoryError()
@@ -914,3 +970,149 @@ def sgd_step(double[::1] u, const double[::1] g, double lr, double lower, int nu
         for c in prange(nchunks, schedule='dynamic', num_threads=num_threads):
             i0 = c * STEP_CHUNK
             sktf_sgd_chunk(&u[i0], &g[i0], min(STEP_CHUNK, n - i0), lr, lower)
+
+
+# ---------------------------------------------------------------------------- fused steps
+cdef enum:
+    SOLVER_SGD = 0
+    SOLVER_ADAGRAD = 1
+    SOLVER_ADAM = 2
+
+#: Codes of the stochastic solvers for :func:`run_steps`.
+SOLVER_CODES = {"sgd": SOLVER_SGD, "adagrad": SOLVER_ADAGRAD, "adam": SOLVER_ADAM}
+
+
+cdef inline int _threads_for(int64_t work, int num_threads,
+                             int64_t unit=SERIAL_WORK) noexcept nogil:
+    """Threads for a call doing ``work`` units (samples x modes x rank, or entries): one per
+    ``unit`` (``SERIAL_WORK``) units, at most ``num_threads``.  Every thread then has a share
+    long enough to be worth waking it, and a region does not wait at its barrier for threads
+    that had next to nothing to do (on a busy machine each of them may first wait for a
+    core)."""
+    cdef int64_t t = work // (unit if unit > 0 else SERIAL_WORK)
+    if t < 1:
+        return 1
+    return <int> t if t < num_threads else num_threads
+
+
+cdef inline void _opt_chunk(int solver, double* u, const double* g, double* s1, double* s2,
+                            int64_t n, double lr, double beta1, double beta2, double a,
+                            double e, double lower) noexcept nogil:
+    if solver == SOLVER_ADAM:
+        sktf_adam_chunk(u, g, s1, s2, n, beta1, beta2, a, e, lower)
+    elif solver == SOLVER_ADAGRAD:
+        sktf_adagrad_chunk(u, g, s1, n, lr, e, lower)
+    else:
+        sktf_sgd_chunk(u, g, n, lr, lower)
+
+
+cdef void _opt_apply(int solver, double* u, const double* g, double* s1, double* s2,
+                     int64_t n, double lr, double beta1, double beta2, double eps, double t,
+                     double lower, int num_threads) noexcept nogil:
+    """One optimiser step on ``n`` entries, as :func:`adam_step` / :func:`adagrad_step` /
+    :func:`sgd_step` compute it (same expressions, same bits)."""
+    cdef int64_t c, i0, nchunks = (n + STEP_CHUNK - 1) // STEP_CHUNK
+    cdef double a = lr, e = eps, bc1, bc2
+    if n <= 0:
+        return
+    if solver == SOLVER_ADAM:
+        bc1 = 1.0 - pow(beta1, t)
+        bc2 = 1.0 - pow(beta2, t)
+        a = lr * sqrt(bc2) / bc1
+        e = eps * sqrt(bc2)
+    num_threads = _threads_for(n, num_threads)
+    if num_threads == 1:
+        for c in range(nchunks):
+            i0 = c * STEP_CHUNK
+            _opt_chunk(solver, u + i0, g + i0, s1 + i0 if s1 != NULL else NULL,
+                       s2 + i0 if s2 != NULL else NULL, min(STEP_CHUNK, n - i0), lr, beta1,
+                       beta2, a, e, lower)
+        return
+    for c in prange(nchunks, schedule='dynamic', num_threads=num_threads):
+        i0 = c * STEP_CHUNK
+        _opt_chunk(solver, u + i0, g + i0, s1 + i0 if s1 != NULL else NULL,
+                   s2 + i0 if s2 != NULL else NULL, min(STEP_CHUNK, n - i0), lr, beta1,
+                   beta2, a, e, lower)
+
+
+def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_steps,
+              int code, double param, const double[::1] weights, list factors, list grads,
+              const int8_t[::1] active, int solver, list moments1, list moments2, double lr,
+              int64_t t_first, double beta1, double beta2, double eps, double lower,
+              int num_threads=1, object work=None, object deadline=None, object clock=None,
+              int64_t work_per_thread=0):
+    """``n_steps`` steps of a stochastic solver in one call: for each, the fused sampled
+    gradient of every active mode (the draw ``first_draw + s`` of ``seed``, as
+    :func:`gradient` at key ``step_key(seed, first_draw + s + 1)``), then the optimiser step
+    ``t_first + s`` of ``solver`` (a code of :data:`SOLVER_CODES`) in place on ``factors``
+    and the moments (``moments1``: Adam's first moments or AdaGrad's sums; ``moments2``:
+    Adam's second moments; None where unused), clipped to ``lower``.
+
+    The same bits as calling :func:`gradient` and :func:`adam_step` (etc.) step by step,
+    without the Python work between them.  ``grads`` (I_k x R, C-contiguous) receive the
+    gradients.  Between steps pending signals are handled (Ctrl-C raises) and, when
+    ``deadline`` is given, ``clock()`` is compared with it.  ``work_per_thread`` as for
+    :func:`gradient`.  Returns ``(steps_done, timed_out)``.
+    """
+    cdef int N = len(factors)
+    cdef Src S = sampler.src
+    cdef Py_ssize_t R = weights.shape[0]
+    cdef int64_t ns = S.p + S.q, s, block = 0, done = 0
+    cdef int k, nt
+    cdef bint timed_out = False
+    cdef double** fac = <double**> malloc(N * sizeof(double*))
+    cdef double** grad = <double**> malloc(N * sizeof(double*))
+    cdef double** m1 = <double**> calloc(N, sizeof(double*))
+    cdef double** m2 = <double**> calloc(N, sizeof(double*))
+    cdef int64_t* shape = <int64_t*> malloc(N * sizeof(int64_t))
+    cdef double[::1] wv
+    cdef double* wp = NULL
+    if fac == NULL or grad == NULL or m1 == NULL or m2 == NULL or shape == NULL:
+        free(fac); free(grad); free(m1); free(m2); free(shape)
+        raise MemoryError()
+    try:
+        if solver not in (SOLVER_SGD, SOLVER_ADAGRAD, SOLVER_ADAM):
+            raise ValueError(f"unknown solver code {solver}")
+        _pointers(factors, fac)
+        _pointers(grads, grad)
+        if solver != SOLVER_SGD:
+            _pointers(moments1, m1)
+        if solver == SOLVER_ADAM:
+            _pointers(moments2, m2)
+        for k in range(N):
+            shape[k] = (<object> grads[k]).shape[0]
+        nt = _threads_for(ns * N * R, num_threads, work_per_thread)
+        if nt > 1 and R > 0:
+            block = max(1, min(default_block(N, R), ns))
+            need = workspace_size(N, R, block)
+            if work is None or (<object> work).shape[0] < need:
+                work = np.empty(need)
+            wv = work
+            wp = &wv[0]
+        for s in range(n_steps):
+            S.key = sktf_mix_seed(seed, <uint64_t> (first_draw + s + 1))
+            for k in range(N):
+                if active[k] and shape[k] > 0 and R > 0:
+                    memset(grad[k], 0, shape[k] * R * sizeof(double))
+            if R > 0 and ns > 0:
+                if nt == 1:
+                    _gradient_serial(&S, code, param, &weights[0], fac, grad, &active[0], R,
+                                     False)
+                else:
+                    _gradient_parallel(&S, code, param, &weights[0], fac, grad, &active[0],
+                                       shape, R, block, False, nt, wp)
+            with nogil:
+                for k in range(N):
+                    if active[k] and fac[k] != NULL:
+                        _opt_apply(solver, fac[k], grad[k], m1[k], m2[k], shape[k] * R, lr,
+                                   beta1, beta2, eps, <double> (t_first + s), lower,
+                                   num_threads)
+            done = s + 1
+            if _check_signals() != 0:
+                _reraise()
+            if deadline is not None and clock() > deadline:
+                timed_out = True
+                break
+        return done, timed_out
+    finally:
+        free(fac); free(grad); free(m1); free(m2); free(shape)

@@ -276,6 +276,14 @@ class CpuBackend(Backend):
         return gcp_ops.optimizer_step(solver, factors, grads, state, lr, t, lower, beta1,
                                       beta2, epsilon, active, get_num_threads())
 
+    def gcp_steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, solver,
+                  opt, lr, t_first, lower, beta1, beta2, epsilon, active=None, out=None,
+                  deadline=None, clock=None):
+        from . import gcp_ops
+        return gcp_ops.run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps,
+                                 solver, opt, lr, t_first, lower, beta1, beta2, epsilon,
+                                 active, out, deadline, clock, get_num_threads())
+
     def info(self):
         return {"name": self.name, "openmp": bool(_kernels.HAVE_OPENMP),
                 "threads": get_num_threads()}

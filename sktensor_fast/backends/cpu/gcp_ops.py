@@ -16,7 +16,7 @@ import numpy as np
 from . import _gcp, _kernels
 
 __all__ = ["GcpState", "sampler_plan", "setup", "sampled_gradient", "loss_estimate", "full_loss_grad",
-           "optimizer_state", "optimizer_step", "dense_mttkrp", "dense_model"]
+           "optimizer_state", "optimizer_step", "run_steps", "dense_mttkrp", "dense_model"]
 
 #: Above this density the stratified sampler draws zeros from the list of all zeros (in
 #: linear-index order) instead of by rejection: the t-th zero is computed from the sorted linear
@@ -261,6 +261,42 @@ def sampled_gradient(T, state, weights, factors, loss, seed, step, out=None, act
     if with_loss:
         f = float(np.sum(_custom_weights(loss, x, w, corr, m, deriv=False)))
     return out, f
+
+
+def run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps, solver, opt, lr,
+              t_first, lower, beta1, beta2, epsilon, active=None, out=None, deadline=None,
+              clock=None, num_threads=1):
+    """``n_steps`` stochastic steps in one compiled call (``_gcp.run_steps``): the same bits
+    as :func:`sampled_gradient` then :func:`optimizer_step` step by step.  A user-defined loss
+    takes those two, step by step.  Returns ``(grads, steps_done, timed_out)``."""
+    N = len(factors)
+    act = np.ones(N, dtype=np.int8) if active is None else np.asarray(active, dtype=np.int8)
+    if out is None:
+        out = [np.zeros_like(f, dtype=np.float64) for f in factors]
+    if loss.code < 0:
+        for s in range(n_steps):
+            out, _ = sampled_gradient(T, state, weights, factors, loss, seed, first_draw + s,
+                                      out, active, False, num_threads)
+            optimizer_step(solver, factors, out, opt, lr, t_first + s, lower, beta1, beta2,
+                           epsilon, active, num_threads)
+            if deadline is not None and clock() > deadline:
+                return out, s + 1, True
+        return out, n_steps, False
+    if solver not in _MOMENTS:
+        raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
+    for U in factors:
+        if not (U.flags.c_contiguous and U.dtype == np.float64):
+            raise ValueError("GCP factor matrices must be C-contiguous float64 arrays")
+    lam = np.ascontiguousarray(weights, dtype=np.float64)
+    names = _MOMENTS[solver]
+    m1 = opt[names[0]] if names else None
+    m2 = opt[names[1]] if len(names) > 1 else None
+    done, timed_out = _gcp.run_steps(
+        state.grad_sampler, np.uint64(seed), int(first_draw), int(n_steps), int(loss.code),
+        float(loss.param), lam, list(factors), out, act, _gcp.SOLVER_CODES[solver], m1, m2,
+        float(lr), int(t_first), float(beta1), float(beta2), float(epsilon), float(lower),
+        num_threads, work=_workspace(state, N, lam), deadline=deadline, clock=clock)
+    return out, int(done), bool(timed_out)
 
 
 def explicit_gradient(sample, weights, factors, loss, out=None, active=None, with_loss=False,

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..base import Backend
 from ...formats import FORMATS
-from . import cpapr_rows, gcp_ops
+from . import cpapr_rows, gcp_ops, streamed
 from .program import (WHAT_TO_DO, KernelBuildError, _compiler_message, _device_label, build_program,
                       kernel_source)
 from .tensor import INSTALL_HINT, OpenCLTensor, import_cl
@@ -234,7 +234,7 @@ class OpenCLBackend(Backend):
     #: values of the ``layout`` setting (SKTENSOR_FAST_OCL_LAYOUT)
     LAYOUTS = ("lanes", "lanes-sorted", "wide")
 
-    def __init__(self, selector="opencl"):
+    def __init__(self, selector="opencl", max_tensor_bytes=None):
         cl = import_cl()
         self.cl = cl
         self.device = select_device(selector)
@@ -299,6 +299,10 @@ class OpenCLBackend(Backend):
             raise ValueError("SKTENSOR_FAST_OCL_WIDE_CHUNK and SKTENSOR_FAST_OCL_WIDE_GROUP must "
                              "be positive")
         self.name = f"opencl:{self.device.name.strip()}"
+        # device bytes a tensor may use; one whose resident copies need more is streamed
+        # through the device in blocks (streamed.py); default SKTENSOR_FAST_OCL_MAX_TENSOR_BYTES
+        self.max_tensor_bytes = (streamed.default_max_bytes() if max_tensor_bytes is None else
+                                 streamed.parse_max_bytes(max_tensor_bytes))
 
     # ------------------------------------------------------------------ helpers
     def _check_dtype(self, dtype):
@@ -413,6 +417,9 @@ class OpenCLBackend(Backend):
             raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
         self._check_dtype(X.dtype)
         self.index_dtype(X.shape)
+        cap = streamed.plan_streaming(self, X)
+        if cap is not None:
+            return streamed.StreamedTensor(self, X, cap)
         self._check_memory(X)
         try:
             T = OpenCLTensor(self, X, interleave=self._interleave_plan(X.ndim))
@@ -449,6 +456,8 @@ class OpenCLBackend(Backend):
 
     # ------------------------------------------------------------------ sparse kernels
     def _launch_accumulate(self, T, factors, mode, B, eps, out):
+        if getattr(T, "streamed", False):
+            return T.accumulate(factors, mode, B, eps, out)
         self.check_factors(T, factors, mode, B=B, out=out)
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         R = int(facs[0].shape[1])
@@ -589,6 +598,8 @@ class OpenCLBackend(Backend):
         return self._launch_accumulate(T, factors, mode, B, eps, out)
 
     def model_values(self, T, weights, factors):
+        if getattr(T, "streamed", False):
+            return T.model_values(weights, factors)
         self.check_factors(T, factors, weights=weights)
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         w = self.asarray(np.asarray(weights), dtype=T.dtype)
@@ -704,6 +715,8 @@ class OpenCLBackend(Backend):
         return cpapr_rows.row_solve(self, T, factors, mode, B, method, params)
 
     def poisson_data_term(self, T, weights, factors, eps=0.0):
+        if getattr(T, "streamed", False):
+            return T.poisson_data_term(weights, factors, eps)
         if T.nnz == 0:
             return 0.0
         m = self.model_values(T, weights, factors)

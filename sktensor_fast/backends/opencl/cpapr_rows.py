@@ -136,6 +136,8 @@ def _reduce(backend, dtype, nmodes, n, use_kkt, kkt, inner, changed):
 
 # ---------------------------------------------------------------------- argument checks
 def _check_tensor(backend, T):
+    if getattr(T, "streamed", False):
+        T._unsupported("CPAPR's Newton row solvers (pdnr, pqnr)")
     if not isinstance(T, OpenCLTensor):
         raise TypeError(f"the OpenCL CP-APR row solver needs a tensor prepared by this backend "
                         f"(backend.prepare(X)), got {type(T).__name__}")

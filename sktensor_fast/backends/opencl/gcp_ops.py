@@ -93,6 +93,8 @@ def _pair(value, name):
 
 
 def _check_tensor(be, T):
+    if getattr(T, "streamed", False):
+        T._unsupported("GCP")
     if not isinstance(T, OpenCLTensor):
         raise TypeError(f"expected a tensor prepared by this OpenCL backend "
                         f"(backend.prepare(X)), got {type(T).__name__}")

@@ -16,7 +16,7 @@ from ... import _threads
 from ..._native import _construct
 from ..._prepared import value_stats
 
-__all__ = ["OpenCLTensor", "import_cl"]
+__all__ = ["OpenCLTensor", "import_cl", "host_orders", "describe", "narrow_subs"]
 
 INSTALL_HINT = (
     "Install a GPU driver with OpenCL support (NVIDIA, AMD ROCm, Intel compute runtime) or, to run "
@@ -57,6 +57,27 @@ def host_orders(subs32, shape, num_threads=None):
     return orders
 
 
+def describe(T, backend, X):
+    """Set what a device tensor ``T`` knows of ``X``: ``backend``, ``shape``, ``ndim``,
+    ``nnz``, ``dtype``, ``idx_dtype`` (the backend's coordinate type) and ``norm_sq``."""
+    T.backend = backend
+    T.shape = tuple(int(s) for s in X.shape)
+    T.ndim = len(T.shape)
+    T.nnz = int(X.nnz)
+    T.dtype = np.dtype(X.dtype)
+    T.idx_dtype = backend.index_dtype(T.shape)
+    # the pass over the values that the estimators' checks make too, kept with X
+    T.norm_sq = float(value_stats(X)["sum_sq"])
+
+
+def narrow_subs(X, num_threads):
+    """The coordinates of ``X`` as an (nnz x N) int32 array (a compiled parallel copy)."""
+    subs32 = np.empty((int(X.nnz), len(X.shape)), dtype=np.int32)
+    if X.nnz:
+        _construct.narrow(np.ascontiguousarray(X.subs, dtype=np.int64), subs32, num_threads)
+    return subs32
+
+
 class _ModeCopies:
     """``copies[mode]``: the device array of one kind (coordinates or values) of the copy of
     the nonzeros sorted by ``mode``, built at its first use."""
@@ -89,20 +110,11 @@ class OpenCLTensor:
     def __init__(self, backend, X, interleave=()):
         cl = import_cl()
         import pyopencl.array as cla
-        self.backend = backend
-        self.shape = tuple(int(s) for s in X.shape)
-        self.ndim = len(self.shape)
-        self.nnz = int(X.nnz)
-        self.dtype = np.dtype(X.dtype)
-        self.idx_dtype = backend.index_dtype(self.shape)
+        describe(self, backend, X)
         nt = _threads.get_num_threads()
         v = np.ascontiguousarray(X.vals)
-        # the pass over the values that the estimators' checks make too, kept with X
-        self.norm_sq = float(value_stats(X)["sum_sq"])
         q = backend.queue
-        subs32 = np.empty((self.nnz, self.ndim), dtype=np.int32)
-        if self.nnz:
-            _construct.narrow(np.ascontiguousarray(X.subs, dtype=np.int64), subs32, nt)
+        subs32 = narrow_subs(X, nt)
         # the uploads run while the host sorts; PyOpenCL keeps the host arrays alive until
         # they are copied
         self._subs0 = cla.empty(q, subs32.shape, self.idx_dtype)

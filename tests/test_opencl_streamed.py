@@ -1,0 +1,173 @@
+"""Tensors streamed through the OpenCL device in blocks (backends/opencl/streamed.py) give what
+the resident tensor gives (run on PoCL in CI, with the device memory capped)."""
+import warnings
+
+import numpy as np
+import pytest
+
+from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor
+
+from _reference import opencl_backend_or_skip, random_sparse
+
+cl = pytest.importorskip("pyopencl")
+
+from sktensor_fast.backends.opencl import streamed  # noqa: E402
+
+
+@pytest.fixture
+def be(monkeypatch):
+    """The estimators' OpenCL backend, with its settings restored after the test."""
+    backend = opencl_backend_or_skip()
+    monkeypatch.setattr(backend, "max_tensor_bytes", backend.max_tensor_bytes)
+    monkeypatch.setattr(backend, "layout", backend.layout)
+    return backend
+
+
+def _fresh(X):
+    """The same tensor as a new object (prepared tensors are kept per tensor object)."""
+    return SparseTensor(X.subs, X.vals, X.shape, dtype=X.dtype)
+
+
+def _heavy_tensor(seed=0, nnz=3000):
+    rng = np.random.default_rng(seed)
+    X = random_sparse((40, 60, 50), nnz, rng, counts=True)
+    # one mode-0 row with more nonzeros than a block holds at a quarter of the need
+    n = 4000
+    extra = np.stack([np.full(n, 7), rng.integers(0, 60, n), rng.integers(0, 50, n)], 1)
+    return SparseTensor(np.concatenate([X.subs, extra]),
+                        np.concatenate([X.vals, rng.poisson(2.0, n) + 1.0]), X.shape)
+
+
+def rel(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
+
+
+@pytest.mark.parametrize("layout,pinned", [("wide", False), ("lanes", True)])
+def test_kernels_match_resident(be, layout, pinned, monkeypatch):
+    be.layout = layout
+    monkeypatch.setattr(streamed.StreamedTensor, "PINNED", pinned)
+    X = _heavy_tensor()
+    be.max_tensor_bytes = None
+    T = be.prepare(_fresh(X))
+    assert not getattr(T, "streamed", False)
+    cap = streamed.resident_bytes(be, X) // 4
+    be.max_tensor_bytes = cap
+    S = be.prepare(_fresh(X))
+    assert isinstance(S, streamed.StreamedTensor)
+    assert S.pinned == pinned
+    assert S.nbytes <= cap
+    assert all(n > 1 for n in S.nblocks), S.nblocks
+    # the heavy row of mode 0 is cut between blocks
+    b0 = S.blocks[0]
+    assert any(a.r1 - 1 == b.r0 for a, b in zip(b0, b0[1:]))
+    assert sum(b.nnz for b in b0) == X.nnz
+    rng = np.random.default_rng(1)
+    R = 8
+    F = [rng.random((s, R)) for s in X.shape]
+    for mode in range(3):
+        Bm = rng.random((X.shape[mode], R))
+        for _ in range(2):       # twice: the slots are reused after the first pass
+            a = be.to_numpy(be.mttkrp(T, [be.asarray(f) for f in F], mode))
+            b = be.to_numpy(be.mttkrp(S, [be.asarray(f) for f in F], mode))
+            assert rel(a, b) < 1e-13, (mode, rel(a, b))
+            c = be.to_numpy(be.phi(T, [be.asarray(f) for f in F], mode, be.asarray(Bm), 1e-10))
+            d = be.to_numpy(be.phi(S, [be.asarray(f) for f in F], mode, be.asarray(Bm), 1e-10))
+            assert rel(c, d) < 1e-13, (mode, rel(c, d))
+    w = rng.random(R)
+    dev = [be.asarray(f) for f in F]
+    a, b = be.poisson_data_term(T, w, dev), be.poisson_data_term(S, w, dev)
+    assert abs(a - b) <= 1e-13 * abs(a)
+    assert np.array_equal(be.to_numpy(be.model_values(T, w, dev)), be.model_values(S, w, dev))
+    F[1][:, :] -= 0.5            # some model values <= 0
+    dev = [be.asarray(f) for f in F]
+    n = be.model_zero_count(T, w, dev)
+    assert 0 < n == be.model_zero_count(S, w, dev)
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.6])
+def test_blocks_stay_on_the_device(be, fraction):
+    # a second pass over a mode uploads only the blocks that do not fit in the slots
+    X = _heavy_tensor(seed=4)
+    be.max_tensor_bytes = int(streamed.resident_bytes(be, X) * fraction)
+    S = be.prepare(_fresh(X))
+    K = S.nslots
+    assert S.nbytes <= be.max_tensor_bytes
+    F = [be.asarray(np.random.default_rng(5).random((s, 4))) for s in X.shape]
+    for mode in range(3):
+        B = S.nblocks[mode]
+        u0 = S.uploads
+        a = be.to_numpy(be.mttkrp(S, F, mode))
+        u1 = S.uploads
+        b = be.to_numpy(be.mttkrp(S, F, mode))
+        u2 = S.uploads
+        assert np.array_equal(a, b)
+        assert u1 - u0 <= B
+        assert u2 - u1 == (0 if B <= K else B - (K - 2)), (mode, B, K, u1 - u0, u2 - u1)
+
+
+def _fits(be, X, make):
+    be.max_tensor_bytes = None
+    resident = make().fit(_fresh(X))
+    be.max_tensor_bytes = streamed.resident_bytes(be, X) // 4
+    Xs = _fresh(X)
+    model = make().fit(Xs)
+    return resident, model
+
+
+def test_estimators_streamed_equal_resident(be):
+    X = _heavy_tensor(seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a, b = _fits(be, X, lambda: CPALS(rank=4, random_state=0, max_iter=15, tol=0,
+                                          device="opencl"))
+        assert abs(a.fit_ - b.fit_) <= 1e-12 * abs(a.fit_)
+        assert rel(a.factors_[0], b.factors_[0]) < 1e-9
+        a, b = _fits(be, X, lambda: CPAPR(rank=4, random_state=0, max_iter=10,
+                                          device="opencl"))
+        assert abs(a.log_likelihood_ - b.log_likelihood_) <= 1e-12 * abs(a.log_likelihood_)
+        assert a.n_inner_iter_ == b.n_inner_iter_
+        assert rel(a.factors_[0], b.factors_[0]) < 1e-9
+        # transform / score on a streamed tensor
+        Y = _fresh(X)
+        assert abs(a.score(X) - b.score(Y)) <= 1e-12 * abs(a.score(X))
+
+
+def test_what_streaming_does_not_serve(be):
+    X = _heavy_tensor(seed=3)
+    be.max_tensor_bytes = streamed.resident_bytes(be, X) // 4
+    with pytest.raises(NotImplementedError, match="Newton.*max_tensor_bytes"):
+        CPAPR(rank=2, solver="pqnr", random_state=0, max_iter=2, device="opencl").fit(_fresh(X))
+    with pytest.raises(NotImplementedError, match="GCP.*SKTENSOR_FAST_OCL_MAX_TENSOR_BYTES"):
+        GCP(rank=2, random_state=0, max_iter=2, device="opencl").fit(_fresh(X))
+    be.max_tensor_bytes = 100
+    with pytest.raises(ValueError, match="max_tensor_bytes=100 is too small"):
+        be.prepare(_fresh(X))
+
+
+def test_parse_max_bytes(monkeypatch):
+    assert streamed.parse_max_bytes(None) is None
+    assert streamed.parse_max_bytes(1000) == 1000
+    assert streamed.parse_max_bytes("1.5e3") == 1500
+    assert streamed.parse_max_bytes("2K") == 2048
+    assert streamed.parse_max_bytes("512MiB") == 512 << 20
+    assert streamed.parse_max_bytes(" 1g ") == 1 << 30
+    for bad in ("lots", "0", "-5", True, "5X"):
+        with pytest.raises(ValueError, match="max_tensor_bytes"):
+            streamed.parse_max_bytes(bad)
+    monkeypatch.setenv(streamed.ENV_MAX_TENSOR_BYTES, "64M")
+    assert streamed.default_max_bytes() == 64 << 20
+    monkeypatch.setenv(streamed.ENV_MAX_TENSOR_BYTES, "many")
+    with pytest.raises(ValueError, match=streamed.ENV_MAX_TENSOR_BYTES):
+        streamed.default_max_bytes()
+
+
+def test_block_cuts():
+    coords = np.array([0, 0, 1, 1, 1, 2, 5, 5, 5, 5, 5, 5, 6])
+    cuts = streamed._block_cuts(coords, 4)
+    # cut at row starts; row 5 (6 nonzeros) is longer than a block and is split
+    assert cuts[0] == (0, 2)
+    assert cuts[1] == (2, 6)
+    assert sum(b - a for a, b in cuts) == coords.size
+    assert all(b - a <= 4 for a, b in cuts)
+    assert [a for a, _ in cuts] == sorted(a for a, _ in cuts)
