@@ -5,6 +5,7 @@ works (for example Apple clang without libomp) the extensions are built serial a
 warning is printed; ``sktensor_fast.show_config()`` then reports ``openmp: False``.
 """
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -74,9 +75,30 @@ class BuildExtOpenMP(build_ext):
         super().build_extensions()
 
 
+INCLUDE = os.path.join("sktensor_fast", "include")
+
+
+def _headers_of(path):
+    """The headers of ``INCLUDE`` that ``path`` includes, directly or through another header
+    (so that editing a header rebuilds exactly the modules that use it)."""
+    pattern = re.compile(r'^\s*(?:cdef\s+extern\s+from|#\s*include)\s+"([^"]+)"', re.M)
+    seen, todo = [], [path]
+    while todo:
+        with open(todo.pop(), encoding="utf-8") as f:
+            text = f.read()
+        for name in pattern.findall(text):
+            hdr = os.path.join(INCLUDE, name)
+            if hdr not in seen and os.path.exists(hdr):
+                seen.append(hdr)
+                todo.append(hdr)
+    return sorted(seen)
+
+
 def extensions():
     from Cython.Build import cythonize
-    common = dict(include_dirs=[np.get_include()],
+    # sktensor_fast/include: the C99 headers of the numerics that the CPU kernels and the
+    # OpenCL kernels share (shipped as package data, see pyproject.toml)
+    common = dict(include_dirs=[INCLUDE, np.get_include()],
                   define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
     # every .pyx file of the package is one extension module
     exts = []
@@ -85,7 +107,7 @@ def extensions():
             if fn.endswith(".pyx"):
                 path = os.path.join(root, fn)
                 name = path[:-4].replace(os.sep, ".")
-                exts.append(Extension(name, [path], **common))
+                exts.append(Extension(name, [path], depends=_headers_of(path), **common))
     return cythonize(exts, compiler_directives={"language_level": "3", "boundscheck": False,
                                                 "wraparound": False, "cdivision": True,
                                                 "initializedcheck": False},

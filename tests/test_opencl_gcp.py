@@ -16,7 +16,7 @@ from sktensor_fast import GCP, SparseTensor
 from sktensor_fast.backends import get_backend
 from sktensor_fast.backends.cpu import _gcp
 from sktensor_fast.backends.cpu import gcp_ops as cpu_ops
-from sktensor_fast.decomposition.losses import get_loss
+from sktensor_fast.decomposition.losses import LOSSES, get_loss
 
 from _reference import opencl_backend_or_skip
 
@@ -152,10 +152,11 @@ def test_lookup_finds_every_nonzero(be, cpu):
 
 # ---------------------------------------------------------------------------- primitives
 @pytest.mark.parametrize("sampler", ["stratified", "semi-stratified", "uniform"])
-@pytest.mark.parametrize("name", ["poisson", "gaussian", "bernoulli_logit", "huber", "beta"])
+@pytest.mark.parametrize("name", sorted(LOSSES))
 def test_sampled_gradient_and_loss_equal_cpu(be, cpu, sampler, name):
+    # every built-in loss: the same header functions on both devices
     X, U = sparse_problem(R=5)
-    if name == "bernoulli_logit":
+    if LOSSES[name].data == "binary":
         X = SparseTensor(X.subs, np.ones(X.nnz), X.shape)
     Tc, To = cpu.prepare(X), be.prepare(X)
     loss = get_loss(name, PARAMS.get(name))
@@ -286,23 +287,30 @@ def test_full_loss_and_gradient_equal_cpu(be, cpu):
 
 
 # ---------------------------------------------------------------------------- fits
-@pytest.mark.parametrize("name", ["poisson", "gaussian", "bernoulli_logit"])
+@pytest.mark.parametrize("name", sorted(LOSSES))
 def test_gcp_fit_same_model_as_cpu(name):
     _opencl_backend()
     X, _ = sparse_problem(shape=(20, 15, 12), density=0.08, seed=4)
-    if name == "bernoulli_logit":
+    if LOSSES[name].data == "binary":
         X = SparseTensor(X.subs, np.ones(X.nnz), X.shape)
-    kw = dict(rank=3, loss=name, solver="adam", sampler="stratified", epoch_iters=25,
-              max_iter=4, tol=0, random_state=7, n_samples_grad=200,
-              n_samples_loss=(300, 300), learning_rate=1e-2)
+    loss = get_loss(name, PARAMS.get(name))
+    # losses of positive data fit the observed nonzeros only
+    mask = None if loss.zero_in_domain else X.to_dense() != 0
+    kw = dict(rank=3, loss=name, loss_param=PARAMS.get(name), mask=mask, solver="adam",
+              sampler="stratified", epoch_iters=25, max_iter=4, tol=0, random_state=7,
+              n_samples_grad=200, n_samples_loss=(300, 300), learning_rate=1e-2)
     a = GCP(**kw).fit(X)
     b = GCP(device="opencl", **kw).fit(X)
     assert b.n_iter_ == a.n_iter_ == 4
     np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-9)
     assert b.loss_ == pytest.approx(a.loss_, rel=1e-9)
-    np.testing.assert_allclose(b.weights_, a.weights_, rtol=1e-9)
+    # the final loadings of mode 0 come from an L-BFGS-B solve (on the host for both); with
+    # beta < 1 its gradient near the zero bound is (m + eps)^(beta - 2) ~ 1e15, which
+    # amplifies the last-bit differences of the device's pow in the stochastic phase
+    rtol = 1e-6 if name == "beta" else 1e-9
+    np.testing.assert_allclose(b.weights_, a.weights_, rtol=rtol)
     for fa, fb in zip(a.factors_, b.factors_):
-        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-9 * np.abs(fa).max())
+        np.testing.assert_allclose(fb, fa, rtol=rtol, atol=rtol * np.abs(fa).max())
     # the fit did something: the estimated loss went down
     assert a.loss_history_[-1] < a.loss_history_[0]
 

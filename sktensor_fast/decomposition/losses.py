@@ -38,6 +38,12 @@ is bounded below at ``x = 0``.
 
 Every built-in loss has an integer :attr:`~Loss.code` so that the compiled kernels evaluate it
 without calling back into Python; the codes are those of ``pyttb.gcp.handles.Objectives``.
+The names, codes, bounds and data domains come from one table, ``sktensor_fast._loss_table``;
+the formulas are written once, in the C header ``sktensor_fast/include/sktf_losses.h``, which
+the CPU and OpenCL kernels compile and which :meth:`Loss.value` and :meth:`Loss.deriv` call
+too (so every device and NumPy evaluate the same expressions).  The derivative of
+``negative_binomial`` is the exact ``(r + x)/(1 + m) − x/(m + ε)`` (as in the Tensor Toolbox;
+pyttb 1.8 writes ``(r + 1)`` for ``(r + x)`` in its gradient handle).
 
 User-defined losses
 -------------------
@@ -71,10 +77,9 @@ import warnings
 
 import numpy as np
 
-__all__ = ["Loss", "CustomLoss", "LOSSES", "EPS", "get_loss", "is_loss_object"]
+from .._loss_table import EPS, LOSS_TABLE, PARAM_RULES
 
-#: Guard inside logarithms and denominators (Tensor Toolbox and pyttb use the same value).
-EPS = 1e-10
+__all__ = ["Loss", "CustomLoss", "LOSSES", "EPS", "get_loss", "is_loss_object"]
 
 #: Code of a user-defined loss: the kernels return model values and NumPy does the rest.
 CUSTOM_CODE = -1
@@ -84,8 +89,26 @@ def _f(a):
     return np.asarray(a, dtype=np.float64)
 
 
+def _evaluate(code, param, x, m, deriv):
+    """The header's loss (``sktf_losses.h``) on broadcast float64 arrays."""
+    from .._native import _numerics
+    from .._threads import get_num_threads
+    x, m = np.broadcast_arrays(_f(x), _f(m))
+    shape = m.shape
+    xf = np.ascontiguousarray(x).reshape(-1)
+    mf = np.ascontiguousarray(m).reshape(-1)
+    out = np.empty(mf.shape[0])
+    _numerics.loss_eval(code, param, xf, mf, out, deriv, get_num_threads())
+    out = out.reshape(shape)
+    return out[()] if out.ndim == 0 else out
+
+
 class Loss:
     """A built-in GCP loss (see the module docstring for the formulas).
+
+    The built-in losses are the rows of ``sktensor_fast._loss_table.LOSS_TABLE``; their
+    values and derivatives are computed by the compiled functions of
+    ``sktensor_fast/include/sktf_losses.h``, the same that the kernels of every device use.
 
     Attributes
     ----------
@@ -100,11 +123,14 @@ class Loss:
         Whether 0 is a possible data value (``f(0, m)`` bounded below).
     """
 
-    #: set by subclasses
+    #: set by the subclasses (one per row of the loss table)
     name = ""
     code = CUSTOM_CODE
     lower = -np.inf
-    zero_in_domain = True
+    #: what the data must be: "real", "nonneg", "counts" or "binary"
+    data = "real"
+    #: True, False or "param > 0"
+    _zero_in_domain = True
     #: (description of the parameter, validator) for losses that take one, else None
     param_spec = None
 
@@ -123,17 +149,30 @@ class Loss:
                                  f"expected {what}")
             self.param = float(param)
 
+    @property
+    def zero_in_domain(self):
+        """Whether 0 is a possible data value (``f(0, m)`` bounded below)."""
+        if self._zero_in_domain == "param > 0":
+            # beta: f(0, m) = (m + ε)^β / β, bounded below for β > 0, down to ε^β / β for β < 0
+            return self.param > 0
+        return bool(self._zero_in_domain)
+
     def value(self, x, m):
         """f(x, m), element-wise."""
-        raise NotImplementedError
+        return _evaluate(self.code, self.param, x, m, False)
 
     def deriv(self, x, m):
         """∂f/∂m (x, m), element-wise."""
-        raise NotImplementedError
+        return _evaluate(self.code, self.param, x, m, True)
 
     def check_data(self, vals):
         """Raise ``ValueError`` when the nonzero values ``vals`` are not data for this loss."""
-        return None
+        if self.data == "binary":
+            _require_binary(self.name, vals)
+        elif self.data == "counts":
+            self._require_counts(vals)
+        elif self.data == "nonneg":
+            self._require_nonneg(vals)
 
     def __repr__(self):
         if self.param_spec is None:
@@ -155,185 +194,15 @@ class Loss:
                           f"assumes counts", UserWarning, stacklevel=4)
 
 
-class Gaussian(Loss):
-    name, code = "gaussian", 0
-
-    def value(self, x, m):
-        return (_f(x) - _f(m)) ** 2
-
-    def deriv(self, x, m):
-        return 2.0 * (_f(m) - _f(x))
-
-
-class BernoulliOdds(Loss):
-    name, code, lower = "bernoulli_odds", 1, 0.0
-
-    def value(self, x, m):
-        m = _f(m)
-        return np.log1p(m) - _f(x) * np.log(m + EPS)
-
-    def deriv(self, x, m):
-        m = _f(m)
-        return 1.0 / (m + 1.0) - _f(x) / (m + EPS)
-
-    def check_data(self, vals):
-        _require_binary(self.name, vals)
-
-
-class BernoulliLogit(Loss):
-    name, code = "bernoulli_logit", 2
-
-    def value(self, x, m):
-        m = _f(m)
-        # log(1 + e^m) without overflow
-        return np.logaddexp(0.0, m) - _f(x) * m
-
-    def deriv(self, x, m):
-        m = _f(m)
-        # the logistic function e^m / (1 + e^m), stable for large |m|
-        e = np.exp(-np.abs(m))
-        sig = np.where(m >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-        return sig - _f(x)
-
-    def check_data(self, vals):
-        _require_binary(self.name, vals)
-
-
-class Poisson(Loss):
-    name, code, lower = "poisson", 3, 0.0
-
-    def value(self, x, m):
-        m = _f(m)
-        return m - _f(x) * np.log(m + EPS)
-
-    def deriv(self, x, m):
-        return 1.0 - _f(x) / (_f(m) + EPS)
-
-    def check_data(self, vals):
-        self._require_counts(vals)
-
-
-class PoissonLog(Loss):
-    name, code = "poisson_log", 4
-
-    def value(self, x, m):
-        m = _f(m)
-        return np.exp(m) - _f(x) * m
-
-    def deriv(self, x, m):
-        return np.exp(_f(m)) - _f(x)
-
-    def check_data(self, vals):
-        self._require_counts(vals)
-
-
-class Rayleigh(Loss):
-    name, code, lower = "rayleigh", 5, 0.0
-    zero_in_domain = False
-
-    def value(self, x, m):
-        me = _f(m) + EPS
-        return 2.0 * np.log(me) + (np.pi / 4.0) * (_f(x) / me) ** 2
-
-    def deriv(self, x, m):
-        me = _f(m) + EPS
-        return 2.0 / me - (np.pi / 2.0) * _f(x) ** 2 / me ** 3
-
-    def check_data(self, vals):
-        self._require_nonneg(vals)
-
-
-class Gamma(Loss):
-    name, code, lower = "gamma", 6, 0.0
-    zero_in_domain = False
-
-    def value(self, x, m):
-        me = _f(m) + EPS
-        return _f(x) / me + np.log(me)
-
-    def deriv(self, x, m):
-        me = _f(m) + EPS
-        return 1.0 / me - _f(x) / me ** 2
-
-    def check_data(self, vals):
-        self._require_nonneg(vals)
-
-
-class Huber(Loss):
-    name, code = "huber", 7
-    param_spec = ("the threshold δ, a real number > 0", lambda p: p > 0)
-
-    def value(self, x, m):
-        d = np.abs(_f(x) - _f(m))
-        t = self.param
-        return np.where(d < t, d ** 2, 2.0 * t * d - t ** 2)
-
-    def deriv(self, x, m):
-        r = _f(x) - _f(m)
-        t = self.param
-        return np.where(np.abs(r) < t, -2.0 * r, -2.0 * t * np.sign(r))
-
-
-class NegativeBinomial(Loss):
-    """Negative binomial with ``r`` failures (odds link).
-
-    The derivative is ``(r + x)/(1 + m) − x/(m + ε)``, the exact derivative of the loss (as in the
-    Tensor Toolbox); pyttb 1.8 writes ``(r + 1)`` for ``(r + x)`` in its gradient handle.
-    """
-
-    name, code, lower = "negative_binomial", 8, 0.0
-    param_spec = ("the number of trials r, a real number > 0", lambda p: p > 0)
-
-    def value(self, x, m):
-        x, m = _f(x), _f(m)
-        return (self.param + x) * np.log1p(m) - x * np.log(m + EPS)
-
-    def deriv(self, x, m):
-        x, m = _f(x), _f(m)
-        return (self.param + x) / (1.0 + m) - x / (m + EPS)
-
-    def check_data(self, vals):
-        self._require_counts(vals)
-
-
-class Beta(Loss):
-    name, code, lower = "beta", 9, 0.0
-    param_spec = ("the exponent β of the β-divergence, a real number other than 0 and 1",
-                  lambda p: p != 0 and p != 1)
-
-    @property
-    def zero_in_domain(self):
-        # f(0, m) = (m + ε)^β / β: bounded below for β > 0, down to ε^β / β for β < 0
-        return self.param > 0
-
-    def value(self, x, m):
-        b = self.param
-        me = _f(m) + EPS
-        return me ** b / b - _f(x) * me ** (b - 1.0) / (b - 1.0)
-
-    def deriv(self, x, m):
-        b = self.param
-        me = _f(m) + EPS
-        return me ** (b - 1.0) - _f(x) * me ** (b - 2.0)
-
-    def check_data(self, vals):
-        self._require_nonneg(vals)
-
-
-class ZTPoisson(Loss):
-    name, code, lower = "zt_poisson", 10, 0.0
-    zero_in_domain = False
-
-    def value(self, x, m):
-        m = _f(m)
-        return m - _f(x) * np.log(m + EPS) + np.log(-np.expm1(-m) + EPS)
-
-    def deriv(self, x, m):
-        m = _f(m)
-        return 1.0 - _f(x) / (m + EPS) + 1.0 / (np.expm1(m) + EPS)
-
-    def check_data(self, vals):
-        self._require_counts(vals)
+def _loss_class(name, code, lower, data, zero_in_domain, param):
+    """The :class:`Loss` subclass of one row of the loss table."""
+    spec = None if param is None else (param[0], PARAM_RULES[param[1]])
+    cls_name = "".join(w.capitalize() for w in name.split("_"))
+    return type(cls_name, (Loss,), {
+        "name": name, "code": code, "lower": lower, "data": data,
+        "_zero_in_domain": zero_in_domain, "param_spec": spec,
+        "__doc__": f"The {name!r} loss (code {code}; see the module docstring).",
+        "__module__": __name__})
 
 
 def _stats(vals):
@@ -355,10 +224,8 @@ def _require_binary(name, vals):
                          f"holds {float(vals.reshape(-1)[st['first_nonbinary']]):g}")
 
 
-#: Built-in losses by name.
-LOSSES = {cls.name: cls for cls in (Gaussian, Poisson, PoissonLog, BernoulliOdds,
-                                    BernoulliLogit, Gamma, Rayleigh, NegativeBinomial, Huber,
-                                    Beta, ZTPoisson)}
+#: Built-in losses by name (the rows of the loss table).
+LOSSES = {row[0]: _loss_class(*row) for row in LOSS_TABLE}
 
 
 def is_loss_object(obj):

@@ -14,61 +14,27 @@ import numpy as np
 
 __all__ = ["step_key", "LocalShare", "draw_owned"]
 
-_M64 = (1 << 64) - 1
-_PHI = np.uint64(0x9E3779B97F4A7C15)
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
-_C3 = 0xD1B54A32D192ED03
-_LOW = np.uint64(0xFFFFFFFF)
-_S32 = np.uint64(32)
 #: rejections of a stratified zero sample in a row before the zero of a uniform rank is taken
 #: instead (``backends.cpu.gcp_ops._MAX_ATTEMPTS``, as the kernels)
 MAX_ATTEMPTS = 256
 
 
-def _mix(z):
-    z = np.asarray(z, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * _C1
-        z = (z ^ (z >> np.uint64(27))) * _C2
-    return z ^ (z >> np.uint64(31))
-
-
-def _mix_int(z):
-    z &= _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
-
-
+# the generator is the kernels' own (sktensor_fast/include/sktf_rng.h), through _numerics
 def step_key(seed, step):
     """The generator key of step ``step`` of a run seeded with ``seed`` (as the kernels)."""
-    a = _mix_int(int(seed) + 0x9E3779B97F4A7C15)
-    return _mix_int(a ^ ((int(step) * _C3 + 1) & _M64))
+    from .._native import _numerics
+    return _numerics.step_key(seed, step)
 
 
 def _sample_keys(key, j):
-    with np.errstate(over="ignore"):
-        return _mix(np.uint64(key) ^ (j.astype(np.uint64) * _PHI + _PHI))
+    from .._native import _numerics
+    return _numerics.sample_keys(key, np.ascontiguousarray(j, dtype=np.int64))
 
 
-def _rand(skey, c):
-    with np.errstate(over="ignore"):
-        return _mix(skey + (np.asarray(c, dtype=np.uint64) + np.uint64(1)) * _PHI)
-
-
-def _below(r, n):
-    """High 64 bits of r * n (uniform integer in [0, n)), r uint64 array, 1 <= n < 2**63."""
-    n = int(n)
-    nh, nl = np.uint64(n >> 32), np.uint64(n & 0xFFFFFFFF)
-    rh, rl = r >> _S32, r & _LOW
-    with np.errstate(over="ignore"):
-        lo = rl * nl
-        m1 = rh * nl
-        m2 = rl * nh
-        t = (lo >> _S32) + (m1 & _LOW) + (m2 & _LOW)
-        hi = rh * nh + (m1 >> _S32) + (m2 >> _S32) + (t >> _S32)
-    return hi.astype(np.int64)
+def _rand_below(skey, c, n):
+    """Uniform integers in [0, n) from the c-th random word of the sample keys ``skey``."""
+    from .._native import _numerics
+    return _numerics.rand_below(np.ascontiguousarray(skey, dtype=np.uint64), int(c), int(n))
 
 
 class LocalShare:
@@ -156,7 +122,7 @@ def draw_owned(chan, share, key, plan, zero_list=False):
     # ---- samples of the nonzeros
     if p:
         j = np.arange(p, dtype=np.int64)
-        t = _below(_rand(_sample_keys(key, j), 0), share.nnz)
+        t = _rand_below(_sample_keys(key, j), 0, share.nnz)
         t -= share.first
         mine = (t >= 0) & (t < share.subs.shape[0])
         t = t[mine]
@@ -168,7 +134,7 @@ def draw_owned(chan, share, key, plan, zero_list=False):
     # ---- samples of the other entries
     if q and zero_list and zmode == 2:
         jz = np.arange(p, p + q, dtype=np.int64)
-        add_zeros(jz, _below(_rand(_sample_keys(key, jz), 0), share.nzero))
+        add_zeros(jz, _rand_below(_sample_keys(key, jz), 0, share.nzero))
     elif q:
         pending = np.arange(p, p + q, dtype=np.int64)
         skey = _sample_keys(key, pending)
@@ -177,7 +143,7 @@ def draw_owned(chan, share, key, plan, zero_list=False):
             attempt += 1
             idx = np.empty((pending.shape[0], N), dtype=np.int64)
             for k in range(N):
-                idx[:, k] = _below(_rand(skey, attempt * N + k), share.shape[k])
+                idx[:, k] = _rand_below(skey, attempt * N + k, share.shape[k])
             mine = (idx[:, 0] >= share.lo0) & (idx[:, 0] < share.hi0)
             pj, pidx = pending[mine], idx[mine]
             x = np.zeros(pj.shape[0])
@@ -205,7 +171,7 @@ def draw_owned(chan, share, key, plan, zero_list=False):
             pending, skey = rejected, skey[back]
             if attempt + 1 >= MAX_ATTEMPTS and share.linear:
                 # rejection keeps failing: the zero of a uniform rank, as the kernels do
-                add_zeros(pending, _below(_rand(skey, (attempt + 1) * N), share.nzero))
+                add_zeros(pending, _rand_below(skey, (attempt + 1) * N, share.nzero))
                 break
     if not js:
         return (np.zeros(0, np.int64), np.zeros((0, N), np.int64), np.zeros(0), np.zeros(0),

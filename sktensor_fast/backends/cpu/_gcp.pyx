@@ -60,7 +60,7 @@ themselves.  Like the other kernels, these trust their inputs; the Python layer
 from cython.parallel cimport prange, parallel
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
-from libc.math cimport log, exp, log1p, expm1, fabs, sqrt, pow, M_PI
+from libc.math cimport sqrt, pow
 from libc.stdint cimport int64_t, uint64_t, int8_t
 
 cdef extern from "Python.h":
@@ -72,90 +72,7 @@ cimport numpy as cnp
 
 cnp.import_array()
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    /* The serial and the parallel gradient must round identically: no fused multiply-add
-       contraction of a*b + c (GCC contracts across statements by default when the target has
-       FMA, e.g. with -march=native or on aarch64; clang only within an expression). */
-    #if defined(__GNUC__) && !defined(__clang__)
-    #pragma GCC optimize ("fp-contract=off")
-    #endif
-    #include <math.h>
-    /* Optimiser steps on a chunk of entries: plain C loops that the compiler vectorises. */
-    static void sktf_adam_chunk(
-            double* __restrict u, const double* __restrict g, double* __restrict m,
-            double* __restrict v, int64_t n, double beta1, double beta2, double a, double e,
-            double lower) {
-        const double b1 = 1.0 - beta1, b2 = 1.0 - beta2;
-        for (int64_t i = 0; i < n; i++) {
-            double gi = g[i];
-            double mi = beta1 * m[i] + b1 * gi;
-            double vi = beta2 * v[i] + b2 * gi * gi;
-            m[i] = mi;
-            v[i] = vi;
-            double ui = u[i] - a * mi / (sqrt(vi) + e);
-            u[i] = ui < lower ? lower : ui;
-        }
-    }
-    static void sktf_adagrad_chunk(
-            double* __restrict u, const double* __restrict g, double* __restrict s, int64_t n,
-            double lr, double eps, double lower) {
-        for (int64_t i = 0; i < n; i++) {
-            double gi = g[i];
-            double si = s[i] + gi * gi;
-            s[i] = si;
-            double ui = u[i] - lr * gi / (sqrt(si) + eps);
-            u[i] = ui < lower ? lower : ui;
-        }
-    }
-    #if defined(__GNUC__) || defined(__clang__)
-    #define SKTF_PREFETCH(p) __builtin_prefetch((const void*)(p), 0, 3)
-    #define SKTF_PREFETCH_W(p) __builtin_prefetch((const void*)(p), 1, 3)
-    #else
-    #define SKTF_PREFETCH(p) ((void)0)
-    #define SKTF_PREFETCH_W(p) ((void)0)
-    #endif
-    static void sktf_sgd_chunk(double* __restrict u, const double* __restrict g, int64_t n,
-                               double lr, double lower) {
-        for (int64_t i = 0; i < n; i++) {
-            double ui = u[i] - lr * g[i];
-            u[i] = ui < lower ? lower : ui;
-        }
-    }
-    #define SKTF_PHI 0x9E3779B97F4A7C15ULL
-    static inline uint64_t sktf_mix64(uint64_t z) {
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-        return z ^ (z >> 31);
-    }
-    /* key of sample j at a step */
-    static inline uint64_t sktf_sample_key(uint64_t key, int64_t j) {
-        return sktf_mix64(key ^ ((uint64_t)j * SKTF_PHI + SKTF_PHI));
-    }
-    /* c-th random 64-bit word of a sample */
-    static inline uint64_t sktf_rand(uint64_t skey, uint64_t c) {
-        return sktf_mix64(skey + (c + 1) * SKTF_PHI);
-    }
-    /* uniform integer in [0, n) from a random word (n >= 1) */
-    static inline int64_t sktf_below(uint64_t r, int64_t n) {
-    #if defined(__SIZEOF_INT128__)
-        return (int64_t)(((unsigned __int128)r * (uint64_t)n) >> 64);
-    #else
-        double u = (double)(r >> 11) * (1.0 / 9007199254740992.0);
-        int64_t v = (int64_t)(u * (double)n);
-        return v < n ? v : n - 1;
-    #endif
-    }
-    static uint64_t sktf_mix_seed(uint64_t seed, uint64_t step) {
-        return sktf_mix64(sktf_mix64(seed + SKTF_PHI) ^ (step * 0xD1B54A32D192ED03ULL + 1));
-    }
-    """
-    uint64_t sktf_mix64(uint64_t z) nogil
-    uint64_t sktf_sample_key(uint64_t key, int64_t j) nogil
-    uint64_t sktf_rand(uint64_t skey, uint64_t c) nogil
-    int64_t sktf_below(uint64_t r, int64_t n) nogil
-    uint64_t sktf_mix_seed(uint64_t seed, uint64_t step) nogil
+cdef extern from "sktf_gcp.h":
     void sktf_adam_chunk(double* u, const double* g, double* m, double* v, int64_t n,
                          double beta1, double beta2, double a, double e, double lower) nogil
     void sktf_adagrad_chunk(double* u, const double* g, double* s, int64_t n, double lr,
@@ -164,11 +81,18 @@ cdef extern from *:
     void SKTF_PREFETCH(const void* p) nogil
     void SKTF_PREFETCH_W(const void* p) nogil
 
-cdef extern from *:
-    """
-    #define SKTF_EPS 1e-10
-    """
-    double EPS "SKTF_EPS"
+cdef extern from "sktf_rng.h":
+    # the counter-based generator, written once for every device (sktensor_fast/include)
+    uint64_t sktf_sample_key(uint64_t key, int64_t j) noexcept nogil
+    uint64_t sktf_rand(uint64_t skey, uint64_t c) noexcept nogil
+    int64_t sktf_below(uint64_t r, int64_t n) noexcept nogil
+    uint64_t sktf_mix_seed(uint64_t seed, uint64_t step) noexcept nogil
+
+cdef extern from "sktf_losses.h":
+    # the losses, written once for every device (sktensor_fast/include/sktf_losses.h)
+    double _loss_value "sktf_loss_value"(int code, double p, double x, double m) noexcept nogil
+    double _loss_deriv "sktf_loss_deriv"(int code, double p, double x, double m) noexcept nogil
+    int SKTF_N_LOSSES
 
 cdef enum:
     # samples per chunk of the loss sum (fixed: sums do not depend on the thread count)
@@ -185,22 +109,8 @@ cdef enum:
     # samples between two checks for a pending signal (Ctrl-C) in the long-running kernels
     SIGNAL_EVERY = 1 << 20
 
-cdef enum:
-    # loss codes, as in sktensor_fast.decomposition.losses (pyttb's Objectives)
-    GAUSSIAN = 0
-    BERNOULLI_ODDS = 1
-    BERNOULLI_LOGIT = 2
-    POISSON = 3
-    POISSON_LOG = 4
-    RAYLEIGH = 5
-    GAMMA = 6
-    HUBER = 7
-    NEGATIVE_BINOMIAL = 8
-    BETA = 9
-    ZT_POISSON = 10
-
-#: Loss codes the kernels evaluate.
-LOSS_CODES = tuple(range(11))
+#: Loss codes the kernels evaluate (those of sktensor_fast._loss_table).
+LOSS_CODES = tuple(range(SKTF_N_LOSSES))
 
 
 def step_key(uint64_t seed, uint64_t step):
@@ -209,81 +119,6 @@ def step_key(uint64_t seed, uint64_t step):
 
 
 # ---------------------------------------------------------------------------- losses
-cdef inline double _loss_value(int code, double p, double x, double m) noexcept nogil:
-    cdef double d, me
-    if code == GAUSSIAN:
-        return (x - m) * (x - m)
-    elif code == BERNOULLI_ODDS:
-        return log1p(m) - x * log(m + EPS)
-    elif code == BERNOULLI_LOGIT:
-        if m > 0:
-            return m + log1p(exp(-m)) - x * m
-        return log1p(exp(m)) - x * m
-    elif code == POISSON:
-        return m - x * log(m + EPS)
-    elif code == POISSON_LOG:
-        return exp(m) - x * m
-    elif code == RAYLEIGH:
-        me = m + EPS
-        return 2.0 * log(me) + (M_PI / 4.0) * (x / me) * (x / me)
-    elif code == GAMMA:
-        me = m + EPS
-        return x / me + log(me)
-    elif code == HUBER:
-        d = fabs(x - m)
-        if d < p:
-            return d * d
-        return 2.0 * p * d - p * p
-    elif code == NEGATIVE_BINOMIAL:
-        return (p + x) * log1p(m) - x * log(m + EPS)
-    elif code == BETA:
-        me = m + EPS
-        return pow(me, p) / p - x * pow(me, p - 1.0) / (p - 1.0)
-    elif code == ZT_POISSON:
-        return m - x * log(m + EPS) + log(-expm1(-m) + EPS)
-    return 0.0
-
-
-cdef inline double _loss_deriv(int code, double p, double x, double m) noexcept nogil:
-    cdef double d, me, e
-    if code == GAUSSIAN:
-        return 2.0 * (m - x)
-    elif code == BERNOULLI_ODDS:
-        return 1.0 / (m + 1.0) - x / (m + EPS)
-    elif code == BERNOULLI_LOGIT:
-        e = exp(-fabs(m))
-        if m >= 0:
-            return 1.0 / (1.0 + e) - x
-        return e / (1.0 + e) - x
-    elif code == POISSON:
-        return 1.0 - x / (m + EPS)
-    elif code == POISSON_LOG:
-        return exp(m) - x
-    elif code == RAYLEIGH:
-        me = m + EPS
-        return 2.0 / me - (M_PI / 2.0) * x * x / (me * me * me)
-    elif code == GAMMA:
-        me = m + EPS
-        return 1.0 / me - x / (me * me)
-    elif code == HUBER:
-        d = x - m
-        if fabs(d) < p:
-            return -2.0 * d
-        if d > 0:
-            return -2.0 * p
-        elif d < 0:
-            return 2.0 * p
-        return 0.0
-    elif code == NEGATIVE_BINOMIAL:
-        return (p + x) / (1.0 + m) - x / (m + EPS)
-    elif code == BETA:
-        me = m + EPS
-        return pow(me, p - 1.0) - x * pow(me, p - 2.0)
-    elif code == ZT_POISSON:
-        return 1.0 - x / (m + EPS) + 1.0 / (expm1(m) + EPS)
-    return 0.0
-
-
 def loss_values(int code, double param, const double[::1] x, const double[::1] m,
                 double[::1] value, double[::1] deriv):
     """f(x, m) and ∂f/∂m as the kernels compute them (for tests)."""

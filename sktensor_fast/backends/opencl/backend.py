@@ -16,13 +16,13 @@ import numpy as np
 from ..base import AprKernels, Backend
 from ..options import OpenCLOptions
 from . import cpapr_rows, gcp_ops, streamed
-from .program import WHAT_TO_DO, KernelBuildError, _compiler_message, _device_label, build_program
+from .program import (WHAT_TO_DO, KernelBuildError, _compiler_message, _device_label, build_program,
+                      kernel_source)
 from .tensor import INSTALL_HINT, OpenCLTensor, import_cl
 
 __all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError", "DeviceUnusableError",
            "KernelBuildError", "probe_device", "build_program"]
 
-_KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 
 
 class NoDeviceError(RuntimeError):
@@ -337,11 +337,7 @@ class OpenCLBackend(Backend):
         return "\n".join(lines) + "\n"
 
     def _source(self, name):
-        parts = []
-        for fn in ("common.cl", name):
-            with open(os.path.join(_KERNEL_DIR, fn)) as f:
-                parts.append(f.read())
-        return "\n".join(parts)
+        return kernel_source("common.cl", name)
 
     def _kernel(self, dtype, nmodes, phi, name, vec=1, rank=None, interleaved=False,
                 off32=False, prefetch=False):

@@ -34,6 +34,7 @@ import math
 
 import numpy as np
 
+from ..._loss_table import N_LOSSES
 from .. import gcp_common
 from ..base import GcpKernels
 from ..gcp_common import sampler_plan, zero_list_mode
@@ -51,23 +52,14 @@ _MOMENTS = gcp_common.MOMENTS
 _LOSS_CHUNK = 1024
 #: the sort keys hold the sample number in 32 bits
 _MAX_SAMPLES = 2 ** 31
-_N_LOSS_CODES = 11
-
-_M64 = (1 << 64) - 1
-_PHI = 0x9E3779B97F4A7C15
 
 
 # ------------------------------------------------------------------ generator keys
-def _mix64(z):
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
-
-
 def step_key(seed, step):
-    """The generator key of step ``step`` of a run seeded with ``seed`` (the CPU's
-    ``_gcp.step_key``, in Python integers)."""
-    return _mix64(_mix64((seed + _PHI) & _M64) ^ ((step * 0xD1B54A32D192ED03 + 1) & _M64))
+    """The generator key of step ``step`` of a run seeded with ``seed`` (``sktf_mix_seed`` of
+    ``sktensor_fast/include/sktf_rng.h``, the function the CPU kernels call too)."""
+    from ..._native import _numerics
+    return _numerics.step_key(seed, step)
 
 
 # ------------------------------------------------------------------ device-side checks
@@ -99,7 +91,7 @@ def _check_loss(loss):
         raise TypeError(f"loss must be a loss object of decomposition.losses (with an integer "
                         f"code), got {type(loss).__name__}")
     code = int(code)
-    if code >= _N_LOSS_CODES:
+    if code >= N_LOSSES:
         raise ValueError(f"unknown loss code {code}")
     if code < 0 and not (callable(getattr(loss, "value", None))
                          and callable(getattr(loss, "deriv", None))):

@@ -10,7 +10,57 @@ import warnings
 
 from .tensor import import_cl
 
-__all__ = ["build_program", "KernelBuildError", "WHAT_TO_DO", "logger"]
+__all__ = ["build_program", "kernel_source", "KernelBuildError", "WHAT_TO_DO", "logger"]
+
+#: the OpenCL sources of the package
+KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+#: the C99 headers of the numerics shared with the CPU kernels (losses, random generator,
+#: CP-APR row solver), pasted into the OpenCL sources by :func:`kernel_source`
+INCLUDE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "include")
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([A-Za-z0-9_]+\.h)"[ \t]*$', re.M)
+
+
+def _expand(name, directory, done):
+    """Text of file ``name`` with its ``#include "x.h"`` lines replaced by the headers of
+    :data:`INCLUDE_DIR` (each pasted once; ``#line`` directives keep the compiler's messages
+    pointing at the lines of the real files)."""
+    with open(os.path.join(directory, name), encoding="utf-8") as f:
+        text = f.read()
+    out, pos, line = [f'#line 1 "{name}"\n'], 0, 1
+    for m in _INCLUDE.finditer(text):
+        out.append(text[pos:m.start()])
+        line += text.count("\n", pos, m.start())
+        hdr = m.group(1)
+        if hdr not in done:
+            if not os.path.exists(os.path.join(INCLUDE_DIR, hdr)):
+                raise FileNotFoundError(f"{name}, line {line}: included header {hdr} is not "
+                                        f"in {INCLUDE_DIR}")
+            done.add(hdr)
+            out.append(_expand(hdr, INCLUDE_DIR, done))
+            out.append(f'\n#line {line + 1} "{name}"')
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def kernel_source(*names):
+    """The OpenCL C source of the kernel files ``names`` (in ``kernels/``), concatenated, with
+    the shared headers they ``#include`` pasted in.
+
+    Parameters
+    ----------
+    *names : str
+        File names in the ``kernels`` directory of the OpenCL backend.
+
+    Returns
+    -------
+    str
+        The source, ready to follow the host's ``#define`` header.
+    """
+    done = set()
+    return "\n".join(_expand(name, KERNEL_DIR, done) for name in names) + "\n"
 
 #: compiler output of successful builds goes to this logger at DEBUG level (and, with
 #: PYOPENCL_COMPILER_OUTPUT=1, to PyOpenCL's CompilerWarning as PyOpenCL does by default)

@@ -7,10 +7,8 @@
  * backends/cpu/_gcp.pyx, and contraction of a*b + c into fused multiply-adds is off (as it is
  * there), so that for the same sample the two backends form the same sums.
  *
- * Random numbers: the same counter-based generator as the CPU kernels.  The c-th 64-bit word
- * of sample j at step key K is mix(mix(K ^ ((j + 1) * PHI)) + (c + 1) * PHI) with splitmix64's
- * finaliser `mix`; a uniform integer below n is the high word of the 128-bit product r * n
- * (mul_hi).  A sample depends on (K, j) only, never on which work-item draws it.
+ * Random numbers: the counter-based generator of sktf_rng.h, the same functions as the CPU
+ * kernels; a sample depends on (K, j) only, never on which work-item draws it.
  *
  * Sampler parameters (array `sp` of longs, set up by backends/opencl/gcp_ops.py):
  *   0 nnz          nonzeros (lexicographically sorted coordinates `subs`, values `vals`)
@@ -32,111 +30,12 @@
  */
 #pragma OPENCL FP_CONTRACT OFF
 
-#define GCP_PHI 0x9E3779B97F4A7C15UL
-#define GCP_EPS ((VAL_T)1e-10)
-#define GCP_PI ((VAL_T)3.14159265358979323846)
+/* the losses f(x, m) and df/dm and the counter-based generator, written once for every
+ * device (sktensor_fast/include) */
+#include "sktf_losses.h"
+#include "sktf_rng.h"
+
 #define GCP_NO_KEY 0xFFFFFFFFFFFFFFFFUL
-
-inline ulong gcp_mix64(ulong z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
-    return z ^ (z >> 31);
-}
-
-/* key of sample j at a step */
-inline ulong gcp_sample_key(const ulong key, const long j)
-{
-    return gcp_mix64(key ^ ((ulong)j * GCP_PHI + GCP_PHI));
-}
-
-/* c-th random word of a sample */
-inline ulong gcp_rand(const ulong skey, const ulong c)
-{
-    return gcp_mix64(skey + (c + 1) * GCP_PHI);
-}
-
-/* uniform integer in [0, n) */
-inline long gcp_below(const ulong r, const long n)
-{
-    return (long)mul_hi(r, (ulong)n);
-}
-
-/* ------------------------------------------------------------------------------- losses */
-inline VAL_T gcp_value(const int code, const VAL_T p, const VAL_T x, const VAL_T m)
-{
-    VAL_T d, me;
-    switch (code) {
-    case 0:  /* gaussian */
-        return (x - m) * (x - m);
-    case 1:  /* bernoulli_odds */
-        return log1p(m) - x * log(m + GCP_EPS);
-    case 2:  /* bernoulli_logit */
-        if (m > 0) return m + log1p(exp(-m)) - x * m;
-        return log1p(exp(m)) - x * m;
-    case 3:  /* poisson */
-        return m - x * log(m + GCP_EPS);
-    case 4:  /* poisson_log */
-        return exp(m) - x * m;
-    case 5:  /* rayleigh */
-        me = m + GCP_EPS;
-        return (VAL_T)2 * log(me) + (GCP_PI / (VAL_T)4) * (x / me) * (x / me);
-    case 6:  /* gamma */
-        me = m + GCP_EPS;
-        return x / me + log(me);
-    case 7:  /* huber */
-        d = fabs(x - m);
-        if (d < p) return d * d;
-        return (VAL_T)2 * p * d - p * p;
-    case 8:  /* negative_binomial */
-        return (p + x) * log1p(m) - x * log(m + GCP_EPS);
-    case 9:  /* beta */
-        me = m + GCP_EPS;
-        return pow(me, p) / p - x * pow(me, p - (VAL_T)1) / (p - (VAL_T)1);
-    case 10: /* zt_poisson */
-        return m - x * log(m + GCP_EPS) + log(-expm1(-m) + GCP_EPS);
-    }
-    return 0;
-}
-
-inline VAL_T gcp_deriv(const int code, const VAL_T p, const VAL_T x, const VAL_T m)
-{
-    VAL_T d, me, e;
-    switch (code) {
-    case 0:
-        return (VAL_T)2 * (m - x);
-    case 1:
-        return (VAL_T)1 / (m + (VAL_T)1) - x / (m + GCP_EPS);
-    case 2:
-        e = exp(-fabs(m));
-        if (m >= 0) return (VAL_T)1 / ((VAL_T)1 + e) - x;
-        return e / ((VAL_T)1 + e) - x;
-    case 3:
-        return (VAL_T)1 - x / (m + GCP_EPS);
-    case 4:
-        return exp(m) - x;
-    case 5:
-        me = m + GCP_EPS;
-        return (VAL_T)2 / me - (GCP_PI / (VAL_T)2) * x * x / (me * me * me);
-    case 6:
-        me = m + GCP_EPS;
-        return (VAL_T)1 / me - x / (me * me);
-    case 7:
-        d = x - m;
-        if (fabs(d) < p) return (VAL_T)(-2) * d;
-        if (d > 0) return (VAL_T)(-2) * p;
-        if (d < 0) return (VAL_T)2 * p;
-        return 0;
-    case 8:
-        return (p + x) / ((VAL_T)1 + m) - x / (m + GCP_EPS);
-    case 9:
-        me = m + GCP_EPS;
-        return pow(me, p - (VAL_T)1) - x * pow(me, p - (VAL_T)2);
-    case 10:
-        return (VAL_T)1 - x / (m + GCP_EPS) + (VAL_T)1 / (expm1(m) + GCP_EPS);
-    }
-    return 0;
-}
 
 /* ----------------------------------------------------------------------------- sampling */
 /* position of coordinate idx among the nonzeros, or -1 */
@@ -208,10 +107,10 @@ inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
                         long* idx, VAL_T* w, int* corr)
 {
     const long nnz = sp[0];
-    const ulong skey = gcp_sample_key(key, j);
+    const ulong skey = sktf_sample_key(key, j);
     ulong c = 0;
     if (j < sp[3]) {
-        const long t = gcp_below(gcp_rand(skey, c), nnz);
+        const long t = sktf_below(sktf_rand(skey, c), nnz);
         for (int k = 0; k < NMODES; ++k) idx[k] = subs[t * NMODES + k];
         *w = wp;
         *corr = (int)sp[7];
@@ -221,7 +120,7 @@ inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
     *corr = 0;
     if (sp[2]) {
         const long n = sp[1] + (sp[6] ? nnz : 0);
-        long t = gcp_below(gcp_rand(skey, c), n);
+        long t = sktf_below(sktf_rand(skey, c), n);
         if (sp[6]) {
             if (t < nnz) {
                 for (int k = 0; k < NMODES; ++k) idx[k] = subs[t * NMODES + k];
@@ -238,7 +137,7 @@ inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
     }
     for (long a = 1;; ++a) {
         for (int k = 0; k < NMODES; ++k) {
-            idx[k] = gcp_below(gcp_rand(skey, c), shape[k]);
+            idx[k] = sktf_below(sktf_rand(skey, c), shape[k]);
             c += 1;
         }
         if (sp[5] == 0) return 0;
@@ -247,7 +146,7 @@ inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
         if (pos < 0) return 0;
         if (a >= sp[12] && sp[8]) {
             /* rejection keeps failing (a dense region): the zero of a uniform rank */
-            gcp_zero_coords(gcp_below(gcp_rand(skey, c), sp[13]), nnz, lin, shape, strides,
+            gcp_zero_coords(sktf_below(sktf_rand(skey, c), sp[13]), nnz, lin, shape, strides,
                             idx);
             return 0;
         }
@@ -308,12 +207,12 @@ __kernel void gcp_terms(const long ns, const long npad, const int R, const int c
     if (code >= 0) {
         const VAL_T x = sx[j], w = sw[j];
         const int corr = scorr[j];
-        VAL_T yv = gcp_deriv(code, param, x, m);
-        if (corr) yv = yv - gcp_deriv(code, param, 0, m);
+        VAL_T yv = sktf_loss_deriv(code, param, x, m);
+        if (corr) yv = yv - sktf_loss_deriv(code, param, 0, m);
         y_out[j] = w * yv;
         if (want_loss) {
-            VAL_T f = gcp_value(code, param, x, m);
-            if (corr) f = f - gcp_value(code, param, 0, m);
+            VAL_T f = sktf_loss_value(code, param, x, m);
+            if (corr) f = f - sktf_loss_value(code, param, 0, m);
             f_out[j] = w * f;
         }
     }
@@ -426,8 +325,8 @@ __kernel void gcp_sample_loss(const long ns, const int R, const int code, const 
     }
     m_out[j] = m;
     if (code >= 0) {
-        VAL_T f = gcp_value(code, param, sx[j], m);
-        if (scorr[j]) f = f - gcp_value(code, param, 0, m);
+        VAL_T f = sktf_loss_value(code, param, sx[j], m);
+        if (scorr[j]) f = f - sktf_loss_value(code, param, 0, m);
         f_out[j] = sw[j] * f;
     }
 }

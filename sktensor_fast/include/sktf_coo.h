@@ -1,0 +1,233 @@
+/* sktensor_fast: the CPU kernels over COO (backends/cpu/_kernels.pyx): one partition of
+ * MTTKRP / CP-APR's Phi over nonzeros sorted by the output mode, and the Poisson data term.
+ *
+ * Each kernel is written once, as a loop skeleton whose per-nonzero Khatri-Rao arithmetic is
+ * a hook: for 3-, 4- and 5-way tensors the rows of the other modes are multiplied in
+ * registers where they are used (constant trip counts, ranks 8, 16, 32 as compile-time
+ * constants so that the rank loops vectorise fully), for any other number of modes the
+ * Khatri-Rao row is formed in scratch first.  The entry points dispatch on the number of
+ * modes and the rank. */
+#ifndef SKTF_COO_H
+#define SKTF_COO_H
+
+#include <stdint.h>
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#define SKTF_HAVE_OPENMP 1
+static int sktf_max_threads(void) { return omp_get_max_threads(); }
+#else
+#define SKTF_HAVE_OPENMP 0
+static int sktf_max_threads(void) { return 1; }
+#endif
+
+#include "sktf_macros.h"
+
+/* prefetch distances (nonzeros ahead): coordinates of nonzero j + 2 D, rows of j + D */
+#define SKTF_COO_PF 16
+
+/* ------------------------------------------------------------------ the loop skeletons */
+/* One partition, nonzeros s..e of the order perm (NULL: identity), of the COO MTTKRP (B
+   NULL) or Phi (each nonzero weighted by 1 / max(B[row] . pi, eps)) of mode `mode`: runs of
+   equal output rows summed in acc and written to out, except the partition's first row
+   (bnd slot 2p) and last run (slot 2p + 1), which other partitions may share (the caller
+   adds the boundary slots in partition order).  The hooks, for NMV modes and rank RR:
+     DECL                     declarations at the start
+     PF_ROWS(T, RR, NMV, qs)  prefetch the factor rows of the nonzero with coordinates qs
+     SETUP(T, RR, NMV, sub)   per nonzero with coordinates sub, before KR is read
+     KR(NMV, r)               entry r of its Khatri-Rao row
+   scratch holds 2 R entries: the accumulator when R > 32, and the generic hooks' row. */
+#define SKTF_COO_PART_SKELETON(FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR)                  \
+static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t s,        \
+               int64_t e, T * const *fac, int nmodes, int mode, int64_t R, const T *B,    \
+               T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch)            \
+{                                                                                         \
+    DECL                                                                                  \
+    T accv[32];                       /* ranks up to 32 on the stack, else scratch */     \
+    T * const acc = ((RR) <= 32) ? accv : scratch;                                        \
+    (void) R; (void) nmodes; (void) fac;                                                  \
+    int64_t nz = perm ? perm[s] : s;                                                      \
+    const int64_t first_row = subs[nz * (NMV) + mode];                                    \
+    int64_t cur = first_row;                                                              \
+    T *dst;                                                                               \
+    SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) acc[r] = 0;                              \
+    for (int64_t j = s; j < e; ++j) {                                                     \
+        if (perm && j + 2 * SKTF_COO_PF < e) {                                            \
+            const int64_t q = perm[j + 2 * SKTF_COO_PF];                                  \
+            SKTF_PREFETCH(subs + q * (NMV));                                              \
+            SKTF_PREFETCH(vals + q);                                                      \
+        }                                                                                 \
+        if (j + SKTF_COO_PF < e) {                                                        \
+            const int64_t *qs = subs                                                      \
+                + (perm ? perm[j + SKTF_COO_PF] : j + SKTF_COO_PF) * (NMV);               \
+            PF_ROWS(T, RR, NMV, qs)                                                       \
+        }                                                                                 \
+        nz = perm ? perm[j] : j;                                                          \
+        const int64_t *sub = subs + nz * (NMV);                                           \
+        const int64_t row = sub[mode];                                                    \
+        if (row != cur) {                                                                 \
+            if (cur == first_row) { dst = bnd + (2 * p) * (RR); bnd_row[2 * p] = cur; }    \
+            else dst = out + cur * (RR);                                                  \
+            SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) { dst[r] = acc[r]; acc[r] = 0; }  \
+            cur = row;                                                                    \
+        }                                                                                 \
+        SETUP(T, RR, NMV, sub)                                                        \
+        T w = vals[nz];                                                                   \
+        if (B) {                                                                          \
+            const T *b = B + row * (RR);                                                  \
+            T dot = 0;                                                                    \
+            SKTF_SIMD_SUM(dot)                                                            \
+            for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * KR(NMV, r);             \
+            if (dot < eps) dot = eps;                                                     \
+            w = w / dot;                                                                  \
+        }                                                                                 \
+        SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) acc[r] += w * KR(NMV, r);            \
+    }                                                                                     \
+    if (cur == first_row) { dst = bnd + (2 * p) * (RR); bnd_row[2 * p] = cur; }            \
+    else { dst = bnd + (2 * p + 1) * (RR); bnd_row[2 * p + 1] = cur; }                    \
+    SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) dst[r] = acc[r];                         \
+}
+
+/* Σ x_j log(max(m_j, eps)) over nonzeros s..e (zeros skipped), m_j = Σ_r weights[r] ALL(r)
+   with ALL(r) the product of all NMV rows of nonzero j; hooks as above (scratch: R entries
+   for the generic row). */
+#define SKTF_COO_LL_SKELETON(FN, T, RR, NMV, DECL, PF_ROWS, SETUP, ALL)                   \
+static double FN(const int64_t *subs, const T *vals, int64_t s, int64_t e,                \
+                 T * const *fac, int nmodes, const T *weights, int64_t R, double eps,     \
+                 T *scratch)                                                              \
+{                                                                                         \
+    DECL                                                                                  \
+    double tot = 0;                                                                       \
+    (void) R; (void) nmodes; (void) scratch;                                              \
+    for (int64_t j = s; j < e; ++j) {                                                     \
+        if (j + SKTF_COO_PF < e) {                                                        \
+            const int64_t *qs = subs + (j + SKTF_COO_PF) * (NMV);                         \
+            PF_ROWS(T, RR, NMV, qs)                                                       \
+        }                                                                                 \
+        if (vals[j] == 0) continue;                                                       \
+        const int64_t *sub = subs + j * (NMV);                                            \
+        SETUP(T, RR, NMV, sub)                                                        \
+        T acc = 0;                                                                        \
+        SKTF_SIMD_SUM(acc)                                                                \
+        for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * ALL(NMV, r);          \
+        double m = (double) acc;                                                          \
+        if (m < eps) m = eps;                                                             \
+        tot = tot + (double) vals[j] * log(m);                                            \
+    }                                                                                     \
+    return tot;                                                                           \
+}
+
+/* ------------------------------------------------------- hooks for 3-, 4-, 5-way tensors */
+/* the other modes' factors, in order (ko: their modes), and per nonzero their rows pk, whose
+   products are formed in registers (SKTF_KR_<NM>, SKTF_ALL_<NM>) */
+#define SKTF_COO_N_DECL(T, NM)                                                            \
+    const T *fo[(NM) - 1];                                                                \
+    int ko[(NM) - 1];                                                                     \
+    for (int k = 0, q = 0; k < (NM); ++k)                                                 \
+        if (k != mode) { ko[q] = k; fo[q] = fac[k]; ++q; }
+#define SKTF_COO_N_PF(T, RR, NM, QS)                                                      \
+    for (int q = 0; q < (NM) - 1; ++q)                                                    \
+        SKTF_PF_ROW(fo[q] + (QS)[ko[q]] * (RR), (RR) * sizeof(T))
+#define SKTF_COO_N_SETUP(T, RR, NM, SUB)                                                  \
+    const T *pk[(NM) - 1];                                                                \
+    for (int q = 0; q < (NM) - 1; ++q) pk[q] = fo[q] + (SUB)[ko[q]] * (RR);
+#define SKTF_COO_N_KR(NM, r) SKTF_KR_##NM(pk, r)
+/* all modes (the model value) */
+#define SKTF_COO_NA_PF(T, RR, NM, QS)                                                     \
+    for (int k = 0; k < (NM); ++k) SKTF_PF_ROW(fac[k] + (QS)[k] * (RR), (RR) * sizeof(T))
+#define SKTF_COO_NA_SETUP(T, RR, NM, SUB)                                                 \
+    const T *pk[NM];                                                                      \
+    for (int k = 0; k < (NM); ++k) pk[k] = fac[k] + (SUB)[k] * (RR);
+#define SKTF_COO_NA_ALL(NM, r) SKTF_ALL_##NM(pk, r)
+
+#define SKTF_COO_PARTN(FN, T, RR, NM)                                                     \
+    SKTF_COO_PART_SKELETON(FN, T, RR, NM, SKTF_COO_N_DECL(T, NM), SKTF_COO_N_PF,          \
+                           SKTF_COO_N_SETUP, SKTF_COO_N_KR)
+#define SKTF_COO_LLN(FN, T, RR, NM)                                                       \
+    SKTF_COO_LL_SKELETON(FN, T, RR, NM, , SKTF_COO_NA_PF, SKTF_COO_NA_SETUP, SKTF_COO_NA_ALL)
+
+/* ------------------------------------------------------- hooks for any number of modes */
+/* the Khatri-Rao row of the nonzero with coordinates sub (modes other than skip; a row of
+   ones when there is none), multiplied left to right, into pi */
+#define SKTF_COO_KRP_ROW(T, SUF)                                                          \
+static inline void sktf_coo_krp_##SUF(T *pi, const int64_t *sub, T * const *fac,          \
+                                      int nmodes, int skip, int64_t R)                    \
+{                                                                                         \
+    int first = 1;                                                                        \
+    for (int k = 0; k < nmodes; ++k) {                                                    \
+        if (k == skip) continue;                                                          \
+        const T *a = fac[k] + sub[k] * R;                                                 \
+        if (first) { for (int64_t r = 0; r < R; ++r) pi[r] = a[r]; first = 0; }          \
+        else { for (int64_t r = 0; r < R; ++r) pi[r] *= a[r]; }                           \
+    }                                                                                     \
+    if (first) { for (int64_t r = 0; r < R; ++r) pi[r] = 1; }                             \
+}
+#define SKTF_COO_ANY_PF(T, RR, NMV, QS)                                                   \
+    for (int k = 0; k < nmodes; ++k)                                                      \
+        if (k != mode) SKTF_PF_ROW(fac[k] + (QS)[k] * R, R * sizeof(T))
+#define SKTF_COO_ANY_PF_ALL(T, RR, NMV, QS)                                               \
+    for (int k = 0; k < nmodes; ++k) SKTF_PF_ROW(fac[k] + (QS)[k] * R, R * sizeof(T))
+#define SKTF_COO_ANY_SETUP_f64(T, RR, NMV, SUB) sktf_coo_krp_f64(pi_, (SUB), fac, nmodes, mode, R);
+#define SKTF_COO_ANY_SETUP_f32(T, RR, NMV, SUB) sktf_coo_krp_f32(pi_, (SUB), fac, nmodes, mode, R);
+#define SKTF_COO_ANY_SETUP_ALL_f64(T, RR, NMV, SUB) sktf_coo_krp_f64(pi_, (SUB), fac, nmodes, -1, R);
+#define SKTF_COO_ANY_SETUP_ALL_f32(T, RR, NMV, SUB) sktf_coo_krp_f32(pi_, (SUB), fac, nmodes, -1, R);
+#define SKTF_COO_ANY_KR(NMV, r) pi_[r]
+
+/* ---------------------------------------------------------------- instances, dispatch */
+/* KERNEL at ranks R (any), 8, 16, 32 for NM modes: functions PREFIX<NM>_<SUF>_<rank> */
+#define SKTF_COO_AT_RANKS(KERNEL, PREFIX, T, SUF, NM)                                     \
+KERNEL(PREFIX##NM##_##SUF##_rr, T, R, NM)                                                 \
+KERNEL(PREFIX##NM##_##SUF##_8, T, 8, NM)                                                  \
+KERNEL(PREFIX##NM##_##SUF##_16, T, 16, NM)                                                \
+KERNEL(PREFIX##NM##_##SUF##_32, T, 32, NM)
+/* SET PREFIX<NM>_<SUF>_<rank> ARGS for the rank R and NM modes, then return VAL (SET and
+   VAL empty for void kernels) */
+#define SKTF_COO_RANK_CALL(SET, VAL, PREFIX, NM, SUF, ARGS)                               \
+    switch (R) {                                                                          \
+    case 8: SET PREFIX##NM##_##SUF##_8 ARGS; return VAL;                                  \
+    case 16: SET PREFIX##NM##_##SUF##_16 ARGS; return VAL;                                \
+    case 32: SET PREFIX##NM##_##SUF##_32 ARGS; return VAL;                                \
+    default: SET PREFIX##NM##_##SUF##_rr ARGS; return VAL;                                \
+    }
+/* ... for nmodes = 3, 4 or 5, else the kernel for any number of modes */
+#define SKTF_COO_NWAY_CALL(SET, VAL, PREFIX, SUF, ARGS)                                   \
+    switch (nmodes) {                                                                     \
+    case 3: { SKTF_COO_RANK_CALL(SET, VAL, PREFIX, 3, SUF, ARGS) }                        \
+    case 4: { SKTF_COO_RANK_CALL(SET, VAL, PREFIX, 4, SUF, ARGS) }                        \
+    case 5: { SKTF_COO_RANK_CALL(SET, VAL, PREFIX, 5, SUF, ARGS) }                        \
+    default: SET PREFIX##_any_##SUF ARGS; return VAL;                                     \
+    }
+
+/* the entry points (any number of modes, any rank); scratch: 2 R entries per thread */
+#define SKTF_COO_FAMILY(T, SUF)                                                           \
+SKTF_COO_AT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 3)                               \
+SKTF_COO_AT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 4)                               \
+SKTF_COO_AT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 5)                               \
+SKTF_COO_AT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 3)                                   \
+SKTF_COO_AT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 4)                                   \
+SKTF_COO_AT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 5)                                   \
+SKTF_COO_KRP_ROW(T, SUF)                                                                  \
+SKTF_COO_PART_SKELETON(sktf_coo_part_any_##SUF, T, R, nmodes, T *pi_ = scratch + R;,      \
+                       SKTF_COO_ANY_PF, SKTF_COO_ANY_SETUP_##SUF, SKTF_COO_ANY_KR)        \
+SKTF_COO_LL_SKELETON(sktf_coo_ll_any_##SUF, T, R, nmodes, T *pi_ = scratch;,              \
+                     SKTF_COO_ANY_PF_ALL, SKTF_COO_ANY_SETUP_ALL_##SUF, SKTF_COO_ANY_KR)  \
+static void sktf_coo_partn_##SUF(const int64_t *subs, const T *vals, const int64_t *perm, \
+               int64_t s, int64_t e, T * const *fac, int nmodes, int mode, int64_t R,     \
+               const T *B, T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch) \
+{                                                                                         \
+    SKTF_COO_NWAY_CALL(, , sktf_coo_part, SUF, (subs, vals, perm, s, e, fac, nmodes,      \
+                       mode, R, B, eps, out, bnd, bnd_row, p, scratch))                   \
+}                                                                                         \
+static double sktf_coo_lln_##SUF(const int64_t *subs, const T *vals, int64_t s,           \
+               int64_t e, T * const *fac, int nmodes, const T *weights, int64_t R,        \
+               double eps, T *scratch)                                                    \
+{                                                                                         \
+    double res_;                                                                          \
+    SKTF_COO_NWAY_CALL(res_ =, res_, sktf_coo_ll, SUF, (subs, vals, s, e, fac, nmodes,    \
+                       weights, R, eps, scratch))                                         \
+}
+
+SKTF_COO_FAMILY(double, f64)
+SKTF_COO_FAMILY(float, f32)
+
+#endif /* SKTF_COO_H */

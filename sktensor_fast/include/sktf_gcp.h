@@ -1,0 +1,50 @@
+/* sktensor_fast: the optimiser steps of GCP's CPU kernels (backends/cpu/_gcp.pyx) on chunks of
+ * entries: plain C loops that the compiler vectorises. */
+#ifndef SKTF_GCP_H
+#define SKTF_GCP_H
+
+#include <stdint.h>
+/* The serial and the parallel gradient must round identically: no fused multiply-add
+   contraction of a*b + c (GCC contracts across statements by default when the target has
+   FMA, e.g. with -march=native or on aarch64; clang only within an expression). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize ("fp-contract=off")
+#endif
+#include <math.h>
+#include "sktf_macros.h"
+/* Optimiser steps on a chunk of entries: plain C loops that the compiler vectorises. */
+static void sktf_adam_chunk(
+        double* __restrict u, const double* __restrict g, double* __restrict m,
+        double* __restrict v, int64_t n, double beta1, double beta2, double a, double e,
+        double lower) {
+    const double b1 = 1.0 - beta1, b2 = 1.0 - beta2;
+    for (int64_t i = 0; i < n; i++) {
+        double gi = g[i];
+        double mi = beta1 * m[i] + b1 * gi;
+        double vi = beta2 * v[i] + b2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        double ui = u[i] - a * mi / (sqrt(vi) + e);
+        u[i] = ui < lower ? lower : ui;
+    }
+}
+static void sktf_adagrad_chunk(
+        double* __restrict u, const double* __restrict g, double* __restrict s, int64_t n,
+        double lr, double eps, double lower) {
+    for (int64_t i = 0; i < n; i++) {
+        double gi = g[i];
+        double si = s[i] + gi * gi;
+        s[i] = si;
+        double ui = u[i] - lr * gi / (sqrt(si) + eps);
+        u[i] = ui < lower ? lower : ui;
+    }
+}
+static void sktf_sgd_chunk(double* __restrict u, const double* __restrict g, int64_t n,
+                           double lr, double lower) {
+    for (int64_t i = 0; i < n; i++) {
+        double ui = u[i] - lr * g[i];
+        u[i] = ui < lower ? lower : ui;
+    }
+}
+
+#endif /* SKTF_GCP_H */

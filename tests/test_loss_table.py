@@ -1,0 +1,118 @@
+"""The loss table is the one description of GCP's losses: the C header, the NumPy interface
+and the kernels of every backend agree with it."""
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+
+import sktensor_fast
+from sktensor_fast._loss_table import EPS, LOSS_TABLE, N_LOSSES
+from sktensor_fast.decomposition.losses import LOSSES, get_loss
+
+INCLUDE = os.path.join(os.path.dirname(sktensor_fast.__file__), "include")
+
+
+def _defines(header):
+    with open(os.path.join(INCLUDE, header), encoding="utf-8") as f:
+        text = f.read()
+    return dict(re.findall(r"^#define\s+(SKTF_\w+)\s+(.+?)\s*$", text, re.M))
+
+
+def test_header_codes_are_the_table():
+    d = _defines("sktf_losses.h")
+    codes = {k[len("SKTF_LOSS_"):].lower(): int(v) for k, v in d.items()
+             if k.startswith("SKTF_LOSS_") and re.fullmatch(r"\d+", v)}
+    assert codes == {row[0]: row[1] for row in LOSS_TABLE}
+    assert int(d["SKTF_N_LOSSES"]) == N_LOSSES == len(LOSS_TABLE)
+    assert float(re.search(r"\)\s*([0-9.e+-]+)\)", d["SKTF_LOSS_EPS"]).group(1)) == EPS
+    # codes 0 .. N-1 in table order
+    assert [row[1] for row in LOSS_TABLE] == list(range(N_LOSSES))
+
+
+def test_compiled_modules_see_the_table():
+    from sktensor_fast._native import _numerics
+    from sktensor_fast.backends.cpu import _gcp
+    assert _numerics.N_LOSSES == N_LOSSES
+    assert _numerics.LOSS_EPS == EPS
+    assert _gcp.LOSS_CODES == tuple(range(N_LOSSES))
+
+
+@pytest.mark.parametrize("row", LOSS_TABLE, ids=[r[0] for r in LOSS_TABLE])
+def test_loss_classes_are_built_from_the_table(row):
+    name, code, lower, data, zero, param = row
+    cls = LOSSES[name]
+    assert cls.code == code and cls.name == name and cls.data == data
+    assert cls.lower == lower or (math.isinf(lower) and cls.lower == lower)
+    if param is None:
+        loss = get_loss(name)
+        assert math.isnan(loss.param)
+        with pytest.raises(ValueError, match="takes no loss_param"):
+            get_loss(name, 1.5)
+    else:
+        with pytest.raises(ValueError, match="needs loss_param"):
+            get_loss(name)
+        with pytest.raises(ValueError, match="invalid loss_param"):
+            get_loss(name, 1.0 if param[1] == "not 0 or 1" else -1.0)
+        loss = get_loss(name, 2.5)
+        assert loss.param == 2.5
+    if zero == "param > 0":
+        assert get_loss(name, 2.5).zero_in_domain
+        assert not get_loss(name, -0.5).zero_in_domain
+    else:
+        assert loss.zero_in_domain is zero
+    # the data domain
+    if data in ("nonneg", "counts", "binary"):
+        with pytest.raises(ValueError, match="negative|binary"):
+            loss.check_data(np.array([1.0, -1.0]))
+    if data == "binary":
+        with pytest.raises(ValueError, match="binary"):
+            loss.check_data(np.array([0.0, 1.0, 2.0]))
+    if data == "counts":
+        with pytest.warns(UserWarning, match="non-integer"):
+            loss.check_data(np.array([0.5, 1.0]))
+    if data == "real":
+        loss.check_data(np.array([-1.5, 2.0]))
+
+
+def test_loss_broadcasts_and_keeps_shapes():
+    loss = get_loss("poisson")
+    x = np.arange(6.0).reshape(2, 3)
+    v = loss.value(x, 2.0)
+    assert v.shape == (2, 3)
+    np.testing.assert_allclose(v, 2.0 - x * np.log(2.0 + EPS), rtol=1e-15)
+    assert np.ndim(loss.deriv(1.0, 2.0)) == 0
+    assert loss.deriv(1.0, 2.0) == pytest.approx(1.0 - 1.0 / (2.0 + EPS), rel=1e-15)
+
+
+def test_opencl_sources_get_the_shared_headers_pasted_in():
+    from sktensor_fast.backends.opencl.program import kernel_source
+    for name, functions in [("gcp.cl", ("sktf_loss_value", "sktf_loss_deriv", "sktf_below")),
+                            ("cpapr_rows.cl", ("sktf_apr_pdnr_row", "sktf_apr_pqnr_row"))]:
+        src = kernel_source("common.cl", name)
+        assert '#include "sktf_' not in src
+        for fn in functions:
+            # defined once in the program (by the header), called from the kernels
+            assert len(re.findall(r"^SKTF_INLINE [^;{]*\b" + fn + r"\(", src, re.M)) == 1, fn
+        # the compiler's line numbers point into the real files
+        assert '#line 1 "sktf_platform.h"' in src and f'#line 1 "{name}"' in src
+
+
+@pytest.mark.parametrize("header", ["sktf_platform.h", "sktf_losses.h", "sktf_rng.h",
+                                    "sktf_apr_cpu.h"])
+def test_shared_headers_are_strict_c99(tmp_path, header):
+    # the headers shared with the OpenCL kernels stay in portable C99 (OpenCL C's subset)
+    import shlex
+    import shutil
+    import subprocess
+    import sysconfig
+    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    if shutil.which(cc[0]) is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "use.c"
+    src.write_text(f'#include "{header}"\nint main(void) {{ return 0; }}\n')
+    res = subprocess.run(cc[:1] + ["-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror",
+                                   "-Wno-unused-function", "-fsyntax-only", f"-I{INCLUDE}",
+                                   str(src)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
