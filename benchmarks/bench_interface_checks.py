@@ -6,8 +6,9 @@ The GCP primitives (``backend.gcp``) and the CP-APR steps (``backend.apr``) chec
 arguments once, in ``backends/base.py``, before the backend's implementation runs.  This
 times, on the embedded flights tensor with the CPU backend, one stochastic GCP step
 (``sampled_gradient`` + ``optimizer_step``) through the public methods and through the
-implementations directly (``_sampled_gradient`` / ``_optimizer_step``: no checks), best of
-several repeats, and prints both and their ratio.
+implementations directly (``_sampled_gradient`` / ``_optimizer_step``: no checks), and the
+same steps as the estimator takes them, ``--steps`` at a time in one ``steps`` call (checked
+once per call) against ``_steps``; best of several repeats, interleaved.
 """
 import argparse
 import os
@@ -55,13 +56,25 @@ def main(argv=None):
         g._sampled_gradient(T, state, w, U, loss, 1, i, G, act, False)
         g._optimizer_step("adam", U, G, opt, 1e-6, i + 1, 0.0, 0.9, 0.999, 1e-8, act)
 
-    best = {"checked": np.inf, "unchecked": np.inf}
+    def loop_checked():
+        g.steps(T, state, w, U, loss, 1, 0, args.steps, "adam", opt, 1e-6, 1, 0.0, 0.9,
+                0.999, 1e-8, out=G)
+
+    def loop_unchecked():
+        g._steps(T, state, w, U, loss, 1, 0, args.steps, "adam", opt, 1e-6, 1, 0.0, 0.9,
+                 0.999, 1e-8, act, G, None, None)
+
+    best = {k: np.inf for k in ("checked", "unchecked", "steps", "_steps")}
     with num_threads(args.threads):
-        for _ in range(args.repeat):          # interleaved, so that both see the same load
+        for _ in range(args.repeat):          # interleaved, so that all see the same load
             for name, step in (("checked", checked), ("unchecked", unchecked)):
                 t0 = time.perf_counter()
                 for i in range(args.steps):
                     step(i)
+                best[name] = min(best[name], (time.perf_counter() - t0) / args.steps)
+            for name, loop in (("steps", loop_checked), ("_steps", loop_unchecked)):
+                t0 = time.perf_counter()
+                loop()
                 best[name] = min(best[name], (time.perf_counter() - t0) / args.steps)
     print(f"GCP step on {X.shape}, nnz {X.nnz}, rank {args.rank}, {2 * args.samples} samples, "
           f"{args.threads} thread(s), best of {args.repeat} x {args.steps} steps; "
@@ -69,6 +82,9 @@ def main(argv=None):
     print(f"  public (checked): {best['checked'] * 1e6:8.1f} us/step")
     print(f"  implementations : {best['unchecked'] * 1e6:8.1f} us/step")
     print(f"  ratio           : {best['checked'] / best['unchecked']:.3f}")
+    print(f"  steps() call    : {best['steps'] * 1e6:8.1f} us/step (the estimator's path)")
+    print(f"  _steps() call   : {best['_steps'] * 1e6:8.1f} us/step")
+    print(f"  ratio           : {best['steps'] / best['_steps']:.3f}")
 
 
 if __name__ == "__main__":

@@ -130,7 +130,8 @@ def test_interleaved_copies_built_once_per_mode(be):
 
 @pytest.mark.parametrize("var, value", [("LAYOUT", "rows"), ("OFF32", "yes"), ("PREFETCH", "2"),
                                         ("WIDE_CHUNK", "0"), ("WIDE_GROUP", "-1"),
-                                        ("CHUNK", "abc"), ("VEC", "3"), ("PHI", "nope")])
+                                        ("CHUNK", "abc"), ("VEC", "3"), ("PHI", "nope"),
+                                        ("MAX_TENSOR_BYTES", "many")])
 def test_bad_environment_setting_is_reported_once(monkeypatch, recwarn, var, value):
     """A bad SKTENSOR_FAST_OCL_* value: one RuntimeWarning naming the variable, the device's
     default instead."""
@@ -154,6 +155,7 @@ def test_bad_environment_setting_is_reported_once(monkeypatch, recwarn, var, val
                                          ({"vec": 3}, "1, 2, 4, 8"),
                                          ({"chunk": 0}, "positive int"),
                                          ({"wide_group": 2.0}, "positive int"),
+                                         ({"max_tensor_bytes": "12X"}, "number of bytes"),
                                          ({"chunks": 64}, "the options are layout, chunk")])
 def test_bad_option_is_a_clear_error(opts, match):
     from sktensor_fast import OpenCLOptions
@@ -355,3 +357,14 @@ def test_format_means_what_it_says():
     assert cpu.storage_format("alto", ("apr_rows",)) == "alto"
     with pytest.raises(ValueError, match="use one of 'auto', 'coo', 'alto'"):
         cpu.storage_format("csf")
+
+
+def test_max_tensor_bytes_is_an_option():
+    """The streaming cap: an option (bytes or "512M"-style text), its environment variable a
+    default, OpenCLBackend(max_tensor_bytes=) still accepted."""
+    from sktensor_fast import OpenCLOptions
+    from sktensor_fast.backends.opencl.backend import OpenCLBackend
+    _opencl_backend()
+    assert OpenCLOptions(max_tensor_bytes="2K").max_tensor_bytes == 2048
+    assert get_backend("opencl", {"max_tensor_bytes": "1M"}).max_tensor_bytes == 1 << 20
+    assert OpenCLBackend("opencl", max_tensor_bytes=4096).options.max_tensor_bytes == 4096
