@@ -460,8 +460,13 @@ class StreamedTensor:
             # the kernels read entries 0 .. nnz - 1 of the (chunk-interleaved) order
             view.nnz = blk.nnz
             be._launch_accumulate(view, local, mode, Bb, eps, part)
-            dst = out[blk.r0:blk.r1]
-            dst += part
+            # out[r0:r1] += part, with the package's own kernel (pyopencl.array's arithmetic
+            # builds programs outside build_program, with their compiler warnings)
+            n = blk.rows * R
+            if n:
+                be._kernel(self.dtype, None, False, "add_into")(
+                    be.queue, (n,), None, np.int64(n), np.int64(blk.r0 * R), out.data,
+                    part.data)
         return out
 
     def _mode0_blocks(self, factors):

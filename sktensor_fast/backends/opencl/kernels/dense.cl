@@ -102,6 +102,14 @@ __kernel void apr_shift(const long n, __global VAL_T* A, __global const VAL_T* P
     if (i < n && Phi[i] > 1 && A[i] < tol) A[i] += kappa;
 }
 
+/* A[offset + i] += B[i] */
+__kernel void add_into(const long n, const long offset, __global VAL_T* A,
+                       __global const VAL_T* B)
+{
+    const long i = get_global_id(0);
+    if (i < n) A[offset + i] += B[i];
+}
+
 /* B[i] *= Phi[i] */
 __kernel void multiply_inplace(const long n, __global VAL_T* B, __global const VAL_T* Phi)
 {
