@@ -194,14 +194,22 @@ def _custom_weights(loss, x, w, corr, m, deriv=True):
     return np.ascontiguousarray(w * y, dtype=np.float64)
 
 
+def _gradient_args(weights, factors, active, out):
+    """The fused gradient's inputs as the kernel takes them: float64 factors and weights, the
+    active modes as int8 flags, and the output matrices (new ones unless given)."""
+    facs = [np.ascontiguousarray(f, dtype=np.float64) for f in factors]
+    lam = np.ascontiguousarray(weights, dtype=np.float64)
+    act = (np.ones(len(facs), dtype=np.int8) if active is None
+           else np.asarray(active, dtype=np.int8))
+    if out is None:
+        out = [np.zeros_like(f) for f in facs]
+    return facs, lam, act, out
+
+
 def sampled_gradient(T, state, weights, factors, loss, seed, step, out=None, active=None,
                      with_loss=False, num_threads=1):
     N = len(factors)
-    facs = [np.ascontiguousarray(f, dtype=np.float64) for f in factors]
-    lam = np.ascontiguousarray(weights, dtype=np.float64)
-    act = np.ones(N, dtype=np.int8) if active is None else np.asarray(active, dtype=np.int8)
-    if out is None:
-        out = [np.zeros_like(f) for f in facs]
+    facs, lam, act, out = _gradient_args(weights, factors, active, out)
     key = _gcp.step_key(np.uint64(seed), np.uint64(step + 1))
     if loss.code >= 0:
         f = _gcp.gradient(state.grad_sampler, key, int(loss.code), float(loss.param), lam, facs,
@@ -259,11 +267,7 @@ def explicit_gradient(sample, weights, factors, loss, out=None, active=None, wit
                       num_threads=1):
     """The fused gradient over an explicit sample ``(subs, x, w, corr)``."""
     N = len(factors)
-    facs = [np.ascontiguousarray(f, dtype=np.float64) for f in factors]
-    lam = np.ascontiguousarray(weights, dtype=np.float64)
-    act = np.ones(N, dtype=np.int8) if active is None else np.asarray(active, dtype=np.int8)
-    if out is None:
-        out = [np.zeros_like(f) for f in facs]
+    facs, lam, act, out = _gradient_args(weights, factors, active, out)
     subs = np.ascontiguousarray(sample[0], dtype=np.int64).reshape(-1, N)
     x = np.ascontiguousarray(sample[1], dtype=np.float64)
     w = np.ascontiguousarray(sample[2], dtype=np.float64)
