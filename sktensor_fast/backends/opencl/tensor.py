@@ -1,22 +1,33 @@
 """A sparse tensor on an OpenCL device (:class:`OpenCLTensor`), built from one upload.
 
-The host narrows the coordinates to int32 once (a compiled parallel copy) and orders the
-nonzeros by every mode after the first with a compiled stable counting sort over that narrow
-copy (int32 positions).  Then one upload: the coordinates, the values and those orders.
+The host narrows the coordinates to int32 (a compiled parallel copy) and uploads them with the
+values.  The order of the nonzeros by every mode after the first is a stable radix sort of the
+uploaded coordinates on the device (:mod:`.sort`) on GPUs, or a compiled stable counting sort
+on the host (int32 positions, uploaded too) elsewhere (:attr:`OpenCLTensor.DEVICE_ORDERS`).
 Everything else is built on the device from them by one gather kernel: the chunk-interleaved
 copy of every mode that the MTTKRP / Φ kernels read (built in :meth:`OpenCLTensor.interleaved`,
 at prepare time for the backend's layout), and the mode-sorted copies
 (:attr:`OpenCLTensor.subs`, :attr:`OpenCLTensor.vals`) that the CP-APR row solvers and the
 ``lanes-sorted`` layout read, built at their first use.  Mode 0 needs no order: a
 :class:`~sktensor_fast.SparseTensor` is sorted by it already.
+
+Uploads from ordinary (pageable) host memory run at a fraction of the bus's speed on GPUs.  On
+GPUs (:attr:`OpenCLTensor.PINNED`) the uploads go through two page-locked staging buffers kept
+by the backend (:class:`Staging`, ``CL_MEM_ALLOC_HOST_PTR`` buffers mapped once): the narrowing
+pass writes the coordinates of one chunk of nonzeros straight into one buffer (the values are
+copied there by a parallel compiled copy) while the device copies the other, so the host's work
+and the transfers overlap, and the sort runs on the device while the values are copied.
 """
+import threading
+
 import numpy as np
 
 from ... import _threads
-from ..._native import _construct
+from ..._native import _construct, _hostcopy
 from ..._prepared import value_stats
 
-__all__ = ["OpenCLTensor", "import_cl", "host_orders", "describe", "narrow_subs"]
+__all__ = ["OpenCLTensor", "Staging", "import_cl", "host_orders", "describe", "narrow_subs",
+           "upload_queue", "staging"]
 
 INSTALL_HINT = (
     "Install a GPU driver with OpenCL support (NVIDIA, AMD ROCm, Intel compute runtime) or, to run "
@@ -78,6 +89,131 @@ def narrow_subs(X, num_threads):
     return subs32
 
 
+def upload_queue(backend):
+    """The backend's second command queue, for uploads that overlap the kernels of its own
+    queue (created at the first call, kept on the backend)."""
+    q = backend.__dict__.get("_upload_queue")
+    if q is None:
+        q = backend.__dict__["_upload_queue"] = backend.cl.CommandQueue(backend.ctx)
+    return q
+
+
+class Staging:
+    """Two page-locked host buffers of ``nbytes`` each that uploads go through in chunks.
+
+    Each buffer is an OpenCL buffer allocated with ``CL_MEM_ALLOC_HOST_PTR`` and mapped once;
+    GPU drivers copy from its mapped memory by DMA at the bus's speed and without blocking the
+    host.  :meth:`upload` fills one buffer (a callback writes the next chunk of rows there)
+    while the device copies the other.  One backend keeps one :class:`Staging` (see
+    :func:`staging`); its lock serialises the uploads of threads that share the backend.
+
+    Parameters
+    ----------
+    backend : OpenCLBackend
+        The context and queue the buffers belong to.
+    nbytes : int
+        Bytes of each buffer.
+
+    Raises
+    ------
+    pyopencl.Error
+        When the driver cannot allocate or map page-locked memory.
+    """
+
+    def __init__(self, backend, nbytes):
+        cl = backend.cl
+        self.cl = cl
+        self.nbytes = int(nbytes)
+        self.lock = threading.RLock()
+        self.arrays = []
+        self._bufs = []
+        for _ in range(2):
+            buf = cl.Buffer(backend.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.ALLOC_HOST_PTR,
+                            self.nbytes)
+            arr, _ = cl.enqueue_map_buffer(backend.queue, buf, cl.map_flags.WRITE, 0,
+                                           (self.nbytes,), np.uint8, is_blocking=True)
+            self._bufs.append(buf)
+            self.arrays.append(arr)
+        self._events = [None, None]
+        self._next = 0
+
+    def upload(self, queue, dst, nrows, row_bytes, fill, offset=0):
+        """Copy ``nrows`` rows of ``row_bytes`` bytes to device buffer ``dst`` (from byte
+        ``offset``) in chunks: ``fill(lo, hi, out)`` writes rows ``lo:hi`` into the uint8
+        array ``out`` (a staging buffer), then ``queue`` copies it without blocking.
+
+        Returns
+        -------
+        pyopencl.Event or None
+            The last copy's event (None when ``nrows`` is 0); ``queue`` is flushed.
+        """
+        cl = self.cl
+        per = max(self.nbytes // int(row_bytes), 1)
+        if per * row_bytes > self.nbytes:
+            raise ValueError(f"a row of {row_bytes} bytes does not fit the staging buffers "
+                             f"of {self.nbytes} bytes")
+        ev = None
+        with self.lock:
+            for lo in range(0, int(nrows), per):
+                hi = min(lo + per, int(nrows))
+                s = self._next
+                self._next ^= 1
+                if self._events[s] is not None:      # its last copy must be done
+                    self._events[s].wait()
+                view = self.arrays[s][:(hi - lo) * row_bytes]
+                fill(lo, hi, view)
+                ev = self._events[s] = cl.enqueue_copy(
+                    queue, dst, view, dst_offset=offset + lo * row_bytes, is_blocking=False)
+                queue.flush()
+        return ev
+
+    def finish(self):
+        """Wait until no copy reads the staging buffers."""
+        with self.lock:
+            for ev in self._events:
+                if ev is not None:
+                    ev.wait()
+
+
+def staging(backend, nbytes):
+    """The backend's :class:`Staging` (buffers of ``nbytes``, made at the first call and kept;
+    made anew when ``nbytes`` changes), or None when the driver refuses page-locked memory (then
+    never asked again for this backend)."""
+    cl = backend.cl
+    st = backend.__dict__.get("_staging")
+    if st is False:
+        return None
+    if st is not None and st.nbytes == int(nbytes):
+        return st
+    if st is not None:
+        st.finish()
+    try:
+        st = Staging(backend, nbytes)
+    except (cl.Error, MemoryError):
+        st = False
+    backend.__dict__["_staging"] = st
+    return st or None
+
+
+def _copy_fill(src):
+    """A :meth:`Staging.upload` callback copying rows of the contiguous array ``src``."""
+    nt = _threads.get_num_threads()
+    flat = src.reshape(src.shape[0], -1) if src.ndim > 1 else src
+
+    def fill(lo, hi, out):
+        _hostcopy.copy_bytes(flat[lo:hi].reshape(-1).view(np.uint8), out, nt)
+    return fill
+
+
+def _narrow_fill(subs64, ndim):
+    """A :meth:`Staging.upload` callback narrowing rows of int64 coordinates into int32."""
+    nt = _threads.get_num_threads()
+
+    def fill(lo, hi, out):
+        _construct.narrow(subs64[lo:hi], out.view(np.int32).reshape(hi - lo, ndim), nt)
+    return fill
+
+
 class _ModeCopies:
     """``copies[mode]``: the device array of one kind (coordinates or values) of the copy of
     the nonzeros sorted by ``mode``, built at its first use."""
@@ -107,28 +243,46 @@ class OpenCLTensor:
         Device int32 order of the nonzeros by every mode after the first (None for mode 0).
     """
 
+    #: where the orders by the modes after the first are computed: True on the device (a radix
+    #: sort of the uploaded coordinates, :mod:`.sort`), False on the host (a compiled counting
+    #: sort, then uploaded), None: on GPU devices whose local memory holds the sort's tiles
+    DEVICE_ORDERS = None
+
+    #: uploads through the backend's page-locked staging buffers (:class:`Staging`): True,
+    #: False, or None: on GPU devices (a driver that refuses page-locked memory gets the plain
+    #: uploads)
+    PINNED = None
+
+    #: bytes of each of the two staging buffers
+    STAGE_BYTES = 32 << 20
+
     def __init__(self, backend, X, interleave=()):
-        cl = import_cl()
         import pyopencl.array as cla
+        from . import sort
+        cl = import_cl()
         describe(self, backend, X)
-        nt = _threads.get_num_threads()
-        v = np.ascontiguousarray(X.vals)
         q = backend.queue
-        subs32 = narrow_subs(X, nt)
-        # the uploads run while the host sorts; PyOpenCL keeps the host arrays alive until
-        # they are copied
-        self._subs0 = cla.empty(q, subs32.shape, self.idx_dtype)
-        self._vals0 = cla.empty(q, (self.nnz,), self.dtype)
-        if self.nnz:
-            cl.enqueue_copy(q, self._subs0.data, subs32, is_blocking=False)
-            cl.enqueue_copy(q, self._vals0.data, v, is_blocking=False)
-        orders = host_orders(subs32, self.shape, nt) if self.nnz else [None] * self.ndim
-        self.orders = [None]
-        for o in orders[1:]:
-            d = cla.empty(q, (self.nnz,), np.int32)
-            if self.nnz:
-                cl.enqueue_copy(q, d.data, o, is_blocking=False)
-            self.orders.append(d)
+        n = self.nnz
+        pinned = backend.is_gpu if self.PINNED is None else bool(self.PINNED)
+        on_device = backend.is_gpu if self.DEVICE_ORDERS is None else bool(self.DEVICE_ORDERS)
+        on_device = on_device and sort.usable(backend, self.shape)
+        self._subs0 = cla.empty(q, (n, self.ndim), self.idx_dtype)
+        self._vals0 = cla.empty(q, (n,), self.dtype)
+        self.orders = [None] + [cla.empty(q, (n,), np.int32) for _ in range(1, self.ndim)]
+        #: how the tensor was uploaded: {"pinned": bool, "device_orders": bool}
+        self.upload_info = {"pinned": False, "device_orders": on_device}
+        if n:
+            st = staging(backend, self.STAGE_BYTES) if pinned else None
+            self.upload_info["pinned"] = st is not None
+            tq = upload_queue(backend)
+            if st is not None:
+                with st.lock:
+                    ready = self._upload_staged(st, tq, X, on_device)
+            else:
+                ready = self._upload_plain(tq, X, on_device)
+            # every later command of the backend's queue runs after the uploads
+            cl.enqueue_barrier(q, wait_for=ready)
+            q.flush()
         self._sorted = {0: (self._subs0, self._vals0)}
         #: chunk-interleaved copies for the MTTKRP / Φ kernels of the layouts "lanes" and
         #: "wide", {(mode, chunk): (subs, vals)}
@@ -138,6 +292,59 @@ class OpenCLTensor:
         for mode, chunk in interleave:
             self.interleaved_copy(mode, chunk)
         q.finish()
+        if n:
+            upload_queue(backend).finish()
+
+    def _device_orders(self, wait_for):
+        """Enqueue the device sorts of the modes after the first (after ``wait_for``)."""
+        from . import sort
+        be = self.backend
+        sort.enqueue_mode_orders(be, be.queue, self._subs0.data, self.nnz, self.shape,
+                                 [None] + [o.data for o in self.orders[1:]], wait_for=wait_for)
+        be.queue.flush()
+
+    def _upload_staged(self, st, tq, X, on_device):
+        """Uploads through the staging buffers ``st`` on queue ``tq``; the events that the
+        backend's queue must wait for."""
+        n, N = self.nnz, self.ndim
+        nt = _threads.get_num_threads()
+        v = np.ascontiguousarray(X.vals)
+        if on_device:
+            subs64 = np.ascontiguousarray(X.subs, dtype=np.int64)
+            ev = st.upload(tq, self._subs0.data, n, 4 * N, _narrow_fill(subs64, N))
+            # the sorts run on the device while the host copies the values
+            self._device_orders([ev])
+            return [st.upload(tq, self._vals0.data, n, v.itemsize, _copy_fill(v))]
+        subs32 = narrow_subs(X, nt)
+        evs = [st.upload(tq, self._subs0.data, n, 4 * N, _copy_fill(subs32))]
+        evs.append(st.upload(tq, self._vals0.data, n, v.itemsize, _copy_fill(v)))
+        orders = host_orders(subs32, self.shape, nt)
+        del subs32
+        for o, d in zip(orders[1:], self.orders[1:]):
+            evs.append(st.upload(tq, d.data, n, 4, _copy_fill(o)))
+        return evs
+
+    def _upload_plain(self, tq, X, on_device):
+        """Uploads from the host arrays (PyOpenCL keeps them alive until they are copied)."""
+        cl = self.backend.cl
+        nt = _threads.get_num_threads()
+        subs32 = narrow_subs(X, nt)
+        v = np.ascontiguousarray(X.vals)
+        ev = cl.enqueue_copy(tq, self._subs0.data, subs32, is_blocking=False)
+        tq.flush()
+        if on_device:
+            self._device_orders([ev])
+            evs = []
+        else:
+            evs = [ev]
+        evs.append(cl.enqueue_copy(tq, self._vals0.data, v, is_blocking=False))
+        tq.flush()
+        if not on_device:
+            orders = host_orders(subs32, self.shape, nt)
+            for o, d in zip(orders[1:], self.orders[1:]):
+                evs.append(cl.enqueue_copy(tq, d.data, o, is_blocking=False))
+            tq.flush()
+        return evs
 
     # ------------------------------------------------------------------ device copies
     def _gather(self, mode, chunk):
