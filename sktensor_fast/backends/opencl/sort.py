@@ -5,7 +5,8 @@ with a stable least-significant-digit radix sort (``kernels/sort.cl``): per pass
 digits of every tile of consecutive keys, a prefix sum of those counts and a stable scatter.
 The result equals ``np.argsort(subs[:, mode], kind="stable")`` exactly.  A pass sorts one digit
 of ``RADIX_BITS`` bits at most; a mode of length ``L`` takes ``ceil(bits(L - 1) / RADIX_BITS)``
-passes, the digit narrowed so that the passes share the bits evenly.
+passes, the digit narrowed so that the passes share the bits evenly (but not below
+``MIN_BITS``, so that few programs are built).
 
 :func:`device_argsort` sorts a host array of keys the same way (tests, benchmarks).
 """
@@ -15,8 +16,11 @@ import numpy as np
 
 __all__ = ["enqueue_mode_orders", "device_argsort", "sort_config", "usable", "RADIX_BITS"]
 
-#: most bits of a digit (one pass each); 4 to 8
-RADIX_BITS = 8
+#: most bits of a digit (one pass each), 1 to 8
+RADIX_BITS = 6
+
+#: fewest bits of a digit (unless RADIX_BITS is less): short modes share one program
+MIN_BITS = 4
 
 #: (work-items per group, keys per work-item) for each digit width: the tile of keys, its
 #: positions and the group's digit counts (16-bit, one per digit and work-item) in local
@@ -44,9 +48,9 @@ def sort_config(backend, length, max_bits=None):
         return (0, 0, 0, 0)
     local = int(backend.device.local_mem_size)
     max_wg = int(backend.max_wg)
-    for top in range(min(max_bits, bits), 0, -1):
+    for top in range(max_bits, 0, -1):
         passes = -(-bits // top)
-        digit = -(-bits // passes)
+        digit = max(-(-bits // passes), min(MIN_BITS, top))
         wg, per_item = _CONFIG[digit]
         while wg > max_wg or _local_bytes(digit, wg, per_item) > local:
             if per_item > 4:
@@ -136,7 +140,8 @@ class _Scratch:
                            for s in level_sizes]
 
 
-def enqueue_mode_orders(backend, queue, subs, n, shape, orders, wait_for=None, max_bits=None):
+def enqueue_mode_orders(backend, queue, subs, n, shape, orders, wait_for=None, max_bits=None,
+                        modes=None):
     """Enqueue on ``queue`` the stable orders of the ``n`` nonzeros by every mode after the
     first.
 
@@ -158,6 +163,8 @@ def enqueue_mode_orders(backend, queue, subs, n, shape, orders, wait_for=None, m
         Events the first kernel waits for (the upload of ``subs``).
     max_bits : int, optional
         Most bits of a digit (:data:`RADIX_BITS` by default).
+    modes : sequence of int, optional
+        The modes to sort (every mode after the first by default).
 
     Returns
     -------
@@ -168,16 +175,17 @@ def enqueue_mode_orders(backend, queue, subs, n, shape, orders, wait_for=None, m
     if n >= 2 ** 31:
         raise ValueError(f"the device sort handles fewer than 2**31 nonzeros, got {n}")
     ndim = len(shape)
-    configs = [sort_config(backend, shape[m], max_bits) for m in range(1, ndim)]
+    modes = list(range(1, ndim)) if modes is None else [int(m) for m in modes]
+    configs = [sort_config(backend, shape[m], max_bits) for m in modes]
     if any(c is None for c in configs):
         raise ValueError(f"the device '{backend.device.name.strip()}' has too little local "
                          f"memory for the radix sort; sort the orders on the host")
-    if n == 0 or ndim < 2:
+    if n == 0 or not modes:
         return None
     scratch = _Scratch(backend, n, configs)
     ev = None
     wait = list(wait_for) if wait_for else None
-    for mode, (bits, wg, per_item, passes) in zip(range(1, ndim), configs):
+    for mode, (bits, wg, per_item, passes) in zip(modes, configs):
         out = orders[mode]
         if passes == 0:
             knl = _program(backend, 1, 64, 1)["order_iota"]
