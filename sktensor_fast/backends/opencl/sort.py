@@ -168,8 +168,11 @@ def enqueue_mode_orders(backend, queue, subs, n, shape, orders, wait_for=None, m
 
     Returns
     -------
-    pyopencl.Event or None
+    event : pyopencl.Event or None
         The last kernel's event (None when nothing was enqueued).
+    scratch : object
+        The sorts' device scratch: drop it after ``event`` (a driver that frees memory only
+        when the kernels using it are done may otherwise hold it while more is allocated).
     """
     cl = backend.cl
     if n >= 2 ** 31:
@@ -181,7 +184,7 @@ def enqueue_mode_orders(backend, queue, subs, n, shape, orders, wait_for=None, m
         raise ValueError(f"the device '{backend.device.name.strip()}' has too little local "
                          f"memory for the radix sort; sort the orders on the host")
     if n == 0 or not modes:
-        return None
+        return None, None
     scratch = _Scratch(backend, n, configs)
     ev = None
     wait = list(wait_for) if wait_for else None
@@ -215,7 +218,7 @@ def enqueue_mode_orders(backend, queue, subs, n, shape, orders, wait_for=None, m
                                       np.int32(stride), np.int32(offset), shift,
                                       np.int32(ntiles), np.int32(p == 0), np.int32(not last),
                                       keys_in, pos_in, scratch.counts, keys_out, pos_out)
-    return ev
+    return ev, scratch
 
 
 def device_argsort(backend, keys, length=None, max_bits=None):

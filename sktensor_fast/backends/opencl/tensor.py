@@ -280,6 +280,7 @@ class OpenCLTensor:
                     ready = self._upload_staged(st, tq, X, on_device)
             else:
                 ready = self._upload_plain(tq, X, on_device)
+            self._end_sorts()
             # every later command of the backend's queue runs after the uploads
             cl.enqueue_barrier(q, wait_for=ready)
             q.flush()
@@ -296,12 +297,21 @@ class OpenCLTensor:
             upload_queue(backend).finish()
 
     def _device_orders(self, wait_for):
-        """Enqueue the device sorts of the modes after the first (after ``wait_for``)."""
+        """Enqueue the device sorts of the modes after the first (after ``wait_for``); their
+        scratch is kept in ``_sort_job`` until :meth:`_end_sorts`."""
         from . import sort
         be = self.backend
-        sort.enqueue_mode_orders(be, be.queue, self._subs0.data, self.nnz, self.shape,
-                                 [None] + [o.data for o in self.orders[1:]], wait_for=wait_for)
+        self._sort_job = sort.enqueue_mode_orders(
+            be, be.queue, self._subs0.data, self.nnz, self.shape,
+            [None] + [o.data for o in self.orders[1:]], wait_for=wait_for)
         be.queue.flush()
+
+    def _end_sorts(self):
+        """Wait for the device sorts and release their scratch (before the copies for the
+        kernels are allocated, so that the two never take device memory together)."""
+        job = self.__dict__.pop("_sort_job", None)
+        if job is not None and job[0] is not None:
+            job[0].wait()
 
     def _upload_staged(self, st, tq, X, on_device):
         """Uploads through the staging buffers ``st`` on queue ``tq``; the events that the

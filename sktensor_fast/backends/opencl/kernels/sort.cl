@@ -55,7 +55,10 @@ void radix_count(const long n, const int stride, const int offset, const int shi
     for (int d = 0; d < BINS; ++d) cnt[d * WG + t] = 0;
     for (int r = 0; r < PER_ITEM; ++r) {
         const long i = base + r * WG + t;
-        if (i < n) cnt[digit_of(keys[i * stride + offset], shift) * WG + t] += 1;
+        if (i < n) {
+            const int c = digit_of(keys[i * stride + offset], shift) * WG + t;
+            cnt[c] = (ushort) (cnt[c] + 1);
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int d = t; d < BINS; d += WG) {
@@ -120,6 +123,7 @@ void radix_scatter(const long n, const int stride, const int offset, const int s
     const long base = tile * TILE;
     const int m = (int) min((long) TILE, n - base);
 
+#pragma unroll
     for (int r = 0; r < PER_ITEM; ++r) {
         const int i = r * WG + t;
         if (i < m) {
@@ -134,11 +138,15 @@ void radix_scatter(const long n, const int stride, const int offset, const int s
     /* work-item t's keys: entries t * PER_ITEM .. t * PER_ITEM + PER_ITEM - 1 of the tile */
     int pk[PER_ITEM];
     int pp[PER_ITEM];
+#pragma unroll
     for (int j = 0; j < PER_ITEM; ++j) {
         const int i = t * PER_ITEM + j;
         pk[j] = i < m ? lk[PAD(i)] : 0;
         pp[j] = i < m ? lp[PAD(i)] : 0;
-        if (i < m) cnt[digit_of(pk[j], shift) * WG + t] += 1;
+        if (i < m) {
+            const int c = digit_of(pk[j], shift) * WG + t;
+            cnt[c] = (ushort) (cnt[c] + 1);
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -157,6 +165,7 @@ void radix_scatter(const long n, const int stride, const int offset, const int s
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* the tile ordered by digit, in local memory */
+#pragma unroll
     for (int j = 0; j < PER_ITEM; ++j) {
         const int i = t * PER_ITEM + j;
         if (i < m) {
@@ -169,6 +178,7 @@ void radix_scatter(const long n, const int stride, const int offset, const int s
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
+#pragma unroll
     for (int r = 0; r < PER_ITEM; ++r) {
         const int i = r * WG + t;
         if (i < m) {
