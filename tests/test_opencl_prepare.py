@@ -250,3 +250,18 @@ def test_fits_identical_every_way(be, switches, algo):
     np.testing.assert_array_equal(a.weights_, b.weights_)
     for fa, fb in zip(a.factors_, b.factors_):
         np.testing.assert_array_equal(fa, fb)
+
+
+def test_device_without_room_for_the_sort_orders_on_the_host(be, switches, monkeypatch):
+    """A device whose local memory holds no tile of the sort gets the host's orders."""
+    from sktensor_fast.backends.opencl import sort
+    monkeypatch.setattr(sort, "_local_bytes", lambda *args: 1 << 40)
+    assert sort.sort_config(be, 100) is None and not sort.usable(be, (5, 100))
+    assert sort.usable(be, (5, 1))                   # nothing to sort
+    switches(pinned=False, device=True)
+    X = random_sparse((20, 30, 40), 2000, np.random.default_rng(8), counts=True)
+    T = be.prepare(X)
+    assert T.upload_info == {"pinned": False, "device_orders": False}
+    np.testing.assert_array_equal(T.orders[1].get(), np.argsort(X.subs[:, 1], kind="stable"))
+    with pytest.raises(ValueError, match="too little local memory"):
+        sort.device_argsort(be, np.array([1, 0]), 100)

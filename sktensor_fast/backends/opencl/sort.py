@@ -65,8 +65,25 @@ def sort_config(backend, length, max_bits=None):
 
 
 def usable(backend, shape, max_bits=None):
-    """Whether the device can sort the nonzeros by every mode of ``shape`` after the first."""
-    return all(sort_config(backend, s, max_bits) is not None for s in shape[1:])
+    """Whether the device can sort the nonzeros by every mode of ``shape`` after the first:
+    a digit width fits its local memory, and the compiled kernels run work-groups of the
+    size they were built for (builds the programs, cached)."""
+    cl = backend.cl
+    for length in shape[1:]:
+        cfg = sort_config(backend, length, max_bits)
+        if cfg is None:
+            return False
+        bits, wg, per_item, passes = cfg
+        if not passes:
+            continue
+        for name, knl in _program(backend, bits, wg, per_item).items():
+            if name in ("scan_add", "order_iota"):
+                continue
+            most = knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE,
+                                           backend.device)
+            if int(most) < wg:
+                return False
+    return True
 
 
 def _program(backend, bits, wg, per_item):
