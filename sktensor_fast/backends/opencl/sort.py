@@ -10,7 +10,6 @@ passes, the digit narrowed so that the passes share the bits evenly (but not bel
 
 :func:`device_argsort` sorts a host array of keys the same way (tests, benchmarks).
 """
-import math
 
 import numpy as np
 
