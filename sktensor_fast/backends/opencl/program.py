@@ -8,7 +8,7 @@ import os
 import re
 import warnings
 
-from .tensor import import_cl
+from ._cl import import_cl
 
 __all__ = ["build_program", "kernel_source", "KernelBuildError", "WHAT_TO_DO", "logger"]
 

@@ -25,27 +25,10 @@ import numpy as np
 from ... import _threads
 from ..._native import _construct, _hostcopy
 from ..._prepared import value_stats
+from ._cl import INSTALL_HINT, import_cl
 
 __all__ = ["OpenCLTensor", "Staging", "import_cl", "host_orders", "describe", "narrow_subs",
            "upload_queue", "staging"]
-
-INSTALL_HINT = (
-    "Install a GPU driver with OpenCL support (NVIDIA, AMD ROCm, Intel compute runtime) or, to run "
-    "on the CPU, PoCL: `pip install pocl-binary-distribution`. `sktensor_fast.list_devices()` "
-    "shows what PyOpenCL sees.")
-
-
-def import_cl():
-    """PyOpenCL, or an ImportError that says how to get it."""
-    try:
-        import pyopencl as cl
-        import pyopencl.array  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(
-            "device='gpu'/'opencl' needs PyOpenCL: `pip install 'sktensor_fast[gpu]'` "
-            f"(or `pip install pyopencl`). {INSTALL_HINT}") from exc
-    return cl
-
 
 #: Counting sorts keep one count per key and block: at most this many counts in all.
 _COUNTING_MAX = 1 << 25
