@@ -467,7 +467,9 @@ class OpenCLBackend(Backend):
         return self.fill_zero(a)
 
     # ------------------------------------------------------------------ sparse kernels
-    def _launch_accumulate(self, T, factors, mode, B, eps, out):
+    def _launch_accumulate(self, T, factors, mode, B, eps, out, zero=True):
+        """MTTKRP (``B`` None) or Φ of ``mode`` into ``out``; the kernels write the rows of
+        ``T``'s nonzeros only, the others are zeroed first unless ``zero`` is False."""
         if getattr(T, "streamed", False):
             return T.accumulate(factors, mode, B, eps, out)
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
@@ -475,7 +477,7 @@ class OpenCLBackend(Backend):
         I = T.shape[mode]
         if out is None:
             out = self.zeros((I, R), T.dtype)
-        else:
+        elif zero:
             self.fill_zero(out)
         if T.nnz == 0 or R == 0:
             return out
