@@ -631,24 +631,18 @@ class DistributedBackend(Backend):
             grads[k] = self._new(shape, np.float64, full=self.local.asarray(full))
         return F, grads
 
-    def _gcp_optimizer_state(self, solver, factors):
-        st = self.local.gcp.optimizer_state(solver, [self._full(self._darray(f))
-                                                     for f in factors])
-        return {k: [self._new(tuple(a.shape), a.dtype, full=a) for a in v]
-                for k, v in st.items()}
-
-    def _gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                           epsilon, active=None):
-        facs = [self._full(self._darray(f)) for f in factors]
-        gs = [self._full(g) if g is not None else None for g in grads]
-        st = {k: [self._full(a) for a in v] for k, v in state.items()}
-        self.local.gcp.optimizer_step(solver, facs, gs, st, lr, t, lower, beta1, beta2,
-                                      epsilon, active)
+    def _gcp_optimizer_update(self, rule, factors, grads, moments, coefficients, lower,
+                              active):
+        # every process keeps the whole factors and moments: the same update everywhere
+        whole = [self._full(self._darray(f)) for f in factors]
+        self.local.gcp.optimizer_update(rule, whole, [self._full(g) for g in grads],
+                                        [[self._full(a) for a in arrs] for arrs in moments],
+                                        coefficients, lower, active)
         for k, f in enumerate(factors):
-            if active is None or active[k]:
-                self._wrote_full(f)
-                for v in state.values():
-                    self._wrote_full(v[k])
+            if active[k]:
+                for a in [f] + [arrs[k] for arrs in moments]:
+                    if isinstance(a, DArray):
+                        self._wrote_full(a)
         return factors
 
     # ------------------------------------------------------------------ decisions
@@ -680,13 +674,9 @@ class _DistGcpKernels(GcpKernels):
         return self.backend._gcp_full_loss_grad(T, weights, factors, loss, mask, modes,
                                                 need_grad)
 
-    def _optimizer_state(self, solver, factors):
-        return self.backend._gcp_optimizer_state(solver, factors)
-
-    def _optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                        epsilon, active):
-        return self.backend._gcp_optimizer_step(solver, factors, grads, state, lr, t, lower,
-                                                beta1, beta2, epsilon, active)
+    def _optimizer_update(self, rule, factors, grads, moments, coefficients, lower, active):
+        return self.backend._gcp_optimizer_update(rule, factors, grads, moments, coefficients,
+                                                  lower, active)
 
 
 class _DistAprKernels(AprKernels):
