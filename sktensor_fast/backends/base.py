@@ -155,7 +155,11 @@ class Backend(ABC):
 
     def model_zero_count(self, T, weights, factors):
         """How many nonzeros of ``T`` the Kruskal model gives a value <= 0 (an int)."""
-        m = np.asarray(self.to_numpy(self.model_values(T, weights, factors)))
+        self.check_factors(T, factors, weights=weights)
+        return self._model_zero_count(T, weights, factors)
+
+    def _model_zero_count(self, T, weights, factors):
+        m = np.asarray(self.to_numpy(self._model_values(T, weights, factors)))
         return int(np.count_nonzero(m <= 0))
 
     def decide(self, flag):
