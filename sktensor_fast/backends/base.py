@@ -631,10 +631,10 @@ class GcpKernels:
 
         The optimiser objects (decomposition/optimizers.py) compute the coefficients of each
         step (Adam's bias corrections are folded into ``step`` and ``guard``)."""
-        if rule not in GCP_UPDATE_RULES:
+        if not isinstance(rule, str) or rule not in GCP_UPDATE_RULES:
             raise ValueError(f"unknown update rule {rule!r}; use one of "
                              f"{', '.join(GCP_UPDATE_RULES)}")
-        names, coef_names = GCP_UPDATE_RULES[rule]
+        coef_names = GCP_UPDATE_RULES[rule][1]
         shapes = _matrices(factors, "factors")
         N = len(factors)
         if not isinstance(grads, (list, tuple)) or len(grads) != N:

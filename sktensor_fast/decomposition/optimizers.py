@@ -70,6 +70,13 @@ class StochasticOptimizer:
         Steps taken (the next step is step ``t + 1``).
     n_fails : int
         Failed epochs so far.
+
+    Notes
+    -----
+    A subclass defines its update ``rule`` and the ``coefficients`` of each step.  The CPU
+    backend's compiled epoch loop computes the coefficients of the built-in rules itself, from
+    :meth:`parameters` (the same numbers as :meth:`coefficients`); a subclass with another
+    schedule for a built-in rule must be run step by step (:meth:`step`).
     """
 
     #: the key of GCP_UPDATE_RULES: the element-wise update the kernels apply
