@@ -14,8 +14,8 @@ import numpy as np
 from ..._threads import get_num_threads
 from ..base import GcpKernels
 from . import _gcp, _kernels
-# the backend-neutral parts (sampler plans, dense exact loss, moments) are shared with the
-# other backends; their names stay importable from here
+# the backend-neutral parts (sampler plans, dense exact loss) are shared with the other
+# backends; their names stay importable from here
 from ..gcp_common import (_MAX_ATTEMPTS, _SAMPLERS, _ZERO_LIST_DENSITY,  # noqa: F401
                           _ZERO_LIST_MAX, dense_model, dense_mttkrp, full_loss_grad,
                           sampler_plan, zero_list_mode)
@@ -373,7 +373,7 @@ class CpuGcpKernels(GcpKernels):
 
     def _steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer,
                lower, active, out, deadline, clock):
-        if getattr(loss, "code", -1) < 0:   # a user-defined loss: its derivative in NumPy at every step
+        if getattr(loss, "code", -1) < 0:   # a user-defined loss: NumPy at every step
             return self._stepwise(T, state, weights, factors, loss, seed, first_draw,
                                   n_steps, optimizer, lower, active, out, deadline, clock)
         return run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps,
