@@ -531,6 +531,53 @@ def gcp_same_samples_same_model():
     assert rel(serial.factors_[1], dist.factors_[1]) < 1e-6
 
 
+@case
+def kernel_arguments_checked_once():
+    # the distributed backend's primitives: the arguments are checked once, by the base
+    # class on the distributed backend (not again by the distributed code nor by the
+    # process's backend), with the messages of one device, on every process
+    from sktensor_fast.backends import get_backend
+    from sktensor_fast.backends.base import Backend
+    from sktensor_fast.decomposition.losses import get_loss
+    from sktensor_fast.distributed.backend import DistributedBackend
+    X = random_tensor((20, 15, 10), 500, seed=21)
+    Xd = scatter(X if RANK == 0 else None)
+    cpu = get_backend("cpu")
+    be = DistributedBackend.wrap(cpu, Xd)
+    T = be.prepare(Xd, "coo")
+    rng = np.random.default_rng(0)
+    host = [rng.random((s, 3)) for s in X.shape]
+    U = [be.asarray(u) for u in host]
+    calls = []
+    original = Backend.__dict__["check_factors"]
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original.__func__(*args, **kwargs)
+    Backend.check_factors = staticmethod(counting)
+    try:
+        M = be.mttkrp(T, U, 1)
+        counted = [len(calls)]
+        be.phi(T, U, 2, U[2], 1e-10)
+        counted.append(len(calls) - sum(counted))
+        zeros = be.model_zero_count(T, np.ones(3), U)
+        counted.append(len(calls) - sum(counted))
+        be.gcp.full_loss_grad(T, np.ones(3), U, get_loss("poisson"))
+        counted.append(len(calls) - sum(counted))
+    finally:
+        Backend.check_factors = original
+    M = be.to_numpy(M)
+    expect_error_everywhere(lambda: be.mttkrp(T, U[:2], 0), ValueError,
+                            "2 factor matrices given for a tensor with 3 modes")
+    expect_error_everywhere(lambda: be.model_zero_count(T, np.ones(2), U), ValueError,
+                            "weights have shape (2,), expected (3,)")
+    expect_error_everywhere(lambda: be.gcp.setup(T, "random", (5, 5), (5, 5), 0), ValueError,
+                            "unknown sampler 'random'")
+    assert counted == [1, 1, 1, 1], counted
+    np.testing.assert_allclose(M, cpu.mttkrp(cpu.prepare(X, "coo"), host, 1), rtol=1e-12)
+    assert zeros == 0
+
+
 # ------------------------------------------------------------------------------ endings
 def abort_uncaught():
     X = random_tensor((10, 8, 6), 200, seed=14)

@@ -3,7 +3,7 @@ import math
 import time
 
 import numpy as np
-from scipy.optimize import Bounds, minimize
+from scipy.optimize import Bounds
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Integral, Interval, Real, StrOptions
 
@@ -11,6 +11,7 @@ from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
 from .cp_als import _arrange, _inverse_gram
 from .losses import LOSSES, get_loss
+from .optimizers import LBFGSB, OPTIMIZERS, make_optimizer
 
 __all__ = ["GCP", "GCP_DENSE_LIMIT", "GCP_MAX_SAMPLES"]
 
@@ -29,7 +30,7 @@ GCP_MAX_SAMPLES = 2 ** 31 - 1
 #: Iterations of the final L-BFGS-B on the mode-0 loadings at the end of a fit.
 _FINAL_MAXITER = 100
 
-_SOLVERS = ("adam", "sgd", "adagrad", "lbfgsb")
+_SOLVERS = tuple(OPTIMIZERS)
 _SAMPLERS = ("stratified", "semi-stratified", "uniform")
 
 
@@ -300,7 +301,8 @@ class GCP(BaseCP):
     loadings, computed exactly at any size (one MTTKRP, as :class:`CPALS` does).  For the other
     losses: by L-BFGS-B on those loadings (to near machine precision, so that the answer does
     not depend on which slices are transformed together) when the new tensor has at most
-    :data:`GCP_DENSE_LIMIT` entries, else by the estimator's stochastic solver.  ``score`` is
+    :data:`GCP_DENSE_LIMIT` entries, else by the estimator's stochastic solver (Adam, with the
+    estimator's ``learning_rate``, ``beta1``, … when ``solver="lbfgsb"``).  ``score`` is
     ``−F / (number of entries)`` after that refit (exact or estimated likewise).
 
     So that ``fit_transform(X)`` agrees with ``transform(X)``, every fit ends with the same
@@ -380,11 +382,19 @@ class GCP(BaseCP):
 
     @property
     def _iteration_name(self):
-        return "iterations" if self.solver == "lbfgsb" else "epochs"
+        return getattr(OPTIMIZERS.get(self.solver), "iteration_name", "epochs")
 
     # ------------------------------------------------------------------ validation
     def _make_loss(self):
         return get_loss(self.loss, self.loss_param)
+
+    def _stochastic_optimizer(self):
+        """The optimiser object of ``solver`` with this estimator's settings: Adam for
+        ``solver="lbfgsb"`` (the stochastic ``transform`` of a tensor too large for the exact
+        loss)."""
+        name = self.solver if OPTIMIZERS[self.solver].stochastic else "adam"
+        return make_optimizer(name, learning_rate=self.learning_rate, decay=self.decay,
+                              beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
 
     def _kernel_needs(self):
         return ("gcp",)
@@ -466,7 +476,7 @@ class GCP(BaseCP):
         if masked:
             loss.check_data(obs.X.vals)
             _check_zero_domain(loss, obs.n_zero, masked=True)
-        if self.solver == "lbfgsb" and X.size > GCP_DENSE_LIMIT:
+        if not OPTIMIZERS[self.solver].stochastic and X.size > GCP_DENSE_LIMIT:
             raise ValueError(
                 f"solver='lbfgsb' evaluates the loss on every entry of the dense tensor; X "
                 f"has {X.size} entries, more than GCP_DENSE_LIMIT = {GCP_DENSE_LIMIT}. Use "
@@ -492,7 +502,7 @@ class GCP(BaseCP):
             U = [np.maximum(u, loss.lower) for u in U]
         seed = int(rng.randint(0, 2 ** 62))
         t0 = time.perf_counter()
-        if self.solver == "lbfgsb":
+        if not OPTIMIZERS[self.solver].stochastic:
             U, F, n_iter, history, stop = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
                                                        t0=t0, report=True)
             U, F_exact, n_refit, refit_history = self._refit_mode0(backend, T, X, U, loss, obs,
@@ -572,28 +582,26 @@ class GCP(BaseCP):
         R = U[0].shape[1]
         ones = np.ones(R)
         U = [backend.asarray(u, dtype=state.dtype) for u in U]
-        opt = backend.gcp.optimizer_state(self.solver, U)
+        opt = self._stochastic_optimizer().start(backend, U)
         f = float(backend.gcp.loss_estimate(T, state, ones, U, loss))
         if not np.isfinite(f):
             raise ValueError(f"the estimated loss of the initial guess is {f}; check the "
                                      f"data against the loss {loss.name!r} or give an init")
         history = [f]
-        t = n_fails = draws = n_epochs = 0
+        draws = n_epochs = 0
         G = None
         limit = None if (t0 is None or self.max_time is None) else t0 + self.max_time
         t0 = time.perf_counter() if t0 is None else t0
         stop = "max_iter"
         for epoch in range(self.max_iter):
-            saved = ([backend.copy(u) for u in U],
-                     {k: [backend.copy(a) for a in v] for k, v in opt.items()}, t)
-            lr = self.learning_rate * self.decay ** n_fails
+            saved = [backend.copy(u) for u in U]
+            opt.checkpoint(backend)
+            lr = opt.rate
             # the epoch's steps in one call (one compiled loop on the CPU backend)
             G, done, timed_out = backend.gcp.steps(
-                T, state, ones, U, loss, seed, draws, self.epoch_iters, self.solver, opt, lr,
-                t + 1, loss.lower, self.beta1, self.beta2, self.epsilon, active, out=G,
-                deadline=limit, clock=time.perf_counter)
+                T, state, ones, U, loss, seed, draws, self.epoch_iters, opt, loss.lower,
+                active, out=G, deadline=limit, clock=time.perf_counter)
             draws += done
-            t += done
             if timed_out:
                 stop = "max_time"
             f_new = float(backend.gcp.loss_estimate(T, state, ones, U, loss))
@@ -601,8 +609,8 @@ class GCP(BaseCP):
             failed = not f_new <= f  # NaN counts as a failure
             change = np.inf
             if failed:
-                n_fails += 1
-                U, opt, t = saved
+                U = saved
+                opt.failed_epoch()      # moments and step counter back, learning rate decayed
             else:
                 change = abs(f - f_new) / max(abs(f), np.finfo(float).tiny)
                 f = f_new
@@ -611,13 +619,13 @@ class GCP(BaseCP):
                 self._report_iteration(n_epochs, f, t0, "estimated loss")
             if self.verbose:
                 self._log(f"epoch {n_epochs:4d}  f-est {f_new:.6e}  lr {lr:.2e}"
-                          + (f"  failed ({n_fails}), restored" if failed else
+                          + (f"  failed ({opt.n_fails}), restored" if failed else
                              f"  change {change:.2e}")
                           + f"  {time.perf_counter() - t0:.2f}s")
             if stop == "max_time":
                 self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
-            if n_fails > self.max_fails:
+            if opt.n_fails > self.max_fails:
                 stop = "fails"
                 break
             if not failed and change < self.tol:
@@ -683,25 +691,12 @@ class GCP(BaseCP):
                 timed_out.append(True)
                 raise StopIteration
 
-        if tight:
-            options = {"maxiter": max(self.max_iter, 1000), "ftol": 1e-15, "gtol": 1e-12,
-                       "maxfun": 20 * max(self.max_iter, 1000)}
-        else:
-            maxiter = self.max_iter if maxiter is None else maxiter
-            options = {"maxiter": maxiter, "ftol": self.tol * 1e-4, "maxfun": 20 * maxiter + 20}
-        res = minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds, callback=callback,
-                       options=options)
+        solver = LBFGSB(max_iter=self.max_iter, tol=self.tol)
+        res = solver.minimize(fg, x0, bounds=bounds, callback=callback, tight=tight,
+                              maxiter=maxiter)
         unpack(res.x)
         self._log(f"L-BFGS-B: {res.nit} iterations, loss {res.fun:.8e} ({res.message})")
-        if timed_out:
-            stop = "max_time"
-        elif res.status == 1:           # maxiter or maxfun reached
-            stop = "max_iter"
-        elif res.status == 0:
-            stop = "tol"
-        else:                           # the line search could not decrease the loss further
-            stop = "linesearch"
-        return dev, float(res.fun), int(res.nit), history, stop
+        return dev, float(res.fun), int(res.nit), history, solver.stop_reason(res, timed_out)
 
     # ------------------------------------------------------------------ sklearn hooks
     def _solve_mode0(self, backend, T, X, factors):
