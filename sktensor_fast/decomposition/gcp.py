@@ -27,8 +27,6 @@ _UNIFORM_CAP = 100_000
 #: per step and ``n_samples_loss``: the OpenCL kernels number the samples of a draw in 31 bits.
 GCP_MAX_SAMPLES = 2 ** 31 - 1
 
-#: Iterations of the final L-BFGS-B on the mode-0 loadings at the end of a fit.
-_FINAL_MAXITER = 100
 
 _SOLVERS = tuple(OPTIMIZERS)
 _SAMPLERS = ("stratified", "semi-stratified", "uniform")
@@ -276,13 +274,13 @@ class GCP(BaseCP):
         Component weights (factor columns have unit 2-norm), in decreasing order.
     factors_ : list of ndarray
     loss_ : float
-        Final loss Σ f(x, m) over the (observed) entries, after the final refit of the mode-0
-        loadings: exact for L-BFGS-B, estimated on the fixed sample for the stochastic solvers.
+        Final loss Σ f(x, m) over the (observed) entries: exact for L-BFGS-B, estimated on the
+        fixed sample for the stochastic solvers.
     loss_history_ : ndarray
         Loss at the start and after every epoch / iteration.
     n_iter_ : int
-        Epochs (stochastic, failed ones included) or iterations (L-BFGS-B: those of the fit
-        and of the final refit of the mode-0 loadings) run by the kept start.
+        Epochs (stochastic, failed ones included) or L-BFGS-B iterations run by the kept
+        start.
     converged_ : bool
         Whether the fit stopped by its own criterion: the relative change of the estimated
         loss over an epoch below ``tol`` or more than ``max_fails`` failed epochs (stochastic
@@ -305,14 +303,11 @@ class GCP(BaseCP):
     estimator's ``learning_rate``, ``beta1``, … when ``solver="lbfgsb"``).  ``score`` is
     ``−F / (number of entries)`` after that refit (exact or estimated likewise).
 
-    So that ``fit_transform(X)`` agrees with ``transform(X)``, every fit ends with the same
-    refit of the mode-0 loadings: exact for the squared error without a mask; for the other
-    losses (or a mask) and at most :data:`GCP_DENSE_LIMIT` entries, L-BFGS-B started from
-    where the solver stopped, to the fit's tolerance (scipy's ``ftol = tol · 1e-4``) and at
-    most 100 iterations: about one iteration after an L-BFGS-B fit that converged, about as
-    much as a ``transform(X)`` after a short stochastic fit.  Above that size ``transform`` of
-    those losses is a stochastic estimate, and the two agree only as closely as stochastic
-    solutions of one problem do.
+    ``fit_transform(X)`` is ``fit(X).transform(X)`` (without a ``mask``), so the two agree;
+    ``fit`` runs its solver once and keeps the loadings where the solver stopped (no second
+    solve of the mode-0 problem, which only ``transform`` / ``fit_transform`` / ``score`` pay
+    for).  With a ``mask``, ``fit_transform`` returns the fitted loadings, since
+    ``transform`` reads every entry.
 
     Examples
     --------
@@ -505,12 +500,6 @@ class GCP(BaseCP):
         if not OPTIMIZERS[self.solver].stochastic:
             U, F, n_iter, history, stop = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
                                                        t0=t0, report=True)
-            U, F_exact, n_refit, refit_history = self._refit_mode0(backend, T, X, U, loss, obs,
-                                                                    t0=t0)
-            if F_exact is not None:
-                n_iter += n_refit
-                history = history + refit_history[1:]
-                F = history[-1] = F_exact
         else:
             if ctx.state is None:
                 To = T if self.mask is None else backend.prepare(obs.X, self._storage_format(backend))
@@ -522,52 +511,30 @@ class GCP(BaseCP):
                           f"(nonzeros, others), loss sample {ctx.state.n_loss}")
             U, F, n_iter, history, stop = self._stochastic(backend, ctx.To, ctx.state, U, loss,
                                                            seed, t0=t0, report=True)
-            U0 = U[0]
-            U, *_ = self._refit_mode0(backend, T, X, U, loss, obs, t0=t0)
-            if U[0] is not U0:  # loss_ stays the estimate on the fixed sample
-                U = [backend.asarray(backend.to_numpy(u), dtype=ctx.state.dtype) for u in U]
-                F = float(backend.gcp.loss_estimate(ctx.To, ctx.state, np.ones(R), U, loss))
-                history[-1] = F
         weights, factors = _arrange(np.ones(R), [np.asarray(backend.to_numpy(u), np.float64)
                                                  for u in U])
         return {"weights": weights, "factors": factors, "n_iter": n_iter,
                 "loss_history": history, "loss": float(F), "converged": stop not in ("max_iter", "max_time"),
                 "stop": stop}
 
-    def _refit_mode0(self, backend, T, X, U, loss, obs, t0=None):
-        """The last step of every fit: the mode-0 loadings refitted as ``transform`` refits
-        them, from where the solver stopped, so that ``fit_transform(X)`` agrees with
-        ``transform(X)``.  Squared error without a mask: the exact least-squares loadings
-        (what transform computes, at any size).  Other losses, tensors of at most
-        GCP_DENSE_LIMIT entries: L-BFGS-B on the mode-0 loadings to the fit's tolerance, at
-        most ``_FINAL_MAXITER`` iterations (a few after a fit that converged).  Larger tensors:
-        nothing (transform is a stochastic estimate there).  Returns the factors, the exact
-        loss (None when not computed), the L-BFGS-B iterations and their loss history.  ``t0``:
-        start of the fit; the refit also stops at ``max_time``."""
-        if _least_squares(loss) and obs.dense_mask is None:
-            U = list(U)
-            W = _least_squares_loadings(backend, T, [None] + U[1:], X.dtype)
-            U[0] = backend.asarray(W, dtype=X.dtype)
-            F = None
-            if X.size <= GCP_DENSE_LIMIT:
-                try:
-                    F, _ = backend.gcp.full_loss_grad(T, np.ones(W.shape[1]), U, loss,
-                                                      need_grad=False)
-                    F = float(F)
-                except NotImplementedError:   # no exact loss on this backend
-                    F = None
-            return U, F, 0, []
-        if X.size > GCP_DENSE_LIMIT:
-            return U, None, 0, []
-        try:
-            U, F, n_iter, history, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
-                                                    active=[True] + [False] * (len(U) - 1),
-                                                    maxiter=_FINAL_MAXITER, t0=t0)
-        except NotImplementedError:
-            # a backend without the exact loss: the loadings stay those of the stochastic
-            # fit, as on tensors above GCP_DENSE_LIMIT
-            return U, None, 0, []
-        return U, F, n_iter, history
+    def fit_transform(self, X, y=None):
+        """Fit the model and return the mode-0 loadings of ``X``'s slices.
+
+        Without a ``mask`` these are ``transform(X)``'s loadings (the other factors fixed,
+        the mode-0 problem solved as ``transform`` solves it), so that ``fit_transform(X)``
+        equals ``fit(X).transform(X)``; the fit itself stops where its solver stops and
+        ``factors_[0]`` keeps the solver's loadings.  With a ``mask``: the fitted loadings
+        ``factors_[0] * weights_`` (``transform`` reads every entry, the fit only the observed
+        ones).
+
+        Returns
+        -------
+        W : ndarray of shape (n_samples, rank)
+        """
+        self.fit(X, y)
+        if self.mask is not None:
+            return np.asarray(self.factors_[0] * self.weights_[None, :])
+        return self.transform(X)
 
     # ------------------------------------------------------------------ solvers
     def _stochastic(self, backend, T, state, U, loss, seed, active=None, t0=None,
