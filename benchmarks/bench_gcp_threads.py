@@ -35,12 +35,27 @@ import sktensor_fast as sk  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402
 from sktensor_fast.decomposition.losses import get_loss  # noqa: E402
 from benchmarks.common import cpu_model, write_report  # noqa: E402
+try:                                     # optimiser objects (newer versions)
+    from sktensor_fast.decomposition.optimizers import make_optimizer  # noqa: E402
+except ImportError:
+    make_optimizer = None
 from benchmarks.synth import synthetic_tensor  # noqa: E402
+
+
+def _optimizer(be, U):
+    """Adam's state: an optimiser object, or the dict of moments of older versions."""
+    if make_optimizer is not None:
+        return make_optimizer("adam", learning_rate=1e-3).start(be, U)
+    return (be.gcp.optimizer_state if hasattr(be, "gcp") else
+            be.gcp_optimizer_state)("adam", U)
 
 
 def _steps(be, T, state, lam, U, loss, opt, n):
     """``n`` Adam steps; step by step where the backend has no ``gcp.steps`` / ``gcp_steps``
     (older versions), so that the same command times them too."""
+    if make_optimizer is not None:
+        be.gcp.steps(T, state, lam, U, loss, 7, 0, n, opt, 0.0)
+        return
     if hasattr(be, "gcp"):
         be.gcp.steps(T, state, lam, U, loss, 7, 0, n, "adam", opt, 1e-3, 1, 0.0, 0.9, 0.999,
                      1e-8)
@@ -85,8 +100,7 @@ def main(argv=None):
         for t in args.threads:
             with sk.num_threads(t):
                 U = [u.copy() for u in U0]
-                opt = (be.gcp.optimizer_state if hasattr(be, "gcp") else
-                       be.gcp_optimizer_state)("adam", U)
+                opt = _optimizer(be, U)
                 w, c = time.perf_counter(), time.process_time()
                 _steps(be, T, state, lam, U, loss, opt, args.steps)
                 runs[("steps", t)].append((time.perf_counter() - w, time.process_time() - c))

@@ -5,8 +5,9 @@
 The GCP primitives (``backend.gcp``) and the CP-APR steps (``backend.apr``) check their
 arguments once, in ``backends/base.py``, before the backend's implementation runs.  This
 times, on the embedded flights tensor with the CPU backend, one stochastic GCP step
-(``sampled_gradient`` + ``optimizer_step``) through the public methods and through the
-implementations directly (``_sampled_gradient`` / ``_optimizer_step``: no checks), and the
+(``sampled_gradient`` + the optimiser's step, ``optimizer_update``) through the public methods
+and through the implementations directly (``_sampled_gradient`` / ``_optimizer_update``: no
+checks), and the
 same steps as the estimator takes them, ``--steps`` at a time in one ``steps`` call (checked
 once per call) against ``_steps``; best of several repeats, interleaved.
 """
@@ -23,6 +24,7 @@ from sktensor_fast import num_threads  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402
 from sktensor_fast.datasets import load_flights_routes  # noqa: E402
 from sktensor_fast.decomposition.losses import get_loss  # noqa: E402
+from sktensor_fast.decomposition.optimizers import make_optimizer  # noqa: E402
 
 
 def main(argv=None):
@@ -45,24 +47,23 @@ def main(argv=None):
     w = np.ones(args.rank)
     loss = get_loss("poisson")
     G = [np.zeros_like(u) for u in U]
-    opt = g.optimizer_state("adam", U)
+    opt = make_optimizer("adam", learning_rate=1e-6).start(be, U)
     act = (True,) * X.ndim
 
     def checked(i):
         g.sampled_gradient(T, state, w, U, loss, 1, i, out=G)
-        g.optimizer_step("adam", U, G, opt, 1e-6, i + 1, 0.0, 0.9, 0.999, 1e-8)
+        opt.step(be, U, G, 0.0)
 
     def unchecked(i):
         g._sampled_gradient(T, state, w, U, loss, 1, i, G, act, False)
-        g._optimizer_step("adam", U, G, opt, 1e-6, i + 1, 0.0, 0.9, 0.999, 1e-8, act)
+        opt.t += 1
+        g._optimizer_update("adam", U, G, opt.moments, opt.coefficients(opt.t), 0.0, act)
 
     def loop_checked():
-        g.steps(T, state, w, U, loss, 1, 0, args.steps, "adam", opt, 1e-6, 1, 0.0, 0.9,
-                0.999, 1e-8, out=G)
+        g.steps(T, state, w, U, loss, 1, 0, args.steps, opt, 0.0, out=G)
 
     def loop_unchecked():
-        g._steps(T, state, w, U, loss, 1, 0, args.steps, "adam", opt, 1e-6, 1, 0.0, 0.9,
-                 0.999, 1e-8, act, G, None, None)
+        g._steps(T, state, w, U, loss, 1, 0, args.steps, opt, 0.0, act, G, None, None)
 
     best = {k: np.inf for k in ("checked", "unchecked", "steps", "_steps")}
     with num_threads(args.threads):

@@ -92,18 +92,19 @@ def main(argv=None):
                    help="also time the kernels with these nonzeros-per-work-item values and "
                         "use the fastest for the rest of the run")
     p.add_argument("--phi-variants", nargs="*", default=[], choices=["shuffle", "local", "redundant"],
-                   help="Φ variants to sweep with --chunks (the fastest is kept)")
+                   help="Φ variants to sweep with --chunks (the fastest is kept; 'redundant' is "
+                        "an experimental variant, set on the backend, not an option)")
     p.add_argument("--vecs", type=int, nargs="*", default=[],
                    help="columns per lane (1, 2, 4, 8) to sweep (with --chunks)")
     p.add_argument("--layouts", nargs="*", default=[], choices=["wide", "lanes", "lanes-sorted"],
                    help="MTTKRP/Φ layouts to sweep (SKTENSOR_FAST_OCL_LAYOUT); --chunks and "
                         "--vecs sweep the 'lanes' ones, --wide-chunks, --wide-groups and --vecs 'wide'")
     p.add_argument("--off32s", type=int, nargs="*", default=[], choices=[0, 1],
-                   help="32-bit offsets in the lanes kernels off/on (SKTENSOR_FAST_OCL_OFF32; "
-                        "default: the per-kernel setting)")
+                   help="32-bit offsets in the lanes kernels off/on (the experimental switch "
+                        "OpenCLBackend.off32; default on)")
     p.add_argument("--prefetches", type=int, nargs="*", default=[], choices=[0, 1],
-                   help="coordinates one step ahead in the lanes kernels off/on "
-                        "(SKTENSOR_FAST_OCL_PREFETCH; default: the per-kernel setting)")
+                   help="coordinates one step ahead in the lanes kernels off/on (the "
+                        "experimental switch OpenCLBackend.prefetch; default on)")
     p.add_argument("--groups", type=int, nargs="*", default=[],
                    help="work-group sizes of the lanes kernels to sweep")
     p.add_argument("--wide-chunks", type=int, nargs="*", default=[])
@@ -160,8 +161,7 @@ def main(argv=None):
             for u in args.vecs or [be.vec] for c in args.chunks
             for gs in args.groups or [be.group_size]]:
         be.layout, be.vec, be.chunk, be.group_size = layout, vec, chunk, grp
-        be.off32 = None if o32 is None else bool(o32)
-        be.prefetch = None if pf is None else bool(pf)
+        be.off32, be.prefetch = bool(o32), bool(pf)
         T.interleaved.clear()
         entry = {"mttkrp_ms": [timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish,
                                      args.repeat) * 1e3 for m in range(X.ndim)]}
@@ -204,8 +204,8 @@ def main(argv=None):
     err_phi = float(np.max(np.abs(be.to_numpy(be.phi(T, dfac, 1, dfac[1], 1e-10)) - ref_phi))
                     / np.max(np.abs(ref_phi)))
     bytes_per_nnz = X.ndim * 4 + X.vals.itemsize
-    row = {"upload_s": t_up, "layout": be.layout, "off32": be.off32 if be.off32 is not None else be.OFF32,
-           "prefetch": be.prefetch if be.prefetch is not None else be.PREFETCH, "wide_chunk": be.wide_chunk,
+    row = {"upload_s": t_up, "layout": be.layout, "off32": be.off32,
+           "prefetch": be.prefetch, "wide_chunk": be.wide_chunk,
            "wide_group": be.wide_group, "wide_sweep": wide_sweep, "chunk": be.chunk, "group": be.group_size, "vec": be.vec or be.VEC, "chunk_sweep": sweep, "mttkrp_ms": mttkrp_ms, "phi_ms": phi_ms,
            "max_rel_err_vs_cpu": {"mttkrp": err, "phi": err_phi},
            "tensor_stream_GBs": [X.nnz * bytes_per_nnz / (ms * 1e-3) / 1e9 for ms in mttkrp_ms]}

@@ -221,6 +221,58 @@ def _read_header(f, name):
     return shape, nnz, dtype, sections
 
 
+def _read_rows(f, name, shape, dtype, sections, start, stop):
+    """Nonzeros ``start:stop`` of the open file ``f`` (header already read), copied by
+    parallel reads."""
+    N = len(shape)
+    n = stop - start
+    subs = np.empty((n, N), dtype="<i8")
+    vals = np.empty(n, dtype=dtype)
+    jobs = []
+    for arr, sec, row in ((subs, sections["subs"], N * 8), (vals, sections["vals"],
+                                                           dtype.itemsize)):
+        raw = memoryview(arr.reshape(-1).view(np.uint8))
+        for off, nb in _chunks(0, n * row):
+            jobs.append((raw[off:off + nb], int(sec["offset"]) + start * row + off))
+    try:
+        _parallel(lambda job: _pread_into(f.fileno(), *job), jobs)
+    except EOFError:
+        raise ValueError(f"{name} is truncated") from None
+    return subs, vals
+
+
+def _checked(name, subs, vals, shape, first_row=0):
+    """The arrays in native byte order, after the parallel check that they form a canonical
+    tensor (rows ``first_row`` onwards of the file); a ValueError naming ``name`` if not."""
+    from ._native import _construct
+    native = subs.dtype.newbyteorder("=")
+    if subs.dtype != native:  # pragma: no cover - big-endian machines
+        subs = subs.astype(np.int64)
+        vals = vals.astype(vals.dtype.newbyteorder("="))
+    row, problem = _construct.check_canonical(subs, vals, shape, _threads.get_num_threads())
+    if row >= 0:
+        row += first_row
+        what = {"range": f"coordinate row {row} lies outside the shape {shape}",
+                "value": f"value {row} is zero or not finite",
+                "order": f"row {row} is not after the row before it"}[problem]
+        raise ValueError(f"{name} is corrupt: {what}; a file written by save_tensor() never is")
+    return subs, vals
+
+
+def read_rows(path, nparts=1, part=0):
+    """Nonzeros of a file written by :func:`save_tensor`, for readers that take one share of
+    it each (the distributed loader): ``(shape, nnz, subs, vals)`` with the rows
+    ``nnz * part // nparts`` up to ``nnz * (part + 1) // nparts``, read in parallel and
+    checked as :func:`load_tensor` checks the whole file."""
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        shape, nnz, dtype, sections = _read_header(f, name)
+        start, stop = nnz * part // nparts, nnz * (part + 1) // nparts
+        subs, vals = _read_rows(f, name, shape, dtype, sections, start, stop)
+    subs, vals = _checked(name, subs, vals, shape, start)
+    return shape, nnz, subs, vals
+
+
 def load_tensor(path, *, mmap=False, with_labels=False):
     """Read a tensor written by :func:`save_tensor`.
 
@@ -259,7 +311,6 @@ def load_tensor(path, *, mmap=False, with_labels=False):
     >>> Y.shape == X.shape and Y.nnz == X.nnz and Y == X
     True
     """
-    from ._native import _construct
     name = os.fspath(path)
     with open(name, "rb") as f:
         shape, nnz, dtype, sections = _read_header(f, name)
@@ -270,17 +321,7 @@ def load_tensor(path, *, mmap=False, with_labels=False):
             vals = np.memmap(name, dtype=dtype, mode="r", offset=sections["vals"]["offset"],
                              shape=(nnz,)) if nnz else np.zeros(0, dtype)
         else:
-            subs = np.empty((nnz, N), dtype="<i8")
-            vals = np.empty(nnz, dtype=dtype)
-            jobs = []
-            for arr, sec in ((subs, sections["subs"]), (vals, sections["vals"])):
-                raw = memoryview(arr.reshape(-1).view(np.uint8))
-                for off, n in _chunks(0, int(sec["nbytes"])):
-                    jobs.append((raw[off:off + n], int(sec["offset"]) + off))
-            try:
-                _parallel(lambda job: _pread_into(f.fileno(), *job), jobs)
-            except EOFError:
-                raise ValueError(f"{name} is truncated") from None
+            subs, vals = _read_rows(f, name, shape, dtype, sections, 0, nnz)
         labels = None
         if with_labels and "labels" in sections:
             sec = sections["labels"]
@@ -289,16 +330,7 @@ def load_tensor(path, *, mmap=False, with_labels=False):
             if len(raw) != int(sec["nbytes"]) or zlib.crc32(raw) != int(sec["crc32"]):
                 raise ValueError(f"{name} is corrupt: its labels do not match their checksum")
             labels = _check_labels(json.loads(raw.decode("utf-8")), shape)
-    native = subs.dtype.newbyteorder("=")
-    if subs.dtype != native:  # pragma: no cover - big-endian machines
-        subs = subs.astype(np.int64)
-        vals = vals.astype(vals.dtype.newbyteorder("="))
-    row, problem = _construct.check_canonical(subs, vals, shape, _threads.get_num_threads())
-    if row >= 0:
-        what = {"range": f"coordinate row {row} lies outside the shape {shape}",
-                "value": f"value {row} is zero or not finite",
-                "order": f"row {row} is not after the row before it"}[problem]
-        raise ValueError(f"{name} is corrupt: {what}; a file written by save_tensor() never is")
+    subs, vals = _checked(name, subs, vals, shape)
     X = SparseTensor._from_canonical(subs, vals, shape)
     if with_labels:
         return X, labels if labels is not None else [None] * N

@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor, save_tns
 from sktensor_fast import load_tns as load_tns_serial
-from sktensor_fast.distributed import load_tns, scatter
+from sktensor_fast.distributed import load_tensor, load_tns, scatter
 
 comm = MPI.COMM_WORLD
 RANK, SIZE = comm.Get_rank(), comm.Get_size()
@@ -215,6 +215,59 @@ def load_tns_errors():
     # different arguments on different processes
     expect_error_everywhere(lambda: load_tns(good, shape=(2, 2, 2 + RANK)), ValueError,
                             "different arguments")
+
+
+@case
+def load_tensor_parallel():
+    from sktensor_fast import save_tensor
+    d = shared_tmpdir()
+    path = os.path.join(d, "x.sktf")
+    X0 = random_tensor((20, 15, 12, 6), 1500, seed=4)
+    if RANK == 0:
+        save_tensor(path, X0)
+    comm.Barrier()
+    Xd = load_tensor(path)
+    # each process read only its share of the nonzeros; the owners hold the tensor
+    back = Xd.gather()
+    if RANK == 0:
+        assert back == X0
+    ref = scatter(X0 if RANK == 0 else None)
+    for a, b in zip(Xd.local, ref.local):
+        assert a == b
+    m1 = CPALS(rank=3, random_state=0, max_iter=5, tol=0).fit(Xd)
+    m2 = CPALS(rank=3, random_state=0, max_iter=5, tol=0).fit(ref)
+    assert m1.fit_ == m2.fit_
+    # a file whose shares are out of order (rows swapped across the split): every process
+    bad = os.path.join(d, "swapped.sktf")
+    if RANK == 0:
+        import shutil
+        shutil.copyfile(path, bad)
+        from sktensor_fast.binary import _read_header
+        with open(bad, "r+b") as f:
+            shape, nnz, dtype, sections = _read_header(f, bad)
+            off = int(sections["subs"]["offset"])
+            N = len(shape)
+            subs = np.fromfile(bad, dtype="<i8", count=nnz * N, offset=off).reshape(nnz, N)
+            half = nnz // 2
+            # the first row of the second half moved to row 0 of the file: each half stays
+            # sorted apart from that one row only if the halves are swapped whole
+            subs = np.concatenate([subs[half:], subs[:half]])
+            f.seek(off)
+            f.write(subs.tobytes())
+    comm.Barrier()
+    if SIZE == 2:
+        expect_error_everywhere(lambda: load_tensor(bad), ValueError, "swapped.sktf",
+                                "is corrupt", "not after the row before it")
+    expect_error_everywhere(lambda: load_tensor(os.path.join(d, "missing.sktf")),
+                            FileNotFoundError, "missing.sktf")
+    trunc = os.path.join(d, "cut.sktf")
+    if RANK == 0:
+        with open(path, "rb") as f, open(trunc, "wb") as g:
+            g.write(f.read()[:-4000])
+    comm.Barrier()
+    expect_error_everywhere(lambda: load_tensor(trunc), ValueError, "cut.sktf", "truncated")
+    expect_error_everywhere(lambda: load_tensor(path if RANK == 0 else bad), ValueError,
+                            "different paths")
 
 
 # ------------------------------------------------------------------------------ the fits
@@ -476,6 +529,53 @@ def gcp_same_samples_same_model():
     assert serial.n_iter_ == dist.n_iter_
     assert abs(serial.loss_ - dist.loss_) <= 1e-8 * abs(serial.loss_)
     assert rel(serial.factors_[1], dist.factors_[1]) < 1e-6
+
+
+@case
+def kernel_arguments_checked_once():
+    # the distributed backend's primitives: the arguments are checked once, by the base
+    # class on the distributed backend (not again by the distributed code nor by the
+    # process's backend), with the messages of one device, on every process
+    from sktensor_fast.backends import get_backend
+    from sktensor_fast.backends.base import Backend
+    from sktensor_fast.decomposition.losses import get_loss
+    from sktensor_fast.distributed.backend import DistributedBackend
+    X = random_tensor((20, 15, 10), 500, seed=21)
+    Xd = scatter(X if RANK == 0 else None)
+    cpu = get_backend("cpu")
+    be = DistributedBackend.wrap(cpu, Xd)
+    T = be.prepare(Xd, "coo")
+    rng = np.random.default_rng(0)
+    host = [rng.random((s, 3)) for s in X.shape]
+    U = [be.asarray(u) for u in host]
+    calls = []
+    original = Backend.__dict__["check_factors"]
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original.__func__(*args, **kwargs)
+    Backend.check_factors = staticmethod(counting)
+    try:
+        M = be.mttkrp(T, U, 1)
+        counted = [len(calls)]
+        be.phi(T, U, 2, U[2], 1e-10)
+        counted.append(len(calls) - sum(counted))
+        zeros = be.model_zero_count(T, np.ones(3), U)
+        counted.append(len(calls) - sum(counted))
+        be.gcp.full_loss_grad(T, np.ones(3), U, get_loss("poisson"))
+        counted.append(len(calls) - sum(counted))
+    finally:
+        Backend.check_factors = original
+    M = be.to_numpy(M)
+    expect_error_everywhere(lambda: be.mttkrp(T, U[:2], 0), ValueError,
+                            "2 factor matrices given for a tensor with 3 modes")
+    expect_error_everywhere(lambda: be.model_zero_count(T, np.ones(2), U), ValueError,
+                            "weights have shape (2,), expected (3,)")
+    expect_error_everywhere(lambda: be.gcp.setup(T, "random", (5, 5), (5, 5), 0), ValueError,
+                            "unknown sampler 'random'")
+    assert counted == [1, 1, 1, 1], counted
+    np.testing.assert_allclose(M, cpu.mttkrp(cpu.prepare(X, "coo"), host, 1), rtol=1e-12)
+    assert zeros == 0
 
 
 # ------------------------------------------------------------------------------ endings

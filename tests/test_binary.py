@@ -98,3 +98,26 @@ def test_bad_labels_argument(tmp_path):
     with pytest.raises(ValueError, match="mode 2 has 3 entries"):
         save_tensor(tmp_path / "x.sktf", tensor(), labels=[None, ["a", "b", "c"], None])
     assert not list(tmp_path.iterdir())          # nothing written
+
+
+def test_read_rows_shares(tmp_path):
+    # the shares the distributed loader reads: together the file, each checked alone, errors
+    # naming the row of the file
+    from sktensor_fast.binary import read_rows
+    X = tensor(seed=3)
+    path = tmp_path / "x.sktf"
+    save_tensor(path, X)
+    parts = [read_rows(path, 3, p) for p in range(3)]
+    assert all(p[0] == X.shape and p[1] == X.nnz for p in parts)
+    assert [len(p[2]) for p in parts] == [X.nnz * (p + 1) // 3 - X.nnz * p // 3
+                                         for p in range(3)]
+    assert np.array_equal(np.concatenate([p[2] for p in parts]), X.subs)
+    assert np.array_equal(np.concatenate([p[3] for p in parts]), X.vals)
+    raw = bytearray(path.read_bytes())
+    vals_at = raw.index(X.vals.astype("<f8").tobytes()[:64])
+    row = X.nnz - 5                                  # in the last share
+    raw[vals_at + 8 * row:vals_at + 8 * row + 8] = struct.pack("<d", 0.0)
+    path.write_bytes(bytes(raw))
+    assert len(read_rows(path, 3, 0)[2]) == X.nnz // 3        # the other shares are fine
+    with pytest.raises(ValueError, match=f"value {row} is zero"):
+        read_rows(path, 3, 2)

@@ -7,6 +7,7 @@ from sktensor_fast import SparseTensor
 from sktensor_fast.backends import Backend, get_backend
 from sktensor_fast.backends.base import GcpKernels
 from sktensor_fast.decomposition.losses import get_loss
+from sktensor_fast.decomposition.optimizers import make_optimizer
 
 
 def test_backend_has_no_flat_gcp_methods():
@@ -23,8 +24,9 @@ def test_a_backend_without_gcp_says_so():
         gram = matmul_small = column_norms = scale_columns = inner = None
 
     with pytest.raises(NotImplementedError, match="'bare' backend does not implement the GCP "
-                                                  "primitive optimizer_state"):
-        Bare().gcp.optimizer_state("adam", [np.zeros((2, 2))])
+                                                  "primitive optimizer_update"):
+        Bare().gcp.optimizer_update("sgd", [np.zeros((2, 2))], [np.zeros((2, 2))], (),
+                                    (0.1,), 0.0)
 
 
 def _tensor():
@@ -60,15 +62,33 @@ def _setup(device):
      ValueError, "mask has shape"),
     (lambda g, T, U: g.full_loss_grad(T, np.ones(2), U[:2], get_loss("gaussian")), ValueError,
      "2 factor matrices given for a tensor with 3 modes"),
-    (lambda g, T, U: g.optimizer_state("newton", U), ValueError, "unknown stochastic solver"),
-    (lambda g, T, U: g.optimizer_step("sgd", U, U[:2], {}, 0.1, 1, 0.0, 0.9, 0.99, 1e-8),
-     ValueError, "2 gradients for 3 factors"),
-    (lambda g, T, U: g.optimizer_step("adam", U, U, {"m": U}, 0.1, 1, 0.0, 0.9, 0.99, 1e-8),
-     ValueError, "state must be the dict"),
-    (lambda g, T, U: g.optimizer_step("sgd", U, U, {}, 0.1, 0, 0.0, 0.9, 0.99, 1e-8),
-     ValueError, "t must be in"),
-    (lambda g, T, U: g.optimizer_step("sgd", U, U[::-1], {}, 0.1, 1, 0.0, 0.9, 0.99, 1e-8),
-     ValueError, "mode 0: the gradient has shape"),
+    (lambda g, T, U: g.optimizer_update("newton", U, U, (), (0.1,), 0.0), ValueError,
+     "unknown update rule 'newton'; use one of sgd, adagrad, adam"),
+    (lambda g, T, U: g.optimizer_update("sgd", U, U[:2], (), (0.1,), 0.0), ValueError,
+     "2 gradients for 3 factors"),
+    (lambda g, T, U: g.optimizer_update("adam", U, U, (U,), (0.9, 0.99, 0.1, 1e-8), 0.0),
+     ValueError, r"moments must hold the 2 moment\(s\) of the 'adam' update \(m, v\)"),
+    (lambda g, T, U: g.optimizer_update("adagrad", U, U, (U[:2],), (0.1, 1e-8), 0.0),
+     ValueError, "moment 's' must hold 3 arrays"),
+    (lambda g, T, U: g.optimizer_update("adagrad", U, U, (U[::-1],), (0.1, 1e-8), 0.0),
+     ValueError, "mode 0: moment 's' has shape"),
+    (lambda g, T, U: g.optimizer_update("sgd", U, U, (), (0.1, 1e-8), 0.0), ValueError,
+     r"the 'sgd' update takes the coefficients \(lr\)"),
+    (lambda g, T, U: g.optimizer_update("sgd", U, U, (), (float("nan"),), 0.0), ValueError,
+     "lr must not be NaN"),
+    (lambda g, T, U: g.optimizer_update("sgd", U, U[::-1], (), (0.1,), 0.0), ValueError,
+     "mode 0: the gradient has shape"),
+    (lambda g, T, U: g.steps(T, None, np.ones(2), U, get_loss("gaussian"), 0, 0, 1, "adam",
+                             0.0), TypeError, "optimizer must be a stochastic optimiser"),
+    (lambda g, T, U: g.steps(T, None, np.ones(2), U, get_loss("gaussian"), 0, 0, 1,
+                             make_optimizer("adam"), 0.0), ValueError,
+     r"no moments: call optimizer.start\(backend, factors\) first"),
+    (lambda g, T, U: g.steps(T, None, np.ones(2), U, get_loss("gaussian"), 0, 0, 1,
+                             make_optimizer("adam").start(g.backend, U[::-1]), 0.0),
+     ValueError, "mode 0: moment 'm' has shape"),
+    (lambda g, T, U: g.steps(T, None, np.ones(2), U, get_loss("gaussian"), 0, 0, 1,
+                             make_optimizer("sgd").start(g.backend, U), 0.0, out=U[::-1]),
+     ValueError, r"out\[0\] has shape"),
 ])
 def test_gcp_arguments_are_checked_alike_on_every_device(device, call, err, match):
     be, T, U = _setup(device)

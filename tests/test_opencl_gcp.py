@@ -17,6 +17,7 @@ from sktensor_fast.backends import get_backend
 from sktensor_fast.backends.cpu import _gcp
 from sktensor_fast.backends.cpu import gcp_ops as cpu_ops
 from sktensor_fast.decomposition.losses import LOSSES, get_loss
+from sktensor_fast.decomposition.optimizers import make_optimizer
 
 from _reference import opencl_backend_or_skip
 
@@ -213,25 +214,32 @@ def test_rows_sampled_many_times_keep_the_cpu_order(be, cpu):
 
 @pytest.mark.parametrize("solver", ["adam", "adagrad", "sgd"])
 def test_optimizer_steps_equal_cpu(be, cpu, solver):
+    """One optimiser object per device, the same steps (a failed epoch in the middle): the
+    device's update kernels give the CPU's numbers."""
     rng = np.random.default_rng(2)
     U = [rng.standard_normal((7, 3)), rng.standard_normal((5, 3))]
     Uc = [u.copy() for u in U]
     Ud = [be.asarray(u) for u in U]
-    sc = cpu.gcp.optimizer_state(solver, Uc)
-    so = be.gcp.optimizer_state(solver, Ud)
-    assert set(so) == set(sc)
+    kw = dict(learning_rate=0.05, decay=0.5, beta1=0.9, beta2=0.999, epsilon=1e-8)
+    oc = make_optimizer(solver, **kw).start(cpu, Uc)
+    od = make_optimizer(solver, **kw).start(be, Ud)
+    assert len(od.moments) == len(oc.moments) == len(oc.moment_names)
     for t in range(1, 6):
+        if t == 3:
+            for opt, backend in ((oc, cpu), (od, be)):
+                opt.checkpoint(backend)
+                opt.failed_epoch()
         G = [rng.standard_normal(u.shape) for u in U]
         act = [True, t % 2 == 0]
-        cpu.gcp.optimizer_step(solver, Uc, G, sc, 0.05, t, -0.5, 0.9, 0.999, 1e-8, act)
-        be.gcp.optimizer_step(solver, Ud, [be.asarray(g) for g in G], so, 0.05, t, -0.5, 0.9,
-                              0.999, 1e-8, act)
+        oc.step(cpu, Uc, G, -0.5, act)
+        od.step(be, Ud, [be.asarray(g) for g in G], -0.5, act)
+    assert oc.t == od.t == 5 and oc.rate == od.rate == 0.025
     assert any(np.any(u == -0.5) for u in Uc)  # the clipping was exercised
     # sqrt and division are correctly rounded in fp64 OpenCL: the same numbers
     for a, b in zip(Uc, host(be, Ud)):
         np.testing.assert_allclose(b, a, rtol=1e-15, atol=0)
-    for name in sc:
-        for a, b in zip(sc[name], host(be, so[name])):
+    for arrs_c, arrs_d in zip(oc.moments, od.moments):
+        for a, b in zip(arrs_c, host(be, arrs_d)):
             np.testing.assert_allclose(b, a, rtol=1e-15, atol=0)
 
 
@@ -423,20 +431,22 @@ def test_bad_inputs_raise_before_any_kernel(be, cpu):
                              loss)
     with pytest.raises(ValueError, match="mask has shape"):
         be.gcp.full_loss_grad(To, lam, U, loss, mask=np.ones((2, 2), bool))
-    with pytest.raises(ValueError, match="unknown stochastic solver"):
-        be.gcp.optimizer_state("newton", [be.asarray(u) for u in U])
     Ud = [be.asarray(u) for u in U]
-    opt = be.gcp.optimizer_state("adam", Ud)
+    opt = make_optimizer("adam").start(be, Ud)
     G = [be.asarray(u) for u in U]
     with pytest.raises(TypeError, match="device array"):
-        be.gcp.optimizer_step("adam", U, G, opt, 0.1, 1, 0.0, 0.9, 0.999, 1e-8)
-    with pytest.raises(ValueError, match="t must be"):
-        be.gcp.optimizer_step("adam", Ud, G, opt, 0.1, 0, 0.0, 0.9, 0.999, 1e-8)
-    with pytest.raises(ValueError, match="state must be"):
-        be.gcp.optimizer_step("adagrad", Ud, G, opt, 0.1, 1, 0.0, 0.9, 0.999, 1e-8)
+        be.gcp.optimizer_update("adam", U, G, opt.moments, opt.coefficients(1), 0.0)
+    with pytest.raises(TypeError, match="moment 'm'"):
+        be.gcp.optimizer_update("adam", Ud, G, ([u.copy() for u in U], opt.moments[1]),
+                                opt.coefficients(1), 0.0)
+    with pytest.raises(ValueError, match="moments must hold the 1 moment"):
+        be.gcp.optimizer_update("adagrad", Ud, G, opt.moments, (0.1, 1e-8), 0.0)
     with pytest.raises(ValueError, match="shape"):
-        be.gcp.optimizer_step("adam", Ud, [G[1], G[0], G[2]], opt, 0.1, 1, 0.0, 0.9, 0.999,
-                              1e-8)
+        be.gcp.optimizer_update("adam", Ud, [G[1], G[0], G[2]], opt.moments,
+                                opt.coefficients(1), 0.0)
+    with pytest.raises(ValueError, match="dtype"):
+        be.gcp.optimizer_update("adam", Ud, [be.asarray(u, dtype=np.float32) for u in U],
+                                opt.moments, opt.coefficients(1), 0.0)
     empty = be.prepare(SparseTensor(np.zeros((0, 3), np.int64), np.zeros(0), (4, 3, 2)))
     with pytest.raises(ValueError, match="at least one"):
         be.gcp.setup(empty, "uniform", (5, 5), (5, 5), 0, zero_subs=np.zeros((0, 3), int))

@@ -155,7 +155,11 @@ class Backend(ABC):
 
     def model_zero_count(self, T, weights, factors):
         """How many nonzeros of ``T`` the Kruskal model gives a value <= 0 (an int)."""
-        m = np.asarray(self.to_numpy(self.model_values(T, weights, factors)))
+        self.check_factors(T, factors, weights=weights)
+        return self._model_zero_count(T, weights, factors)
+
+    def _model_zero_count(self, T, weights, factors):
+        m = np.asarray(self.to_numpy(self._model_values(T, weights, factors)))
         return int(np.count_nonzero(m <= 0))
 
     def decide(self, flag):
@@ -355,9 +359,17 @@ class AprKernels:
 
 
 # ---------------------------------------------------------------------- GCP primitives
-#: the samplers and the stochastic solvers (their moments) of the GCP primitives
+#: the samplers of the GCP primitives
 GCP_SAMPLERS = ("stratified", "semi-stratified", "uniform")
-GCP_MOMENTS = {"adam": ("m", "v"), "adagrad": ("s",), "sgd": ()}
+#: the element-wise updates of the stochastic optimisers that the kernels implement
+#: (:meth:`GcpKernels.optimizer_update`): rule -> (names of the moments kept per factor,
+#: names of the coefficients of a step).  The optimiser objects of
+#: decomposition/optimizers.py compute the coefficients of each step.
+GCP_UPDATE_RULES = {
+    "sgd": ((), ("lr",)),
+    "adagrad": (("s",), ("lr", "epsilon")),
+    "adam": (("m", "v"), ("beta1", "beta2", "step", "guard")),
+}
 
 
 def _int(value, name, lo=0, hi=None):
@@ -476,6 +488,25 @@ def _sample_factors(sample, weights, factors):
     return R
 
 
+def _moments(rule, moments, shapes, active, name="moments"):
+    """Checks of the moments of update ``rule`` against the factors' shapes (the active
+    modes); returns them as a tuple of lists."""
+    names = GCP_UPDATE_RULES[rule][0]
+    if not isinstance(moments, (list, tuple)) or len(moments) != len(names):
+        raise ValueError(f"{name} must hold the {len(names)} moment(s) of the {rule!r} update "
+                         f"({', '.join(names) or 'none'}), one list of arrays per moment")
+    N = len(shapes)
+    for j, arrs in enumerate(moments):
+        if not isinstance(arrs, (list, tuple)) or len(arrs) != N:
+            raise ValueError(f"{name}: moment {names[j]!r} must hold {N} arrays, one per "
+                             f"factor")
+        for k in range(N):
+            if active[k] and _shape(arrs[k]) != shapes[k]:
+                raise ValueError(f"mode {k}: moment {names[j]!r} has shape "
+                                 f"{_shape(arrs[k])}, the factor {shapes[k]}")
+    return tuple(moments)
+
+
 class GcpKernels:
     """The primitives of generalized CP (decomposition/gcp.py) on one backend:
     ``backend.gcp``.
@@ -583,93 +614,101 @@ class GcpKernels:
         _sample_factors(sample, weights, factors)
         return self._sample_loss(sample, weights, factors, _check_loss(loss))
 
-    def optimizer_state(self, solver, factors):
-        """Zero moments of a stochastic solver (``adam``, ``adagrad``, ``sgd``): a dict of lists
-        of backend arrays shaped like ``factors``."""
-        if solver not in GCP_MOMENTS:
-            raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
-        _matrices(factors, "factors")
-        return self._optimizer_state(solver, factors)
+    def optimizer_update(self, rule, factors, grads, moments, coefficients, lower,
+                         active=None):
+        """One step of a stochastic optimiser in place on ``factors`` and ``moments``, every
+        factor entry clipped to ``lower`` (modes with ``active[k]`` false untouched).
 
-    def optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                       epsilon, active=None):
-        """One Adam / AdaGrad / SGD step in place on ``factors`` (and ``state``), at step ``t``
-        (from 1, for Adam's bias correction), clipping every entry to ``lower``."""
-        if solver not in GCP_MOMENTS:
-            raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
+        ``rule`` is a key of :data:`GCP_UPDATE_RULES`; ``moments[j][k]`` is moment j of
+        factor k (shaped like it), ``coefficients`` the scalars of this step:
+
+        - ``"sgd"``, ``(lr,)``: ``U ← max(U − lr G, lower)``;
+        - ``"adagrad"``, ``(lr, epsilon)``, moments ``(S,)``: ``S ← S + G²``,
+          ``U ← max(U − lr G / (√S + epsilon), lower)``;
+        - ``"adam"``, ``(beta1, beta2, step, guard)``, moments ``(M, V)``:
+          ``M ← beta1 M + (1 − beta1) G``, ``V ← beta2 V + (1 − beta2) G²``,
+          ``U ← max(U − step M / (√V + guard), lower)``.
+
+        The optimiser objects (decomposition/optimizers.py) compute the coefficients of each
+        step (Adam's bias corrections are folded into ``step`` and ``guard``)."""
+        if not isinstance(rule, str) or rule not in GCP_UPDATE_RULES:
+            raise ValueError(f"unknown update rule {rule!r}; use one of "
+                             f"{', '.join(GCP_UPDATE_RULES)}")
+        coef_names = GCP_UPDATE_RULES[rule][1]
         shapes = _matrices(factors, "factors")
         N = len(factors)
         if not isinstance(grads, (list, tuple)) or len(grads) != N:
             raise ValueError(f"{len(grads) if isinstance(grads, (list, tuple)) else grads!r} "
                              f"gradients for {N} factors")
-        if not isinstance(state, dict) or set(state) != set(GCP_MOMENTS[solver]):
-            raise ValueError(f"state must be the dict of gcp.optimizer_state({solver!r}, ...)")
-        for name, arrs in state.items():
-            if not isinstance(arrs, (list, tuple)) or len(arrs) != N:
-                raise ValueError(f"state[{name!r}] must hold {N} arrays, one per factor")
         act = _active(active, N)
-        moments = [state[name] for name in GCP_MOMENTS[solver]]
+        moments = _moments(rule, moments, shapes, act)
         for k in range(N):
-            if not act[k]:
-                continue
-            sh = shapes[k]
-            if _shape(grads[k]) != sh:
+            if act[k] and _shape(grads[k]) != shapes[k]:
                 raise ValueError(f"mode {k}: the gradient has shape {_shape(grads[k])}, the "
-                                 f"factor {sh}")
-            for name, arrs in zip(GCP_MOMENTS[solver], moments):
-                if _shape(arrs[k]) != sh:
-                    raise ValueError(f"mode {k}: state[{name!r}] has shape {_shape(arrs[k])}, "
-                                     f"the factor {sh}")
-        return self._optimizer_step(solver, factors, grads, state, _float(lr, "lr"),
-                                    _int(t, "t", 1), _float(lower, "lower"),
-                                    _float(beta1, "beta1"), _float(beta2, "beta2"),
-                                    _float(epsilon, "epsilon"), act)
+                                 f"factor {shapes[k]}")
+        try:
+            coefs = tuple(coefficients)
+        except TypeError:
+            coefs = None
+        if coefs is None or len(coefs) != len(coef_names):
+            raise ValueError(f"the {rule!r} update takes the coefficients "
+                             f"({', '.join(coef_names)}), got {coefficients!r}")
+        coefs = tuple(_float(c, name) for c, name in zip(coefs, coef_names))
+        return self._optimizer_update(rule, factors, grads, moments, coefs,
+                                      _float(lower, "lower"), act)
 
-    def steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, solver, opt,
-              lr, t_first, lower, beta1, beta2, epsilon, active=None, out=None, deadline=None,
-              clock=None):
-        """``n_steps`` steps of a stochastic solver: for ``s = 0, 1, …`` the gradient of draw
-        ``first_draw + s`` (:meth:`sampled_gradient`), then optimiser step ``t_first + s``
-        (:meth:`optimizer_step`).  With ``deadline``, stops after the first step at which
+    def steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer,
+              lower, active=None, out=None, deadline=None, clock=None):
+        """``n_steps`` steps of a stochastic optimiser: for ``s = 0, 1, …`` the gradient of
+        draw ``first_draw + s`` (:meth:`sampled_gradient`), then ``optimizer.step`` (its
+        next step, through :meth:`optimizer_update`), every factor entry clipped to
+        ``lower``.  ``optimizer`` is an optimiser object of decomposition/optimizers.py
+        after its ``start``.  With ``deadline``, stops after the first step at which
         ``clock()`` exceeds it (a ``backend.decide``, so that the processes of a distributed
         fit stop together).  Returns ``(grads, steps_done, timed_out)``.  By default the
-        steps run one by one; a backend may run them in one call (the same results)."""
-        _matrices(factors, "factors")
+        steps run one by one; a backend may run them in one call (the same results, the
+        optimiser's step counter advanced by the steps done)."""
+        shapes = _matrices(factors, "factors")
         self.backend.check_factors(T, factors, weights=weights)
         loss = _check_loss(loss)
         seed = _int(seed, "seed", 0, 2 ** 64)
         first_draw = _int(first_draw, "first_draw", 0, 2 ** 64 - 1)
         n_steps = _int(n_steps, "n_steps", 0)
-        if solver not in GCP_MOMENTS:
-            raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
-        if not isinstance(opt, dict) or set(opt) != set(GCP_MOMENTS[solver]):
-            raise ValueError(f"opt must be the dict of gcp.optimizer_state({solver!r}, ...)")
+        rule = getattr(optimizer, "rule", None)
+        if not (isinstance(rule, str) and rule in GCP_UPDATE_RULES
+                and callable(getattr(optimizer, "step", None))):
+            raise TypeError(f"optimizer must be a stochastic optimiser of "
+                            f"decomposition.optimizers (e.g. make_optimizer('adam')), got "
+                            f"{type(optimizer).__name__}")
         act = _active(active, T.ndim)
-        if out is not None and len(out) != T.ndim:
-            raise ValueError(f"out has {len(out)} arrays for {T.ndim} modes")
+        if getattr(optimizer, "moments", None) is None:
+            raise ValueError("the optimiser has no moments: call optimizer.start(backend, "
+                             "factors) first")
+        _moments(rule, optimizer.moments, shapes, act, "the optimiser's moments")
+        if out is not None:
+            if len(out) != T.ndim:
+                raise ValueError(f"out has {len(out)} arrays for {T.ndim} modes")
+            for k, g in enumerate(out):
+                if _shape(g) != shapes[k]:
+                    raise ValueError(f"out[{k}] has shape {_shape(g)}, the factor {shapes[k]}")
         if deadline is not None and not callable(clock):
             raise TypeError("a deadline needs a clock (a callable returning the time)")
-        return self._steps(T, state, weights, factors, loss, seed, first_draw, n_steps, solver,
-                           opt, _float(lr, "lr"), _int(t_first, "t_first", 1),
-                           _float(lower, "lower"), _float(beta1, "beta1"),
-                           _float(beta2, "beta2"), _float(epsilon, "epsilon"), act, out,
-                           deadline, clock)
+        return self._steps(T, state, weights, factors, loss, seed, first_draw, n_steps,
+                           optimizer, _float(lower, "lower"), act, out, deadline, clock)
 
     # ------------------------------------------------------------------ implementations
-    def _steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, solver, opt,
-               lr, t_first, lower, beta1, beta2, epsilon, active, out, deadline, clock):
+    def _steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer,
+               lower, active, out, deadline, clock):
         return self._stepwise(T, state, weights, factors, loss, seed, first_draw, n_steps,
-                              solver, opt, lr, t_first, lower, beta1, beta2, epsilon, active,
-                              out, deadline, clock)
+                              optimizer, lower, active, out, deadline, clock)
 
-    def _stepwise(self, T, state, weights, factors, loss, seed, first_draw, n_steps, solver,
-                  opt, lr, t_first, lower, beta1, beta2, epsilon, active, out, deadline, clock):
-        """The steps one by one through the backend's two implementations."""
+    def _stepwise(self, T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer,
+                  lower, active, out, deadline, clock):
+        """The steps one by one: the backend's gradient, then the optimiser's step."""
         for s in range(n_steps):
             out, _ = self._sampled_gradient(T, state, weights, factors, loss, seed,
                                             first_draw + s, out, active, False)
-            self._optimizer_step(solver, factors, out, opt, lr, t_first + s, lower, beta1,
-                                 beta2, epsilon, active)
+            optimizer.step(self.backend, factors, out, lower, active)
             if deadline is not None and self.backend.decide(clock() > deadline):
                 return out, s + 1, True
         return out, n_steps, False
@@ -693,9 +732,5 @@ class GcpKernels:
     def _sample_loss(self, sample, weights, factors, loss):
         self._missing("sample_loss")
 
-    def _optimizer_state(self, solver, factors):
-        self._missing("optimizer_state")
-
-    def _optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                        epsilon, active):
-        self._missing("optimizer_step")
+    def _optimizer_update(self, rule, factors, grads, moments, coefficients, lower, active):
+        self._missing("optimizer_update")

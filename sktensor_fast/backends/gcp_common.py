@@ -1,5 +1,5 @@
-"""GCP helpers that do not depend on a device: how a sampler draws (its plan), the exact
-loss and gradient of small tensors in NumPy, and the moments of the stochastic solvers.
+"""GCP helpers that do not depend on a device: how a sampler draws (its plan) and the exact
+loss and gradient of small tensors in NumPy.
 
 Every backend uses them, so that all draw the same samples with the same weights; pure NumPy
 (no compiled kernels, no PyOpenCL).
@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 __all__ = ["sampler_plan", "zero_list_mode", "dense_model", "dense_mttkrp", "full_loss_grad",
-           "optimizer_state", "SAMPLERS", "MOMENTS"]
+           "SAMPLERS"]
 
 #: Above this density the stratified sampler draws zeros from the list of all zeros (in
 #: linear-index order) instead of by rejection: the t-th zero is computed from the sorted linear
@@ -150,15 +150,3 @@ def full_loss_grad(T, weights, factors, loss, mask=None, modes=None, need_grad=T
     for k in modes:
         grads[k] = dense_mttkrp(Y, facs, k) * lam[None, :]
     return total, grads
-
-
-# ------------------------------------------------------------------ optimiser moments
-MOMENTS = {"adam": ("m", "v"), "adagrad": ("s",), "sgd": ()}
-_MOMENTS = MOMENTS
-
-
-def optimizer_state(solver, factors):
-    if solver not in _MOMENTS:
-        raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
-    return {name: [np.zeros_like(f, dtype=np.float64) for f in factors]
-            for name in _MOMENTS[solver]}

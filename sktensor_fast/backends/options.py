@@ -2,8 +2,8 @@
 :func:`config_context`.
 
 The OpenCL MTTKRP / Φ kernels have a few tuning settings (memory layout, nonzeros per
-work-item, columns per lane, offset width, prefetching, how Φ forms its dot products).  They
-are chosen, from the weakest to the strongest:
+work-item, columns per lane, how Φ forms its dot products, the device memory a tensor may
+use).  They are chosen, from the weakest to the strongest:
 
 1. the measured defaults of the device (``None`` below: the backend picks);
 2. the environment variables ``SKTENSOR_FAST_OCL_*`` (read at every backend request; a bad
@@ -14,6 +14,11 @@ are chosen, from the weakest to the strongest:
 The options that are set are part of the key under which backends are cached, so that two
 settings give two backends (each with its compiled kernels) and a changed variable is never
 silently ignored.  Pure Python: importable without PyOpenCL or the compiled CPU kernels.
+
+Only what a user may reasonably tune is an option.  The kernels' experimental variants (Φ's
+dot product computed redundantly by every lane, 64-bit offsets where 32 bits fit, no
+prefetching of the next nonzero) are attributes of the backend that the benchmarks set
+(``benchmarks/bench_opencl.py``); no default uses them.
 """
 import contextlib
 import contextvars
@@ -26,7 +31,7 @@ __all__ = ["OpenCLOptions", "as_options", "config_context", "get_device_options"
 
 #: allowed values of the string and small-integer settings
 LAYOUTS = ("lanes", "lanes-sorted", "wide")
-PHI_VARIANTS = ("shuffle", "local", "redundant")
+PHI_VARIANTS = ("shuffle", "local")
 VECS = (1, 2, 4, 8)
 
 
@@ -42,13 +47,6 @@ def _choice(name, value, allowed):
         raise ValueError(f"OpenCL option {name!r} must be one of "
                          f"{', '.join(repr(a) for a in allowed)} (or None for the device's "
                          f"default), got {value!r}")
-    return value
-
-
-def _boolean(name, value):
-    if not isinstance(value, bool):
-        raise ValueError(f"OpenCL option {name!r} must be True or False (or None for the "
-                         f"per-kernel default), got {value!r}")
     return value
 
 
@@ -72,14 +70,9 @@ class OpenCLOptions:
     vec : {1, 2, 4, 8}, optional
         Columns per lane (default: 4, or 2 for the fp64 MTTKRP over ``'lanes-sorted'``); the
         largest divisor of the rank that is at most this is used.
-    off32 : bool, optional
-        32-bit offset arithmetic where every offset fits (default True).
-    prefetch : bool, optional
-        Load the next nonzero's coordinates one step ahead (default True).
-    phi : {'shuffle', 'local', 'redundant'}, optional
+    phi : {'shuffle', 'local'}, optional
         How the lanes kernels form Φ's dot products: a warp shuffle (NVIDIA only, its
-        default), lanes sharing through local memory (the default elsewhere) or every lane
-        computing the whole dot.
+        default) or lanes sharing through local memory (the default elsewhere).
     wide_chunk, wide_group : int, optional
         Nonzeros per work-item and work-group size of the wide layout (64 and 128).
     max_tensor_bytes : int or str, optional
@@ -99,14 +92,12 @@ class OpenCLOptions:
     >>> OpenCLOptions.from_mapping({"chunks": 4})
     Traceback (most recent call last):
     ...
-    ValueError: unknown OpenCL option 'chunks'; the options are layout, chunk, vec, off32, prefetch, phi, wide_chunk, wide_group, max_tensor_bytes
+    ValueError: unknown OpenCL option 'chunks'; the options are layout, chunk, vec, phi, wide_chunk, wide_group, max_tensor_bytes
     """
 
     layout: object = None
     chunk: object = None
     vec: object = None
-    off32: object = None
-    prefetch: object = None
     phi: object = None
     wide_chunk: object = None
     wide_group: object = None
@@ -139,9 +130,15 @@ class OpenCLOptions:
     def from_env(cls, environ=None):
         """The options set by ``SKTENSOR_FAST_OCL_*`` environment variables.
 
-        A variable with a bad value is reported by a ``RuntimeWarning`` (once per variable
-        and value) and left out, so the device's default holds."""
+        A variable with a bad value, or one that names no option, is reported by a
+        ``RuntimeWarning`` (once per variable and value) and left out, so the device's
+        default holds."""
         environ = os.environ if environ is None else environ
+        names = cls.names()
+        for var in environ:
+            if var.startswith(ENV_PREFIX) and var[len(ENV_PREFIX):].lower() not in names:
+                _warn_once(var, environ[var], f"not an OpenCL option (the options are "
+                                              f"{', '.join(names)})")
         values = {}
         for name in cls.names():
             var = ENV_PREFIX + name.upper()
@@ -152,11 +149,7 @@ class OpenCLOptions:
                 value = _PARSE[name](raw.strip())
                 _CHECKS[name](name, value)
             except ValueError as exc:
-                key = (var, raw)
-                if key not in _WARNED:
-                    _WARNED.add(key)
-                    warnings.warn(f"ignoring {var}={raw!r}: {exc}", RuntimeWarning,
-                                  stacklevel=3)
+                _warn_once(var, raw, exc)
                 continue
             values[name] = value
         return cls(**values)
@@ -176,8 +169,6 @@ _CHECKS = {
     "layout": lambda n, v: _choice(n, v, LAYOUTS),
     "chunk": _positive_int,
     "vec": lambda n, v: _choice(n, v, VECS),
-    "off32": _boolean,
-    "prefetch": _boolean,
     "phi": lambda n, v: _choice(n, v, PHI_VARIANTS),
     "wide_chunk": _positive_int,
     "wide_group": _positive_int,
@@ -190,12 +181,6 @@ def _parse_int(raw):
         return int(raw)
     except ValueError:
         raise ValueError(f"expected an integer, got {raw!r}") from None
-
-
-def _parse_bool(raw):
-    if raw not in ("0", "1"):
-        raise ValueError(f"expected 0 or 1, got {raw!r}")
-    return raw == "1"
 
 
 def _parse_bytes(raw):
@@ -213,12 +198,17 @@ def _parse_bytes(raw):
                          f"(optionally with K, M or G), got {raw!r}") from None
 
 
-_PARSE = {"layout": str, "chunk": _parse_int, "vec": _parse_int, "off32": _parse_bool,
-          "prefetch": _parse_bool, "phi": str, "wide_chunk": _parse_int,
-          "wide_group": _parse_int, "max_tensor_bytes": _parse_bytes}
+_PARSE = {"layout": str, "chunk": _parse_int, "vec": _parse_int, "phi": str,
+          "wide_chunk": _parse_int, "wide_group": _parse_int, "max_tensor_bytes": _parse_bytes}
 
 #: (variable, value) pairs already warned about
 _WARNED = set()
+
+
+def _warn_once(var, raw, why):
+    if (var, raw) not in _WARNED:
+        _WARNED.add((var, raw))
+        warnings.warn(f"ignoring {var}={raw!r}: {why}", RuntimeWarning, stacklevel=4)
 
 _CONTEXT = contextvars.ContextVar("sktensor_fast_device_options", default=None)
 

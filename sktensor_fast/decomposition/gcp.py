@@ -3,7 +3,7 @@ import math
 import time
 
 import numpy as np
-from scipy.optimize import Bounds, minimize
+from scipy.optimize import Bounds
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Integral, Interval, Real, StrOptions
 
@@ -11,6 +11,7 @@ from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
 from .cp_als import _arrange, _inverse_gram
 from .losses import LOSSES, get_loss
+from .optimizers import LBFGSB, OPTIMIZERS, make_optimizer
 
 __all__ = ["GCP", "GCP_DENSE_LIMIT", "GCP_MAX_SAMPLES"]
 
@@ -26,10 +27,8 @@ _UNIFORM_CAP = 100_000
 #: per step and ``n_samples_loss``: the OpenCL kernels number the samples of a draw in 31 bits.
 GCP_MAX_SAMPLES = 2 ** 31 - 1
 
-#: Iterations of the final L-BFGS-B on the mode-0 loadings at the end of a fit.
-_FINAL_MAXITER = 100
 
-_SOLVERS = ("adam", "sgd", "adagrad", "lbfgsb")
+_SOLVERS = tuple(OPTIMIZERS)
 _SAMPLERS = ("stratified", "semi-stratified", "uniform")
 
 
@@ -275,13 +274,13 @@ class GCP(BaseCP):
         Component weights (factor columns have unit 2-norm), in decreasing order.
     factors_ : list of ndarray
     loss_ : float
-        Final loss Σ f(x, m) over the (observed) entries, after the final refit of the mode-0
-        loadings: exact for L-BFGS-B, estimated on the fixed sample for the stochastic solvers.
+        Final loss Σ f(x, m) over the (observed) entries: exact for L-BFGS-B, estimated on the
+        fixed sample for the stochastic solvers.
     loss_history_ : ndarray
         Loss at the start and after every epoch / iteration.
     n_iter_ : int
-        Epochs (stochastic, failed ones included) or iterations (L-BFGS-B: those of the fit
-        and of the final refit of the mode-0 loadings) run by the kept start.
+        Epochs (stochastic, failed ones included) or L-BFGS-B iterations run by the kept
+        start.
     converged_ : bool
         Whether the fit stopped by its own criterion: the relative change of the estimated
         loss over an epoch below ``tol`` or more than ``max_fails`` failed epochs (stochastic
@@ -300,17 +299,15 @@ class GCP(BaseCP):
     loadings, computed exactly at any size (one MTTKRP, as :class:`CPALS` does).  For the other
     losses: by L-BFGS-B on those loadings (to near machine precision, so that the answer does
     not depend on which slices are transformed together) when the new tensor has at most
-    :data:`GCP_DENSE_LIMIT` entries, else by the estimator's stochastic solver.  ``score`` is
+    :data:`GCP_DENSE_LIMIT` entries, else by the estimator's stochastic solver (Adam, with the
+    estimator's ``learning_rate``, ``beta1``, … when ``solver="lbfgsb"``).  ``score`` is
     ``−F / (number of entries)`` after that refit (exact or estimated likewise).
 
-    So that ``fit_transform(X)`` agrees with ``transform(X)``, every fit ends with the same
-    refit of the mode-0 loadings: exact for the squared error without a mask; for the other
-    losses (or a mask) and at most :data:`GCP_DENSE_LIMIT` entries, L-BFGS-B started from
-    where the solver stopped, to the fit's tolerance (scipy's ``ftol = tol · 1e-4``) and at
-    most 100 iterations: about one iteration after an L-BFGS-B fit that converged, about as
-    much as a ``transform(X)`` after a short stochastic fit.  Above that size ``transform`` of
-    those losses is a stochastic estimate, and the two agree only as closely as stochastic
-    solutions of one problem do.
+    ``fit_transform(X)`` is ``fit(X).transform(X)`` (without a ``mask``), so the two agree;
+    ``fit`` runs its solver once and keeps the loadings where the solver stopped (no second
+    solve of the mode-0 problem, which only ``transform`` / ``fit_transform`` / ``score`` pay
+    for).  With a ``mask``, ``fit_transform`` returns the fitted loadings, since
+    ``transform`` reads every entry.
 
     Examples
     --------
@@ -380,11 +377,19 @@ class GCP(BaseCP):
 
     @property
     def _iteration_name(self):
-        return "iterations" if self.solver == "lbfgsb" else "epochs"
+        return getattr(OPTIMIZERS.get(self.solver), "iteration_name", "epochs")
 
     # ------------------------------------------------------------------ validation
     def _make_loss(self):
         return get_loss(self.loss, self.loss_param)
+
+    def _stochastic_optimizer(self):
+        """The optimiser object of ``solver`` with this estimator's settings: Adam for
+        ``solver="lbfgsb"`` (the stochastic ``transform`` of a tensor too large for the exact
+        loss)."""
+        name = self.solver if OPTIMIZERS[self.solver].stochastic else "adam"
+        return make_optimizer(name, learning_rate=self.learning_rate, decay=self.decay,
+                              beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
 
     def _kernel_needs(self):
         return ("gcp",)
@@ -466,7 +471,7 @@ class GCP(BaseCP):
         if masked:
             loss.check_data(obs.X.vals)
             _check_zero_domain(loss, obs.n_zero, masked=True)
-        if self.solver == "lbfgsb" and X.size > GCP_DENSE_LIMIT:
+        if not OPTIMIZERS[self.solver].stochastic and X.size > GCP_DENSE_LIMIT:
             raise ValueError(
                 f"solver='lbfgsb' evaluates the loss on every entry of the dense tensor; X "
                 f"has {X.size} entries, more than GCP_DENSE_LIMIT = {GCP_DENSE_LIMIT}. Use "
@@ -492,15 +497,9 @@ class GCP(BaseCP):
             U = [np.maximum(u, loss.lower) for u in U]
         seed = int(rng.randint(0, 2 ** 62))
         t0 = time.perf_counter()
-        if self.solver == "lbfgsb":
+        if not OPTIMIZERS[self.solver].stochastic:
             U, F, n_iter, history, stop = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
                                                        t0=t0, report=True)
-            U, F_exact, n_refit, refit_history = self._refit_mode0(backend, T, X, U, loss, obs,
-                                                                    t0=t0)
-            if F_exact is not None:
-                n_iter += n_refit
-                history = history + refit_history[1:]
-                F = history[-1] = F_exact
         else:
             if ctx.state is None:
                 To = T if self.mask is None else backend.prepare(obs.X, self._storage_format(backend))
@@ -512,52 +511,30 @@ class GCP(BaseCP):
                           f"(nonzeros, others), loss sample {ctx.state.n_loss}")
             U, F, n_iter, history, stop = self._stochastic(backend, ctx.To, ctx.state, U, loss,
                                                            seed, t0=t0, report=True)
-            U0 = U[0]
-            U, *_ = self._refit_mode0(backend, T, X, U, loss, obs, t0=t0)
-            if U[0] is not U0:  # loss_ stays the estimate on the fixed sample
-                U = [backend.asarray(backend.to_numpy(u), dtype=ctx.state.dtype) for u in U]
-                F = float(backend.gcp.loss_estimate(ctx.To, ctx.state, np.ones(R), U, loss))
-                history[-1] = F
         weights, factors = _arrange(np.ones(R), [np.asarray(backend.to_numpy(u), np.float64)
                                                  for u in U])
         return {"weights": weights, "factors": factors, "n_iter": n_iter,
                 "loss_history": history, "loss": float(F), "converged": stop not in ("max_iter", "max_time"),
                 "stop": stop}
 
-    def _refit_mode0(self, backend, T, X, U, loss, obs, t0=None):
-        """The last step of every fit: the mode-0 loadings refitted as ``transform`` refits
-        them, from where the solver stopped, so that ``fit_transform(X)`` agrees with
-        ``transform(X)``.  Squared error without a mask: the exact least-squares loadings
-        (what transform computes, at any size).  Other losses, tensors of at most
-        GCP_DENSE_LIMIT entries: L-BFGS-B on the mode-0 loadings to the fit's tolerance, at
-        most ``_FINAL_MAXITER`` iterations (a few after a fit that converged).  Larger tensors:
-        nothing (transform is a stochastic estimate there).  Returns the factors, the exact
-        loss (None when not computed), the L-BFGS-B iterations and their loss history.  ``t0``:
-        start of the fit; the refit also stops at ``max_time``."""
-        if _least_squares(loss) and obs.dense_mask is None:
-            U = list(U)
-            W = _least_squares_loadings(backend, T, [None] + U[1:], X.dtype)
-            U[0] = backend.asarray(W, dtype=X.dtype)
-            F = None
-            if X.size <= GCP_DENSE_LIMIT:
-                try:
-                    F, _ = backend.gcp.full_loss_grad(T, np.ones(W.shape[1]), U, loss,
-                                                      need_grad=False)
-                    F = float(F)
-                except NotImplementedError:   # no exact loss on this backend
-                    F = None
-            return U, F, 0, []
-        if X.size > GCP_DENSE_LIMIT:
-            return U, None, 0, []
-        try:
-            U, F, n_iter, history, _ = self._lbfgsb(backend, T, U, loss, mask=obs.dense_mask,
-                                                    active=[True] + [False] * (len(U) - 1),
-                                                    maxiter=_FINAL_MAXITER, t0=t0)
-        except NotImplementedError:
-            # a backend without the exact loss: the loadings stay those of the stochastic
-            # fit, as on tensors above GCP_DENSE_LIMIT
-            return U, None, 0, []
-        return U, F, n_iter, history
+    def fit_transform(self, X, y=None):
+        """Fit the model and return the mode-0 loadings of ``X``'s slices.
+
+        Without a ``mask`` these are ``transform(X)``'s loadings (the other factors fixed,
+        the mode-0 problem solved as ``transform`` solves it), so that ``fit_transform(X)``
+        equals ``fit(X).transform(X)``; the fit itself stops where its solver stops and
+        ``factors_[0]`` keeps the solver's loadings.  With a ``mask``: the fitted loadings
+        ``factors_[0] * weights_`` (``transform`` reads every entry, the fit only the observed
+        ones).
+
+        Returns
+        -------
+        W : ndarray of shape (n_samples, rank)
+        """
+        self.fit(X, y)
+        if self.mask is not None:
+            return np.asarray(self.factors_[0] * self.weights_[None, :])
+        return self.transform(X)
 
     # ------------------------------------------------------------------ solvers
     def _stochastic(self, backend, T, state, U, loss, seed, active=None, t0=None,
@@ -572,28 +549,26 @@ class GCP(BaseCP):
         R = U[0].shape[1]
         ones = np.ones(R)
         U = [backend.asarray(u, dtype=state.dtype) for u in U]
-        opt = backend.gcp.optimizer_state(self.solver, U)
+        opt = self._stochastic_optimizer().start(backend, U)
         f = float(backend.gcp.loss_estimate(T, state, ones, U, loss))
         if not np.isfinite(f):
             raise ValueError(f"the estimated loss of the initial guess is {f}; check the "
                                      f"data against the loss {loss.name!r} or give an init")
         history = [f]
-        t = n_fails = draws = n_epochs = 0
+        draws = n_epochs = 0
         G = None
         limit = None if (t0 is None or self.max_time is None) else t0 + self.max_time
         t0 = time.perf_counter() if t0 is None else t0
         stop = "max_iter"
         for epoch in range(self.max_iter):
-            saved = ([backend.copy(u) for u in U],
-                     {k: [backend.copy(a) for a in v] for k, v in opt.items()}, t)
-            lr = self.learning_rate * self.decay ** n_fails
+            saved = [backend.copy(u) for u in U]
+            opt.checkpoint(backend)
+            lr = opt.rate
             # the epoch's steps in one call (one compiled loop on the CPU backend)
             G, done, timed_out = backend.gcp.steps(
-                T, state, ones, U, loss, seed, draws, self.epoch_iters, self.solver, opt, lr,
-                t + 1, loss.lower, self.beta1, self.beta2, self.epsilon, active, out=G,
-                deadline=limit, clock=time.perf_counter)
+                T, state, ones, U, loss, seed, draws, self.epoch_iters, opt, loss.lower,
+                active, out=G, deadline=limit, clock=time.perf_counter)
             draws += done
-            t += done
             if timed_out:
                 stop = "max_time"
             f_new = float(backend.gcp.loss_estimate(T, state, ones, U, loss))
@@ -601,8 +576,8 @@ class GCP(BaseCP):
             failed = not f_new <= f  # NaN counts as a failure
             change = np.inf
             if failed:
-                n_fails += 1
-                U, opt, t = saved
+                U = saved
+                opt.failed_epoch()      # moments and step counter back, learning rate decayed
             else:
                 change = abs(f - f_new) / max(abs(f), np.finfo(float).tiny)
                 f = f_new
@@ -611,13 +586,13 @@ class GCP(BaseCP):
                 self._report_iteration(n_epochs, f, t0, "estimated loss")
             if self.verbose:
                 self._log(f"epoch {n_epochs:4d}  f-est {f_new:.6e}  lr {lr:.2e}"
-                          + (f"  failed ({n_fails}), restored" if failed else
+                          + (f"  failed ({opt.n_fails}), restored" if failed else
                              f"  change {change:.2e}")
                           + f"  {time.perf_counter() - t0:.2f}s")
             if stop == "max_time":
                 self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
-            if n_fails > self.max_fails:
+            if opt.n_fails > self.max_fails:
                 stop = "fails"
                 break
             if not failed and change < self.tol:
@@ -683,25 +658,12 @@ class GCP(BaseCP):
                 timed_out.append(True)
                 raise StopIteration
 
-        if tight:
-            options = {"maxiter": max(self.max_iter, 1000), "ftol": 1e-15, "gtol": 1e-12,
-                       "maxfun": 20 * max(self.max_iter, 1000)}
-        else:
-            maxiter = self.max_iter if maxiter is None else maxiter
-            options = {"maxiter": maxiter, "ftol": self.tol * 1e-4, "maxfun": 20 * maxiter + 20}
-        res = minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds, callback=callback,
-                       options=options)
+        solver = LBFGSB(max_iter=self.max_iter, tol=self.tol)
+        res = solver.minimize(fg, x0, bounds=bounds, callback=callback, tight=tight,
+                              maxiter=maxiter)
         unpack(res.x)
         self._log(f"L-BFGS-B: {res.nit} iterations, loss {res.fun:.8e} ({res.message})")
-        if timed_out:
-            stop = "max_time"
-        elif res.status == 1:           # maxiter or maxfun reached
-            stop = "max_iter"
-        elif res.status == 0:
-            stop = "tol"
-        else:                           # the line search could not decrease the loss further
-            stop = "linesearch"
-        return dev, float(res.fun), int(res.nit), history, stop
+        return dev, float(res.fun), int(res.nit), history, solver.stop_reason(res, timed_out)
 
     # ------------------------------------------------------------------ sklearn hooks
     def _solve_mode0(self, backend, T, X, factors):

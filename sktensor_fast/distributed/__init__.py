@@ -8,7 +8,8 @@ a distributed tensor and calls ``fit`` with the same parameters::
     Xd = load_tns("counts.tns")                      # every process reads its byte range
     model = CPAPR(rank=10, random_state=0).fit(Xd)   # same fitted attributes on every process
 
-``scatter(X)`` spreads a tensor held by process 0 instead.  The fit runs the estimators' own
+``load_tensor(path)`` reads a binary file of :func:`sktensor_fast.save_tensor` the same way (each
+process its share of the nonzeros); ``scatter(X)`` spreads a tensor held by process 0 instead.  The fit runs the estimators' own
 algorithms on :class:`~sktensor_fast.distributed.backend.DistributedBackend`, which wraps
 each process's backend (``device="cpu"``, or ``device="gpu"``: the process's own GPU, chosen
 by its rank on the host).  See ``doc/scaling.md`` for the partition and its cost.
@@ -18,7 +19,7 @@ this package works and using it raises an ImportError that names the extra.
 """
 from ._mpi import require_mpi
 
-__all__ = ["scatter", "load_tns", "DistributedTensor", "DistributedBackend", "require_mpi"]
+__all__ = ["scatter", "load_tns", "load_tensor", "DistributedTensor", "DistributedBackend", "require_mpi"]
 
 
 def scatter(X, comm=None):
@@ -33,6 +34,13 @@ def load_tns(path, comm=None, **kwargs):
     require_mpi()
     from .tensor import load_tns as _load
     return _load(path, comm, **kwargs)
+
+
+def load_tensor(path, comm=None):
+    """Read a binary tensor file in parallel (see :func:`.tensor.load_tensor`)."""
+    require_mpi()
+    from .tensor import load_tensor as _load
+    return _load(path, comm)
 
 
 def __getattr__(name):

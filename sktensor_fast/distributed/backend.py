@@ -327,9 +327,12 @@ class DistributedBackend(Backend):
         return b
 
     # ------------------------------------------------------------------ sparse kernels
+    # The public methods of Backend, AprKernels and GcpKernels check the arguments once; the
+    # ``_``-prefixed implementations here hand the process's part to the implementations of
+    # the process's backend (the same arguments, laid out by rows: nothing to check again).
     def _mode_call(self, T, factors, mode, B=None):
         """Whole factors for the modes other than ``mode``, and the layout of ``mode``."""
-        R = self.check_factors(T, factors, mode, B=B)
+        R = int(factors[0].shape[1])
         factors = [self._darray(f) for f in factors]
         L = T.layouts[mode]
         if B is not None:
@@ -349,7 +352,7 @@ class DistributedBackend(Backend):
         R, L, facs, _ = self._mode_call(T, factors, mode)
         out, dst = self._out(out, T, mode, R, L)
         if T.local[mode] is not None:
-            res = self.local.mttkrp(T.local[mode], facs, mode, out=dst)
+            res = self.local._mttkrp(T.local[mode], facs, mode, dst)
             if res is not dst:     # a backend that ignored ``out``
                 out.part, out.view = res, False
         self._wrote_part(out)
@@ -359,7 +362,7 @@ class DistributedBackend(Backend):
         R, L, facs, Bp = self._mode_call(T, factors, mode, B=B)
         out, dst = self._out(out, T, mode, R, L)
         if T.local[mode] is not None:
-            res = self.local.phi(T.local[mode], facs, mode, Bp, eps, out=dst)
+            res = self.local._phi(T.local[mode], facs, mode, Bp, eps, dst)
             if res is not dst:
                 out.part, out.view = res, False
         self._wrote_part(out)
@@ -370,33 +373,32 @@ class DistributedBackend(Backend):
                                   "would gather the whole tensor; use model_zero_count or "
                                   "poisson_data_term")
 
-    def model_zero_count(self, T, weights, factors):
-        self.check_factors(T, factors, weights=weights)
+    def _mode0_call(self, T, factors):
+        """The whole factors with mode 0 cut to this process's rows (its copy of mode 0);
+        collective (the rows of a factor may first be gathered)."""
         facs = [self._full(self._darray(f)) for f in factors]
+        if T.local[0] is not None:
+            facs[0] = self._rows(facs[0], T.layouts[0])
+        return facs
+
+    def _model_zero_count(self, T, weights, factors):
+        facs = self._mode0_call(T, factors)
         n = 0
         if T.local[0] is not None and T.local[0].nnz:
-            facs[0] = self._rows(facs[0], T.layouts[0])
-            m = np.asarray(self.local.to_numpy(self.local.model_values(T.local[0], weights,
-                                                                       facs)))
-            n = int(np.count_nonzero(m <= 0))
+            n = int(self.local._model_zero_count(T.local[0], weights, facs))
         return self.channel.isum(n)
 
     def _poisson_data_term(self, T, weights, factors, eps):
-        facs = [self._full(self._darray(f)) for f in factors]
+        facs = self._mode0_call(T, factors)
         part = 0.0
         if T.local[0] is not None:
-            L = T.layouts[0]
-            facs[0] = self._rows(facs[0], L)
-            part = float(self.local.poisson_data_term(T.local[0], weights, facs, eps))
+            part = float(self.local._poisson_data_term(T.local[0], weights, facs, eps))
         return self.channel.sum(part)
 
     def _rows(self, full, L):
         if self.host:
             return full[L.lo:L.hi]
         return self.local.asarray(self.local.to_numpy(full)[L.lo:L.hi])
-
-    def tensor_norm_sq(self, T):
-        return T.norm_sq
 
     # ------------------------------------------------------------------ small dense steps
     def gram(self, A):
@@ -452,204 +454,12 @@ class DistributedBackend(Backend):
         part = self.local.inner(self._part(A, L), self._part(B, L))
         return self.channel.sum(np.asarray(part, dtype=np.float64))
 
-    # ------------------------------------------------------------------ CP-APR primitives
+    # ------------------------------------------------------------------ CP-APR and GCP
     def _make_apr_kernels(self):
         return _DistAprKernels(self)
 
-    def _pair(self, A, B):
-        L = self._layout_of(A, B)
-        if L is None:
-            return None, A.full, B.full
-        return L, self._part(A, L), self._part(B, L)
-
-    def _apr_shift_inadmissible(self, A, Phi, kappa_tol, kappa):
-        L, a, p = self._pair(A, Phi)
-        n = self.local.apr.shift_inadmissible(a, p, kappa_tol, kappa)
-        if L is None:
-            self._wrote_full(A)
-            return n
-        n = self.channel.isum(int(n))
-        if n:
-            self._wrote_part(A)
-        return n
-
-    def _apr_kkt_violation(self, B, Phi):
-        L, b, p = self._pair(B, Phi)
-        v = self.local.apr.kkt_violation(b, p)
-        return float(v) if L is None else self.channel.max(float(v))
-
-    def _apr_multiply_(self, B, Phi):
-        L, b, p = self._pair(B, Phi)
-        self.local.apr.multiply_(b, p)
-        if L is None:
-            self._wrote_full(B)
-        else:
-            self._wrote_part(B)
-        return B
-
-    def _apr_mu_rows_(self, B, Phi, tol):
-        L, b, p = self._pair(B, Phi)
-        n = self.local.apr.mu_rows_(b, p, tol)
-        if L is None:
-            self._wrote_full(B)
-            return n
-        n = self.channel.isum(int(n))
-        if n:
-            self._wrote_part(B)
-        return n
-
-    def _apr_row_solve(self, T, factors, mode, B, method, params):
-        R, L, facs, Bp = self._mode_call(T, factors, mode, B=B)
-        res = {"kkt": 0.0, "n_inner": 0, "n_changed": 0}
-        if T.local[mode] is not None:
-            res = self.local.apr.row_solve(T.local[mode], facs, mode, Bp, method, params)
-        out = {"kkt": self.channel.max(float(res["kkt"])),
-               "n_inner": self.channel.isum(int(res["n_inner"])),
-               "n_changed": self.channel.isum(int(res["n_changed"]))}
-        self._wrote_part(B)
-        return out
-
-    # ------------------------------------------------------------------ GCP primitives
     def _make_gcp_kernels(self):
         return _DistGcpKernels(self)
-
-    # Every process keeps the whole factors and the optimiser's moments; each draws the
-    # samples of the one-process draw whose data it owns (_sampling.py), computes their
-    # gradient with its backend, and the gradients are summed in rank order, so that the
-    # optimiser steps are the same on every process.
-    def _gcp_setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
-        from ..backends import gcp_common as gcp_ops
-        from ._sampling import LocalShare, draw_owned, step_key
-        if sampler not in gcp_ops._SAMPLERS:
-            raise ValueError(f"unknown sampler {sampler!r}; use one of "
-                             f"{sorted(gcp_ops._SAMPLERS)}")
-        if zero_subs is not None:
-            raise NotImplementedError("GCP on a DistributedTensor samples every entry; a mask "
-                                      "(an explicit list of zeros) is not available")
-        n_entries = T.source.size
-        Xd = T.source
-        t0 = Xd.local[0]
-        lo0, hi0 = Xd.block(0)
-        subs = t0.subs.copy()
-        subs[:, 0] += lo0
-        counts = self.channel.allgather(int(t0.nnz), kind="setup")
-        rank = self.channel.rank
-        share = LocalShare(subs, t0.vals, sum(counts[:rank]), lo0, hi0, T.shape, T.nnz)
-        if share.linear:
-            # zeros of the processes before this one: their rows' entries less their nonzeros
-            stride0 = int(share.strides[0])
-            share.zeros_before = sum(int(Xd.bounds[0][r + 1] - Xd.bounds[0][r]) * stride0
-                                     - counts[r] for r in range(rank))
-        # dense tensors: the stratified sampler takes its zeros from the list of all zeros
-        zero_list = gcp_ops.zero_list_mode(n_entries, T.nnz, share.linear)
-        n_zero = n_entries - T.nnz
-        plan_g = gcp_ops.sampler_plan(sampler, T.nnz, n_zero, n_grad[0], n_grad[1])
-        plan_l = gcp_ops.sampler_plan("stratified", T.nnz, n_zero, n_loss[0], n_loss[1])
-        loss_sample = draw_owned(self.channel, share, step_key(loss_seed, 0), plan_l,
-                                 zero_list=zero_list)[1:]
-        state = _DistGcpState(share, plan_g, plan_l, loss_sample, n_entries, sampler)
-        state.zero_list = zero_list
-        return state
-
-    def _gcp_sampled_gradient(self, T, state, weights, factors, loss, seed, step, out=None,
-                             active=None, with_loss=False):
-        from ._sampling import draw_owned, step_key
-        N = len(factors)
-        act = [True] * N if active is None else [bool(a) for a in active]
-        sample = draw_owned(self.channel, state.share, step_key(seed, step + 1),
-                            state.plan_grad, zero_list=state.zero_list)[1:]
-        facs = [self._full(self._darray(f)) for f in factors]
-        if state.work is None:
-            state.work = [self.local.zeros(tuple(f.shape), np.float64) for f in facs]
-        g, f = self.local.gcp.sample_gradient(sample, weights, facs, loss, out=state.work,
-                                              active=act, with_loss=with_loss)
-        state.work = g
-        modes = [k for k in range(N) if act[k]]
-        flat = np.concatenate([np.asarray(self.local.to_numpy(g[k])).reshape(-1)
-                               for k in modes]) if modes else np.zeros(0)
-        total = self.channel.sum_large(flat)
-        if out is None:
-            out = [None] * N
-        out = list(out)
-        at = 0
-        for k in range(N):
-            shape = tuple(facs[k].shape)
-            if not act[k]:
-                if out[k] is None:
-                    out[k] = self.zeros(shape, np.float64)
-                continue
-            size = int(np.prod(shape))
-            vals = total[at:at + size].reshape(shape)
-            at += size
-            if isinstance(out[k], DArray) and self.host and out[k].full is not None \
-                    and out[k].shape == shape:
-                out[k].full[...] = vals
-                self._wrote_full(out[k])
-            else:
-                out[k] = self._new(shape, np.float64, full=self.local.asarray(vals))
-        if with_loss:
-            f = self.channel.sum(float(f))
-        return out, f
-
-    def _gcp_loss_estimate(self, T, state, weights, factors, loss):
-        facs = [self._full(self._darray(f)) for f in factors]
-        part = self.local.gcp.sample_loss(state.loss_sample, weights, facs, loss)
-        return self.channel.sum(float(part))
-
-    def _gcp_full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
-                           need_grad=True):
-        # each process: the exact loss and gradient over the dense slab of its mode-0 rows
-        # (its copy of mode 0); losses and the other modes' gradients summed in rank order,
-        # the mode-0 gradient rows gathered from their owners
-        if mask is not None:
-            raise NotImplementedError("GCP on a DistributedTensor: a mask is not available")
-        N = T.ndim
-        facs = [self._full(self._darray(f)) for f in factors]
-        L = T.layouts[0]
-        lf = list(facs)
-        lf[0] = self._rows(facs[0], L)
-        modes = list(range(N)) if modes is None else list(modes)
-        F, G = 0.0, None
-        if T.local[0] is not None:
-            F, G = self.local.gcp.full_loss_grad(T.local[0], weights, lf, loss, modes=modes,
-                                                 need_grad=need_grad)
-        F = self.channel.sum(float(F))
-        if not need_grad:
-            return F, None
-        grads = [None] * N
-        R = len(weights)
-        for k in modes:
-            shape = (T.shape[k], R)
-            g = np.zeros((L.rows if k == 0 else shape[0], R)) if G is None else \
-                np.asarray(self.local.to_numpy(G[k]), dtype=np.float64)
-            if k == 0:
-                full = np.zeros(shape)
-                full[L.lo:L.hi] = g
-                self.channel.allgather_rows(full, L.counts, L.displs)
-            else:
-                full = self.channel.sum_large(g).reshape(shape)
-            grads[k] = self._new(shape, np.float64, full=self.local.asarray(full))
-        return F, grads
-
-    def _gcp_optimizer_state(self, solver, factors):
-        st = self.local.gcp.optimizer_state(solver, [self._full(self._darray(f))
-                                                     for f in factors])
-        return {k: [self._new(tuple(a.shape), a.dtype, full=a) for a in v]
-                for k, v in st.items()}
-
-    def _gcp_optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                           epsilon, active=None):
-        facs = [self._full(self._darray(f)) for f in factors]
-        gs = [self._full(g) if g is not None else None for g in grads]
-        st = {k: [self._full(a) for a in v] for k, v in state.items()}
-        self.local.gcp.optimizer_step(solver, facs, gs, st, lr, t, lower, beta1, beta2,
-                                      epsilon, active)
-        for k, f in enumerate(factors):
-            if active is None or active[k]:
-                self._wrote_full(f)
-                for v in state.values():
-                    self._wrote_full(v[k])
-        return factors
 
     # ------------------------------------------------------------------ decisions
     def decide(self, flag):
@@ -661,49 +471,196 @@ class DistributedBackend(Backend):
                 "local": self.local.info()}
 
 
+class _DistAprKernels(AprKernels):
+    """``backend.apr`` of the distributed backend (arguments checked by AprKernels): each
+    element-wise step on the rows this process holds current (reduced over the processes
+    where it returns a number), the row solvers on the rows it owns."""
+
+    def _pair(self, A, B):
+        be = self.backend
+        L = be._layout_of(A, B)
+        if L is None:
+            return None, A.full, B.full
+        return L, be._part(A, L), be._part(B, L)
+
+    def _wrote(self, L, A, changed=True):
+        """Mark ``A`` written (all rows when ``L`` is None, else this process's rows)."""
+        if L is None:
+            self.backend._wrote_full(A)
+        elif changed:
+            self.backend._wrote_part(A)
+
+    def _shift_inadmissible(self, A, Phi, kappa_tol, kappa):
+        L, a, p = self._pair(A, Phi)
+        n = self.backend.local.apr._shift_inadmissible(a, p, kappa_tol, kappa)
+        if L is not None:
+            n = self.backend.channel.isum(int(n))
+        self._wrote(L, A, n)
+        return n
+
+    def _kkt_violation(self, B, Phi):
+        L, b, p = self._pair(B, Phi)
+        v = float(self.backend.local.apr._kkt_violation(b, p))
+        return v if L is None else self.backend.channel.max(v)
+
+    def _multiply_(self, B, Phi):
+        L, b, p = self._pair(B, Phi)
+        self.backend.local.apr._multiply_(b, p)
+        self._wrote(L, B)
+        return B
+
+    def _mu_rows_(self, B, Phi, tol):
+        L, b, p = self._pair(B, Phi)
+        n = self.backend.local.apr._mu_rows_(b, p, tol)
+        if L is not None:
+            n = self.backend.channel.isum(int(n))
+        self._wrote(L, B, n)
+        return n
+
+    def _row_solve(self, T, factors, mode, B, method, params):
+        be = self.backend
+        R, L, facs, Bp = be._mode_call(T, factors, mode, B=B)
+        res = {"kkt": 0.0, "n_inner": 0, "n_changed": 0}
+        if T.local[mode] is not None:
+            res = be.local.apr._row_solve(T.local[mode], facs, mode, Bp, method, params)
+        out = {"kkt": be.channel.max(float(res["kkt"])),
+               "n_inner": be.channel.isum(int(res["n_inner"])),
+               "n_changed": be.channel.isum(int(res["n_changed"]))}
+        be._wrote_part(B)
+        return out
+
+
 class _DistGcpKernels(GcpKernels):
-    """``backend.gcp`` of the distributed backend (arguments checked by GcpKernels): the
-    ``_gcp_*`` methods of :class:`DistributedBackend`."""
+    """``backend.gcp`` of the distributed backend (arguments checked by GcpKernels).
+
+    Every process keeps the whole factors and the optimiser's moments; each draws the
+    samples of the one-process draw whose data it owns (_sampling.py), computes their
+    gradient with its backend, and the gradients are summed in rank order, so that the
+    optimiser steps are the same on every process."""
 
     def _setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs):
-        return self.backend._gcp_setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs)
+        from ..backends import gcp_common
+        from ._sampling import LocalShare, draw_owned, step_key
+        if zero_subs is not None:
+            raise NotImplementedError("GCP on a DistributedTensor samples every entry; a mask "
+                                      "(an explicit list of zeros) is not available")
+        chan = self.backend.channel
+        n_entries = T.source.size
+        Xd = T.source
+        t0 = Xd.local[0]
+        lo0, hi0 = Xd.block(0)
+        subs = t0.subs.copy()
+        subs[:, 0] += lo0
+        counts = chan.allgather(int(t0.nnz), kind="setup")
+        rank = chan.rank
+        share = LocalShare(subs, t0.vals, sum(counts[:rank]), lo0, hi0, T.shape, T.nnz)
+        if share.linear:
+            # zeros of the processes before this one: their rows' entries less their nonzeros
+            stride0 = int(share.strides[0])
+            share.zeros_before = sum(int(Xd.bounds[0][r + 1] - Xd.bounds[0][r]) * stride0
+                                     - counts[r] for r in range(rank))
+        # dense tensors: the stratified sampler takes its zeros from the list of all zeros
+        zero_list = gcp_common.zero_list_mode(n_entries, T.nnz, share.linear)
+        n_zero = n_entries - T.nnz
+        plan_g = gcp_common.sampler_plan(sampler, T.nnz, n_zero, n_grad[0], n_grad[1])
+        plan_l = gcp_common.sampler_plan("stratified", T.nnz, n_zero, n_loss[0], n_loss[1])
+        loss_sample = draw_owned(chan, share, step_key(loss_seed, 0), plan_l,
+                                 zero_list=zero_list)[1:]
+        state = _DistGcpState(share, plan_g, plan_l, loss_sample, n_entries, sampler)
+        state.zero_list = zero_list
+        return state
+
+    def _whole(self, arrays):
+        be = self.backend
+        return [be._full(be._darray(a)) for a in arrays]
 
     def _sampled_gradient(self, T, state, weights, factors, loss, seed, step, out, active,
                           with_loss):
-        return self.backend._gcp_sampled_gradient(T, state, weights, factors, loss, seed, step,
-                                                  out, active, with_loss)
+        from ._sampling import draw_owned, step_key
+        be = self.backend
+        N = len(factors)
+        sample = draw_owned(be.channel, state.share, step_key(seed, step + 1),
+                            state.plan_grad, zero_list=state.zero_list)[1:]
+        facs = self._whole(factors)
+        if state.work is None:
+            state.work = [be.local.zeros(tuple(f.shape), np.float64) for f in facs]
+        g, f = be.local.gcp._sample_gradient(sample, weights, facs, loss, state.work, active,
+                                             with_loss)
+        state.work = g
+        modes = [k for k in range(N) if active[k]]
+        flat = np.concatenate([np.asarray(be.local.to_numpy(g[k])).reshape(-1)
+                               for k in modes]) if modes else np.zeros(0)
+        total = be.channel.sum_large(flat)
+        out = [None] * N if out is None else list(out)
+        at = 0
+        for k in range(N):
+            shape = tuple(facs[k].shape)
+            if not active[k]:
+                if out[k] is None:
+                    out[k] = be.zeros(shape, np.float64)
+                continue
+            size = int(np.prod(shape))
+            vals = total[at:at + size].reshape(shape)
+            at += size
+            if isinstance(out[k], DArray) and be.host and out[k].full is not None \
+                    and out[k].shape == shape:
+                out[k].full[...] = vals
+                be._wrote_full(out[k])
+            else:
+                out[k] = be._new(shape, np.float64, full=be.local.asarray(vals))
+        if with_loss:
+            f = be.channel.sum(float(f))
+        return out, f
 
     def _loss_estimate(self, T, state, weights, factors, loss):
-        return self.backend._gcp_loss_estimate(T, state, weights, factors, loss)
+        be = self.backend
+        part = be.local.gcp._sample_loss(state.loss_sample, weights, self._whole(factors),
+                                         loss)
+        return be.channel.sum(float(part))
 
     def _full_loss_grad(self, T, weights, factors, loss, mask, modes, need_grad):
-        return self.backend._gcp_full_loss_grad(T, weights, factors, loss, mask, modes,
+        # each process: the exact loss and gradient over the dense slab of its mode-0 rows
+        # (its copy of mode 0); losses and the other modes' gradients summed in rank order,
+        # the mode-0 gradient rows gathered from their owners
+        if mask is not None:
+            raise NotImplementedError("GCP on a DistributedTensor: a mask is not available")
+        be = self.backend
+        N = T.ndim
+        L = T.layouts[0]
+        modes = list(range(N)) if modes is None else list(modes)
+        facs = be._mode0_call(T, factors)     # collective: on every process
+        F, G = 0.0, None
+        if T.local[0] is not None:
+            F, G = be.local.gcp._full_loss_grad(T.local[0], weights, facs, loss, None, modes,
                                                 need_grad)
+        F = be.channel.sum(float(F))
+        if not need_grad:
+            return F, None
+        grads = [None] * N
+        R = len(weights)
+        for k in modes:
+            shape = (T.shape[k], R)
+            g = np.zeros((L.rows if k == 0 else shape[0], R)) if G is None else \
+                np.asarray(be.local.to_numpy(G[k]), dtype=np.float64)
+            if k == 0:
+                full = np.zeros(shape)
+                full[L.lo:L.hi] = g
+                be.channel.allgather_rows(full, L.counts, L.displs)
+            else:
+                full = be.channel.sum_large(g).reshape(shape)
+            grads[k] = be._new(shape, np.float64, full=be.local.asarray(full))
+        return F, grads
 
-    def _optimizer_state(self, solver, factors):
-        return self.backend._gcp_optimizer_state(solver, factors)
-
-    def _optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                        epsilon, active):
-        return self.backend._gcp_optimizer_step(solver, factors, grads, state, lr, t, lower,
-                                                beta1, beta2, epsilon, active)
-
-
-class _DistAprKernels(AprKernels):
-    """``backend.apr`` of the distributed backend (arguments checked by AprKernels): the
-    ``_apr_*`` methods of :class:`DistributedBackend`."""
-
-    def _shift_inadmissible(self, A, Phi, kappa_tol, kappa):
-        return self.backend._apr_shift_inadmissible(A, Phi, kappa_tol, kappa)
-
-    def _kkt_violation(self, B, Phi):
-        return self.backend._apr_kkt_violation(B, Phi)
-
-    def _multiply_(self, B, Phi):
-        return self.backend._apr_multiply_(B, Phi)
-
-    def _mu_rows_(self, B, Phi, tol):
-        return self.backend._apr_mu_rows_(B, Phi, tol)
-
-    def _row_solve(self, T, factors, mode, B, method, params):
-        return self.backend._apr_row_solve(T, factors, mode, B, method, params)
+    def _optimizer_update(self, rule, factors, grads, moments, coefficients, lower, active):
+        # every process keeps the whole factors and moments: the same update everywhere
+        be = self.backend
+        be.local.gcp._optimizer_update(rule, self._whole(factors),
+                                       [be._full(g) for g in grads],
+                                       tuple(self._whole(arrs) for arrs in moments),
+                                       coefficients, lower, active)
+        for k, f in enumerate(factors):
+            if active[k]:
+                for a in [f] + [arrs[k] for arrs in moments]:
+                    if isinstance(a, DArray):
+                        be._wrote_full(a)
+        return factors

@@ -479,6 +479,65 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
     return _build(comm, subs, vals.astype(dtype, copy=False), shape, dtype)
 
 
+def load_tensor(path, comm=None):
+    """Read a binary tensor file (:func:`sktensor_fast.save_tensor`) in parallel into a
+    :class:`DistributedTensor` (collective).
+
+    Every process reads an equal share of the nonzeros (its byte ranges of the coordinates and
+    the values, by parallel reads) and checks it as :func:`sktensor_fast.load_tensor` checks
+    the whole file; the processes then check that their shares follow each other in order,
+    and the nonzeros are sent to their owners (see the module notes).  No process reads more
+    than its share.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The same file on every process (a shared file system).
+    comm : mpi4py communicator, default ``MPI.COMM_WORLD``
+
+    Returns
+    -------
+    DistributedTensor
+
+    Raises
+    ------
+    FileNotFoundError, PermissionError, ValueError
+        On every process when the file is missing or unreadable on any process, is not such a
+        file, was written by another format version, is truncated or corrupt, or when the
+        processes were given different paths.
+    """
+    from .. import binary
+    comm = get_comm(comm)
+    chan = Channel(comm)
+    P, rank = chan.size, chan.rank
+    with agree_on_errors(comm):
+        if hasattr(path, "read"):
+            raise TypeError("sktensor_fast.distributed.load_tensor needs a file path that "
+                            "every process can open, not a file object")
+        name = os.fspath(path)
+        args = os.path.abspath(name)
+    everyone = comm.allgather(args)
+    with agree_on_errors(comm):
+        if any(a != everyone[0] for a in everyone):
+            bad = next(r for r, a in enumerate(everyone) if a != everyone[0])
+            raise ValueError(f"load_tensor was called with different paths on process 0 "
+                             f"({everyone[0]}) and process {bad} ({everyone[bad]})")
+    with agree_on_errors(comm):
+        shape, nnz, subs, vals = binary.read_rows(name, P, rank)
+    # the shares must follow each other: the last row of one before the first of the next
+    ends = comm.allgather((tuple(subs[0]), tuple(subs[-1])) if len(subs) else None)
+    with agree_on_errors(comm):
+        prev = None
+        for r, e in enumerate(ends):
+            if e is None:
+                continue
+            if prev is not None and not prev < e[0]:
+                raise ValueError(f"{name} is corrupt: row {nnz * r // P} is not after the row "
+                                 f"before it; a file written by save_tensor() never is")
+            prev = e[1]
+    return _build(comm, subs, vals, shape, vals.dtype)
+
+
 def _shift_line(msg, name, offset):
     import re
     prefix = f"{name}, line "

@@ -14,14 +14,14 @@ import numpy as np
 from ..._threads import get_num_threads
 from ..base import GcpKernels
 from . import _gcp, _kernels
-# the backend-neutral parts (sampler plans, dense exact loss, moments) are shared with the
-# other backends; their names stay importable from here
+# the backend-neutral parts (sampler plans, dense exact loss) are shared with the other
+# backends; their names stay importable from here
 from ..gcp_common import (_MAX_ATTEMPTS, _SAMPLERS, _ZERO_LIST_DENSITY,  # noqa: F401
-                          _ZERO_LIST_MAX, _MOMENTS, dense_model, dense_mttkrp, full_loss_grad,
-                          optimizer_state, sampler_plan, zero_list_mode)
+                          _ZERO_LIST_MAX, dense_model, dense_mttkrp, full_loss_grad,
+                          sampler_plan, zero_list_mode)
 
 __all__ = ["CpuGcpKernels", "GcpState", "sampler_plan", "setup", "sampled_gradient",
-           "loss_estimate", "full_loss_grad", "optimizer_state", "optimizer_step", "run_steps",
+           "loss_estimate", "full_loss_grad", "optimizer_update", "run_steps",
            "dense_mttkrp", "dense_model"]
 
 #: below this much work a host-side kernel call runs on one thread (as in _gcp.pyx)
@@ -227,40 +227,38 @@ def sampled_gradient(T, state, weights, factors, loss, seed, step, out=None, act
     return out, f
 
 
-def run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps, solver, opt, lr,
-              t_first, lower, beta1, beta2, epsilon, active=None, out=None, deadline=None,
-              clock=None, num_threads=1):
-    """``n_steps`` stochastic steps in one compiled call (``_gcp.run_steps``): the same bits
-    as :func:`sampled_gradient` then :func:`optimizer_step` step by step.  A user-defined loss
-    takes those two, step by step.  Returns ``(grads, steps_done, timed_out)``."""
+def run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer, lower,
+              active=None, out=None, deadline=None, clock=None, num_threads=1):
+    """``n_steps`` stochastic steps of a built-in loss in one compiled call
+    (``_gcp.run_steps``), from the optimiser's update rule, moments and parameters: the same
+    bits as :func:`sampled_gradient` then ``optimizer.step`` step by step.  Advances the
+    optimiser's step counter by the steps done.  Returns ``(grads, steps_done, timed_out)``."""
     N = len(factors)
     act = np.ones(N, dtype=np.int8) if active is None else np.asarray(active, dtype=np.int8)
     if out is None:
         out = [np.zeros_like(f, dtype=np.float64) for f in factors]
-    if loss.code < 0:
-        for s in range(n_steps):
-            out, _ = sampled_gradient(T, state, weights, factors, loss, seed, first_draw + s,
-                                      out, active, False, num_threads)
-            optimizer_step(solver, factors, out, opt, lr, t_first + s, lower, beta1, beta2,
-                           epsilon, active, num_threads)
-            if deadline is not None and clock() > deadline:
-                return out, s + 1, True
-        return out, n_steps, False
-    if solver not in _MOMENTS:
-        raise ValueError(f"unknown stochastic solver {solver!r}; use adam, adagrad or sgd")
-    for U in factors:
-        if not (U.flags.c_contiguous and U.dtype == np.float64):
-            raise ValueError("GCP factor matrices must be C-contiguous float64 arrays")
+    _check_float64(factors, "GCP factor matrices")
+    moments = optimizer.moments
+    _check_float64([a for arrs in moments for a in arrs], "the optimiser's moments")
+    _check_float64(out, "the gradients (out)")
     lam = np.ascontiguousarray(weights, dtype=np.float64)
-    names = _MOMENTS[solver]
-    m1 = opt[names[0]] if names else None
-    m2 = opt[names[1]] if len(names) > 1 else None
+    p = optimizer.parameters()
     done, timed_out = _gcp.run_steps(
         state.grad_sampler, np.uint64(seed), int(first_draw), int(n_steps), int(loss.code),
-        float(loss.param), lam, list(factors), out, act, _gcp.SOLVER_CODES[solver], m1, m2,
-        float(lr), int(t_first), float(beta1), float(beta2), float(epsilon), float(lower),
-        num_threads, work=_workspace(state, N, lam), deadline=deadline, clock=clock)
+        float(loss.param), lam, list(factors), list(out), act,
+        _gcp.SOLVER_CODES[optimizer.rule], list(moments[0]) if moments else None,
+        list(moments[1]) if len(moments) > 1 else None, float(p["lr"]),
+        int(optimizer.t) + 1, float(p.get("beta1", 0.0)), float(p.get("beta2", 0.0)),
+        float(p.get("epsilon", 0.0)), float(lower), num_threads,
+        work=_workspace(state, N, lam), deadline=deadline, clock=clock)
+    optimizer.advance(done)
     return out, int(done), bool(timed_out)
+
+
+def _check_float64(arrays, what):
+    for a in arrays:
+        if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == np.float64):
+            raise ValueError(f"{what} must be C-contiguous float64 arrays")
 
 
 def explicit_gradient(sample, weights, factors, loss, out=None, active=None, with_loss=False,
@@ -319,26 +317,29 @@ def loss_estimate(T, state, weights, factors, loss, num_threads=1):
 
 
 # ------------------------------------------------------------------ optimiser steps
-def optimizer_step(solver, factors, grads, state, lr, t, lower, beta1, beta2, epsilon,
-                   active=None, num_threads=1):
-    lower = float(lower)
+#: the compiled element-wise update of each rule of GCP_UPDATE_RULES, called with the flat
+#: factor, gradient and moments, the coefficients of the step, ``lower`` and the threads
+#: (Adam's step and guard are passed as its rate with bias corrections 1: the same bits)
+_UPDATES = {
+    "sgd": lambda u, g, mom, c, lower, nt: _gcp.sgd_step(u, g, c[0], lower, nt),
+    "adagrad": lambda u, g, mom, c, lower, nt: _gcp.adagrad_step(u, g, mom[0], c[0], c[1],
+                                                                 lower, nt),
+    "adam": lambda u, g, mom, c, lower, nt: _gcp.adam_step(u, g, mom[0], mom[1], c[2], c[0],
+                                                           c[1], c[3], 1.0, 1.0, lower, nt),
+}
+
+
+def optimizer_update(rule, factors, grads, moments, coefficients, lower, active=None,
+                     num_threads=1):
+    """:meth:`GcpKernels.optimizer_update` on host arrays (arguments checked there)."""
+    update = _UPDATES[rule]
     for k, (U, G) in enumerate(zip(factors, grads)):
         if active is not None and not active[k]:
             continue
-        if not (U.flags.c_contiguous and U.dtype == np.float64):
-            raise ValueError("GCP factor matrices must be C-contiguous float64 arrays")
-        u, g = U.reshape(-1), np.ascontiguousarray(G, dtype=np.float64).reshape(-1)
-        if solver == "adam":
-            _gcp.adam_step(u, g, state["m"][k].reshape(-1), state["v"][k].reshape(-1),
-                           float(lr), float(beta1), float(beta2), float(epsilon),
-                           1.0 - beta1 ** t, 1.0 - beta2 ** t, lower, num_threads)
-        elif solver == "adagrad":
-            _gcp.adagrad_step(u, g, state["s"][k].reshape(-1), float(lr), float(epsilon),
-                              lower, num_threads)
-        elif solver == "sgd":
-            _gcp.sgd_step(u, g, float(lr), lower, num_threads)
-        else:
-            raise ValueError(f"unknown stochastic solver {solver!r}")
+        mom = [arrs[k] for arrs in moments]
+        _check_float64([U] + mom, "GCP factor matrices and the optimiser's moments")
+        update(U.reshape(-1), np.ascontiguousarray(G, dtype=np.float64).reshape(-1),
+               [m.reshape(-1) for m in mom], coefficients, lower, num_threads)
     return factors
 
 
@@ -366,16 +367,14 @@ class CpuGcpKernels(GcpKernels):
     def _sample_loss(self, sample, weights, factors, loss):
         return sample_loss(*sample, weights, factors, loss, get_num_threads())
 
-    def _optimizer_state(self, solver, factors):
-        return optimizer_state(solver, factors)
+    def _optimizer_update(self, rule, factors, grads, moments, coefficients, lower, active):
+        return optimizer_update(rule, factors, grads, moments, coefficients, lower, active,
+                                get_num_threads())
 
-    def _optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                        epsilon, active):
-        return optimizer_step(solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                              epsilon, active, get_num_threads())
-
-    def _steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, solver, opt,
-               lr, t_first, lower, beta1, beta2, epsilon, active, out, deadline, clock):
-        return run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps, solver,
-                         opt, lr, t_first, lower, beta1, beta2, epsilon, active, out, deadline,
-                         clock, get_num_threads())
+    def _steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer,
+               lower, active, out, deadline, clock):
+        if getattr(loss, "code", -1) < 0:   # a user-defined loss: NumPy at every step
+            return self._stepwise(T, state, weights, factors, loss, seed, first_draw,
+                                  n_steps, optimizer, lower, active, out, deadline, clock)
+        return run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps,
+                         optimizer, lower, active, out, deadline, clock, get_num_threads())

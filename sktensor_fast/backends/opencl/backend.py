@@ -222,14 +222,15 @@ class OpenCLBackend(Backend):
     #: ``vec``) sets all.
     VEC = {"mttkrp": 4, "mttkrp_fp32": 4, "phi": 4, "mttkrp_sorted": 2}
 
-    #: 32-bit offsets in the MTTKRP / Φ kernel where they fit (SKTENSOR_FAST_OCL_OFF32 or the
-    #: attribute ``off32`` sets both) and coordinates loaded one step ahead
-    #: (SKTENSOR_FAST_OCL_PREFETCH, ``prefetch``).  On an H200 at R = 16, fp64, interleaved
+    #: Experimental switches of the lanes MTTKRP / Φ kernel, not options: no default turns
+    #: them off, and only the benchmarks do (``benchmarks/bench_opencl.py --off32s 0 1
+    #: --prefetches 0 1`` sets these attributes on a backend).  ``off32``: 32-bit offsets where
+    #: every offset fits (64-bit ones otherwise, as they must be); ``prefetch``: the next
+    #: nonzero's coordinates loaded one step ahead.  On an H200 at R = 16, fp64, interleaved
     #: copies, chunk 256 (ms per mode, benchmarks/README.md): neither 2.03 / 3.00, off32 only
     #: 2.45 / 2.64, prefetch only 2.07-2.26 / 2.75, both 1.86-1.88 / 2.51-2.54 (MTTKRP / Φ).
-    #: fp32 takes the fp64 setting (not measured separately).
-    OFF32 = {"mttkrp": True, "mttkrp_fp32": True, "phi": True}
-    PREFETCH = {"mttkrp": True, "mttkrp_fp32": True, "phi": True}
+    off32 = True
+    prefetch = True
 
     #: values of the ``layout`` setting (SKTENSOR_FAST_OCL_LAYOUT)
     LAYOUTS = ("lanes", "lanes-sorted", "wide")
@@ -268,13 +269,14 @@ class OpenCLBackend(Backend):
         # columns per lane: None is the per-kernel default VEC
         self.vec = options.vec
         # how Φ forms <B[row], π>: "shuffle" (a register butterfly across the lanes of a warp,
-        # NVIDIA devices: PTX shfl.sync), "local" (lanes share π through local memory, one
-        # barrier per nonzero) or "redundant" (each lane recomputes the whole dot, no barriers)
+        # NVIDIA devices: PTX shfl.sync) or "local" (lanes share π through local memory, one
+        # barrier per nonzero); the benchmarks also set the experimental "redundant" (each
+        # lane recomputes the whole dot, no barriers; measured slower, benchmarks/README.md)
         self.phi_variant = options.phi or ("shuffle" if self.is_nvidia else "local")
         if self.phi_variant == "shuffle" and not self.is_nvidia:
             raise ValueError(f"OpenCL option phi='shuffle' needs an NVIDIA device, not "
                              f"'{self.device.name.strip()}' ({self.device.vendor.strip()}); "
-                             f"use 'local' or 'redundant'")
+                             f"use 'local'")
         # how MTTKRP / Φ spread a chunk of nonzeros over work-items and read them: "lanes"
         # (R / VEC work-items per chunk, VEC columns each, over a chunk-interleaved copy of each
         # mode, built at its first use), "lanes-sorted" (the same over the mode-sorted copies:
@@ -282,11 +284,6 @@ class OpenCLBackend(Backend):
         # ranks up to WIDE_MAX_RANK, over the chunk-interleaved copy: no exchange between
         # lanes, the fastest on CPU devices)
         self.layout = options.layout or ("lanes" if self.is_gpu else "wide")
-        # MTTKRP / Φ compute their offsets in 32-bit integers where all of them fit, and the
-        # lanes kernels load the next nonzero's coordinates one step ahead: None is the
-        # per-kernel default OFF32 / PREFETCH
-        self.off32 = options.off32
-        self.prefetch = options.prefetch
         self.wide_chunk = options.wide_chunk or 64
         self.wide_group = options.wide_group or 128
         # device bytes a tensor may use; one whose resident copies need more is streamed
@@ -297,11 +294,10 @@ class OpenCLBackend(Backend):
     @property
     def options(self):
         """The settings in force, as an :class:`OpenCLOptions` (the device's defaults filled
-        in; ``off32`` / ``prefetch`` None: per kernel, see OFF32 and PREFETCH)."""
+        in)."""
         return OpenCLOptions(layout=self.layout, chunk=self.chunk, vec=self.vec,
-                             off32=self.off32, prefetch=self.prefetch, phi=self.phi_variant,
-                             wide_chunk=self.wide_chunk, wide_group=self.wide_group,
-                             max_tensor_bytes=self.max_tensor_bytes)
+                             phi=self.phi_variant, wide_chunk=self.wide_chunk,
+                             wide_group=self.wide_group, max_tensor_bytes=self.max_tensor_bytes)
 
     # ------------------------------------------------------------------ helpers
     def _check_dtype(self, dtype):
@@ -467,7 +463,9 @@ class OpenCLBackend(Backend):
         return self.fill_zero(a)
 
     # ------------------------------------------------------------------ sparse kernels
-    def _launch_accumulate(self, T, factors, mode, B, eps, out):
+    def _launch_accumulate(self, T, factors, mode, B, eps, out, zero=True):
+        """MTTKRP (``B`` None) or Φ of ``mode`` into ``out``; the kernels write the rows of
+        ``T``'s nonzeros only, the others are zeroed first unless ``zero`` is False."""
         if getattr(T, "streamed", False):
             return T.accumulate(factors, mode, B, eps, out)
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
@@ -475,7 +473,7 @@ class OpenCLBackend(Backend):
         I = T.shape[mode]
         if out is None:
             out = self.zeros((I, R), T.dtype)
-        else:
+        elif zero:
             self.fill_zero(out)
         if T.nnz == 0 or R == 0:
             return out
@@ -511,12 +509,10 @@ class OpenCLBackend(Backend):
         # 32-bit offsets where every one fits: positions x modes, factor and output rows x R,
         # boundary slots x R
         limit = 2 ** 31 - 1
-        use32 = self.OFF32[kind] if self.off32 is None else self.off32
-        off32 = use32 and max(nchunks * self.chunk * T.ndim, max(T.shape) * R,
+        off32 = self.off32 and max(nchunks * self.chunk * T.ndim, max(T.shape) * R,
                                    (2 * nchunks + 2) * R) < limit
-        prefetch = self.PREFETCH[kind] if self.prefetch is None else self.prefetch
         knl = self._kernel(T.dtype, T.ndim, variant, "accumulate", vec, interleaved=interleaved,
-                           off32=off32, prefetch=prefetch)
+                           off32=off32, prefetch=self.prefetch)
         ngroups = -(-nchunks // LG)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)

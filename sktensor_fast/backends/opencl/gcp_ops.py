@@ -30,24 +30,22 @@ to the host and the weighted derivatives back, per step), and steps 2-4 run as a
 dense) runs on the host, with the NumPy code of ../gcp_common.py: the nonzeros are downloaded once
 per tensor and cached.
 """
-import math
 
 import numpy as np
 
 from ..._loss_table import N_LOSSES
 from .. import gcp_common
-from ..base import GcpKernels
+from ..base import GCP_UPDATE_RULES, GcpKernels
 from ..gcp_common import sampler_plan, zero_list_mode
 from .tensor import OpenCLTensor
 
 __all__ = ["OpenCLGcpKernels", "GcpState", "step_key", "setup", "sampled_gradient", "loss_estimate",
-           "full_loss_grad", "optimizer_state", "optimizer_step", "draw"]
+           "full_loss_grad", "optimizer_update", "draw"]
 
-#: where the stratified sampler's zeros come from (the list of all zeros, computed from the
-#: linear indices, or rejection) and how many rejections it tries is decided as on the CPU
-#: (``zero_list_mode`` and ``_MAX_ATTEMPTS`` of backends/gcp_common.py), so that both draw the
-#: same entries
-_MOMENTS = gcp_common.MOMENTS
+# where the stratified sampler's zeros come from (the list of all zeros, computed from the
+# linear indices, or rejection) and how many rejections it tries is decided as on the CPU
+# (``zero_list_mode`` and ``_MAX_ATTEMPTS`` of backends/gcp_common.py), so that both draw the
+# same entries
 #: samples per partial sum of a loss (the CPU's LOSS_CHUNK: the same order of additions)
 _LOSS_CHUNK = 1024
 #: the sort keys hold the sample number in 32 bits
@@ -546,51 +544,32 @@ def _device_matrices(be, arrays, name):
             raise TypeError(f"{name}[{k}] must be float32 or float64, got {a.dtype}")
 
 
-def optimizer_state(be, solver, factors):
-    _device_matrices(be, factors, "factors")
-    return {name: [be.zeros(tuple(f.shape), f.dtype) for f in factors]
-            for name in _MOMENTS[solver]}
-
-
-def optimizer_step(be, solver, factors, grads, state, lr, t, lower, beta1, beta2, epsilon,
-                   active=None):
-    """One step on device arrays (arguments checked by :meth:`GcpKernels.optimizer_step`;
-    here that they are this backend's device arrays of one dtype)."""
+def optimizer_update(be, rule, factors, grads, moments, coefficients, lower, active):
+    """One step on device arrays (arguments checked by :meth:`GcpKernels.optimizer_update`;
+    here that they are this backend's device arrays of one dtype): kernel ``gcp_<rule>`` of
+    gcp.cl per active factor, taking the factor, its gradient, its moments, the step's
+    coefficients and ``lower``."""
     _device_matrices(be, factors, "factors")
     _device_matrices(be, grads, "grads")
+    for arrs, name in zip(moments, GCP_UPDATE_RULES[rule][0]):
+        _device_matrices(be, arrs, f"moment {name!r}")
     N = len(factors)
-    for name, arrs in state.items():
-        _device_matrices(be, arrs, f"state[{name!r}]")
-    act = tuple(active) if active is not None else (True,) * N
     for k in range(N):
-        if not act[k]:
+        if not active[k]:
             continue
-        U, G = factors[k], grads[k]
-        others = [G] + [state[name][k] for name in _MOMENTS[solver]]
-        for a in others:
+        U = factors[k]
+        for a in [grads[k]] + [arrs[k] for arrs in moments]:
             if a.shape != U.shape or a.dtype != U.dtype:
                 raise ValueError(f"mode {k}: gradient and moments must have the factor's shape "
                                  f"{U.shape} and dtype {U.dtype}, got {a.shape} {a.dtype}")
     for k in range(N):
-        U, G = factors[k], grads[k]
-        if not act[k] or U.size == 0:
+        U = factors[k]
+        if not active[k] or U.size == 0:
             continue
         dt = U.dtype.type
-        n = np.int64(U.size)
-        if solver == "adam":
-            bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
-            a = lr * math.sqrt(bc2) / bc1
-            e = epsilon * math.sqrt(bc2)
-            _kernel(be, U.dtype, N, "gcp_adam")(
-                be.queue, (U.size,), None, n, U.data, G.data, state["m"][k].data,
-                state["v"][k].data, dt(beta1), dt(beta2), dt(a), dt(e), dt(lower))
-        elif solver == "adagrad":
-            _kernel(be, U.dtype, N, "gcp_adagrad")(
-                be.queue, (U.size,), None, n, U.data, G.data, state["s"][k].data, dt(lr),
-                dt(epsilon), dt(lower))
-        else:
-            _kernel(be, U.dtype, N, "gcp_sgd")(
-                be.queue, (U.size,), None, n, U.data, G.data, dt(lr), dt(lower))
+        _kernel(be, U.dtype, N, "gcp_" + rule)(
+            be.queue, (U.size,), None, np.int64(U.size), U.data, grads[k].data,
+            *[arrs[k].data for arrs in moments], *[dt(c) for c in coefficients], dt(lower))
     return factors
 
 
@@ -611,10 +590,6 @@ class OpenCLGcpKernels(GcpKernels):
     def _full_loss_grad(self, T, weights, factors, loss, mask, modes, need_grad):
         return full_loss_grad(self.backend, T, weights, factors, loss, mask, modes, need_grad)
 
-    def _optimizer_state(self, solver, factors):
-        return optimizer_state(self.backend, solver, factors)
-
-    def _optimizer_step(self, solver, factors, grads, state, lr, t, lower, beta1, beta2,
-                        epsilon, active):
-        return optimizer_step(self.backend, solver, factors, grads, state, lr, t, lower,
-                              beta1, beta2, epsilon, active)
+    def _optimizer_update(self, rule, factors, grads, moments, coefficients, lower, active):
+        return optimizer_update(self.backend, rule, factors, grads, moments, coefficients,
+                                lower, active)

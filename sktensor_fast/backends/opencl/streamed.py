@@ -7,12 +7,17 @@ returns a :class:`StreamedTensor` instead, in the spirit of BLCO's out-of-memory
 
 - on the host, per mode, the nonzeros sorted by that mode (the order of the resident copies),
   cut into blocks of at most ``block_nnz`` nonzeros; a cut falls on a row boundary unless one
-  row alone holds more than a block.  Each block's mode coordinate is shifted to start at its
-  first row, so a block is a small tensor of the rows ``r0:r1`` of its mode, stored in the
-  order the MTTKRP / Φ kernels read (chunk-interleaved for the ``lanes`` and ``wide`` layouts);
+  row alone holds more than a block.  A block keeps the tensor's coordinates and is stored in
+  the order the MTTKRP / Φ kernels read (chunk-interleaved for the ``lanes`` and ``wide``
+  layouts), so the backend's kernels read it as a tensor of the full shape whose nonzeros lie
+  in the rows ``r0:r1``;
+- the block size: when one mode's nonzeros fit within the cap, a block is a whole mode (a
+  cap of a quarter of the resident need holds one mode of a 3-way tensor): MTTKRP / Φ then run
+  as on the resident tensor, one launch per call, on one upload of the mode.  Otherwise
+  ``block_nnz`` is about an eighth of the cap;
 - on the device, ``K`` slots of ``block_nnz`` nonzeros (all the tensor memory used: the cap
-  bounds ``K * block_nnz * (4 * N + itemsize)``; ``block_nnz`` is about an eighth of the cap,
-  so ``K`` is 8 unless the cap is tiny).  A pass over the blocks of a mode uses the blocks
+  bounds ``K * block_nnz * (4 * N + itemsize)``; with blocks an eighth of the cap ``K`` is 8
+  unless the cap is tiny).  A pass over the blocks of a mode uses the blocks
   already on the device and uploads the others on a second command queue, so that uploads
   overlap the kernels of earlier blocks (events order the upload into a slot after the kernel
   that last read it).  When a mode has at most ``K`` blocks they all stay on the device until
@@ -20,10 +25,11 @@ returns a :class:`StreamedTensor` instead, in the spirit of BLCO's out-of-memory
   and again, then upload the mode once per outer iteration.  A mode with more blocks keeps its
   first ``K - 2`` on the device and streams the rest through the two other slots alternately
   (double buffering);
-- MTTKRP / Φ of mode ``n``: for every block, the backend's own kernel computes the rows
-  ``r0:r1`` into a scratch array, which is added into those rows of the device-resident
-  output (a row cut between two blocks gets both partial sums); the Poisson data term and
-  the model values go through the mode-0 blocks the same way.
+- MTTKRP / Φ of mode ``n``: the output is zeroed once, then every block's kernel writes the
+  rows of its nonzeros into it directly (no scratch rows and no copies of ``B``); a row cut
+  between two blocks keeps the earlier blocks' partial sum in a one-row carry that is added
+  back after the next block's kernel.  The Poisson data term and the model values go through
+  the mode-0 blocks the same way.
 
 Streaming serves CP-ALS and CP-APR's multiplicative updates (``solver="mu"``).  The CP-APR
 Newton solvers and GCP read the nonzeros in other ways and raise ``NotImplementedError`` on a
@@ -124,11 +130,12 @@ class _Rows:
 
 
 class _BlockView:
-    """One uploaded block presented as the tensor of its rows ``r0:r1`` (what the backend's
-    MTTKRP / Φ / model-value kernels read)."""
+    """One uploaded block presented as a tensor of ``T``'s shape whose nonzeros are the
+    block's (what the backend's MTTKRP / Φ / model-value kernels read; they write only the
+    rows ``r0:r1`` the block holds)."""
 
     def __init__(self, T, blk, slot, nnz):
-        self.shape = tuple(blk.rows if k == blk.mode else s for k, s in enumerate(T.shape))
+        self.shape = T.shape
         self.ndim = T.ndim
         self.nnz = nnz
         self.dtype = T.dtype
@@ -147,7 +154,7 @@ class _BlockView:
 
 
 class _HostBlock:
-    __slots__ = ("mode", "r0", "r1", "nnz", "padded", "subs", "vals", "valid")
+    __slots__ = ("mode", "r0", "r1", "nnz", "padded", "subs", "vals", "valid", "shared")
 
     @property
     def rows(self):
@@ -222,10 +229,16 @@ class StreamedTensor:
             raise ValueError(
                 f"max_tensor_bytes={self.cap} is too small to stream the tensor: two blocks of "
                 f"{step} nonzeros (one chunk) need {2 * step * row} bytes on the device")
-        block = max(self.cap // (self.SLOTS * row) // step * step, step)
         max_alloc = int(backend.device.max_mem_alloc_size)
-        block = min(block, max(max_alloc // (self.ndim * 4) // step * step, step))
-        self.block_nnz = int(min(block, -(-self.nnz // step) * step))
+        largest = max(max_alloc // (self.ndim * 4) // step * step, step)
+        whole = -(-self.nnz // step) * step          # one mode's nonzeros, padded
+        if whole * row <= self.cap and whole <= largest:
+            # a whole mode fits: one block per mode, as many modes on the device as the cap
+            # holds (CP-APR's inner iterations then run the resident kernels on one upload)
+            block = whole
+        else:
+            block = min(max(self.cap // (self.SLOTS * row) // step * step, step), largest)
+        self.block_nnz = int(min(block, whole))
         self._cl = cl
         self._pinned = backend.is_gpu if self.PINNED is None else bool(self.PINNED)
         self._maps = []
@@ -240,13 +253,18 @@ class StreamedTensor:
             mode_blocks = []
             for start, stop in _block_cuts(coords, self.block_nnz):
                 idx = slice(start, stop) if order is None else order[start:stop]
-                mode_blocks.append(self._host_block(mode, subs32[idx], vals[idx]))
+                blk = self._host_block(mode, subs32[idx], vals[idx])
+                # a row cut between this block and the one before (a row alone fills a block)
+                blk.shared = bool(mode_blocks) and mode_blocks[-1].r1 - 1 == blk.r0
+                mode_blocks.append(blk)
             self.blocks.append(mode_blocks)
             del coords
         del subs32, orders
         q = backend.queue
         n_slot = self.block_nnz
-        K = max(2, min(self.cap // (n_slot * row), sum(self.nblocks)))
+        # two slots at least when a mode has more blocks than slots (double buffering)
+        least = 1 if max(self.nblocks) == 1 else 2
+        K = max(least, min(self.cap // (n_slot * row), sum(self.nblocks)))
         self._slots = [(cla.empty(q, (n_slot, self.ndim), self.idx_dtype),
                         cla.empty(q, (n_slot,), self.dtype)) for _ in range(K)]
         # uploads run on their own queue, so that they overlap the kernels of other slots
@@ -268,8 +286,7 @@ class StreamedTensor:
         pos, b.padded = _interleave_positions(b.nnz, self.chunk)
         hs = self._host_array((b.padded, self.ndim), np.int32)
         hv = self._host_array((b.padded,), self.dtype)
-        hs[pos] = subs
-        hs[pos, mode] -= b.r0
+        hs[pos] = subs          # the padding stays zero: the kernels stop at nnz
         hv[pos] = vals
         b.subs, b.vals = hs, hv
         b.valid = pos if self.chunk else None
@@ -450,32 +467,24 @@ class StreamedTensor:
         if R == 0:
             return out
         Bd = None if B is None else be.asarray(B, dtype=self.dtype)
+        add = be._kernel(self.dtype, None, False, "add_into")
         for blk, view in self._stream(mode):
-            part = be.zeros((blk.rows, R), self.dtype)
-            local = list(facs)
-            Bb = None
-            if Bd is not None:
-                Bb = self._rows_copy(Bd, blk.r0, blk.r1)
-            local[mode] = Bb if Bb is not None else part    # not read by MTTKRP
+            # the kernels write the rows of the block's nonzeros straight into ``out``; a row
+            # the block shares with the one before gets that block's partial sum added back
+            carry = self._rows_copy(out, blk.r0, blk.r0 + 1) if blk.shared else None
             # the kernels read entries 0 .. nnz - 1 of the (chunk-interleaved) order
             view.nnz = blk.nnz
-            be._launch_accumulate(view, local, mode, Bb, eps, part)
-            # out[r0:r1] += part, with the package's own kernel (pyopencl.array's arithmetic
-            # builds programs outside build_program, with their compiler warnings)
-            n = blk.rows * R
-            if n:
-                be._kernel(self.dtype, None, False, "add_into")(
-                    be.queue, (n,), None, np.int64(n), np.int64(blk.r0 * R), out.data,
-                    part.data)
+            be._launch_accumulate(view, facs, mode, Bd, eps, out, zero=False)
+            if carry is not None:
+                add(be.queue, (R,), None, np.int64(R), np.int64(blk.r0 * R), out.data,
+                    carry.data)
         return out
 
     def _mode0_blocks(self, factors):
         be = self.backend
         facs = [be.asarray(f, dtype=self.dtype) for f in factors]
         for blk, view in self._stream(0):
-            local = list(facs)
-            local[0] = self._rows_copy(facs[0], blk.r0, blk.r1)
-            yield blk, view, local
+            yield blk, view, facs
 
     def model_values(self, weights, factors):
         """Model values at the nonzeros (a host array, in the tensor's order)."""
