@@ -634,11 +634,9 @@ def section_fits(cfg, threads, devices):
     if not hasattr(sktensor_fast, "GCP"):
         notes.append("GCP: sktensor_fast.GCP does not exist; skipped")
     else:
-        notes.append("sktensor_fast GCP ends every fit with the refit of the mode-0 loadings "
-                     "that transform does (L-BFGS-B on mode 0 from where the solver stopped, "
-                     "to the fit's tolerance, at most 100 iterations), so that fit_transform "
-                     "agrees with transform; its time and loss include that step, pyttb's do "
-                     "not")
+        notes.append("GCP L-BFGS-B: both libraries run scipy's L-BFGS-B with the same "
+                     "stopping rules from the same start and take the same steps; s / iter is "
+                     "(t(k) - t(1)) / (k - 1), as for CP-ALS")
         notes.append("GCP Adam: same sample counts (pyttb's defaults) but different samples; "
                      "pyttb 1.8.6's Adam also advances its bias-correction counter by "
                      "epoch_iters at every step (optimizers.py, Adam.update_step), so its first "
