@@ -6,6 +6,8 @@ against the shape and every value for finiteness, sorts the rows (only when they
 sorted already), adds up repeated coordinates and drops zeros, without copying arrays that are
 already in their final form.
 """
+import sys
+
 import numpy as np
 
 from .. import _threads
@@ -43,7 +45,8 @@ def key_bits(shape):
 
 def _layout(shape):
     bits = key_bits(shape)
-    shifts = [sum(bits[k + 1:]) for k in range(len(bits))]
+    # a mode of length 1 has no field (and no shift: a shift by 64 is undefined in C)
+    shifts = [sum(bits[k + 1:]) if bits[k] else 0 for k in range(len(bits))]
     masks = [(1 << b) - 1 for b in bits]
     return bits, shifts, masks
 
@@ -105,9 +108,13 @@ def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
     n, N = subs.shape
     nbits = sum(bits)
     top = _top_digit(n, nbits)
+    low = nbits - top
     hist = np.zeros((_construct.num_blocks(n, nt), 1 << top), dtype=np.int64)
-    keys = np.empty(n, dtype=np.uint64)
-    rep = _construct.linearize(subs, vals, list(shape), shifts, keys, hist, nbits - top, nt)
+    # Coordinates nobody else holds (a parser's, a converted copy) are let go before the
+    # result is allocated: the scan keeps their keys (8 bytes a row) instead.  Otherwise the
+    # keys are packed again from the coordinates while they are scattered.
+    keys = np.empty(n, dtype=np.uint64) if n and sys.getrefcount(subs) <= 2 else None
+    rep = _construct.scan(subs, vals, list(shape), shifts, hist, low, keys, nt)
     if rep["bad_row"] >= 0:
         raise _coordinate_error(subs, shape, rep["bad_row"])
     if rep["bad_val"] >= 0:
@@ -117,28 +124,34 @@ def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
     info = {"sorted": rep["order"] > 0, "summed": False, "zeros": 0}
     if rep["order"] == 2 and rep["zeros"] == 0:
         return subs.astype(np.int64, copy=False), vals, info
-    del subs  # the keys say everything the coordinates did
-    if rep["order"] == 0:
-        keys, svals, bstart = _construct.msd_scatter(keys, vals, hist, nbits - top, nt)
-        del vals, hist
-        out = _construct.sort_buckets(keys, svals, bstart, nbits - top, shifts, masks, nt)
-        vals = svals
+    if keys is not None:
+        del subs
+        src, src_shifts = keys.reshape(n, 1), [0]
+        del keys
     else:
-        out = _construct.compact(keys, vals, shifts, masks, 0, nt)
-        if out["overflow"] >= 0:
-            out["overflow_key"] = int(keys[out["overflow"]])
-    del keys
+        src, src_shifts = subs, shifts
+        del subs
+    out_subs = np.empty((n, N), dtype=np.int64)
+    out_vals = np.empty(n, dtype=vals.dtype)
+    out = _construct.sort_into(src, src_shifts, vals, hist, low, shifts, masks, out_subs,
+                               out_vals, stop_on_dup=not sum_duplicates, num_threads=nt)
+    del src, vals, hist
     if out["overflow"] >= 0:
         key = out["overflow_key"]
         coord = tuple((key >> s) & m for s, m in zip(shifts, masks))
         raise CanonicalError("overflow", f"the values repeated at coordinate {coord} add up to "
-                                         f"more than the largest {vals.dtype.name}",
+                                         f"more than the largest {out_vals.dtype.name}",
                              coord=coord)
     if out["dup"] and not sum_duplicates:
         raise CanonicalError("repeated", "subs holds repeated coordinates")
+    nnz = out["nnz"]
+    if nnz < n:
+        # shrink in place (realloc): the rows past nnz were scratch
+        out_subs.resize((nnz, N), refcheck=False)
+        out_vals.resize(nnz, refcheck=False)
     info["summed"] = bool(out["dup"])
     info["zeros"] = out["zeros"]
-    return out["subs"], out["vals"], info
+    return out_subs, out_vals, info
 
 
 def _top_digit(n, nbits):
