@@ -13,7 +13,8 @@ import numpy as np
 from .. import _threads
 from . import _construct
 
-__all__ = ["canonical_coo", "canonical_from", "key_bits", "CanonicalError", "MAX_KEY_BITS"]
+__all__ = ["canonical_coo", "canonical_from", "key_bits", "fresh_array", "CanonicalError",
+           "MAX_KEY_BITS"]
 
 #: Widest packed key the compiled passes sort; wider tensors take NumPy's lexsort.
 MAX_KEY_BITS = 64
@@ -113,7 +114,7 @@ def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
     # Coordinates nobody else holds (a parser's, a converted copy) are let go before the
     # result is allocated: the scan keeps their keys (8 bytes a row) instead.  Otherwise the
     # keys are packed again from the coordinates while they are scattered.
-    keys = np.empty(n, dtype=np.uint64) if n and sys.getrefcount(subs) <= 2 else None
+    keys = fresh_array(n, np.uint64) if n and sys.getrefcount(subs) <= 2 else None
     rep = _construct.scan(subs, vals, list(shape), shifts, hist, low, keys, nt)
     if rep["bad_row"] >= 0:
         raise _coordinate_error(subs, shape, rep["bad_row"])
@@ -131,8 +132,8 @@ def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
     else:
         src, src_shifts = subs, shifts
         del subs
-    out_subs = np.empty((n, N), dtype=np.int64)
-    out_vals = np.empty(n, dtype=vals.dtype)
+    out_subs = fresh_array((n, N), np.int64)
+    out_vals = fresh_array(n, vals.dtype)
     out = _construct.sort_into(src, src_shifts, vals, hist, low, shifts, masks, out_subs,
                                out_vals, stop_on_dup=not sum_duplicates, num_threads=nt)
     del src, vals, hist
@@ -152,6 +153,24 @@ def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
     info["summed"] = bool(out["dup"])
     info["zeros"] = out["zeros"]
     return out_subs, out_vals, info
+
+
+def fresh_array(shape, dtype):
+    """``np.empty(shape, dtype)`` backed by base-size pages rather than transparent huge pages.
+
+    NumPy asks for huge pages for every array of 4 MiB or more.  A huge page has to come from
+    a free 2 MiB block, and in a virtual machine whose free memory goes back to the host (a
+    balloon with free page reporting) such blocks are the ones the host took back: the first
+    touch of each costs the host a fresh 2 MiB.  On the 2-core KVM guest of the benchmarks,
+    the first touch of 160 MB took 0.30-0.43 s in huge pages and 0.08-0.19 s in base pages,
+    and ``SparseTensor`` from 5M unsorted nonzeros 0.19-0.43 s against 0.13-0.24 s (see
+    ``benchmarks/bench_construct.py``).  Elsewhere base pages cost more page faults (one per
+    4 KiB instead of one per 2 MiB).  The construction streams through its arrays, so huge
+    pages buy it little afterwards.
+    """
+    out = np.empty(shape, dtype=dtype)
+    _construct.small_pages(out)
+    return out
 
 
 def _top_digit(n, nbits):
