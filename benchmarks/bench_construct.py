@@ -66,7 +66,8 @@ def phases(subs, vals, shape, nt):
     hist = np.zeros((_construct.num_blocks(n, nt), 1 << top), dtype=np.int64)
     _construct.scan(subs, vals, list(shape), shifts, hist, low, None, nt)
     w1, c1 = time.perf_counter(), time.process_time()
-    out_subs, out_vals = np.empty((n, N), np.int64), np.empty(n, vals.dtype)
+    out_subs = canonical.fresh_array((n, N), np.int64)
+    out_vals = canonical.fresh_array(n, vals.dtype)
     res = _construct.sort_into(subs, shifts, vals, hist, low, shifts, masks, out_subs,
                                out_vals, num_threads=nt)
     w2 = time.perf_counter()

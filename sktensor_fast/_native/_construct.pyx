@@ -495,93 +495,6 @@ cdef void _lsd(uint64_t* k, value_t* v, uint64_t* sk, value_t* sv, Py_ssize_t m,
         memcpy(v, av, m * sizeof(value_t))
 
 
-cdef void _msd_small(uint64_t* k, value_t* v, uint64_t* sk, value_t* sv, Py_ssize_t m,
-                     int lowbits, int max_digit, int64_t* cnt) noexcept nogil:
-    """Stable sort of ``k[:m]`` by its low ``lowbits`` bits, ``v`` along, by their highest
-    digit first: one scatter into ``sk``/``sv`` by a digit about as wide as ``m`` (most of its
-    buckets then hold one or two keys), an insertion sort of every small bucket and
-    :func:`_lsd` of the rare large one, and a copy back.  Scratch as for :func:`_lsd`."""
-    cdef Py_ssize_t i, d, D, lo, hi, sz
-    cdef int w, shift
-    cdef int64_t run, c, j, big
-    cdef uint64_t mask, key, prev
-    cdef value_t val
-    for i in range(1, m):
-        if k[i] < k[i - 1]:
-            break
-    else:
-        return
-    if m <= SMALL_SORT:
-        _insertion(k, v, m)
-        return
-    w = max_digit
-    while w > 4 and ((<Py_ssize_t> 1) << (w - 1)) > m:
-        w -= 1
-    while True:
-        if w > lowbits:
-            w = lowbits
-        shift = lowbits - w
-        D = (<Py_ssize_t> 1) << w
-        mask = D - 1
-        memset(cnt, 0, D * sizeof(int64_t))
-        for i in range(m):
-            cnt[(k[i] >> shift) & mask] += 1
-        if cnt[(k[0] >> shift) & mask] < m or shift == 0:
-            break
-        lowbits = shift           # one digit for every key: on to the next
-    if cnt[(k[0] >> shift) & mask] == m:
-        return                    # every key equal (unsorted keys cannot get here)
-    run = 0
-    big = 0
-    for d in range(D):
-        c = cnt[d]
-        if c > big:
-            big = c
-        cnt[d] = run
-        run += c
-    for i in range(m):
-        key = k[i]
-        d = (key >> shift) & mask
-        j = cnt[d]
-        cnt[d] = j + 1
-        sk[j] = key
-        sv[j] = v[i]
-    if shift == 0 or big <= SMALL_SORT:
-        # the keys are in order but inside buckets of a few keys: one insertion sort on the
-        # way back, which compares most keys once with the one before
-        prev = sk[0]
-        k[0] = prev
-        v[0] = sv[0]
-        for i in range(1, m):
-            key = sk[i]
-            val = sv[i]
-            if key >= prev:       # the largest so far stays in a register
-                k[i] = key
-                v[i] = val
-                prev = key
-                continue
-            j = i
-            while j > 0 and k[j - 1] > key:
-                k[j] = k[j - 1]
-                v[j] = v[j - 1]
-                j -= 1
-            k[j] = key
-            v[j] = val
-        return
-    # bucket d now ends at cnt[d]
-    lo = 0
-    for d in range(D):
-        hi = cnt[d]
-        sz = hi - lo
-        if sz > SMALL_SORT:
-            _lsd(sk + lo, sv + lo, k + lo, v + lo, sz, shift, max_digit, cnt + D)
-        elif sz > 1:
-            _insertion(sk + lo, sv + lo, sz)
-        lo = hi
-    memcpy(k, sk, m * sizeof(uint64_t))
-    memcpy(v, sv, m * sizeof(value_t))
-
-
 cdef int64_t _compact_inplace(uint64_t* k, value_t* v, Py_ssize_t m,
                               int64_t* rep) noexcept nogil:
     """Sum runs of equal keys of the sorted ``k[:m]`` into their first slots, dropping zero
@@ -667,7 +580,7 @@ cdef void _decode_rows(const uint64_t* kp, int64_t* out, Py_ssize_t N,
 def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
               int64_t[:, ::1] hist, int top_shift, shifts, masks,
               int64_t[:, ::1] out_subs, value_t[::1] out_vals, int stop_on_dup=0,
-              int max_digit=MAX_DIGIT, int method=1, int num_threads=1):
+              int max_digit=MAX_DIGIT, int num_threads=1):
     """Sort the rows by their packed keys, sum repeated keys, drop zeros and decode, into
     ``out_subs`` and ``out_vals``.
 
@@ -784,12 +697,9 @@ def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
             if m == 0 or m > big:
                 continue
             t = threadid()
-            if low_bits > 0 and method == 0:
+            if low_bits > 0:
                 _lsd(kp + bstart[d], pv + bstart[d], sk + t * small_max, sv + t * small_max,
                      m, low_bits, max_digit, cnt + t * CNT_SLOTS)
-            elif low_bits > 0:
-                _msd_small(kp + bstart[d], pv + bstart[d], sk + t * small_max,
-                           sv + t * small_max, m, low_bits, max_digit, cnt + t * CNT_SLOTS)
             counts[d] = _compact_inplace(kp + bstart[d], pv + bstart[d], m, &brep[d, 0])
         free(sk)
         free(sv)
