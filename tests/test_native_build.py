@@ -235,6 +235,17 @@ def test_canonical_overflow_in_a_large_bucket():
         assert exc.value.coord == (0, 7)
 
 
+def test_fresh_array_in_base_pages():
+    import sys
+    a = canonical.fresh_array((1 << 20, 3), np.int64)        # 24 MiB: NumPy would ask for THP
+    assert a.shape == (1 << 20, 3) and a.dtype == np.int64 and a.flags.c_contiguous
+    a[:] = 7
+    assert int(a[-1, -1]) == 7
+    assert _construct.small_pages(a) == (1 if sys.platform.startswith("linux") else 0)
+    assert _construct.small_pages(np.empty(0)) == 0
+    assert _construct.small_pages(np.empty((10, 10))[:, ::2]) == 0      # not contiguous
+
+
 def test_mode_order_and_narrow():
     rng = np.random.default_rng(2)
     subs = rng.integers(0, 50, (100_000, 3))

@@ -158,15 +158,13 @@ def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
 def fresh_array(shape, dtype):
     """``np.empty(shape, dtype)`` backed by base-size pages rather than transparent huge pages.
 
-    NumPy asks for huge pages for every array of 4 MiB or more.  A huge page has to come from
-    a free 2 MiB block, and in a virtual machine whose free memory goes back to the host (a
-    balloon with free page reporting) such blocks are the ones the host took back: the first
-    touch of each costs the host a fresh 2 MiB.  On the 2-core KVM guest of the benchmarks,
-    the first touch of 160 MB took 0.30-0.43 s in huge pages and 0.08-0.19 s in base pages,
-    and ``SparseTensor`` from 5M unsorted nonzeros 0.19-0.43 s against 0.13-0.24 s (see
-    ``benchmarks/bench_construct.py``).  Elsewhere base pages cost more page faults (one per
-    4 KiB instead of one per 2 MiB).  The construction streams through its arrays, so huge
-    pages buy it little afterwards.
+    NumPy asks for huge pages for every array of 4 MiB or more.  On the 2-core KVM guest of
+    the benchmarks (a balloon device with free page reporting: free 2 MiB blocks go back to
+    the host, and a huge page needs one) the first touch of 160 MB took 0.30-0.43 s in huge
+    pages against 0.08-0.19 s in base pages, and ``SparseTensor`` from 5M unsorted nonzeros
+    (160 MB of result) 0.19-0.43 s against 0.13-0.24 s.  Elsewhere base pages mean more page
+    faults (one per 4 KiB instead of one per 2 MiB).  The construction streams through its
+    arrays, so huge pages buy it little afterwards.
     """
     out = np.empty(shape, dtype=dtype)
     _construct.small_pages(out)
