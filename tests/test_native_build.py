@@ -235,15 +235,29 @@ def test_canonical_overflow_in_a_large_bucket():
         assert exc.value.coord == (0, 7)
 
 
-def test_fresh_array_in_base_pages():
+def test_fresh_array_and_page_size_choice(monkeypatch):
     import sys
-    a = canonical.fresh_array((1 << 20, 3), np.int64)        # 24 MiB: NumPy would ask for THP
-    assert a.shape == (1 << 20, 3) and a.dtype == np.int64 and a.flags.c_contiguous
-    a[:] = 7
-    assert int(a[-1, -1]) == 7
-    assert _construct.small_pages(a) == (1 if sys.platform.startswith("linux") else 0)
+    assert _construct.small_pages(np.empty(1 << 22)) == (1 if sys.platform.startswith("linux")
+                                                         else 0)
     assert _construct.small_pages(np.empty(0)) == 0
     assert _construct.small_pages(np.empty((10, 10))[:, ::2]) == 0      # not contiguous
+    assert isinstance(canonical._free_page_reporting(), bool)
+    rng = np.random.default_rng(13)
+    subs = rng.integers(0, 60, (400_000, 3))
+    vals = rng.integers(1, 3, 400_000).astype(np.float64)
+    got = []
+    for env, want in (("0", True), ("1", False), (" Auto ", canonical._free_page_reporting())):
+        monkeypatch.setenv(canonical.HUGE_PAGES_ENV, env)
+        assert canonical.base_pages() is want
+        a = canonical.fresh_array((1 << 20, 3), np.int64)        # 24 MiB
+        assert a.shape == (1 << 20, 3) and a.dtype == np.int64 and a.flags.c_contiguous
+        got.append(canonical_coo(subs, vals, (60, 60, 60), num_threads=2))
+    for s, v, _ in got[1:]:
+        np.testing.assert_array_equal(s, got[0][0])
+        np.testing.assert_array_equal(v, got[0][1])
+    monkeypatch.setenv(canonical.HUGE_PAGES_ENV, "sometimes")
+    with pytest.warns(RuntimeWarning, match="SKTENSOR_FAST_HUGE_PAGES='sometimes'"):
+        assert canonical.base_pages() is canonical._free_page_reporting()
 
 
 def test_mode_order_and_narrow():

@@ -580,7 +580,7 @@ cdef void _decode_rows(const uint64_t* kp, int64_t* out, Py_ssize_t N,
 def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
               int64_t[:, ::1] hist, int top_shift, shifts, masks,
               int64_t[:, ::1] out_subs, value_t[::1] out_vals, int stop_on_dup=0,
-              int max_digit=MAX_DIGIT, int num_threads=1):
+              int max_digit=MAX_DIGIT, int base_pages=0, int num_threads=1):
     """Sort the rows by their packed keys, sum repeated keys, drop zeros and decode, into
     ``out_subs`` and ``out_vals``.
 
@@ -604,6 +604,11 @@ def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
         that never write over a key still to be read.
     stop_on_dup : int
         Return before decoding when a key repeats (the caller raises).
+    max_digit : int
+        Widest digit (4 to 11 bits) of the bucket sorts.
+    base_pages : int
+        Allocate the scratch of buckets too large for one thread in base-size pages
+        (:func:`small_pages`).
 
     Returns
     -------
@@ -714,8 +719,9 @@ def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
                 ka = np.empty(m, dtype=np.uint64)
                 va = np.empty(m, dtype=dtype)
                 vb = np.empty(m, dtype=dtype)
-                for scratch in (ka, va, vb):
-                    small_pages(scratch)
+                if base_pages:
+                    for scratch in (ka, va, vb):
+                        small_pages(scratch)
                 kb_i, vb_i = radix_sort(keys_arr[s:s + m], vals_arr[s:s + m], ka, va, vb,
                                         low_bits, num_threads)
                 if kb_i == 1:

@@ -6,15 +6,19 @@ against the shape and every value for finiteness, sorts the rows (only when they
 sorted already), adds up repeated coordinates and drops zeros, without copying arrays that are
 already in their final form.
 """
+import functools
+import glob
+import os
 import sys
+import warnings
 
 import numpy as np
 
 from .. import _threads
 from . import _construct
 
-__all__ = ["canonical_coo", "canonical_from", "key_bits", "fresh_array", "CanonicalError",
-           "MAX_KEY_BITS"]
+__all__ = ["canonical_coo", "canonical_from", "key_bits", "fresh_array", "base_pages",
+           "CanonicalError", "MAX_KEY_BITS"]
 
 #: Widest packed key the compiled passes sort; wider tensors take NumPy's lexsort.
 MAX_KEY_BITS = 64
@@ -135,7 +139,8 @@ def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
     out_subs = fresh_array((n, N), np.int64)
     out_vals = fresh_array(n, vals.dtype)
     out = _construct.sort_into(src, src_shifts, vals, hist, low, shifts, masks, out_subs,
-                               out_vals, stop_on_dup=not sum_duplicates, num_threads=nt)
+                               out_vals, stop_on_dup=not sum_duplicates,
+                               base_pages=base_pages(), num_threads=nt)
     del src, vals, hist
     if out["overflow"] >= 0:
         key = out["overflow_key"]
@@ -155,19 +160,58 @@ def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
     return out_subs, out_vals, info
 
 
-def fresh_array(shape, dtype):
-    """``np.empty(shape, dtype)`` backed by base-size pages rather than transparent huge pages.
+#: ``SKTENSOR_FAST_HUGE_PAGES``: "auto" (default), "1" (NumPy's choice: transparent huge pages
+#: for arrays of 4 MiB or more) or "0" (base pages) for the arrays the construction allocates.
+HUGE_PAGES_ENV = "SKTENSOR_FAST_HUGE_PAGES"
 
-    NumPy asks for huge pages for every array of 4 MiB or more.  On the 2-core KVM guest of
-    the benchmarks (a balloon device with free page reporting: free 2 MiB blocks go back to
-    the host, and a huge page needs one) the first touch of 160 MB took 0.30-0.43 s in huge
-    pages against 0.08-0.19 s in base pages, and ``SparseTensor`` from 5M unsorted nonzeros
-    (160 MB of result) 0.19-0.43 s against 0.13-0.24 s.  Elsewhere base pages mean more page
-    faults (one per 4 KiB instead of one per 2 MiB).  The construction streams through its
-    arrays, so huge pages buy it little afterwards.
+_WARNED = set()
+
+
+def base_pages():
+    """Whether :func:`fresh_array` asks for base-size pages instead of huge pages.
+
+    ``SKTENSOR_FAST_HUGE_PAGES=0`` says yes, ``=1`` no; by default (``auto``) yes only under
+    a virtio balloon that reports free pages to the host (Linux, feature bit 5 in
+    ``/sys/bus/virtio/drivers/virtio_balloon/*/features``).  There, free 2 MiB blocks go back
+    to the host about 2 s after they are freed, and a huge page needs one: on the 2-core KVM
+    guest of the benchmarks the first touch of 160 MB took 20-30 ms in huge pages freed up to
+    2 s before, 230-290 ms in huge pages freed 3 s or more before, and 75-100 ms in base pages
+    either way; ``SparseTensor`` from 5M unsorted nonzeros (160 MB of result, right after
+    NumPy's argsort) took 0.19-0.43 s in huge pages and 0.13-0.24 s in base pages.  Without
+    such a balloon huge pages are the cheaper ones (no host takes their blocks back), so
+    NumPy's choice stands.  A bad value of the variable gives a ``RuntimeWarning`` and the
+    default.
     """
+    raw = os.environ.get(HUGE_PAGES_ENV, "auto").strip().lower()
+    if raw in ("0", "1"):
+        return raw == "0"
+    if raw != "auto" and raw not in _WARNED:
+        _WARNED.add(raw)
+        warnings.warn(f"ignoring {HUGE_PAGES_ENV}={raw!r}: use 0, 1 or auto", RuntimeWarning,
+                      stacklevel=3)
+    return _free_page_reporting()
+
+
+@functools.lru_cache(maxsize=None)
+def _free_page_reporting():
+    for dev in glob.glob("/sys/bus/virtio/drivers/virtio_balloon/virtio*"):
+        try:
+            with open(os.path.join(dev, "features")) as f:
+                bits = f.read().strip()
+        except OSError:
+            continue
+        if len(bits) > 5 and bits[5] == "1":        # VIRTIO_BALLOON_F_REPORTING
+            return True
+    return False
+
+
+def fresh_array(shape, dtype):
+    """``np.empty(shape, dtype)`` for an array the construction writes from scratch: in
+    base-size pages where :func:`base_pages` says so (``madvise(MADV_NOHUGEPAGE)`` before its
+    first touch), otherwise as NumPy allocates it."""
     out = np.empty(shape, dtype=dtype)
-    _construct.small_pages(out)
+    if base_pages():
+        _construct.small_pages(out)
     return out
 
 
