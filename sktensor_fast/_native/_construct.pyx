@@ -753,8 +753,10 @@ def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
         return res
     # 3. decode.  Row o is written to flat slots [N o, N o + N) and its key read from slot
     #    (N - 1) n + (o or later); a round of rows [r, nxt) with N nxt <= (N - 1) n + r writes
-    #    below every key it or a later round reads, so its rows go in parallel.  The rest, a
-    #    fraction 1/N of it each round, is decoded in order by one thread (always safe).
+    #    below every key it or a later round reads, so its rows go in parallel.  What is left
+    #    shrinks by a factor N each round; once it is an eighth of the rows or less (few
+    #    parallel regions: each may wait for a descheduled thread on a busy machine), it is
+    #    decoded in order by one thread (always safe).
     r = 0
     while r < nout:
         nxt = nout
@@ -762,7 +764,7 @@ def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
             nxt = ((N - 1) * n + r) // N
             if nxt > nout:
                 nxt = nout
-            if nxt - r < 2 * MIN_BLOCK_C:
+            if nxt - r < 2 * MIN_BLOCK_C or nout - r <= n // 8:
                 nxt = nout
                 chunk = 0
             else:
