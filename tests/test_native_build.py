@@ -162,6 +162,12 @@ def test_sort_into_rejects_inconsistent_arrays():
     with pytest.raises(ValueError, match="max_digit"):
         _construct.sort_into(subs, [1, 0], np.ones(10), hist, 1, [1, 0], [1, 1],
                              np.empty((10, 2), np.int64), np.empty(10), max_digit=3)
+    # counts that do not describe the keys: an error, no write outside the arrays
+    bad = np.column_stack([np.arange(10) % 4, np.arange(10) % 2])
+    for h, shift in (([[10, 0, 0, 0]], 1), ([[3, 3, 3, 1]], 1), ([[10, 0]], 0)):
+        with pytest.raises(ValueError, match="do not match the histogram"):
+            _construct.sort_into(bad, [1, 0], np.ones(10), np.array(h, np.int64), shift,
+                                 [1, 0], [3, 1], np.empty((10, 2), np.int64), np.empty(10))
 
 
 @pytest.mark.parametrize("shape", [(1 << 32, 1 << 32), (1, 1 << 32, 1 << 32),

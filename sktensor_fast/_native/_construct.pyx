@@ -390,20 +390,29 @@ DEF MAX_PASSES = 16        # 64 bits in digits of 4 bits or more
 DEF CNT_SLOTS = 16 << 11   # MAX_PASSES << MAX_DIGIT
 
 
-cdef void _place_block(const index_t* src, Py_ssize_t Ns, const int64_t* kshifts,
-                       const value_t* vals, Py_ssize_t lo, Py_ssize_t hi, int top_shift,
-                       int64_t* pos, uint64_t* dkeys, value_t* dvals) noexcept nogil:
+cdef int _place_block(const index_t* src, Py_ssize_t Ns, const int64_t* kshifts,
+                      const value_t* vals, Py_ssize_t lo, Py_ssize_t hi, int top_shift,
+                      int64_t* pos, const int64_t* bstart, uint64_t Dt, uint64_t* dkeys,
+                      value_t* dvals) noexcept nogil:
     """Stable scatter of the keys of rows ``lo:hi`` (packed again from ``src``) and their
-    values by the digit above ``top_shift``."""
+    values by the digit above ``top_shift``.  Returns 1, having stopped, at a key that the
+    counts do not account for (a digit outside them, or a bucket already full): the writes
+    stay inside the arrays whatever the caller passed."""
     cdef Py_ssize_t i
     cdef int64_t j
-    cdef uint64_t key
+    cdef uint64_t key, d
     for i in range(lo, hi):
         key = _row_key(src + i * Ns, Ns, kshifts)
-        j = pos[key >> top_shift]
-        pos[key >> top_shift] = j + 1
+        d = key >> top_shift
+        if d >= Dt:
+            return 1
+        j = pos[d]
+        if j >= bstart[d + 1]:
+            return 1
+        pos[d] = j + 1
         dkeys[j] = key
         dvals[j] = vals[i]
+    return 0
 
 
 cdef void _insertion(uint64_t* k, value_t* v, Py_ssize_t m) noexcept nogil:
@@ -650,6 +659,8 @@ def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
         raise ValueError("sort_into: inconsistent array sizes")
     if nb != _nblocks(n, num_threads) or Dt < 1:
         raise ValueError("sort_into: the histogram does not match the blocks")
+    if not 0 <= top_shift < 64:
+        raise ValueError("sort_into: top_shift must be in [0, 64)")
     if not 4 <= max_digit <= MAX_DIGIT:
         raise ValueError(f"sort_into: max_digit must be in [4, {MAX_DIGIT}]")
     run = 0
@@ -674,8 +685,11 @@ def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
     c0 = time.process_time()
     # 1. stable scatter by the top digit (its first touch of the output's memory: parallel)
     for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
-        _place_block(ps, Ns, &ksh[0], pv_in, n * b // nb, n * (b + 1) // nb, top_shift,
-                     &hist[b, 0], kp, pv)
+        failed += _place_block(ps, Ns, &ksh[0], pv_in, n * b // nb, n * (b + 1) // nb,
+                               top_shift, &hist[b, 0], &bstart[0], <uint64_t> Dt, kp, pv)
+    if failed:
+        raise ValueError("sort_into: the keys do not match the histogram (another top_shift, "
+                         "thread count or input than the scan's)")
     # 2. every bucket sorted in cache by one thread, summed and compacted in place; buckets
     #    that one thread would take too long on are sorted by all threads together
     t1 = time.perf_counter()
