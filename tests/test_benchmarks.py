@@ -256,6 +256,23 @@ def test_phi_script_runs(tmp_path, capsys):
     assert "data term" in capsys.readouterr().out
 
 
+def test_construct_script_runs(tmp_path, capsys):
+    """bench_construct times a first call in a fresh process and the compiled passes one by
+    one, next to NumPy's argsort, and writes JSON."""
+    import json
+    from benchmarks import bench_construct
+    out = tmp_path / "construct.json"
+    bench_construct.main(["--nnz", "3000", "--threads", "1", "2", "--repeat", "1", "--fresh",
+                          "1", "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert [r["threads"] for r in res["first_calls"]] == [1, 2]
+    assert all(r["construct"] > 0 and r["argsort"] > 0 for r in res["first_calls"])
+    for nt in (1, 2):
+        for phase in ("scan", "scatter", "buckets", "decode", "total"):
+            assert res["phases"][f"  {phase}, {nt} thread(s), wall"]["best"] >= 0
+    assert "SparseTensor, 2 thread(s)" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------ contention section
 def test_contention_is_only_run_when_asked_for(tiny):
     _, rep = tiny

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sktensor_fast import SparseTensor
-from sktensor_fast._native import _construct, _tns, text
+from sktensor_fast._native import _construct, _tns, canonical, text
 from sktensor_fast._native.canonical import CanonicalError, canonical_coo
 
 
@@ -94,6 +94,176 @@ def test_canonical_errors():
         canonical_coo(np.array([[1, 0], [0, 0], [1, 0]]), np.array([big, 1.0, big]), (2, 2))
     # too wide for a 64-bit key: the caller sorts another way
     assert canonical_coo(np.zeros((1, 3), np.int64), np.ones(1), (2 ** 30,) * 3) is None
+
+
+def _both_paths(subs, vals, shape, threads=(1, 2, 3), **kw):
+    """canonical_coo (the caller keeps the coordinates: the keys are packed again while
+    scattered) and canonical_from of a copy nobody else holds (the scan keeps the keys), at
+    several thread counts."""
+    from sktensor_fast._native.canonical import canonical_from
+    out = []
+    for t in threads:
+        out.append(canonical_coo(subs, vals, shape, num_threads=t, **kw))
+        out.append(canonical_from([subs.copy(), vals], shape, num_threads=t, **kw))
+    return out
+
+
+@pytest.mark.parametrize("shape", [(50, 40, 30), (300, 200), (7, 9, 11, 13), (400,)])
+def test_canonical_parallel_decode_with_repeats_and_zeros(shape):
+    # enough rows for the decoding rounds in parallel; repeats and zero sums move the rows
+    # of every bucket down, and input zeros are dropped
+    rng = np.random.default_rng(len(shape))
+    n = 300_000
+    subs = np.column_stack([rng.integers(0, s, n) for s in shape])
+    vals = rng.integers(-2, 3, n).astype(np.float64)
+    want_s, want_v = reference(subs, vals, shape)
+    for s, v, info in _both_paths(subs, vals, shape):
+        np.testing.assert_array_equal(s, want_s)
+        np.testing.assert_array_equal(v, want_v)
+        # the result was shrunk in place: its own arrays, no larger buffer behind them
+        assert s.base is None and v.base is None and s.flags.c_contiguous
+        assert info["summed"] and info["zeros"] > 0
+
+
+@pytest.mark.parametrize("width", [4, 5, 7, 8, 10, 11])
+def test_sort_into_digit_widths(width):
+    # every digit width of the bucket sorts, odd bucket sizes, keys of 61 bits
+    rng = np.random.default_rng(width)
+    shape = (1 << 20, 3, (1 << 39) - 7)
+    n = 40_001
+    subs = np.column_stack([rng.integers(0, s, n) for s in shape])
+    subs[::97] = subs[5]                              # repeats
+    vals = rng.integers(-3, 4, n) * 0.5               # exact sums in any order
+    want_s, want_v = reference(subs, vals, shape)
+    bits, shifts, masks = canonical._layout(shape)
+    for top in (1, 9, 12):
+        low = sum(bits) - top
+        for t in (1, 2):
+            hist = np.zeros((_construct.num_blocks(n, t), 1 << top), np.int64)
+            rep = _construct.scan(subs, vals, list(shape), shifts, hist, low, None, t)
+            assert rep["order"] == 0 and rep["bad_row"] == -1
+            os_, ov = np.empty((n, 3), np.int64), np.empty(n)
+            res = _construct.sort_into(subs, shifts, vals, hist, low, shifts, masks, os_, ov,
+                                       max_digit=width, num_threads=t)
+            np.testing.assert_array_equal(os_[:res["nnz"]], want_s)
+            np.testing.assert_array_equal(ov[:res["nnz"]], want_v)
+
+
+def test_sort_into_rejects_inconsistent_arrays():
+    subs = np.zeros((10, 2), np.int64)
+    hist = np.zeros((1, 4), np.int64)
+    hist[0, 0] = 10
+    with pytest.raises(ValueError, match="inconsistent"):
+        _construct.sort_into(subs, [1, 0], np.ones(10), hist, 1, [1, 0], [1, 1],
+                             np.empty((9, 2), np.int64), np.empty(10))
+    with pytest.raises(ValueError, match="histogram"):
+        _construct.sort_into(subs, [1, 0], np.ones(10), np.zeros((1, 4), np.int64), 1,
+                             [1, 0], [1, 1], np.empty((10, 2), np.int64), np.empty(10))
+    with pytest.raises(ValueError, match="max_digit"):
+        _construct.sort_into(subs, [1, 0], np.ones(10), hist, 1, [1, 0], [1, 1],
+                             np.empty((10, 2), np.int64), np.empty(10), max_digit=3)
+    # counts that do not describe the keys: an error, no write outside the arrays
+    bad = np.column_stack([np.arange(10) % 4, np.arange(10) % 2])
+    for h, shift in (([[10, 0, 0, 0]], 1), ([[3, 3, 3, 1]], 1), ([[10, 0]], 0)):
+        with pytest.raises(ValueError, match="do not match the histogram"):
+            _construct.sort_into(bad, [1, 0], np.ones(10), np.array(h, np.int64), shift,
+                                 [1, 0], [3, 1], np.empty((10, 2), np.int64), np.empty(10))
+
+
+@pytest.mark.parametrize("shape", [(1 << 32, 1 << 32), (1, 1 << 32, 1 << 32),
+                                   ((1 << 63) - 1,), (3, 1 << 62)])
+def test_canonical_keys_at_the_limits(shape):
+    # packed keys of 63 and 64 bits, the largest coordinates, a mode without a field
+    rng = np.random.default_rng(11)
+    n = 5000
+    hi = np.array(shape, dtype=np.uint64) - 1
+    subs = np.column_stack([rng.integers(0, s, n, dtype=np.int64) if s > 1
+                            else np.zeros(n, np.int64) for s in shape])
+    subs[:40] = hi.astype(np.int64)                    # the largest key, repeated
+    subs[40:80] = 0                                    # the smallest
+    vals = rng.integers(1, 4, n).astype(np.float64)
+    want_s, want_v = reference(subs, vals, shape)
+    for s, v, _ in _both_paths(subs, vals, shape, threads=(1, 2)):
+        np.testing.assert_array_equal(s, want_s)
+        np.testing.assert_array_equal(v, want_v)
+    assert want_s[-1].tolist() == hi.astype(np.int64).tolist()
+    sub8 = subs.astype(np.uint64)
+    for s, v, _ in _both_paths(sub8, vals, shape, threads=(1, 2)):
+        np.testing.assert_array_equal(s, want_s)
+
+
+def test_canonical_sorted_input_with_repeats_and_zeros():
+    rng = np.random.default_rng(12)
+    shape = (100, 100, 100)
+    subs = np.column_stack([rng.integers(0, s, 200_000) for s in shape])
+    subs = subs[np.lexsort(subs.T[::-1])]
+    vals = rng.integers(0, 3, len(subs)).astype(np.float64)
+    want_s, want_v = reference(subs, vals, shape)
+    for s, v, info in _both_paths(subs, vals, shape):
+        assert info["sorted"]
+        np.testing.assert_array_equal(s, want_s)
+        np.testing.assert_array_equal(v, want_v)
+    # strictly increasing without zeros: the input itself comes back
+    u = np.ascontiguousarray(want_s)
+    s, v, info = canonical_coo(u, want_v, shape)
+    assert s is u and v is want_v and info["sorted"]
+
+
+@pytest.mark.parametrize("n", [3, 100_000, 700_000])
+def test_canonical_all_duplicates(n):
+    # one coordinate throughout: one bucket (sorted by all threads together when large),
+    # the sum in input order
+    subs = np.tile(np.array([[3, 1, 4]]), (n, 1))
+    vals = np.ones(n)
+    vals[0] = 2.0 ** 53                  # 2**53 + 1 + 1 ... rounds differently in another order
+    want = vals[0]
+    for v1 in vals[1:]:
+        want += v1
+    for s, v, info in _both_paths(subs, vals, (5, 2, 7)):
+        np.testing.assert_array_equal(s, [[3, 1, 4]])
+        assert v.tolist() == [want] and info["summed"]
+    zeros = np.zeros(n)
+    for s, v, info in _both_paths(subs, zeros, (5, 2, 7), threads=(1, 2)):
+        assert s.shape == (0, 3) and v.shape == (0,)
+    with pytest.raises(CanonicalError, match="repeated"):
+        canonical_coo(subs, vals, (5, 2, 7), sum_duplicates=False, num_threads=2)
+
+
+def test_canonical_overflow_in_a_large_bucket():
+    n = 400_000
+    subs = np.zeros((n, 2), np.int64)
+    subs[:, 1] = np.arange(n) % 1000
+    vals = np.ones(n)
+    vals[[7, 1007]] = np.finfo(np.float64).max          # coordinate (0, 7), twice
+    for t in (1, 2):
+        with pytest.raises(CanonicalError, match=r"coordinate \(0, 7\) add up") as exc:
+            canonical_coo(subs, vals, (1, 1000), num_threads=t)
+        assert exc.value.coord == (0, 7)
+
+
+def test_fresh_array_and_page_size_choice(monkeypatch):
+    import sys
+    assert _construct.small_pages(np.empty(1 << 22)) == (1 if sys.platform.startswith("linux")
+                                                         else 0)
+    assert _construct.small_pages(np.empty(0)) == 0
+    assert _construct.small_pages(np.empty((10, 10))[:, ::2]) == 0      # not contiguous
+    assert isinstance(canonical._free_page_reporting(), bool)
+    rng = np.random.default_rng(13)
+    subs = rng.integers(0, 60, (400_000, 3))
+    vals = rng.integers(1, 3, 400_000).astype(np.float64)
+    got = []
+    for env, want in (("0", True), ("1", False), (" Auto ", canonical._free_page_reporting())):
+        monkeypatch.setenv(canonical.HUGE_PAGES_ENV, env)
+        assert canonical.base_pages() is want
+        a = canonical.fresh_array((1 << 20, 3), np.int64)        # 24 MiB
+        assert a.shape == (1 << 20, 3) and a.dtype == np.int64 and a.flags.c_contiguous
+        got.append(canonical_coo(subs, vals, (60, 60, 60), num_threads=2))
+    for s, v, _ in got[1:]:
+        np.testing.assert_array_equal(s, got[0][0])
+        np.testing.assert_array_equal(v, got[0][1])
+    monkeypatch.setenv(canonical.HUGE_PAGES_ENV, "sometimes")
+    with pytest.warns(RuntimeWarning, match="SKTENSOR_FAST_HUGE_PAGES='sometimes'"):
+        assert canonical.base_pages() is canonical._free_page_reporting()
 
 
 def test_mode_order_and_narrow():

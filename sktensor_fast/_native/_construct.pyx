@@ -4,16 +4,20 @@
 
 The canonical form of :class:`~sktensor_fast.SparseTensor` is: coordinates inside the shape,
 finite values, rows sorted lexicographically (mode 0 slowest), repeated coordinates summed and
-zeros dropped.  It is built in three parallel passes over a packed key: the coordinate of mode
-``k`` shifted into its own bit field, mode 0 in the highest bits, so that the order of the keys
-is the lexicographic order of the rows and a coordinate is recovered with a shift and a mask.
+zeros dropped.  It is built from a packed key: the coordinate of mode ``k`` shifted into its
+own bit field, mode 0 in the highest bits, so that the order of the keys is the lexicographic
+order of the rows and a coordinate is recovered with a shift and a mask.
 
-1. :func:`linearize` checks every coordinate against the shape and every value for finiteness,
-   writes the keys, and reports whether they already increase (then nothing is sorted).
-2. :func:`radix_sort` sorts the keys, the values carried along: a least-significant-digit
-   radix sort of 8- to 11-bit digits, each pass a count and a stable scatter per block.
-3. :func:`compact_count` / :func:`compact_write` add up runs of equal keys in their input
-   order, drop zero sums and decode the keys into int64 coordinates.
+1. :func:`scan` checks every coordinate against the shape and every value for finiteness,
+   counts the keys by their top digit and reports whether they already increase (then
+   nothing is sorted).  It only reads the input (and writes the keys when asked to).
+2. :func:`sort_into` works inside the arrays of the result: a stable scatter by the top digit
+   (the keys into the tail of the coordinate array, the values into the value array), a
+   least-significant-digit radix sort of every bucket in cache with the sums of repeated keys,
+   and the decoding of the keys into rows from the front (a bucket too large for one thread
+   is sorted by all of them with :func:`radix_sort`).  The only memory it touches besides
+   the result is a little scratch per thread, which matters as much as the work: the first
+   touch of fresh pages costs about as much as a pass over them.
 
 The blocks of a pass are contiguous ranges of the input in order, so the sort is stable and
 every result (order, sums) is the same whatever the number of threads.  Tensors whose packed key
@@ -25,12 +29,14 @@ narrower integer type, and :func:`value_stats` is one pass over the values that 
 questions estimators ask of them (counts, binary data, sums).
 """
 cimport cython
-from cython.parallel cimport prange
+from cython.parallel cimport prange, threadid
 from libc.stdlib cimport malloc, calloc, free
-from libc.string cimport memset, memcpy
+from libc.string cimport memset, memcpy, memmove
 from libc.math cimport floor
 from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
                           uint64_t)
+
+import time
 
 import numpy as np
 cimport numpy as cnp
@@ -51,6 +57,28 @@ cdef extern from *:
     int SKN_HAVE_OPENMP
     int skn_max_threads() nogil
 
+cdef extern from *:
+    """
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #include <unistd.h>
+    static int skn_no_huge_pages(void* p, size_t nbytes) {
+    #ifdef MADV_NOHUGEPAGE
+        size_t page = (size_t) sysconf(_SC_PAGESIZE);
+        size_t lo = ((size_t) p + page - 1) / page * page;
+        size_t hi = ((size_t) p + nbytes) / page * page;
+        if (hi <= lo) return 0;
+        return madvise((void*) lo, hi - lo, MADV_NOHUGEPAGE) == 0 ? 1 : -1;
+    #else
+        return 0;
+    #endif
+    }
+    #else
+    static int skn_no_huge_pages(void* p, size_t nbytes) { return 0; }
+    #endif
+    """
+    int skn_no_huge_pages(void* p, size_t nbytes) nogil
+
 HAVE_OPENMP = bool(SKN_HAVE_OPENMP)
 
 #: items a block should hold at least before another thread is worth starting
@@ -70,6 +98,16 @@ cdef inline Py_ssize_t _nblocks(Py_ssize_t n, int num_threads) noexcept nogil:
     if nb < 1:
         nb = 1
     return nb
+
+
+def small_pages(arr):
+    """Ask the kernel to back ``arr`` (not yet touched) with base-size pages instead of
+    transparent huge pages.  Returns 1 when it was asked, 0 where the platform has no such
+    advice, -1 when the call failed (nothing changes then)."""
+    cdef cnp.ndarray a = arr
+    if not cnp.PyArray_ISCARRAY(a) or a.nbytes == 0:
+        return 0
+    return skn_no_huge_pages(cnp.PyArray_DATA(a), <size_t> a.nbytes)
 
 
 def num_blocks(Py_ssize_t n, int num_threads):
@@ -100,8 +138,8 @@ ctypedef fused coord_t:
     int64_t
 
 
-# ----------------------------------------------------------------------------- linearize
-# per-block report of linearize, in int64 slots
+# ----------------------------------------------------------------------------- scan
+# per-block report of scan, in int64 slots
 DEF L_BAD_ROW = 0      # first row with a coordinate outside the shape (or n)
 DEF L_BAD_VAL = 1      # first non-finite value (or n)
 DEF L_DESC = 2         # 1 when some key is smaller than the one before it (inside the block)
@@ -110,10 +148,20 @@ DEF L_ZERO = 4         # number of zero values
 DEF L_SLOTS = 5
 
 
-cdef void _lin_block(const index_t* subs, const value_t* vals, Py_ssize_t N,
-                     const uint64_t* shape, const int64_t* shifts, uint64_t* keys,
-                     Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n, int64_t* rep, int64_t* hist,
-                     int top_shift) noexcept nogil:
+cdef inline uint64_t _row_key(const index_t* row, Py_ssize_t N,
+                              const int64_t* shifts) noexcept nogil:
+    """Packed key of one row whose coordinates were checked."""
+    cdef Py_ssize_t k
+    cdef uint64_t key = 0
+    for k in range(N):
+        key = key | ((<uint64_t> (<int64_t> row[k])) << shifts[k])
+    return key
+
+
+cdef void _scan_block(const index_t* subs, const value_t* vals, Py_ssize_t N,
+                      const uint64_t* shape, const int64_t* shifts, uint64_t* keys,
+                      Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n, int64_t* rep, int64_t* hist,
+                      int top_shift) noexcept nogil:
     cdef Py_ssize_t i, k
     cdef uint64_t key, u, prev = 0
     cdef value_t v
@@ -129,9 +177,9 @@ cdef void _lin_block(const index_t* subs, const value_t* vals, Py_ssize_t N,
             key = key | (u << shifts[k])
         if bad_row < n:
             break
-        keys[i] = key
-        if hist != NULL:
-            hist[key >> top_shift] += 1
+        if keys != NULL:
+            keys[i] = key
+        hist[key >> top_shift] += 1
         v = vals[i]
         if v - v != 0:          # NaN or infinite
             if bad_val == n:
@@ -151,17 +199,19 @@ cdef void _lin_block(const index_t* subs, const value_t* vals, Py_ssize_t N,
     rep[L_ZERO] = zero
 
 
-def linearize(const index_t[:, ::1] subs, const value_t[::1] vals, shape, shifts,
-              uint64_t[::1] keys, int64_t[:, ::1] hist=None, int top_shift=0,
-              int num_threads=1):
-    """Packed keys of the rows of ``subs`` into ``keys``, checking everything.
+def scan(const index_t[:, ::1] subs, const value_t[::1] vals, shape, shifts,
+         int64_t[:, ::1] hist, int top_shift, uint64_t[::1] keys=None, int num_threads=1):
+    """Check every row and count the keys by their top digit, in one pass.
+
+    Every coordinate is checked against ``shape`` and every value for finiteness; the packed
+    key of every row (mode ``k``'s coordinate shifted left by ``shifts[k]``) is counted in
+    ``hist`` (one row per block, :func:`num_blocks`, zeroed by the caller) by its digit above
+    ``top_shift``, and written to ``keys`` when given.
 
     Returns a dict: ``bad_row`` (first row holding a coordinate outside ``[0, shape)``, or -1),
     ``bad_val`` (first non-finite value before that row, or -1), ``order`` (2: the keys
     strictly increase, 1: they never decrease, 0: unsorted) and ``zeros`` (number of zero
-    values).  ``keys`` is only meaningful when ``bad_row`` is -1.  With ``hist`` (one row per
-    block, :func:`num_blocks`, and ``2 ** (key bits - top_shift)`` columns), the pass also
-    counts the keys of every block by their digit above ``top_shift``, for :func:`sort_unique`.
+    values).  ``hist`` and ``keys`` are only meaningful when ``bad_row`` is -1.
     """
     cdef Py_ssize_t n = subs.shape[0]
     cdef Py_ssize_t N = subs.shape[1]
@@ -170,23 +220,26 @@ def linearize(const index_t[:, ::1] subs, const value_t[::1] vals, shape, shifts
     cdef uint64_t[::1] shp = np.asarray(shape, dtype=np.uint64)
     cdef int64_t[::1] sh = np.asarray(shifts, dtype=np.int64)
     cdef int64_t[:, ::1] rep = np.zeros((nb, L_SLOTS), dtype=np.int64)
-    cdef int64_t* ph = NULL
-    cdef Py_ssize_t hstride = 0
-    if vals.shape[0] != n or keys.shape[0] < n or shp.shape[0] != N or sh.shape[0] != N:
-        raise ValueError("linearize: inconsistent array sizes")
-    if hist is not None:
-        if hist.shape[0] != nb:
-            raise ValueError("linearize: the histogram needs one row per block")
-        hstride = hist.shape[1]
-        ph = &hist[0, 0]
+    cdef uint64_t* pk = NULL
+    cdef uint64_t ka, kb
+    if vals.shape[0] != n or shp.shape[0] != N or sh.shape[0] != N:
+        raise ValueError("scan: inconsistent array sizes")
+    if hist.shape[0] != nb:
+        raise ValueError("scan: the histogram needs one row per block")
+    if keys is not None:
+        if keys.shape[0] != n:
+            raise ValueError("scan: keys has the wrong length")
+        if n:
+            pk = &keys[0]
     if n == 0:
         return {"bad_row": -1, "bad_val": -1, "order": 2, "zeros": 0}
     cdef const index_t* ps = &subs[0, 0]
     cdef const value_t* pv = &vals[0]
-    cdef uint64_t* pk = &keys[0]
+    cdef Py_ssize_t hstride = hist.shape[1]
+    cdef int64_t* ph = &hist[0, 0]
     for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
-        _lin_block(ps, pv, N, &shp[0], &sh[0], pk, n * b // nb, n * (b + 1) // nb, n,
-                   &rep[b, 0], (ph + b * hstride) if ph != NULL else NULL, top_shift)
+        _scan_block(ps, pv, N, &shp[0], &sh[0], pk, n * b // nb, n * (b + 1) // nb, n,
+                    &rep[b, 0], ph + b * hstride, top_shift)
     bad_row = n
     bad_val = n
     desc = equal = zeros = 0
@@ -204,9 +257,11 @@ def linearize(const index_t[:, ::1] subs, const value_t[::1] vals, shape, shifts
         zeros += rep[b, L_ZERO]
         if b > 0:
             k = n * b // nb
-            if keys[k] < keys[k - 1]:
+            ka = _row_key(ps + (k - 1) * N, N, &sh[0])
+            kb = _row_key(ps + k * N, N, &sh[0])
+            if kb < ka:
                 desc = 1
-            elif keys[k] == keys[k - 1]:
+            elif kb == ka:
                 equal = 1
     order = 0 if desc else (1 if equal else 2)
     return {"bad_row": -1 if bad_row == n else int(bad_row),
@@ -328,133 +383,36 @@ def radix_sort(uint64_t[::1] keys, const value_t[::1] vals, uint64_t[::1] keys2,
         free(hist)
 
 
-# ----------------------------------------------------------------------------- compact
-DEF C_COUNT = 0        # rows written by the block
-DEF C_DUP = 1          # 1 when the block holds a repeated key
-DEF C_OVER = 2         # first run (index of its first entry) whose sum is not finite, or n
-DEF C_ZERO = 3         # runs whose sum is zero (dropped)
-DEF C_SLOTS = 4
-
-
-cdef Py_ssize_t _run_start(const uint64_t* keys, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
-    """First index >= i that starts a run of equal keys."""
-    while 0 < i < n and keys[i] == keys[i - 1]:
-        i += 1
-    return i
-
-
-cdef void _compact_block(const uint64_t* keys, const value_t* vals, Py_ssize_t lo,
-                         Py_ssize_t hi, Py_ssize_t n, int write, Py_ssize_t N,
-                         const int64_t* shifts, const uint64_t* masks, int64_t* out_subs,
-                         value_t* out_vals, int64_t* rep) noexcept nogil:
-    cdef Py_ssize_t i, j, k
-    cdef int64_t o = 0, dup = 0, over = n, zero = 0
-    cdef value_t s
-    cdef uint64_t key
-    i = lo
-    while i < hi:
-        key = keys[i]
-        s = vals[i]
-        j = i + 1
-        while j < n and keys[j] == key:
-            s = s + vals[j]
-            j += 1
-        if j > i + 1:
-            dup = 1
-            if s - s != 0 and over == n:
-                over = i
-        if s != 0:
-            if write:
-                for k in range(N):
-                    out_subs[o * N + k] = <int64_t> ((key >> shifts[k]) & masks[k])
-                out_vals[o] = s
-            o += 1
-        else:
-            zero += 1
-        i = j
-    rep[C_COUNT] = o
-    rep[C_DUP] = dup
-    rep[C_OVER] = over
-    rep[C_ZERO] = zero
-
-
-def compact(const uint64_t[::1] keys, const value_t[::1] vals, shifts, masks,
-            int check_only=0, int num_threads=1):
-    """Sum runs of equal keys (in input order), drop zero sums, decode the keys.
-
-    ``keys`` must be sorted.  Returns a dict with ``subs`` (int64, rows x len(shifts)) and
-    ``vals`` (the value dtype), ``dup`` (whether some key repeats), ``overflow`` (index of the
-    first entry of the first run whose sum is not finite, or -1; then nothing is written) and
-    ``zeros`` (runs dropped because their sum is 0).  With ``check_only`` only the counts are
-    computed (``subs`` and ``vals`` are None).
-    """
-    cdef Py_ssize_t n = keys.shape[0]
-    cdef Py_ssize_t N = len(shifts)
-    cdef Py_ssize_t nb = _nblocks(n, num_threads)
-    cdef Py_ssize_t b
-    cdef int64_t[::1] sh = np.asarray(shifts, dtype=np.int64)
-    cdef uint64_t[::1] mk = np.asarray(masks, dtype=np.uint64)
-    cdef int64_t[::1] starts = np.empty(nb + 1, dtype=np.int64)
-    cdef int64_t[::1] offs = np.zeros(nb + 1, dtype=np.int64)
-    cdef int64_t[:, ::1] rep = np.zeros((nb, C_SLOTS), dtype=np.int64)
-    cdef int64_t[:, ::1] out_subs
-    cdef value_t[::1] out_vals
-    if vals.shape[0] != n:
-        raise ValueError("compact: keys and vals differ in length")
-    dtype = np.float32 if value_t is float else np.float64
-    if n == 0:
-        return {"subs": np.zeros((0, N), np.int64), "vals": np.zeros(0, dtype), "dup": False,
-                "overflow": -1, "zeros": 0}
-    cdef const uint64_t* pk = &keys[0]
-    cdef const value_t* pv = &vals[0]
-    for b in range(nb + 1):
-        starts[b] = _run_start(pk, n * b // nb, n)
-    for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
-        _compact_block(pk, pv, starts[b], starts[b + 1], n, 0, N, &sh[0], &mk[0], NULL, NULL,
-                       &rep[b, 0])
-    over = n
-    for b in range(nb):
-        offs[b + 1] = offs[b] + rep[b, C_COUNT]
-        if rep[b, C_OVER] < over:
-            over = rep[b, C_OVER]
-    res = {"dup": bool(np.any(np.asarray(rep[:, C_DUP]))),
-           "overflow": -1 if over == n else int(over),
-           "zeros": int(np.sum(np.asarray(rep[:, C_ZERO]))),
-           "subs": None, "vals": None, "nnz": int(offs[nb])}
-    if check_only or over < n:
-        return res
-    subs_arr = np.empty((offs[nb], N), dtype=np.int64)
-    vals_arr = np.empty(offs[nb], dtype=dtype)
-    out_subs = subs_arr
-    out_vals = vals_arr
-    cdef int64_t* po = &out_subs[0, 0] if offs[nb] else NULL
-    cdef value_t* pov = &out_vals[0] if offs[nb] else NULL
-    if offs[nb]:
-        for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
-            _compact_block(pk, pv, starts[b], starts[b + 1], n, 1, N, &sh[0], &mk[0],
-                           po + offs[b] * N, pov + offs[b], &rep[b, 0])
-    res["subs"] = subs_arr
-    res["vals"] = vals_arr
-    return res
-
-
-# ----------------------------------------------------------------------------- sort_unique
+# ----------------------------------------------------------------------------- sort_into
 DEF SMALL_SORT = 32
 DEF MAX_DIGIT = 11
+DEF MAX_PASSES = 16        # 64 bits in digits of 4 bits or more
+DEF CNT_SLOTS = 16 << 11   # MAX_PASSES << MAX_DIGIT
 
 
-cdef void _msd_scatter(const uint64_t* keys, const value_t* vals, uint64_t* dkeys,
-                       value_t* dvals, Py_ssize_t lo, Py_ssize_t hi, int shift,
-                       int64_t* pos) noexcept nogil:
+cdef int _place_block(const index_t* src, Py_ssize_t Ns, const int64_t* kshifts,
+                      const value_t* vals, Py_ssize_t lo, Py_ssize_t hi, int top_shift,
+                      int64_t* pos, const int64_t* bstart, uint64_t Dt, uint64_t* dkeys,
+                      value_t* dvals) noexcept nogil:
+    """Stable scatter of the keys of rows ``lo:hi`` (packed again from ``src``) and their
+    values by the digit above ``top_shift``.  Returns 1, having stopped, at a key that the
+    counts do not account for (a digit outside them, or a bucket already full): the writes
+    stay inside the arrays whatever the caller passed."""
     cdef Py_ssize_t i
     cdef int64_t j
-    cdef uint64_t key
+    cdef uint64_t key, d
     for i in range(lo, hi):
-        key = keys[i]
-        j = pos[key >> shift]
-        pos[key >> shift] = j + 1
+        key = _row_key(src + i * Ns, Ns, kshifts)
+        d = key >> top_shift
+        if d >= Dt:
+            return 1
+        j = pos[d]
+        if j >= bstart[d + 1]:
+            return 1
+        pos[d] = j + 1
         dkeys[j] = key
         dvals[j] = vals[i]
+    return 0
 
 
 cdef void _insertion(uint64_t* k, value_t* v, Py_ssize_t m) noexcept nogil:
@@ -473,53 +431,67 @@ cdef void _insertion(uint64_t* k, value_t* v, Py_ssize_t m) noexcept nogil:
         v[j] = val
 
 
+cdef int _digit_width(Py_ssize_t m, int lowbits, int max_digit) noexcept nogil:
+    """Width of the digits sorting ``m`` keys by ``lowbits`` bits: as few passes as digits of
+    at most ``max_digit`` bits allow (no wider than ``m`` needs: the counts of a digit are
+    cleared and summed on every pass), the passes as even as possible."""
+    cdef int w = max_digit, p
+    while w > 4 and ((<Py_ssize_t> 1) << (w - 1)) > m:
+        w -= 1
+    p = (lowbits + w - 1) // w
+    return (lowbits + p - 1) // p
+
+
 cdef void _lsd(uint64_t* k, value_t* v, uint64_t* sk, value_t* sv, Py_ssize_t m,
-               int lowbits, int64_t* cnt) noexcept nogil:
+               int lowbits, int max_digit, int64_t* cnt) noexcept nogil:
     """Stable sort of ``k[:m]`` by its low ``lowbits`` bits, ``v`` along; the result ends in
-    ``k``/``v``; ``sk``/``sv`` are scratch of ``m`` entries, ``cnt`` of 2**MAX_DIGIT."""
+    ``k``/``v``; ``sk``/``sv`` are scratch of ``m`` entries, ``cnt`` of ``CNT_SLOTS``.  One
+    pass counts the digits of every pass; passes whose digit is the same for every key are
+    skipped."""
     cdef Py_ssize_t i, d, D
-    cdef int shift = 0, w, width
+    cdef int p, P, w, shift
     cdef int64_t run, c, j
-    cdef uint64_t mask
+    cdef uint64_t mask, key
     cdef uint64_t* a = k
     cdef uint64_t* bk = sk
     cdef uint64_t* tk
     cdef value_t* av = v
     cdef value_t* bv = sv
     cdef value_t* tv
-    cdef int ordered = 1
+    cdef int64_t* cp
     for i in range(1, m):
         if k[i] < k[i - 1]:
-            ordered = 0
             break
-    if ordered:
+    else:
         return
     if m <= SMALL_SORT:
         _insertion(k, v, m)
         return
-    width = 8 if m < 4096 else MAX_DIGIT
-    while shift < lowbits:
-        w = lowbits - shift
-        if w > width:
-            w = width
-        D = (<Py_ssize_t> 1) << w
-        mask = D - 1
-        memset(cnt, 0, D * sizeof(int64_t))
-        for i in range(m):
-            cnt[(a[i] >> shift) & mask] += 1
-        if cnt[(a[0] >> shift) & mask] == m:
-            shift += w
+    w = _digit_width(m, lowbits, max_digit)
+    P = (lowbits + w - 1) // w
+    D = (<Py_ssize_t> 1) << w
+    mask = D - 1
+    memset(cnt, 0, P * D * sizeof(int64_t))
+    for i in range(m):
+        key = k[i]
+        for p in range(P):
+            cnt[p * D + ((key >> (p * w)) & mask)] += 1
+    for p in range(P):
+        shift = p * w
+        cp = cnt + p * D
+        if cp[(a[0] >> shift) & mask] == m:
             continue
         run = 0
         for d in range(D):
-            c = cnt[d]
-            cnt[d] = run
+            c = cp[d]
+            cp[d] = run
             run += c
         for i in range(m):
-            d = (a[i] >> shift) & mask
-            j = cnt[d]
-            cnt[d] = j + 1
-            bk[j] = a[i]
+            key = a[i]
+            d = (key >> shift) & mask
+            j = cp[d]
+            cp[d] = j + 1
+            bk[j] = key
             bv[j] = av[i]
         tk = a
         a = bk
@@ -527,7 +499,6 @@ cdef void _lsd(uint64_t* k, value_t* v, uint64_t* sk, value_t* sv, Py_ssize_t m,
         tv = av
         av = bv
         bv = tv
-        shift += w
     if a != k:
         memcpy(k, a, m * sizeof(uint64_t))
         memcpy(v, av, m * sizeof(value_t))
@@ -541,6 +512,12 @@ cdef int64_t _compact_inplace(uint64_t* k, value_t* v, Py_ssize_t m,
     cdef int64_t o = 0, dup = 0, over = -1, zero = 0
     cdef uint64_t key
     cdef value_t s
+    # the common case: no repeated key and no zero value, nothing moves
+    while i < m:
+        if (i + 1 < m and k[i + 1] == k[i]) or v[i] == 0:
+            break
+        i += 1
+    o = i
     while i < m:
         key = k[i]
         s = v[i]
@@ -565,97 +542,158 @@ cdef int64_t _compact_inplace(uint64_t* k, value_t* v, Py_ssize_t m,
     return o
 
 
-cdef void _decode(const uint64_t* k, const value_t* v, Py_ssize_t m, Py_ssize_t N,
-                  const int64_t* shifts, const uint64_t* masks, int64_t* out,
-                  value_t* ov) noexcept nogil:
-    cdef Py_ssize_t i, q
+cdef void _decode_rows(const uint64_t* kp, int64_t* out, Py_ssize_t N,
+                       const int64_t* shifts, const uint64_t* masks, const int64_t* offs,
+                       const int64_t* bstart, Py_ssize_t Dt, Py_ssize_t lo,
+                       Py_ssize_t hi) noexcept nogil:
+    """Rows ``lo:hi`` of the result: the coordinates of the key of row ``o``, which bucket
+    ``d`` keeps at ``bstart[d] + o - offs[d]`` (at or after ``o``)."""
+    cdef Py_ssize_t a = 0, b = Dt, mid, d, o, end, q
+    cdef int64_t delta
     cdef uint64_t key
-    for i in range(m):
-        key = k[i]
-        for q in range(N):
-            out[i * N + q] = <int64_t> ((key >> shifts[q]) & masks[q])
-        ov[i] = v[i]
+    cdef int64_t s0, s1, s2
+    cdef uint64_t m0, m1, m2
+    if lo >= hi:
+        return
+    while b - a > 1:          # the last bucket starting at or before lo
+        mid = (a + b) // 2
+        if offs[mid] <= lo:
+            a = mid
+        else:
+            b = mid
+    d = a
+    o = lo
+    if N == 3:
+        s0, s1, s2 = shifts[0], shifts[1], shifts[2]
+        m0, m1, m2 = masks[0], masks[1], masks[2]
+    while o < hi:
+        while offs[d + 1] <= o:
+            d += 1
+        end = offs[d + 1] if offs[d + 1] < hi else hi
+        delta = bstart[d] - offs[d]
+        if N == 3:
+            while o < end:
+                key = kp[o + delta]
+                out[o * 3] = <int64_t> ((key >> s0) & m0)
+                out[o * 3 + 1] = <int64_t> ((key >> s1) & m1)
+                out[o * 3 + 2] = <int64_t> ((key >> s2) & m2)
+                o += 1
+        else:
+            while o < end:
+                key = kp[o + delta]
+                for q in range(N):
+                    out[o * N + q] = <int64_t> ((key >> shifts[q]) & masks[q])
+                o += 1
 
 
-def msd_scatter(const uint64_t[::1] keys, const value_t[::1] vals, int64_t[:, ::1] hist,
-                int top_shift, int num_threads=1):
-    """Stable scatter of the keys (values along) by their digit above ``top_shift``.
+def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
+              int64_t[:, ::1] hist, int top_shift, shifts, masks,
+              int64_t[:, ::1] out_subs, value_t[::1] out_vals, int stop_on_dup=0,
+              int max_digit=MAX_DIGIT, int base_pages=0, int num_threads=1):
+    """Sort the rows by their packed keys, sum repeated keys, drop zeros and decode, into
+    ``out_subs`` and ``out_vals``.
 
-    ``hist`` holds the per-block counts of that digit made by :func:`linearize` with the same
-    ``num_threads`` (it is overwritten).  Returns ``(keys2, vals2, bstart)``: the scattered
-    copies and the start of every bucket (length ``2**digit + 1``).  The inputs are not needed
-    afterwards.
+    Parameters
+    ----------
+    src : integer array (n, Ns)
+        Rows whose packed keys (column ``k`` shifted left by ``key_shifts[k]``) are sorted:
+        the coordinates :func:`scan` checked, or the keys it wrote (one column, shift 0).
+    vals : array (n,)
+        The values.
+    hist : int64 array
+        The counts of :func:`scan` with the same ``top_shift`` and ``num_threads``
+        (overwritten).
+    shifts, masks : sequences of int
+        The layout of the key: mode ``q`` of the result is ``(key >> shifts[q]) & masks[q]``.
+    out_subs : int64 array (n, N), out_vals : array (n,)
+        Fresh arrays that receive the result in their first ``nnz`` rows.  The sort works
+        inside them: the keys are scattered into the last ``n`` slots of ``out_subs`` (read as
+        a flat array) and the values into ``out_vals``, every bucket of the top digit is
+        sorted there in cache, and the keys are decoded into rows from the front, in rounds
+        that never write over a key still to be read.
+    stop_on_dup : int
+        Return before decoding when a key repeats (the caller raises).
+    max_digit : int
+        Widest digit (4 to 11 bits) of the bucket sorts.
+    base_pages : int
+        Allocate the scratch of buckets too large for one thread in base-size pages
+        (:func:`small_pages`).
+
+    Returns
+    -------
+    dict
+        ``nnz`` (rows of the result), ``dup`` (some key repeats), ``zeros`` (runs dropped
+        because their sum is 0), ``overflow`` (-1, or the position of the first run whose sum
+        is not finite: then nothing is decoded, and ``overflow_key`` is its key), and
+        ``seconds`` and ``cpu_seconds`` (of every thread of the process): the time of the
+        scatter, the bucket sorts and the decoding.
+
+    The blocks of the scatter are contiguous ranges of the input in order and every sort is
+    stable, so equal keys are summed in input order whatever the number of threads.
     """
-    cdef Py_ssize_t n = keys.shape[0]
+    cdef Py_ssize_t n = src.shape[0]
+    cdef Py_ssize_t Ns = src.shape[1]
+    cdef Py_ssize_t N = out_subs.shape[1]
     cdef Py_ssize_t nb = hist.shape[0]
     cdef Py_ssize_t Dt = hist.shape[1]
-    cdef Py_ssize_t b, d
-    cdef int64_t run, c
-    dtype = np.float32 if value_t is float else np.float64
-    if nb != _nblocks(n, num_threads) or vals.shape[0] != n:
-        raise ValueError("msd_scatter: the histogram does not match the blocks")
-    bstart_arr = np.empty(Dt + 1, dtype=np.int64)
-    cdef int64_t[::1] bstart = bstart_arr
-    keys2_arr = np.empty(n, dtype=np.uint64)
-    vals2_arr = np.empty(n, dtype=dtype)
-    cdef uint64_t[::1] keys2 = keys2_arr
-    cdef value_t[::1] vals2 = vals2_arr
-    run = 0
-    for d in range(Dt):
-        bstart[d] = run
-        for b in range(nb):
-            c = hist[b, d]
-            hist[b, d] = run
-            run += c
-    bstart[Dt] = n
-    if run != n:
-        raise ValueError("msd_scatter: the histogram does not count every key")
-    if n == 0:
-        return keys2_arr, vals2_arr, bstart_arr
-    cdef const uint64_t* pk = &keys[0]
-    cdef const value_t* pv = &vals[0]
-    cdef uint64_t* pk2 = &keys2[0]
-    cdef value_t* pv2 = &vals2[0]
-    for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
-        _msd_scatter(pk, pv, pk2, pv2, n * b // nb, n * (b + 1) // nb, top_shift, &hist[b, 0])
-    return keys2_arr, vals2_arr, bstart_arr
-
-
-def sort_buckets(uint64_t[::1] keys, value_t[::1] vals, const int64_t[::1] bstart,
-                 int low_bits, shifts, masks, int num_threads=1):
-    """Sort every bucket ``keys[bstart[d]:bstart[d + 1]]`` by its low ``low_bits`` bits (values
-    along), sum runs of equal keys, drop zero sums, and decode the keys into coordinates.
-
-    Each bucket is sorted by a least-significant-digit radix sort while it is in cache, by one
-    thread; buckets larger than a share of the work are sorted by all threads together.  The
-    arrays are overwritten.  Returns a dict like :func:`compact` (with ``overflow_key``, the key
-    of the first run whose sum is not finite, when ``overflow`` is not -1).
-    """
-    cdef Py_ssize_t n = keys.shape[0]
-    cdef Py_ssize_t Dt = bstart.shape[0] - 1
-    cdef Py_ssize_t N = len(shifts)
-    cdef Py_ssize_t d, m, s, small_max = 0
+    cdef Py_ssize_t b, d, m, s, c, t, small_max = 0, r, nxt, nout, chunk
     cdef int nt = max(1, num_threads)
     cdef int failed = 0
+    cdef int low_bits = top_shift
+    cdef int64_t run, cc
+    cdef int64_t[::1] ksh = np.asarray(key_shifts, dtype=np.int64)
     cdef int64_t[::1] sh = np.asarray(shifts, dtype=np.int64)
     cdef uint64_t[::1] mk = np.asarray(masks, dtype=np.uint64)
+    cdef int64_t[::1] bstart = np.empty(Dt + 1, dtype=np.int64)
     cdef int64_t[::1] counts = np.zeros(max(Dt, 1), dtype=np.int64)
     cdef int64_t[::1] offs = np.zeros(Dt + 1, dtype=np.int64)
     brep_arr = np.zeros((max(Dt, 1), 3), dtype=np.int64)
     brep_arr[:, 1] = -1
     cdef int64_t[:, ::1] brep = brep_arr
-    cdef uint64_t* sk
-    cdef value_t* sv
-    cdef int64_t* cnt
+    cdef uint64_t* sk = NULL
+    cdef value_t* sv = NULL
+    cdef int64_t* cnt = NULL
     dtype = np.float32 if value_t is float else np.float64
-    if vals.shape[0] != n or Dt < 1 or bstart[Dt] != n:
-        raise ValueError("sort_buckets: inconsistent arrays")
+    if (vals.shape[0] != n or out_vals.shape[0] != n or out_subs.shape[0] != n
+            or ksh.shape[0] != Ns or sh.shape[0] != N or mk.shape[0] != N or N < 1):
+        raise ValueError("sort_into: inconsistent array sizes")
+    if nb != _nblocks(n, num_threads) or Dt < 1:
+        raise ValueError("sort_into: the histogram does not match the blocks")
+    if not 0 <= top_shift < 64:
+        raise ValueError("sort_into: top_shift must be in [0, 64)")
+    if not 4 <= max_digit <= MAX_DIGIT:
+        raise ValueError(f"sort_into: max_digit must be in [4, {MAX_DIGIT}]")
+    run = 0
+    for d in range(Dt):
+        bstart[d] = run
+        for b in range(nb):
+            cc = hist[b, d]
+            hist[b, d] = run
+            run += cc
+    bstart[Dt] = n
+    if run != n:
+        raise ValueError("sort_into: the histogram does not count every key")
     if n == 0:
-        return {"subs": np.zeros((0, N), np.int64), "vals": np.zeros(0, dtype), "dup": False,
-                "overflow": -1, "zeros": 0, "nnz": 0}
-    cdef uint64_t* pk = &keys[0]
-    cdef value_t* pv = &vals[0]
-    # buckets that one thread would take too long on are sorted by all threads together
+        return {"nnz": 0, "dup": False, "zeros": 0, "overflow": -1, "seconds": [0.0] * 3,
+                "cpu_seconds": [0.0] * 3}
+    cdef const index_t* ps = &src[0, 0]
+    cdef const value_t* pv_in = &vals[0]
+    cdef int64_t* po = &out_subs[0, 0]
+    cdef uint64_t* kp = <uint64_t*> (po + (N - 1) * n)
+    cdef value_t* pv = &out_vals[0]
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    # 1. stable scatter by the top digit (its first touch of the output's memory: parallel)
+    for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
+        failed += _place_block(ps, Ns, &ksh[0], pv_in, n * b // nb, n * (b + 1) // nb,
+                               top_shift, &hist[b, 0], &bstart[0], <uint64_t> Dt, kp, pv)
+    if failed:
+        raise ValueError("sort_into: the keys do not match the histogram (another top_shift, "
+                         "thread count or input than the scan's)")
+    # 2. every bucket sorted in cache by one thread, summed and compacted in place; buckets
+    #    that one thread would take too long on are sorted by all threads together
+    t1 = time.perf_counter()
+    c1 = time.process_time()
     cdef Py_ssize_t big = n + 1 if nt == 1 else max(1 << 18, n // (2 * nt))
     big_buckets = []
     for d in range(Dt):
@@ -665,40 +703,47 @@ def sort_buckets(uint64_t[::1] keys, value_t[::1] vals, const int64_t[::1] bstar
         elif m > small_max:
             small_max = m
     if small_max > 0:
-        for d in prange(Dt, nogil=True, schedule="dynamic", num_threads=nt, chunksize=1):
-            m = bstart[d + 1] - bstart[d]
-            if m == 0 or m > big:
-                continue
-            sk = <uint64_t*> malloc(m * sizeof(uint64_t))
-            sv = <value_t*> malloc(m * sizeof(value_t))
-            cnt = <int64_t*> malloc(((<Py_ssize_t> 1) << MAX_DIGIT) * sizeof(int64_t))
-            if sk == NULL or sv == NULL or cnt == NULL:
-                failed += 1
-            else:
-                _lsd(pk + bstart[d], pv + bstart[d], sk, sv, m, low_bits, cnt)
-                counts[d] = _compact_inplace(pk + bstart[d], pv + bstart[d], m, &brep[d, 0])
+        sk = <uint64_t*> malloc(nt * small_max * sizeof(uint64_t))
+        sv = <value_t*> malloc(nt * small_max * sizeof(value_t))
+        cnt = <int64_t*> malloc(nt * CNT_SLOTS * sizeof(int64_t))
+        if sk == NULL or sv == NULL or cnt == NULL:
             free(sk)
             free(sv)
             free(cnt)
-    if failed:
-        raise MemoryError("sort_buckets: no memory for the scratch of a bucket")
-    keys_arr = np.asarray(keys)
-    vals_arr = np.asarray(vals)
-    for d in big_buckets:
-        s = bstart[d]
-        m = bstart[d + 1] - s
-        if low_bits > 0:
-            ka = np.empty(m, dtype=np.uint64)
-            va = np.empty(m, dtype=dtype)
-            vb = np.empty(m, dtype=dtype)
-            kb_i, vb_i = radix_sort(keys_arr[s:s + m], vals_arr[s:s + m], ka, va, vb,
-                                    low_bits, num_threads)
-            if kb_i == 1:
-                keys_arr[s:s + m] = ka
-            if vb_i != 0:
-                vals_arr[s:s + m] = (None, va, vb)[vb_i]
-            del ka, va, vb
-        counts[d] = _compact_inplace(pk + s, pv + s, m, &brep[d, 0])
+            raise MemoryError("sort_into: no memory for the scratch of the buckets")
+        for d in prange(Dt, nogil=True, schedule="dynamic", num_threads=nt, chunksize=4):
+            m = bstart[d + 1] - bstart[d]
+            if m == 0 or m > big:
+                continue
+            t = threadid()
+            if low_bits > 0:
+                _lsd(kp + bstart[d], pv + bstart[d], sk + t * small_max, sv + t * small_max,
+                     m, low_bits, max_digit, cnt + t * CNT_SLOTS)
+            counts[d] = _compact_inplace(kp + bstart[d], pv + bstart[d], m, &brep[d, 0])
+        free(sk)
+        free(sv)
+        free(cnt)
+    if big_buckets:
+        keys_arr = np.asarray(out_subs).reshape(-1)[(N - 1) * n:].view(np.uint64)
+        vals_arr = np.asarray(out_vals)
+        for d in big_buckets:
+            s = bstart[d]
+            m = bstart[d + 1] - s
+            if low_bits > 0:
+                ka = np.empty(m, dtype=np.uint64)
+                va = np.empty(m, dtype=dtype)
+                vb = np.empty(m, dtype=dtype)
+                if base_pages:
+                    for scratch in (ka, va, vb):
+                        small_pages(scratch)
+                kb_i, vb_i = radix_sort(keys_arr[s:s + m], vals_arr[s:s + m], ka, va, vb,
+                                        low_bits, num_threads)
+                if kb_i == 1:
+                    keys_arr[s:s + m] = ka
+                if vb_i != 0:
+                    vals_arr[s:s + m] = (None, va, vb)[vb_i]
+                del ka, va, vb
+            counts[d] = _compact_inplace(kp + s, pv + s, m, &brep[d, 0])
     over = -1
     dup = False
     zeros = 0
@@ -709,24 +754,53 @@ def sort_buckets(uint64_t[::1] keys, value_t[::1] vals, const int64_t[::1] bstar
         if brep[d, 1] >= 0 and over < 0:
             over = bstart[d] + brep[d, 1]
         zeros += brep[d, 2]
-    res = {"dup": dup, "overflow": -1, "zeros": int(zeros), "subs": None, "vals": None,
-           "nnz": int(offs[Dt])}
+    nout = offs[Dt]
+    t2 = time.perf_counter()
+    c2 = time.process_time()
+    res = {"nnz": int(nout), "dup": dup, "zeros": int(zeros), "overflow": -1,
+           "seconds": [t1 - t0, t2 - t1, 0.0], "cpu_seconds": [c1 - c0, c2 - c1, 0.0]}
     if over >= 0:
         res["overflow"] = int(over)
-        res["overflow_key"] = int(_overflow_key(pk, pv, bstart, brep, Dt))
+        res["overflow_key"] = int(_overflow_key(kp, pv, bstart, brep, Dt))
         return res
-    subs_arr = np.empty((offs[Dt], N), dtype=np.int64)
-    out_vals_arr = np.empty(offs[Dt], dtype=dtype)
-    cdef int64_t[:, ::1] out_subs = subs_arr
-    cdef value_t[::1] out_vals = out_vals_arr
-    cdef int64_t* po = &out_subs[0, 0] if offs[Dt] else NULL
-    cdef value_t* pov = &out_vals[0] if offs[Dt] else NULL
-    if offs[Dt]:
-        for d in prange(Dt, nogil=True, schedule="dynamic", num_threads=nt, chunksize=4):
-            _decode(pk + bstart[d], pv + bstart[d], counts[d], N, &sh[0], &mk[0],
-                    po + offs[d] * N, pov + offs[d])
-    res["subs"] = subs_arr
-    res["vals"] = out_vals_arr
+    if dup and stop_on_dup:
+        return res
+    # 3. decode.  Row o is written to flat slots [N o, N o + N) and its key read from slot
+    #    (N - 1) n + (o or later); a round of rows [r, nxt) with N nxt <= (N - 1) n + r writes
+    #    below every key it or a later round reads, so its rows go in parallel.  What is left
+    #    shrinks by a factor N each round; once it is an eighth of the rows or less (few
+    #    parallel regions: each may wait for a descheduled thread on a busy machine), it is
+    #    decoded in order by one thread (always safe).
+    r = 0
+    while r < nout:
+        nxt = nout
+        if nt > 1 and N > 1:
+            nxt = ((N - 1) * n + r) // N
+            if nxt > nout:
+                nxt = nout
+            if nxt - r < 2 * MIN_BLOCK_C or nout - r <= n // 8:
+                nxt = nout
+                chunk = 0
+            else:
+                chunk = 1
+        else:
+            chunk = 0
+        if chunk == 0:
+            if N > 1 or nout < n:
+                _decode_rows(kp, po, N, &sh[0], &mk[0], &offs[0], &bstart[0], Dt, r, nout)
+            break
+        for c in prange(nt, nogil=True, schedule="static", num_threads=nt):
+            _decode_rows(kp, po, N, &sh[0], &mk[0], &offs[0], &bstart[0], Dt,
+                         r + (nxt - r) * c // nt, r + (nxt - r) * (c + 1) // nt)
+        r = nxt
+    if nout < n:
+        # the values of every bucket move down to their place, in bucket order (a bucket's
+        # place ends before the next bucket starts)
+        for d in range(Dt):
+            if counts[d] and offs[d] != bstart[d]:
+                memmove(pv + offs[d], pv + bstart[d], counts[d] * sizeof(value_t))
+    res["seconds"][2] = time.perf_counter() - t2
+    res["cpu_seconds"][2] = time.process_time() - c2
     return res
 
 

@@ -6,12 +6,19 @@ against the shape and every value for finiteness, sorts the rows (only when they
 sorted already), adds up repeated coordinates and drops zeros, without copying arrays that are
 already in their final form.
 """
+import functools
+import glob
+import os
+import sys
+import warnings
+
 import numpy as np
 
 from .. import _threads
 from . import _construct
 
-__all__ = ["canonical_coo", "canonical_from", "key_bits", "CanonicalError", "MAX_KEY_BITS"]
+__all__ = ["canonical_coo", "canonical_from", "key_bits", "fresh_array", "base_pages",
+           "CanonicalError", "MAX_KEY_BITS"]
 
 #: Widest packed key the compiled passes sort; wider tensors take NumPy's lexsort.
 MAX_KEY_BITS = 64
@@ -43,7 +50,8 @@ def key_bits(shape):
 
 def _layout(shape):
     bits = key_bits(shape)
-    shifts = [sum(bits[k + 1:]) for k in range(len(bits))]
+    # a mode of length 1 has no field (and no shift: a shift by 64 is undefined in C)
+    shifts = [sum(bits[k + 1:]) if bits[k] else 0 for k in range(len(bits))]
     masks = [(1 << b) - 1 for b in bits]
     return bits, shifts, masks
 
@@ -105,9 +113,13 @@ def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
     n, N = subs.shape
     nbits = sum(bits)
     top = _top_digit(n, nbits)
+    low = nbits - top
     hist = np.zeros((_construct.num_blocks(n, nt), 1 << top), dtype=np.int64)
-    keys = np.empty(n, dtype=np.uint64)
-    rep = _construct.linearize(subs, vals, list(shape), shifts, keys, hist, nbits - top, nt)
+    # Coordinates nobody else holds (a parser's, a converted copy) are let go before the
+    # result is allocated: the scan keeps their keys (8 bytes a row) instead.  Otherwise the
+    # keys are packed again from the coordinates while they are scattered.
+    keys = fresh_array(n, np.uint64) if n and sys.getrefcount(subs) <= 2 else None
+    rep = _construct.scan(subs, vals, list(shape), shifts, hist, low, keys, nt)
     if rep["bad_row"] >= 0:
         raise _coordinate_error(subs, shape, rep["bad_row"])
     if rep["bad_val"] >= 0:
@@ -117,28 +129,90 @@ def canonical_from(arrays, shape, *, sum_duplicates=True, num_threads=None):
     info = {"sorted": rep["order"] > 0, "summed": False, "zeros": 0}
     if rep["order"] == 2 and rep["zeros"] == 0:
         return subs.astype(np.int64, copy=False), vals, info
-    del subs  # the keys say everything the coordinates did
-    if rep["order"] == 0:
-        keys, svals, bstart = _construct.msd_scatter(keys, vals, hist, nbits - top, nt)
-        del vals, hist
-        out = _construct.sort_buckets(keys, svals, bstart, nbits - top, shifts, masks, nt)
-        vals = svals
+    if keys is not None:
+        del subs
+        src, src_shifts = keys.reshape(n, 1), [0]
+        del keys
     else:
-        out = _construct.compact(keys, vals, shifts, masks, 0, nt)
-        if out["overflow"] >= 0:
-            out["overflow_key"] = int(keys[out["overflow"]])
-    del keys
+        src, src_shifts = subs, shifts
+        del subs
+    out_subs = fresh_array((n, N), np.int64)
+    out_vals = fresh_array(n, vals.dtype)
+    out = _construct.sort_into(src, src_shifts, vals, hist, low, shifts, masks, out_subs,
+                               out_vals, stop_on_dup=not sum_duplicates,
+                               base_pages=base_pages(), num_threads=nt)
+    del src, vals, hist
     if out["overflow"] >= 0:
         key = out["overflow_key"]
         coord = tuple((key >> s) & m for s, m in zip(shifts, masks))
         raise CanonicalError("overflow", f"the values repeated at coordinate {coord} add up to "
-                                         f"more than the largest {vals.dtype.name}",
+                                         f"more than the largest {out_vals.dtype.name}",
                              coord=coord)
     if out["dup"] and not sum_duplicates:
         raise CanonicalError("repeated", "subs holds repeated coordinates")
+    nnz = out["nnz"]
+    if nnz < n:
+        # shrink in place (realloc): the rows past nnz were scratch
+        out_subs.resize((nnz, N), refcheck=False)
+        out_vals.resize(nnz, refcheck=False)
     info["summed"] = bool(out["dup"])
     info["zeros"] = out["zeros"]
-    return out["subs"], out["vals"], info
+    return out_subs, out_vals, info
+
+
+#: ``SKTENSOR_FAST_HUGE_PAGES``: "auto" (default), "1" (NumPy's choice: transparent huge pages
+#: for arrays of 4 MiB or more) or "0" (base pages) for the arrays the construction allocates.
+HUGE_PAGES_ENV = "SKTENSOR_FAST_HUGE_PAGES"
+
+_WARNED = set()
+
+
+def base_pages():
+    """Whether :func:`fresh_array` asks for base-size pages instead of huge pages.
+
+    ``SKTENSOR_FAST_HUGE_PAGES=0`` says yes, ``=1`` no; by default (``auto``) yes only under
+    a virtio balloon that reports free pages to the host (Linux, feature bit 5 in
+    ``/sys/bus/virtio/drivers/virtio_balloon/*/features``).  There, free 2 MiB blocks go back
+    to the host about 2 s after they are freed, and a huge page needs one: on the 2-core KVM
+    guest of the benchmarks the first touch of 160 MB took 20-30 ms in huge pages freed up to
+    2 s before, 230-290 ms in huge pages freed 3 s or more before, and 75-100 ms in base pages
+    either way; ``SparseTensor`` from 5M unsorted nonzeros (160 MB of result, right after
+    NumPy's argsort) took 0.19-0.43 s in huge pages and 0.13-0.24 s in base pages.  Without
+    such a balloon huge pages are the cheaper ones (no host takes their blocks back), so
+    NumPy's choice stands.  A bad value of the variable gives a ``RuntimeWarning`` and the
+    default.
+    """
+    raw = os.environ.get(HUGE_PAGES_ENV, "auto").strip().lower()
+    if raw in ("0", "1"):
+        return raw == "0"
+    if raw != "auto" and raw not in _WARNED:
+        _WARNED.add(raw)
+        warnings.warn(f"ignoring {HUGE_PAGES_ENV}={raw!r}: use 0, 1 or auto", RuntimeWarning,
+                      stacklevel=3)
+    return _free_page_reporting()
+
+
+@functools.lru_cache(maxsize=None)
+def _free_page_reporting():
+    for dev in glob.glob("/sys/bus/virtio/drivers/virtio_balloon/virtio*"):
+        try:
+            with open(os.path.join(dev, "features")) as f:
+                bits = f.read().strip()
+        except OSError:
+            continue
+        if len(bits) > 5 and bits[5] == "1":        # VIRTIO_BALLOON_F_REPORTING
+            return True
+    return False
+
+
+def fresh_array(shape, dtype):
+    """``np.empty(shape, dtype)`` for an array the construction writes from scratch: in
+    base-size pages where :func:`base_pages` says so (``madvise(MADV_NOHUGEPAGE)`` before its
+    first touch), otherwise as NumPy allocates it."""
+    out = np.empty(shape, dtype=dtype)
+    if base_pages():
+        _construct.small_pages(out)
+    return out
 
 
 def _top_digit(n, nbits):
