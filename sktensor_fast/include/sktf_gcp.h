@@ -47,4 +47,12 @@ static void sktf_sgd_chunk(double* __restrict u, const double* __restrict g, int
     }
 }
 
+/* A barrier of the enclosing OpenMP parallel region (an orphaned directive: the Cython
+   kernels' parallel blocks run several loops, and Cython's prange loops end without one). */
+static inline void sktf_omp_barrier(void) {
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+}
+
 #endif /* SKTF_GCP_H */

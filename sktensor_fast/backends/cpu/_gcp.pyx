@@ -15,16 +15,22 @@ blocks of a fixed size; for each block
    derivative ``y_j``; keep ``y_j`` and the sample's rows, and list the task's samples of
    every mode by row range (a stable counting sort into at most 64 ranges of rows, fixed by
    the mode's size);
-2. (parallel over (mode, row range)) form the contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]``
-   of the range's rows again from ``y_j`` and the factor rows (the prefix × suffix products of
-   the serial version, in its order) and add them, task by task of step 1 and in sample
-   order within each, into their gradient rows.  A row is owned by exactly one range, so no
-   atomics and no per-thread copies of the gradient are needed.  (Storing the N contribution
-   rows of every sample instead would write and read back N·R words per sample, most of them
-   cache misses; forming them again reads factor rows, which stay in cache far more often.)
+2. (parallel over (mode, row range)) gather the range's samples from the lists of every task
+   of step 1 into one list in sample order, zero the range's gradient rows, then form the
+   contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]`` again from ``y_j`` and the factor rows
+   (the prefix × suffix products of the serial version, in its order) and add them, in
+   sample order, into their gradient rows, with the rows of the samples a few places ahead
+   prefetched.  A row is owned by exactly one range, so no atomics and no per-thread copies
+   of the gradient are needed.  (Storing the N contribution rows of every sample instead
+   would write and read back N·R words per sample, most of them cache misses; forming them
+   again reads factor rows, which stay in cache far more often.)
+3. (:func:`run_steps` only) every thread applies the optimiser step to the rows of the
+   ranges it summed in step 2, still in its cache.
 
-Two parallel loops per block (one block per step at the default sample counts), each with a
-dynamic schedule over tasks that do not depend on the thread count.
+One parallel region per block (one block per step at the default sample counts), its loops
+separated by barriers, each with a dynamic schedule over tasks that do not depend on the
+thread count: a step wakes the threads once, and no part of it runs on one thread while the
+others wait (the gradient is zeroed and the optimiser applied inside the region).
 
 This is the "sparse array" variant of GenTen's fused sampling + MTTKRP.  Per-thread private
 gradient buffers would have to be zeroed and merged over every row of every mode at each step
@@ -57,7 +63,7 @@ shape does not fit in int64 the search compares the lexicographically sorted coo
 themselves.  Like the other kernels, these trust their inputs; the Python layer
 (``backends/cpu/gcp_ops.py``) validates shapes and builds the sampler.
 """
-from cython.parallel cimport prange, parallel
+from cython.parallel cimport prange, parallel, threadid
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
 from libc.math cimport sqrt, pow
@@ -80,6 +86,7 @@ cdef extern from "sktf_gcp.h":
     void sktf_sgd_chunk(double* u, const double* g, int64_t n, double lr, double lower) nogil
     void SKTF_PREFETCH(const void* p) nogil
     void SKTF_PREFETCH_W(const void* p) nogil
+    void sktf_omp_barrier() noexcept nogil
 
 cdef extern from "sktf_rng.h":
     # the counter-based generator, written once for every device (sktensor_fast/include)
@@ -564,44 +571,101 @@ cdef inline int64_t _n_parts(int64_t rows) noexcept nogil:
     return rows if rows < MAX_PARTS else MAX_PARTS
 
 
+cdef enum:
+    SOLVER_SGD = 0
+    SOLVER_ADAGRAD = 1
+    SOLVER_ADAM = 2
+
+cdef inline void _opt_chunk(int solver, double* u, const double* g, double* s1, double* s2,
+                            int64_t n, double lr, double beta1, double beta2, double a,
+                            double e, double lower) noexcept nogil:
+    if solver == SOLVER_ADAM:
+        sktf_adam_chunk(u, g, s1, s2, n, beta1, beta2, a, e, lower)
+    elif solver == SOLVER_ADAGRAD:
+        sktf_adagrad_chunk(u, g, s1, n, lr, e, lower)
+    else:
+        sktf_sgd_chunk(u, g, n, lr, lower)
+
+
+cdef struct OptStep:
+    # an optimiser step fused into the multi-threaded gradient (see _gradient_parallel)
+    int solver
+    double** m1                # Adam's first moments / AdaGrad's sums, per mode
+    double** m2                # Adam's second moments, per mode
+    double lr, beta1, beta2
+    double a, e                # step and epsilon as _opt_apply computes them for this step
+    double lower
+
+
+cdef inline void _opt_set(OptStep* o, int solver, double** m1, double** m2, double lr,
+                          double beta1, double beta2, double eps, double t,
+                          double lower) noexcept nogil:
+    """The constants of step ``t`` of ``solver``, as :func:`_opt_apply` computes them."""
+    cdef double bc1, bc2
+    o.solver = solver
+    o.m1 = m1
+    o.m2 = m2
+    o.lr = lr
+    o.beta1 = beta1
+    o.beta2 = beta2
+    o.a = lr
+    o.e = eps
+    o.lower = lower
+    if solver == SOLVER_ADAM:
+        bc1 = 1.0 - pow(beta1, t)
+        bc2 = 1.0 - pow(beta2, t)
+        o.a = lr * sqrt(bc2) / bc1
+        o.e = eps * sqrt(bc2)
+
+
+cdef inline int64_t _part_start(int64_t p, int64_t rows, int64_t nparts) noexcept nogil:
+    """First row of row range ``p`` of a mode (row i is in range ``i * nparts // rows``)."""
+    return (p * rows + nparts - 1) // nparts
+
+
 cdef double _gradient_parallel(const Src* S, int code, double param, const double* lam,
                                double** fac, double** grad, const int8_t* active,
                                const int64_t* shape, Py_ssize_t R, int64_t block,
-                               bint want_loss, int num_threads, double* work) except? -1.0:
-    """Blocks of samples, two parallel loops per block:
+                               bint want_loss, int num_threads, double* work,
+                               const OptStep* opt=NULL) except? -1.0:
+    """Blocks of samples, one parallel region per block with two (three) loops:
 
     1. tasks of PHASE1_CHUNK samples: draw them, store their rows (``keys``), weighted
        derivatives and loss terms, and for every active mode list the task's samples by row
        range (a stable counting sort into ``_n_parts`` ranges of equal numbers of rows);
-    2. one task per (mode, row range): form the contributions of its rows from the
+    2. one task per (mode, row range): gather the range's samples of every task of step 1
+       into one list (in sample order), then form the contributions of its rows from the
        derivatives and factor rows (the products of the serial version, in its order) and
-       add them, task by task of step 1 and in sample order within each, so every gradient
-       row is the sum of its contributions in increasing sample order, as in the serial
-       version (a row belongs to one range: no conflicts, no atomics, the same bits for any
-       thread count).
+       add them, so every gradient row is the sum of its contributions in increasing sample
+       order, as in the serial version (a row belongs to one range: no conflicts, no
+       atomics, the same bits for any thread count).  The task zeroes its rows first (in
+       the first block), so the gradient is written by the threads that own its rows;
+    3. with ``opt`` (after the last block): every thread applies the optimiser step to the
+       rows of the ranges it summed in step 2, which are still in its cache.
 
     ``work`` holds ``workspace_size(N, R, block)`` words (kept by the caller between calls:
-    fresh pages would fault on every step)."""
+    fresh pages would fault on every step).  The gradient arrays need not be zeroed."""
     cdef int N = S.nmodes
     cdef int64_t ns = _n_samples(S)
-    cdef int64_t nblocks, bi, b0, nb, jj, j, pos, since = 0
+    cdef int64_t nblocks, bi, b0, nb, jj, j, since = 0
     cdef int k
     cdef Py_ssize_t r
     cdef double total = 0.0
-    cdef int64_t cmax = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
     cdef double* yval = work                       # weighted derivative of each sample
     cdef double* fval = yval + block
     cdef int64_t* keys = <int64_t*> (fval + block)
     cdef int64_t* bidx = keys + block * N          # samples of a task of step 1, by range
-    cdef int64_t* boff = bidx + block * N          # where each range starts, per task and mode
+    cdef int64_t* glist = bidx + block * N         # samples of a range, all tasks (step 2)
+    cdef int64_t* boff = glist + block * N         # where each range starts, per task and mode
     cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
-    cdef int64_t ntasks, t, p, nparts, rows_k, jn
-    cdef int l
+    cdef int* owner
+    cdef int64_t ntasks, t, p, nparts, rows_k, jn, lo, hi, n, i, t3, p3, lo3, hi3
+    cdef int l, me, k3
     cdef double yv, tv
     cdef double* pvec
     cdef double* svec
     cdef const double** prow
-    cdef bint stopped = False
+    cdef bint stopped = False, first, last
     cdef int64_t nchunks, ci, c0, c1, cj
     # thread scratch
     cdef int64_t* ring
@@ -616,6 +680,7 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef double* g
     cdef int64_t* off
     cdef int64_t* lst
+    cdef int64_t* mine
     if task_off == NULL:
         raise MemoryError()
     ntasks = 0
@@ -624,16 +689,20 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
         if active[k]:
             ntasks += _n_parts(shape[k])
     task_off[N] = ntasks
+    owner = <int*> malloc((ntasks + 1) * sizeof(int))
+    if owner == NULL:
+        free(task_off)
+        raise MemoryError()
     with nogil:
         nblocks = (ns + block - 1) // block
         for bi in range(nblocks):
             b0 = bi * block
             nb = min(block, ns - b0)
             nchunks = (nb + PHASE1_CHUNK - 1) // PHASE1_CHUNK
-            # 1. samples, model values, derivatives, contribution rows, lists by row range
-            #    (in each task samples are drawn LOOKAHEAD ahead and their factor rows
-            #    prefetched, as in the serial version)
+            first = bi == 0
+            last = bi == nblocks - 1
             with parallel(num_threads=num_threads):
+                me = threadid()
                 ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
                 ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
                 ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
@@ -641,6 +710,12 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 pre = suf + N * R
                 rows = <const double**> malloc(N * sizeof(double*))
                 cnt = <int64_t*> malloc((MAX_PARTS + 1) * sizeof(int64_t))
+                prow = <const double**> malloc(N * sizeof(double*))
+                pvec = <double*> malloc(2 * R * sizeof(double) + sizeof(double))
+                svec = pvec + R
+                # 1. samples, model values, derivatives, lists by row range (in each task
+                #    samples are drawn LOOKAHEAD ahead and their factor rows prefetched, as
+                #    in the serial version)
                 for ci in prange(nchunks, schedule='dynamic'):
                     c0 = ci * PHASE1_CHUNK
                     c1 = min(nb, c0 + PHASE1_CHUNK)
@@ -681,53 +756,92 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                             p = keys[jj * N + k] * nparts // rows_k
                             lst[cnt[p]] = jj
                             cnt[p] += 1
+                sktf_omp_barrier()
+                # 2. one task per (mode, row range): its samples gathered from the lists of
+                #    every task of step 1 (in sample order), then its rows' contributions,
+                #    each formed again from y and the factor rows with the products of the
+                #    serial version (prefix (y λ) ⊛ A_0 ⊛ … ⊛ A_{k-1} times suffix from the
+                #    last mode)
+                for t in prange(ntasks, schedule='dynamic'):
+                    k = 0
+                    while t >= task_off[k + 1]:
+                        k = k + 1
+                    p = t - task_off[k]
+                    nparts = _n_parts(shape[k])
+                    rows_k = shape[k]
+                    if first:
+                        lo = _part_start(p, rows_k, nparts)
+                        hi = _part_start(p + 1, rows_k, nparts)
+                        memset(grad[k] + lo * R, 0, (hi - lo) * R * sizeof(double))
+                    if last:
+                        owner[t] = me
+                    # where the range's list starts among mode k's samples: the samples of
+                    # the ranges before it, over all tasks of step 1
+                    lo = 0
+                    for cj in range(nchunks):
+                        lo = lo + boff[(cj * N + k) * (MAX_PARTS + 1) + p]
+                    mine = glist + k * block + lo
+                    n = 0
+                    for cj in range(nchunks):
+                        off = boff + (cj * N + k) * (MAX_PARTS + 1)
+                        lst = bidx + k * block + cj * PHASE1_CHUNK
+                        for i in range(off[p], off[p + 1]):
+                            mine[n] = lst[i]
+                            n = n + 1
+                    for i in range(min(n, <int64_t> LOOKAHEAD)):
+                        SKTF_PREFETCH(keys + mine[i] * N)
+                    for i in range(n):
+                        if i + 2 * LOOKAHEAD < n:  # the rows of a sample further ahead
+                            SKTF_PREFETCH(keys + mine[i + 2 * LOOKAHEAD] * N)
+                            SKTF_PREFETCH(yval + mine[i + 2 * LOOKAHEAD])
+                        if i + LOOKAHEAD < n:  # its factor and gradient rows
+                            jn = mine[i + LOOKAHEAD]
+                            _prefetch_factor_rows(fac, keys + jn * N, N, R)
+                            SKTF_PREFETCH_W(grad[k] + keys[jn * N + k] * R)
+                        j = mine[i]
+                        for l in range(N):
+                            prow[l] = fac[l] + keys[j * N + l] * R
+                        g = grad[k] + keys[j * N + k] * R
+                        yv = yval[j]
+                        for r in range(R):
+                            pvec[r] = yv * lam[r]
+                            svec[r] = 1.0
+                        for l in range(k):
+                            for r in range(R):
+                                pvec[r] = pvec[r] * prow[l][r]
+                        for l in range(N - 1, k, -1):
+                            for r in range(R):
+                                svec[r] = svec[r] * prow[l][r]
+                        for r in range(R):
+                            tv = pvec[r] * svec[r]
+                            g[r] = g[r] + tv
+                if opt != NULL and last:
+                    # 3. the optimiser step on the rows this thread summed
+                    sktf_omp_barrier()
+                    for t3 in range(ntasks):
+                        if owner[t3] != me:
+                            continue
+                        k3 = 0
+                        while t3 >= task_off[k3 + 1]:
+                            k3 = k3 + 1
+                        p3 = t3 - task_off[k3]
+                        lo3 = _part_start(p3, shape[k3], _n_parts(shape[k3])) * R
+                        hi3 = _part_start(p3 + 1, shape[k3], _n_parts(shape[k3])) * R
+                        _opt_chunk(opt.solver, fac[k3] + lo3, grad[k3] + lo3,
+                                   opt.m1[k3] + lo3 if opt.m1[k3] != NULL else NULL,
+                                   opt.m2[k3] + lo3 if opt.m2[k3] != NULL else NULL,
+                                   hi3 - lo3, opt.lr, opt.beta1, opt.beta2, opt.a, opt.e,
+                                   opt.lower)
                 free(ring)
                 free(ring_x)
                 free(ring_c)
                 free(suf)
                 free(<void*> rows)
                 free(cnt)
-            for jj in range(nb):
-                total += fval[jj]
-            # 2. one task per (mode, row range): its rows' contributions, in sample order,
-            #    each formed again from y and the factor rows with the products of the serial
-            #    version (prefix (y λ) ⊛ A_0 ⊛ … ⊛ A_{k-1} times suffix from the last mode)
-            with parallel(num_threads=num_threads):
-                prow = <const double**> malloc(N * sizeof(double*))
-                pvec = <double*> malloc(2 * R * sizeof(double) + sizeof(double))
-                svec = pvec + R
-                for t in prange(ntasks, schedule='dynamic'):
-                    k = 0
-                    while t >= task_off[k + 1]:
-                        k = k + 1
-                    p = t - task_off[k]
-                    for cj in range(nchunks):
-                        off = boff + (cj * N + k) * (MAX_PARTS + 1)
-                        lst = bidx + k * block + cj * PHASE1_CHUNK
-                        for pos in range(off[p], off[p + 1]):
-                            if pos + LOOKAHEAD < off[p + 1]:  # rows LOOKAHEAD samples ahead
-                                jn = lst[pos + LOOKAHEAD]
-                                _prefetch_factor_rows(fac, keys + jn * N, N, R)
-                                SKTF_PREFETCH_W(grad[k] + keys[jn * N + k] * R)
-                            j = lst[pos]
-                            for l in range(N):
-                                prow[l] = fac[l] + keys[j * N + l] * R
-                            g = grad[k] + keys[j * N + k] * R
-                            yv = yval[j]
-                            for r in range(R):
-                                pvec[r] = yv * lam[r]
-                                svec[r] = 1.0
-                            for l in range(k):
-                                for r in range(R):
-                                    pvec[r] = pvec[r] * prow[l][r]
-                            for l in range(N - 1, k, -1):
-                                for r in range(R):
-                                    svec[r] = svec[r] * prow[l][r]
-                            for r in range(R):
-                                tv = pvec[r] * svec[r]
-                                g[r] = g[r] + tv
                 free(<void*> prow)
                 free(pvec)
+            for jj in range(nb):
+                total += fval[jj]
             since = since + nb
             if since >= SIGNAL_EVERY and bi + 1 < nblocks:
                 since = 0
@@ -735,6 +849,7 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                     stopped = True
                     break
     free(task_off)
+    free(owner)
     if stopped:
         _reraise()
     return total
@@ -761,7 +876,7 @@ cdef int _const_pointers(list arrays, double** out) except -1:
 def workspace_size(int nmodes, Py_ssize_t R, int64_t block):
     """Words (8 bytes) of the workspace of the multi-threaded gradient for ``block`` samples."""
     cdef int64_t tasks = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
-    return int(2 * block + 2 * block * nmodes + tasks * nmodes * (MAX_PARTS + 1))
+    return int(2 * block + 3 * block * nmodes + tasks * nmodes * (MAX_PARTS + 1))
 
 
 def default_block(int nmodes, Py_ssize_t R):
@@ -819,10 +934,10 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
                 if active[k]:
                     grads[k][...] = 0
             return 0.0
-        for k in range(N):
-            if active[k] and shape[k] > 0:
-                memset(grad[k], 0, shape[k] * R * sizeof(double))
         if num_threads == 1:
+            for k in range(N):
+                if active[k] and shape[k] > 0:
+                    memset(grad[k], 0, shape[k] * R * sizeof(double))
             return _gradient_serial(&S, code, param, &weights[0], fac, grad, &active[0], R,
                                     want_loss and S.xy == NULL)
         need = workspace_size(N, R, block)
@@ -973,11 +1088,6 @@ def sgd_step(double[::1] u, const double[::1] g, double lr, double lower, int nu
 
 
 # ---------------------------------------------------------------------------- fused steps
-cdef enum:
-    SOLVER_SGD = 0
-    SOLVER_ADAGRAD = 1
-    SOLVER_ADAM = 2
-
 #: Codes of the stochastic solvers for :func:`run_steps`.
 SOLVER_CODES = {"sgd": SOLVER_SGD, "adagrad": SOLVER_ADAGRAD, "adam": SOLVER_ADAM}
 
@@ -993,17 +1103,6 @@ cdef inline int _threads_for(int64_t work, int num_threads,
     if t < 1:
         return 1
     return <int> t if t < num_threads else num_threads
-
-
-cdef inline void _opt_chunk(int solver, double* u, const double* g, double* s1, double* s2,
-                            int64_t n, double lr, double beta1, double beta2, double a,
-                            double e, double lower) noexcept nogil:
-    if solver == SOLVER_ADAM:
-        sktf_adam_chunk(u, g, s1, s2, n, beta1, beta2, a, e, lower)
-    elif solver == SOLVER_ADAGRAD:
-        sktf_adagrad_chunk(u, g, s1, n, lr, e, lower)
-    else:
-        sktf_sgd_chunk(u, g, n, lr, lower)
 
 
 cdef void _opt_apply(int solver, double* u, const double* g, double* s1, double* s2,
@@ -1067,6 +1166,7 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
     cdef int64_t* shape = <int64_t*> malloc(N * sizeof(int64_t))
     cdef double[::1] wv
     cdef double* wp = NULL
+    cdef OptStep opt
     if fac == NULL or grad == NULL or m1 == NULL or m2 == NULL or shape == NULL:
         free(fac); free(grad); free(m1); free(m2); free(shape)
         raise MemoryError()
@@ -1091,22 +1191,26 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
             wp = &wv[0]
         for s in range(n_steps):
             S.key = sktf_mix_seed(seed, <uint64_t> (first_draw + s + 1))
-            for k in range(N):
-                if active[k] and shape[k] > 0 and R > 0:
-                    memset(grad[k], 0, shape[k] * R * sizeof(double))
-            if R > 0 and ns > 0:
-                if nt == 1:
+            if R > 0 and ns > 0 and nt > 1:
+                # the gradient zeroed, summed and the optimiser step applied by the threads
+                # that own its rows (one parallel region per step)
+                _opt_set(&opt, solver, m1, m2, lr, beta1, beta2, eps, <double> (t_first + s),
+                         lower)
+                _gradient_parallel(&S, code, param, &weights[0], fac, grad, &active[0],
+                                   shape, R, block, False, nt, wp, &opt)
+            else:
+                for k in range(N):
+                    if active[k] and shape[k] > 0 and R > 0:
+                        memset(grad[k], 0, shape[k] * R * sizeof(double))
+                if R > 0 and ns > 0:
                     _gradient_serial(&S, code, param, &weights[0], fac, grad, &active[0], R,
                                      False)
-                else:
-                    _gradient_parallel(&S, code, param, &weights[0], fac, grad, &active[0],
-                                       shape, R, block, False, nt, wp)
-            with nogil:
-                for k in range(N):
-                    if active[k] and fac[k] != NULL:
-                        _opt_apply(solver, fac[k], grad[k], m1[k], m2[k], shape[k] * R, lr,
-                                   beta1, beta2, eps, <double> (t_first + s), lower,
-                                   num_threads)
+                with nogil:
+                    for k in range(N):
+                        if active[k] and fac[k] != NULL:
+                            _opt_apply(solver, fac[k], grad[k], m1[k], m2[k], shape[k] * R,
+                                       lr, beta1, beta2, eps, <double> (t_first + s), lower,
+                                       num_threads)
             done = s + 1
             if _check_signals() != 0:
                 _reraise()
