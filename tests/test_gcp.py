@@ -350,6 +350,58 @@ def test_fused_gradient_matches_numpy(shape, R):
                 np.testing.assert_array_equal(g1, g2)
 
 
+def test_the_sampler_is_written_once():
+    """The drawing of samples (the generator's words turned into entries, values, weights and
+    flags) is defined once, in include/sktf_gcp_sample.h, and both the CPU kernels and the
+    OpenCL kernels call it: no other compiled source of the package turns those words into
+    entries (the generator's own header, and _numerics' bindings of it for the Python side,
+    aside), and the sampler's functions have one definition in the tree."""
+    import pathlib
+    import re
+    import sktensor_fast
+    from sktensor_fast.backends.opencl.program import kernel_source
+    root = pathlib.Path(sktensor_fast.__file__).parent
+    sources = {p: p.read_text(encoding="utf-8") for p in sorted(root.rglob("*"))
+               if p.suffix in (".pyx", ".pxd", ".pxi", ".h", ".cl")}
+    words = {p.name for p, text in sources.items()
+             if re.search(r"\bsktf_(rand|below|sample_key)\s*\(", text)}
+    assert words == {"sktf_rng.h", "sktf_gcp_sample.h", "_numerics.pyx"}
+    defined = [(p.name, name) for p, text in sources.items()
+               for name in re.findall(r"^SKTF_INLINE\b[^;{(]*\b(sktf_gcp_\w+)\s*\(", text,
+                                      re.M)]
+    names = [name for _, name in defined]
+    assert "sktf_gcp_sample" in names and "sktf_gcp_find" in names
+    assert sorted(set(names)) == sorted(names)
+    assert {f for f, _ in defined} == {"sktf_gcp_sample.h"}
+    # no sampler of the old kind left in a kernel source (Cython cdef or OpenCL function)
+    for p, text in sources.items():
+        assert not re.search(r"\b(_find|_zero_coords|gcp_find|gcp_zero_coords|gcp_sample)\s*\(",
+                             text), p.name
+    # both devices call it
+    assert "sktf_gcp_sample(&S.g" in sources[root / "backends" / "cpu" / "_gcp.pyx"]
+    cl_src = kernel_source("common.cl", "gcp.cl")
+    assert "sktf_gcp_sample(&S" in cl_src and '#line 1 "sktf_gcp_sample.h"' in cl_src
+
+
+def test_sampler_parameters_are_the_headers_layout():
+    """GcpSampler.params is the parameter array of sktf_gcp_sample.h (SKTF_GCP_* indices)."""
+    import re
+    import sktensor_fast
+    import os
+    with open(os.path.join(os.path.dirname(sktensor_fast.__file__), "include",
+                           "sktf_gcp_sample.h"), encoding="utf-8") as f:
+        idx = {k: int(v) for k, v in re.findall(r"^#define SKTF_GCP_(\w+) (\d+)", f.read(),
+                                                 re.M)}
+    X, _ = small_problem(shape=(30, 20, 10), density=0.05, R=4)
+    be = get_backend("cpu")
+    state = be.gcp.setup(be.prepare(X), "semi-stratified", (70, 90), (5, 5), 0)
+    sp = state.grad_sampler.params
+    assert sp.shape == (idx["NPARAMS"],)
+    assert (sp[idx["NNZ"]], sp[idx["P"]], sp[idx["Q"]]) == (X.nnz, 70, 90)
+    assert (sp[idx["HAS_LIN"]], sp[idx["NZERO"]]) == (1, X.size - X.nnz)
+    assert (sp[idx["CORRECT"]], sp[idx["EXPLICIT_Z"]], sp[idx["ZMODE"]]) == (1, 0, 0)
+
+
 def test_fused_sampling_equals_drawn_sample_and_inactive_modes_untouched():
     X, _ = small_problem(shape=(30, 20, 10), density=0.05, R=4)
     rng = np.random.default_rng(2)

@@ -43,25 +43,17 @@ which is the same order: the result is bitwise identical for any thread count (t
 compiled without contraction of a*b + c into fused multiply-adds, which would round the two
 paths differently).
 
-Random numbers come from a counter-based generator: the c-th 64-bit word of sample j at step
-key K is ``mix(mix(K ^ (j + 1)·φ) + (c + 1)·φ)`` with splitmix64's finaliser ``mix`` and its
-constant φ — no state is shared between threads, so the samples do not depend on the schedule
-either (and :meth:`GcpSampler.draw` reproduces exactly the samples of the fused kernel).
-
-Zeros of the stratified sampler: on a tensor of density at most one half they are found by
-rejection (draw a coordinate, look it up, draw again if it is a nonzero); on a denser one, and
-whenever rejection has failed ``max_attempts`` times in a row, the t-th zero in linear-index
-order is computed directly from the sorted linear indices (``_zero_coords``: a binary search
-for the number of nonzeros before it), so a "zero" sample is always a zero.  Without a linear
-index (the shape's product overflows int64) the density is below nnz / 2^63 and rejection
-simply goes on until it finds a zero.
-
-"Is this sampled coordinate a nonzero?" is a binary search over the sorted linear indices of
-the nonzeros, narrowed first to the bucket of the key's high bits (an offset table with about
-one nonzero per bucket, so a look-up reads two offsets and a few keys); when the product of the
-shape does not fit in int64 the search compares the lexicographically sorted coordinate rows
-themselves.  Like the other kernels, these trust their inputs; the Python layer
-(``backends/cpu/gcp_ops.py``) validates shapes and builds the sampler.
+Samples are drawn by the sampler of ``sktensor_fast/include/sktf_gcp_sample.h``
+(``sktf_gcp_sample``), the one definition that the OpenCL kernels call too: for a step key
+every device draws the same entries.  Its random numbers come from the counter-based generator
+of ``sktf_rng.h`` (word c of sample j at step key K depends on (K, j, c) only), so no state is
+shared between threads and the samples do not depend on the schedule either
+(:meth:`GcpSampler.draw` reproduces exactly the samples of the fused kernel).  The header
+describes the samplers: stratified zeros found by rejection, or computed from the sorted linear
+indices on dense tensors and after ``max_attempts`` rejections; look-ups of a coordinate among
+the nonzeros by a bucketed binary search of those indices.  Like the other kernels, these trust
+their inputs; the Python layer (``backends/cpu/gcp_ops.py``) validates shapes and builds the
+sampler.
 """
 from cython.parallel cimport prange, parallel, threadid
 from libc.stdlib cimport malloc, calloc, free
@@ -89,10 +81,8 @@ cdef extern from "sktf_gcp.h":
     void sktf_omp_barrier() noexcept nogil
 
 cdef extern from "sktf_rng.h":
-    # the counter-based generator, written once for every device (sktensor_fast/include)
-    uint64_t sktf_sample_key(uint64_t key, int64_t j) noexcept nogil
-    uint64_t sktf_rand(uint64_t skey, uint64_t c) noexcept nogil
-    int64_t sktf_below(uint64_t r, int64_t n) noexcept nogil
+    # the counter-based generator, written once for every device (sktensor_fast/include);
+    # its words are turned into samples by sktf_gcp_sample.h only
     uint64_t sktf_mix_seed(uint64_t seed, uint64_t step) noexcept nogil
 
 cdef extern from "sktf_losses.h":
@@ -100,6 +90,44 @@ cdef extern from "sktf_losses.h":
     double _loss_value "sktf_loss_value"(int code, double p, double x, double m) noexcept nogil
     double _loss_deriv "sktf_loss_deriv"(int code, double p, double x, double m) noexcept nogil
     int SKTF_N_LOSSES
+
+cdef extern from "sktf_gcp_sample.h":
+    # the samplers, written once for every device (sktensor_fast/include/sktf_gcp_sample.h)
+    ctypedef struct sktf_gcp_sampler:
+        int64_t nnz, nz, p, q, max_attempts, nzero
+        int nmodes, explicit_z, zmode, include_nz, correct, has_lin, has_bucket, bshift
+        int implicit_z
+        double wp, wq
+        const int64_t* shape
+        const int64_t* strides
+        const int64_t* subs
+        const double* vals
+        const int64_t* lin
+        const int64_t* bucket
+        const int64_t* zsubs
+    sktf_gcp_sampler sktf_gcp_sampler_make(
+        const int64_t* sp, int nmodes, const int64_t* shape, const int64_t* strides,
+        const int64_t* subs, const double* vals, const int64_t* lin, const int64_t* bucket,
+        const int64_t* zsubs, double wp, double wq) noexcept nogil
+    int64_t sktf_gcp_find(const sktf_gcp_sampler* S, const int64_t* idx) noexcept nogil
+    double sktf_gcp_sample(const sktf_gcp_sampler* S, uint64_t key, int64_t j, int64_t* idx,
+                           double* w, int* corr) noexcept nogil
+    enum:
+        SKTF_GCP_NNZ
+        SKTF_GCP_NZ
+        SKTF_GCP_EXPLICIT_Z
+        SKTF_GCP_P
+        SKTF_GCP_Q
+        SKTF_GCP_ZMODE
+        SKTF_GCP_INCLUDE_NZ
+        SKTF_GCP_CORRECT
+        SKTF_GCP_HAS_LIN
+        SKTF_GCP_HAS_BUCKET
+        SKTF_GCP_BSHIFT
+        SKTF_GCP_IMPLICIT_Z
+        SKTF_GCP_MAX_ATTEMPTS
+        SKTF_GCP_NZERO
+        SKTF_GCP_NPARAMS
 
 cdef enum:
     # samples per chunk of the loss sum (fixed: sums do not depend on the thread count)
@@ -138,99 +166,18 @@ def loss_values(int code, double param, const double[::1] x, const double[::1] m
 
 # ---------------------------------------------------------------------------- sampling
 cdef struct Src:
+    # a drawn sample (the shared sampler of sktf_gcp_sample.h at step key `key`) or an
+    # explicit one
+    sktf_gcp_sampler g
     int nmodes
-    const int64_t* shape
-    const int64_t* strides     # strides of the linear index, NULL when it would overflow
-    const int64_t* subs        # nonzeros (nnz x N), lexicographically sorted
-    const double* vals
-    const int64_t* lin         # sorted linear indices of the nonzeros, or NULL
-    const int64_t* bucket      # lin[bucket[b]:bucket[b+1]] are those with lin >> bshift == b
-    int bshift
-    int64_t nnz
-    const int64_t* zsubs       # explicit list of (observed) zero coordinates
-    int64_t nz
-    int explicit_z             # draw the "other" samples from a list, not the index space
-    int implicit_z             # that list is every entry not a nonzero, in linear-index order,
-                               # computed from `lin` (no `zsubs`)
-    int64_t nzero              # entries that are not nonzeros (with `lin` only)
-    int64_t max_attempts       # rejections before the zero is computed from `lin`
-    int64_t p                  # samples of nonzeros
-    int64_t q                  # other samples
-    double wp
-    double wq
-    int zmode                  # 0: value 0 (no look-up), 1: look the value up, 2: reject nonzeros
-    int include_nz             # explicit list = [nonzeros; zsubs] (1) or zsubs only (0)
-    int correct                # semi-stratified: nonzero samples contribute f(x,m) - f(0,m)
     uint64_t key
-    # an explicit sample instead of drawing one
+    # an explicit sample instead of drawing one (xn >= 0)
     const int64_t* xsubs
     const double* xvals
     const double* xw
     const int8_t* xcorr
     const double* xy           # precomputed w (f'(x, m) - corr f'(0, m)), or NULL
     int64_t xn
-
-
-cdef inline int64_t _find(const Src* S, const int64_t* idx) noexcept nogil:
-    """Position of coordinate ``idx`` among the nonzeros, or -1."""
-    cdef int64_t lo = 0, hi = S.nnz, mid, key = 0
-    cdef int k, N = S.nmodes
-    cdef const int64_t* row
-    cdef int c
-    if S.lin != NULL:
-        for k in range(N):
-            key += idx[k] * S.strides[k]
-        if S.bucket != NULL:  # narrow the search to the bucket of the key's high bits
-            lo = S.bucket[key >> S.bshift]
-            hi = S.bucket[(key >> S.bshift) + 1]
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if S.lin[mid] < key:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < S.nnz and S.lin[lo] == key:
-            return lo
-        return -1
-    # no linear index (the shape's product overflows int64): compare coordinate rows
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        row = S.subs + mid * N
-        c = 0
-        for k in range(N):
-            if row[k] != idx[k]:
-                c = -1 if row[k] < idx[k] else 1
-                break
-        if c < 0:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo < S.nnz:
-        row = S.subs + lo * N
-        for k in range(N):
-            if row[k] != idx[k]:
-                return -1
-        return lo
-    return -1
-
-
-cdef inline void _zero_coords(const Src* S, int64_t t, int64_t* idx) noexcept nogil:
-    """Coordinates of the t-th entry (0-based) that is not a nonzero, in linear-index order.
-
-    With ``d_j = lin[j] - j`` (the number of zeros before nonzero j, non-decreasing), the
-    nonzeros before that zero are those with ``d_j <= t``, and its linear index is t plus their
-    number (the same computation as ``gcp_zero_coords`` of the OpenCL kernels)."""
-    cdef int64_t lo = 0, hi = S.nnz, mid, e
-    cdef int k
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if S.lin[mid] - mid <= t:
-            lo = mid + 1
-        else:
-            hi = mid
-    e = t + lo
-    for k in range(S.nmodes):
-        idx[k] = (e // S.strides[k]) % S.shape[k]
 
 
 cdef bint _interrupted() noexcept nogil:
@@ -250,63 +197,21 @@ cdef int _reraise() except -1:
 cdef inline int64_t _n_samples(const Src* S) noexcept nogil:
     if S.xn >= 0:
         return S.xn
-    return S.p + S.q
+    return S.g.p + S.g.q
 
 
 cdef inline double _sample(const Src* S, int64_t j, int64_t* idx, double* w,
                            int* corr) noexcept nogil:
-    """Sample ``j``: coordinates into ``idx``; returns the data value, sets weight and flag."""
+    """Sample ``j``: coordinates into ``idx``; returns the data value, sets weight and flag
+    (drawn by the shared sampler, or read from the explicit sample)."""
     cdef int k, N = S.nmodes
-    cdef uint64_t skey, c = 0
-    cdef int64_t t, n, pos, a
     if S.xn >= 0:  # explicit sample
         for k in range(N):
             idx[k] = S.xsubs[j * N + k]
         w[0] = S.xw[j]
         corr[0] = S.xcorr[j] if S.xcorr != NULL else 0
         return S.xvals[j]
-    skey = sktf_sample_key(S.key, j)
-    if j < S.p:
-        t = sktf_below(sktf_rand(skey, c), S.nnz)
-        for k in range(N):
-            idx[k] = S.subs[t * N + k]
-        w[0] = S.wp
-        corr[0] = S.correct
-        return S.vals[t]
-    w[0] = S.wq
-    corr[0] = 0
-    if S.explicit_z:
-        n = S.nz + (S.nnz if S.include_nz else 0)
-        t = sktf_below(sktf_rand(skey, c), n)
-        if S.include_nz:
-            if t < S.nnz:
-                for k in range(N):
-                    idx[k] = S.subs[t * N + k]
-                return S.vals[t] if S.zmode == 1 else 0.0
-            t -= S.nnz
-        if S.implicit_z:
-            _zero_coords(S, t, idx)
-        else:
-            for k in range(N):
-                idx[k] = S.zsubs[t * N + k]
-        return 0.0
-    a = 0
-    while True:
-        for k in range(N):
-            idx[k] = sktf_below(sktf_rand(skey, c), S.shape[k])
-            c += 1
-        if S.zmode == 0:
-            return 0.0
-        pos = _find(S, idx)
-        if S.zmode == 1:
-            return S.vals[pos] if pos >= 0 else 0.0
-        if pos < 0:
-            return 0.0
-        a += 1
-        if a >= S.max_attempts and S.lin != NULL:
-            # rejection keeps failing (a dense region): take the zero of a uniform rank
-            _zero_coords(S, sktf_below(sktf_rand(skey, c), S.nzero), idx)
-            return 0.0
+    return sktf_gcp_sample(&S.g, S.key, j, idx, w, corr)
 
 
 cdef class GcpSampler:
@@ -334,6 +239,7 @@ cdef class GcpSampler:
 
     cdef Src src
     cdef object keep
+    cdef object _params
     cdef public int64_t p, q
     cdef public double wp, wq
 
@@ -344,58 +250,62 @@ cdef class GcpSampler:
                  int bshift=0, bint implicit_z=False, int64_t max_attempts=256):
         cdef int N = shape.shape[0]
         cdef int k
+        cdef bint has_lin = lin.shape[0] == vals.shape[0] and vals.shape[0] > 0
         strides = np.zeros(N, dtype=np.int64)
         cdef int64_t[::1] st = strides
         cdef int64_t s = 1
         for k in range(N - 1, -1, -1):
             st[k] = s
             s *= shape[k]
-        self.keep = (shape, subs, vals, lin, zsubs, strides, bucket)
-        memset(&self.src, 0, sizeof(Src))
-        self.src.nmodes = N
-        self.src.shape = &shape[0]
-        self.src.nnz = vals.shape[0]
-        self.src.subs = &subs[0, 0] if subs.shape[0] > 0 else NULL
-        self.src.vals = &vals[0] if vals.shape[0] > 0 else NULL
-        if lin.shape[0] == vals.shape[0] and vals.shape[0] > 0:
-            self.src.lin = &lin[0]
-            self.src.strides = &st[0]
-            if bucket is not None and bucket.shape[0] > 1:
-                self.src.bucket = &bucket[0]
-                self.src.bshift = bshift
-        self.src.nz = zsubs.shape[0]
-        self.src.zsubs = &zsubs[0, 0] if zsubs.shape[0] > 0 else NULL
-        self.src.explicit_z = explicit_z
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        self.src.max_attempts = max_attempts
-        if self.src.lin != NULL:
-            self.src.nzero = s - vals.shape[0]
-        if implicit_z:
-            if not explicit_z or zsubs.shape[0] or self.src.lin == NULL:
-                raise ValueError("implicit_z needs explicit_z, an empty zsubs and the linear "
-                                 "index of the nonzeros")
-            self.src.implicit_z = 1
-            self.src.nz = s - vals.shape[0]
-        self.src.p = p
-        self.src.q = q
-        self.src.wp = wp
-        self.src.wq = wq
-        self.src.zmode = zmode
-        self.src.include_nz = include_nz
-        self.src.correct = correct
+        if implicit_z and (not explicit_z or zsubs.shape[0] or not has_lin):
+            raise ValueError("implicit_z needs explicit_z, an empty zsubs and the linear "
+                             "index of the nonzeros")
+        # the parameter array of sktf_gcp_sample.h (what the OpenCL backend uploads)
+        params = np.zeros(SKTF_GCP_NPARAMS, dtype=np.int64)
+        cdef int64_t[::1] sp = params
+        sp[SKTF_GCP_NNZ] = vals.shape[0]
+        sp[SKTF_GCP_NZ] = (s - vals.shape[0]) if implicit_z else zsubs.shape[0]
+        sp[SKTF_GCP_EXPLICIT_Z] = explicit_z
+        sp[SKTF_GCP_P] = p
+        sp[SKTF_GCP_Q] = q
+        sp[SKTF_GCP_ZMODE] = zmode
+        sp[SKTF_GCP_INCLUDE_NZ] = include_nz
+        sp[SKTF_GCP_CORRECT] = correct
+        sp[SKTF_GCP_HAS_LIN] = has_lin
+        sp[SKTF_GCP_HAS_BUCKET] = has_lin and bucket is not None and bucket.shape[0] > 1
+        sp[SKTF_GCP_BSHIFT] = bshift if sp[SKTF_GCP_HAS_BUCKET] else 0
+        sp[SKTF_GCP_IMPLICIT_Z] = implicit_z
+        sp[SKTF_GCP_MAX_ATTEMPTS] = max_attempts
+        sp[SKTF_GCP_NZERO] = (s - vals.shape[0]) if has_lin else 0
+        self.keep = (shape, subs, vals, lin, zsubs, strides, bucket)
+        self._params = params
+        memset(&self.src, 0, sizeof(Src))
+        self.src.nmodes = N
+        self.src.g = sktf_gcp_sampler_make(
+            &sp[0], N, &shape[0], &st[0] if has_lin else NULL,
+            &subs[0, 0] if subs.shape[0] > 0 else NULL,
+            &vals[0] if vals.shape[0] > 0 else NULL, &lin[0] if has_lin else NULL,
+            &bucket[0] if sp[SKTF_GCP_HAS_BUCKET] else NULL,
+            &zsubs[0, 0] if zsubs.shape[0] > 0 else NULL, wp, wq)
         self.src.xn = -1
         self.p, self.q, self.wp, self.wq = p, q, wp, wq
 
     @property
     def n_samples(self):
-        return self.src.p + self.src.q
+        return self.src.g.p + self.src.g.q
+
+    @property
+    def params(self):
+        """The sampler's parameter array (``SKTF_GCP_*`` of sktf_gcp_sample.h)."""
+        return self._params.copy()
 
     def draw(self, uint64_t key, int64_t[:, ::1] out_subs, double[::1] out_x,
              double[::1] out_w, int8_t[::1] out_corr, int num_threads=1):
         """Materialise the sample of step key ``key`` (same samples as the fused kernel)."""
         cdef Src S = self.src
-        cdef int64_t n = S.p + S.q, j, j0, j1
+        cdef int64_t n = S.g.p + S.g.q, j, j0, j1
         cdef int N = S.nmodes, c
         cdef double w
         cdef bint stopped = False
@@ -423,7 +333,7 @@ cdef class GcpSampler:
         cdef Py_ssize_t i
         with nogil:
             for i in range(idx.shape[0]):
-                out[i] = _find(&self.src, &idx[i, 0])
+                out[i] = sktf_gcp_find(&self.src.g, &idx[i, 0])
 
 
 cdef void _explicit_src(Src* S, int N, object xsubs, object xvals, object xw, object xcorr,
@@ -1156,7 +1066,7 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
     cdef int N = len(factors)
     cdef Src S = sampler.src
     cdef Py_ssize_t R = weights.shape[0]
-    cdef int64_t ns = S.p + S.q, s, block = 0, done = 0
+    cdef int64_t ns = S.g.p + S.g.q, s, block = 0, done = 0
     cdef int k, nt
     cdef bint timed_out = False
     cdef double** fac = <double**> malloc(N * sizeof(double*))
