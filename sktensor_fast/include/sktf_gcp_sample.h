@@ -242,4 +242,71 @@ SKTF_INLINE SKTF_REAL sktf_gcp_sample(const sktf_gcp_sampler* S, const sktf_u64 
     }
 }
 
+#ifndef __OPENCL_VERSION__
+/* The hints must be inlined into the loop that calls them: GCC deems a function whose only
+   effects are prefetches free of side effects and drops calls to it that it did not inline. */
+#if defined(__GNUC__) || defined(__clang__)
+#define SKTF_GCP_PREFETCH(p) __builtin_prefetch((const void*)(p), 0, 3)
+#define SKTF_GCP_HINT __attribute__((always_inline)) static inline
+#else
+#define SKTF_GCP_PREFETCH(p) ((void)(p))
+#define SKTF_GCP_HINT static inline
+#endif
+#define SKTF_GCP_TOUCH_MODES 8
+
+/* Prefetch hints for a CPU loop that draws sample j some samples ahead of its use (no effect
+ * on what is drawn).  sktf_gcp_sample_touch(S, key, j, 0) prefetches the first memory that
+ * sample j reads (the nonzero's row and value, the listed entry, or the bucket of its first
+ * attempt's key); with level 1, called later, it also prefetches the linear indices that
+ * bucket points at, which the first level brought into the cache. */
+SKTF_GCP_HINT void sktf_gcp_sample_touch(const sktf_gcp_sampler* S, const sktf_u64 key,
+                                       const sktf_i64 j, const int level)
+{
+    const int N = S->nmodes;
+    const sktf_u64 skey = sktf_sample_key(key, j);
+    sktf_i64 idx[SKTF_GCP_TOUCH_MODES];
+    if (j < S->p || (S->explicit_z && !S->implicit_z)) {
+        if (level) return;
+        sktf_i64 t;
+        if (j < S->p) {
+            t = sktf_below(sktf_rand(skey, 0), S->nnz);
+        } else {
+            t = sktf_below(sktf_rand(skey, 0), S->nz + (S->include_nz ? S->nnz : 0));
+            if (!S->include_nz || t >= S->nnz) {
+                t -= S->include_nz ? S->nnz : 0;
+                SKTF_GCP_PREFETCH(S->zsubs + t * N);
+                return;
+            }
+        }
+        SKTF_GCP_PREFETCH(S->subs + t * N);
+        SKTF_GCP_PREFETCH(S->vals + t);
+        return;
+    }
+    if (S->explicit_z || S->zmode == 0 || !S->has_lin || !S->has_bucket
+            || N > SKTF_GCP_TOUCH_MODES)
+        return;
+    sktf_gcp_uniform_coords(S, skey, 0, idx);
+    const sktf_i64 b = sktf_gcp_linear(S, idx) >> S->bshift;
+    if (!level) SKTF_GCP_PREFETCH(S->bucket + b);
+    else SKTF_GCP_PREFETCH(S->lin + S->bucket[b]);
+}
+
+/* The hints that a loop drawing each sample `dist` places ahead of its use gives at sample j
+ * (samples below `end`): the first memory of sample j + 3 dist, the linear indices of sample
+ * j + 2 dist; sktf_gcp_touch_first gives those that the iterations before j0 would have. */
+SKTF_GCP_HINT void sktf_gcp_touch_ahead(const sktf_gcp_sampler* S, const sktf_u64 key,
+                                        const sktf_i64 j, const sktf_i64 end, const int dist)
+{
+    if (j + 3 * dist < end) sktf_gcp_sample_touch(S, key, j + 3 * dist, 0);
+    if (j + 2 * dist < end) sktf_gcp_sample_touch(S, key, j + 2 * dist, 1);
+}
+
+SKTF_GCP_HINT void sktf_gcp_touch_first(const sktf_gcp_sampler* S, const sktf_u64 key,
+                                        const sktf_i64 j0, const sktf_i64 end, const int dist)
+{
+    for (sktf_i64 j = j0; j < end && j < j0 + 3 * dist; ++j) sktf_gcp_sample_touch(S, key, j, 0);
+    for (sktf_i64 j = j0; j < end && j < j0 + 2 * dist; ++j) sktf_gcp_sample_touch(S, key, j, 1);
+}
+#endif
+
 #endif /* SKTF_GCP_SAMPLE_H */

@@ -112,6 +112,10 @@ cdef extern from "sktf_gcp_sample.h":
     int64_t sktf_gcp_find(const sktf_gcp_sampler* S, const int64_t* idx) noexcept nogil
     double sktf_gcp_sample(const sktf_gcp_sampler* S, uint64_t key, int64_t j, int64_t* idx,
                            double* w, int* corr) noexcept nogil
+    void sktf_gcp_touch_ahead(const sktf_gcp_sampler* S, uint64_t key, int64_t j, int64_t end,
+                              int dist) noexcept nogil
+    void sktf_gcp_touch_first(const sktf_gcp_sampler* S, uint64_t key, int64_t j0,
+                              int64_t end, int dist) noexcept nogil
     enum:
         SKTF_GCP_NNZ
         SKTF_GCP_NZ
@@ -134,6 +138,8 @@ cdef enum:
     LOSS_CHUNK = 1024
     # samples drawn ahead of the one being processed (their rows are prefetched)
     LOOKAHEAD = 8
+    # samples per task of GcpSampler.draw
+    DRAW_CHUNK = 1024
     # samples per task of the first phase of the multi-threaded gradient
     PHASE1_CHUNK = 256
     # most row ranges per mode in its second phase
@@ -305,7 +311,7 @@ cdef class GcpSampler:
              double[::1] out_w, int8_t[::1] out_corr, int num_threads=1):
         """Materialise the sample of step key ``key`` (same samples as the fused kernel)."""
         cdef Src S = self.src
-        cdef int64_t n = S.g.p + S.g.q, j, j0, j1
+        cdef int64_t n = S.g.p + S.g.q, j, j0, j1, ci, c0, c1
         cdef int N = S.nmodes, c
         cdef double w
         cdef bint stopped = False
@@ -317,10 +323,17 @@ cdef class GcpSampler:
             j0 = 0
             while j0 < n:  # in pieces, to see Ctrl-C in between
                 j1 = min(n, j0 + SIGNAL_EVERY)
-                for j in prange(j0, j1, schedule='dynamic', chunksize=1024, num_threads=num_threads):
-                    c = 0  # assigned here so that it is private to the thread
-                    out_x[j] = _sample(&S, j, &out_subs[j, 0], &out_w[j], &c)
-                    out_corr[j] = c
+                for ci in prange((j1 - j0 + DRAW_CHUNK - 1) // DRAW_CHUNK, schedule='dynamic',
+                                 num_threads=num_threads):
+                    c0 = j0 + ci * DRAW_CHUNK
+                    c1 = min(j1, c0 + DRAW_CHUNK)
+                    # with prefetch hints for the samples ahead (sktf_gcp_sample.h)
+                    sktf_gcp_touch_first(&S.g, S.key, c0, c1, LOOKAHEAD)
+                    for j in range(c0, c1):
+                        sktf_gcp_touch_ahead(&S.g, S.key, j, c1, LOOKAHEAD)
+                        c = 0
+                        out_x[j] = _sample(&S, j, &out_subs[j, 0], &out_w[j], &c)
+                        out_corr[j] = c
                 if j1 < n and _interrupted():
                     stopped = True
                     break
@@ -424,8 +437,11 @@ cdef double _gradient_serial(const Src* S, int code, double param, const double*
                              Py_ssize_t R, bint want_loss) except? -1.0:
     """One thread: every contribution goes straight into its gradient row, in sample order
     (the same order, hence the same sums, as the listed path of the parallel version).
-    Samples are drawn ``LOOKAHEAD`` ahead and their factor and gradient rows prefetched, so
-    that the memory latency of the random rows overlaps the arithmetic of earlier samples."""
+    Samples are drawn ``LOOKAHEAD`` ahead and their factor and gradient rows prefetched, and
+    the memory that drawing them reads (the nonzero's coordinates and value, the bucket and
+    linear indices that a zero is looked up in) is prefetched two and three ``LOOKAHEAD``
+    ahead (sktf_gcp_touch_ahead), so that the memory latency of the random rows overlaps the
+    arithmetic of earlier samples."""
     cdef int N = S.nmodes, k, slot
     cdef int64_t ns = _n_samples(S), j
     cdef Py_ssize_t r
@@ -446,10 +462,16 @@ cdef double _gradient_serial(const Src* S, int code, double param, const double*
     ring_w = ring_x + LOOKAHEAD
     pre = suf + N * R
     with nogil:
+        # prefetch hints for drawing samples (sktf_gcp_sample.h; the hints must be called from
+        # the loop itself, see there)
+        if S.xn < 0:
+            sktf_gcp_touch_first(&S.g, S.key, 0, ns, LOOKAHEAD)
         for j in range(min(<int64_t> LOOKAHEAD, ns)):
             ring_x[j] = _sample(S, j, ring + j * N, &ring_w[j], &ring_c[j])
             _prefetch_rows(fac, grad, active, ring + j * N, N, R)
         for j in range(ns):
+            if S.xn < 0:
+                sktf_gcp_touch_ahead(&S.g, S.key, j, ns, LOOKAHEAD)
             slot = j % LOOKAHEAD
             idx = ring + slot * N
             f = _terms(S, j, ring_x[slot], ring_w[slot], ring_c[slot], code, param, lam, fac,
@@ -629,12 +651,16 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 for ci in prange(nchunks, schedule='dynamic'):
                     c0 = ci * PHASE1_CHUNK
                     c1 = min(nb, c0 + PHASE1_CHUNK)
+                    if S.xn < 0:
+                        sktf_gcp_touch_first(&S.g, S.key, b0 + c0, b0 + c1, LOOKAHEAD)
                     for jj in range(c0, min(c0 + LOOKAHEAD, c1)):
                         slot = <int> (jj - c0)
                         ring_x[slot] = _sample(S, b0 + jj, ring + slot * N,
                                                &ring_x[LOOKAHEAD + slot], &ring_c[slot])
                         _prefetch_factor_rows(fac, ring + slot * N, N, R)
                     for jj in range(c0, c1):
+                        if S.xn < 0:
+                            sktf_gcp_touch_ahead(&S.g, S.key, b0 + jj, b0 + c1, LOOKAHEAD)
                         slot = <int> ((jj - c0) % LOOKAHEAD)
                         idx = ring + slot * N
                         fval[jj] = _terms(S, b0 + jj, ring_x[slot], ring_x[LOOKAHEAD + slot],
@@ -910,7 +936,12 @@ def loss_sum(GcpSampler sampler, uint64_t key, int code, double param,
                         j0 = ci * LOSS_CHUNK
                         j1 = min(ns, j0 + LOSS_CHUNK)
                         pr = 0.0
+                        if S.xn >= 0:  # the factor rows of the first samples
+                            for j in range(j0, min(j1, j0 + LOOKAHEAD)):
+                                _prefetch_factor_rows(fac, S.xsubs + j * N, N, R)
                         for j in range(j0, j1):
+                            if S.xn >= 0 and j + LOOKAHEAD < j1:  # ... and those ahead
+                                _prefetch_factor_rows(fac, S.xsubs + (j + LOOKAHEAD) * N, N, R)
                             w = 0.0  # assigned here so that it is private to the thread
                             corr = 0
                             x = _sample(&S, j, idx, &w, &corr)
