@@ -11,6 +11,9 @@
 #pragma GCC optimize ("fp-contract=off")
 #endif
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "sktf_macros.h"
 /* Optimiser steps on a chunk of entries: plain C loops that the compiler vectorises. */
 static void sktf_adam_chunk(
@@ -45,6 +48,54 @@ static void sktf_sgd_chunk(double* __restrict u, const double* __restrict g, int
         double ui = u[i] - lr * g[i];
         u[i] = ui < lower ? lower : ui;
     }
+}
+
+/* g += the contribution of one sample to its gradient row of mode k, entry by entry:
+   ((((y lam) A_0) A_1) ... A_{k-1}) times (((1 A_{N-1}) A_{N-2}) ... A_{k+1}), the products
+   in the order of the serial kernel (prefix from mode 0, suffix from the last mode; 1 x = x
+   exactly), so that the multi-threaded gradient adds the serial kernel's terms.  One pass
+   over the rank; three modes spelled out (the common case). */
+static inline void sktf_gcp_add_contrib(double* __restrict g, const double* const* rows,
+                                        int N, int k, double y, const double* __restrict lam,
+                                        int64_t R) {
+    if (N == 3) {
+        const double* __restrict a0 = rows[0];
+        const double* __restrict a1 = rows[1];
+        const double* __restrict a2 = rows[2];
+        if (k == 0) {
+            for (int64_t r = 0; r < R; r++) {
+                double t = (y * lam[r]) * (a2[r] * a1[r]);
+                g[r] = g[r] + t;
+            }
+        } else if (k == 1) {
+            for (int64_t r = 0; r < R; r++) {
+                double t = ((y * lam[r]) * a0[r]) * a2[r];
+                g[r] = g[r] + t;
+            }
+        } else {
+            for (int64_t r = 0; r < R; r++) {
+                double t = ((y * lam[r]) * a0[r]) * a1[r];
+                g[r] = g[r] + t;
+            }
+        }
+        return;
+    }
+    for (int64_t r = 0; r < R; r++) {
+        double p = y * lam[r], s = 1.0;
+        for (int l = 0; l < k; l++) p = p * rows[l][r];
+        for (int l = N - 1; l > k; l--) s = s * rows[l][r];
+        double t = p * s;
+        g[r] = g[r] + t;
+    }
+}
+
+/* The number of threads of the enclosing OpenMP parallel region (1 outside one). */
+static inline int sktf_omp_team_size(void) {
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
 }
 
 /* A barrier of the enclosing OpenMP parallel region (an orphaned directive: the Cython

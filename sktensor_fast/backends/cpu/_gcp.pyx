@@ -7,41 +7,41 @@
 
 The stochastic gradient of GCP is ``G_k = Σ_j y_j · (⊛_{l≠k} A_l[i_l(j), :])`` accumulated into
 row ``i_k(j)`` of mode ``k``, over the samples ``j``, with ``y_j = w_j ∂f/∂m(x_j, m_j)``.
-:func:`gradient` computes it without building the sampled tensor.  Samples are processed in
-blocks of a fixed size; for each block
+:func:`gradient` computes it without building the sampled tensor.  On one thread each sample
+is drawn, its N factor rows read, its model value (suffix products) and weighted derivative
+``y_j`` formed, and its contributions added straight into their gradient rows, in sample
+order.  On several threads samples are processed in blocks of a fixed size, one parallel
+region per block (one block per step at the default sample counts):
 
-1. (parallel over tasks of 256 samples) draw the samples, read the N factor rows each
-   touches, form the model value from them (suffix products) and the weighted loss
-   derivative ``y_j``; keep ``y_j`` and the sample's rows, and list the task's samples of
-   every mode by row range (a stable counting sort into at most 64 ranges of rows, fixed by
-   the mode's size);
-2. (parallel over (mode, row range)) gather the range's samples from the lists of every task
-   of step 1 into one list in sample order, zero the range's gradient rows, then form the
-   contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]`` again from ``y_j`` and the factor rows
-   (the prefix × suffix products of the serial version, in its order) and add them, in
-   sample order, into their gradient rows, with the rows of the samples a few places ahead
-   prefetched.  A row is owned by exactly one range, so no atomics and no per-thread copies
-   of the gradient are needed.  (Storing the N contribution rows of every sample instead
-   would write and read back N·R words per sample, most of them cache misses; forming them
-   again reads factor rows, which stay in cache far more often.)
-3. (:func:`run_steps` only) every thread applies the optimiser step to the rows of the
-   ranges it summed in step 2, still in its cache.
+0. the first thread does exactly that for the block's head, a little less than a thread's
+   share of its samples, while
+1. the other threads (and the first, once its head is done) take tasks of 256 samples of the
+   rest (dynamic schedule): draw them, form model values and ``y_j``, and store, for every
+   mode, the task's samples (rows and ``y_j``) sorted by row range (a stable counting sort
+   into at most 64 ranges of ``2^s`` rows, fixed by the mode's size);
+2. after a barrier, one task per (mode, row range) forms the contribution rows
+   ``y_j · ⊛_{l≠k} A_l[i_l, :]`` of the stored samples again from ``y_j`` and the factor
+   rows (the prefix × suffix products of the serial version, in its order) and adds them
+   into their rows, task by task of step 1 and in sample order within each, after the
+   head's.  A row is owned by exactly one range, so no atomics and no per-thread copies of
+   the gradient are needed.  (Storing the N contribution rows of every sample instead would
+   write and read back N·R words per sample, most of them cache misses; forming them again
+   reads factor rows, which stay in cache far more often.)
+3. (:func:`run_steps` only) after a barrier every thread applies the optimiser step to its
+   share of the rows of every mode.
 
-One parallel region per block (one block per step at the default sample counts), its loops
-separated by barriers, each with a dynamic schedule over tasks that do not depend on the
-thread count: a step wakes the threads once, and no part of it runs on one thread while the
-others wait (the gradient is zeroed and the optimiser applied inside the region).
+Storing, sorting and re-forming the contributions costs about half as much as drawing the
+samples; the head spares it on the first thread's share.  A step wakes the threads once, and
+no part of it runs on one thread while the others wait.
 
 This is the "sparse array" variant of GenTen's fused sampling + MTTKRP.  Per-thread private
 gradient buffers would have to be zeroed and merged over every row of every mode at each step
 (Σ I_k · R · threads) and would make the summation order depend on the thread count; with the
 lists by row range, the work per step is proportional to the number of samples, and every
-gradient row is the sum of its contributions in increasing sample order.  On one thread the
-kernel skips the buffer and the lists and adds each contribution straight into its row as the
-samples come,
-which is the same order: the result is bitwise identical for any thread count (the module is
-compiled without contraction of a*b + c into fused multiply-adds, which would round the two
-paths differently).
+gradient row is the sum of its contributions in increasing sample order, whatever the
+threads, the head or the tasks: the result is bitwise identical for any thread count (the
+module is compiled without contraction of a*b + c into fused multiply-adds, which would round
+the two paths differently).
 
 Samples are drawn by the sampler of ``sktensor_fast/include/sktf_gcp_sample.h``
 (``sktf_gcp_sample``), the one definition that the OpenCL kernels call too: for a step key
@@ -79,6 +79,9 @@ cdef extern from "sktf_gcp.h":
     void SKTF_PREFETCH(const void* p) nogil
     void SKTF_PREFETCH_W(const void* p) nogil
     void sktf_omp_barrier() noexcept nogil
+    int sktf_omp_team_size() noexcept nogil
+    void sktf_gcp_add_contrib(double* g, const double* const* rows, int N, int k, double y,
+                              const double* lam, int64_t R) noexcept nogil
 
 cdef extern from "sktf_rng.h":
     # the counter-based generator, written once for every device (sktensor_fast/include);
@@ -144,6 +147,8 @@ cdef enum:
     PHASE1_CHUNK = 256
     # most row ranges per mode in its second phase
     MAX_PARTS = 64
+    # the first thread's head of a block, in percent of a thread's share (_head_samples)
+    HEAD_SHARE = 80
     # below this much work (samples x modes x rank, or entries) a kernel runs on one thread;
     # the sampling kernels take one thread per this much work (see _threads_for)
     SERIAL_WORK = 131072
@@ -432,64 +437,88 @@ cdef inline void _prefetch_factor_rows(double** fac, const int64_t* idx, int N,
             SKTF_PREFETCH(fac[k] + idx[k] * R + off)
 
 
-cdef double _gradient_serial(const Src* S, int code, double param, const double* lam,
-                             double** fac, double** grad, const int8_t* active,
-                             Py_ssize_t R, bint want_loss) except? -1.0:
-    """One thread: every contribution goes straight into its gradient row, in sample order
-    (the same order, hence the same sums, as the listed path of the parallel version).
+cdef void _serial_range(const Src* S, int64_t j0, int64_t j1, int code, double param,
+                        const double* lam, double** fac, double** grad,
+                        const int8_t* active, Py_ssize_t R, bint want_loss, double* total,
+                        double* fout, int64_t* ring, double* ring_x, int* ring_c, double* suf,
+                        const double** rows) noexcept nogil:
+    """Samples ``j0 .. j1 - 1``, each contribution added straight into its gradient row, in
+    sample order.  Their loss terms are added to ``total[0]`` (in sample order), or, with
+    ``fout``, the term of sample j is written to ``fout[j - j0]``.  Scratch: ``ring``
+    (LOOKAHEAD N), ``ring_x`` (2 LOOKAHEAD), ``ring_c`` (LOOKAHEAD), ``suf`` (N R + R + 1),
+    ``rows`` (N).
+
     Samples are drawn ``LOOKAHEAD`` ahead and their factor and gradient rows prefetched, and
     the memory that drawing them reads (the nonzero's coordinates and value, the bucket and
     linear indices that a zero is looked up in) is prefetched two and three ``LOOKAHEAD``
     ahead (sktf_gcp_touch_ahead), so that the memory latency of the random rows overlaps the
     arithmetic of earlier samples."""
     cdef int N = S.nmodes, k, slot
-    cdef int64_t ns = _n_samples(S), j
+    cdef int64_t j
     cdef Py_ssize_t r
-    cdef double total = 0.0, f, t
+    cdef double f, t
     cdef double* g
+    cdef double* ring_w = ring_x + LOOKAHEAD
+    cdef double* pre = suf + N * R
+    cdef int64_t* idx
+    # prefetch hints for drawing samples (sktf_gcp_sample.h; they must be called from the
+    # loop itself, see there)
+    if S.xn < 0:
+        sktf_gcp_touch_first(&S.g, S.key, j0, j1, LOOKAHEAD)
+    for j in range(j0, min(j0 + LOOKAHEAD, j1)):
+        slot = <int> (j - j0)
+        ring_x[slot] = _sample(S, j, ring + slot * N, &ring_w[slot], &ring_c[slot])
+        _prefetch_rows(fac, grad, active, ring + slot * N, N, R)
+    for j in range(j0, j1):
+        if S.xn < 0:
+            sktf_gcp_touch_ahead(&S.g, S.key, j, j1, LOOKAHEAD)
+        slot = <int> ((j - j0) % LOOKAHEAD)
+        idx = ring + slot * N
+        f = _terms(S, j, ring_x[slot], ring_w[slot], ring_c[slot], code, param, lam, fac, N,
+                   R, idx, rows, suf, pre, want_loss)
+        if fout != NULL:
+            fout[j - j0] = f
+        else:
+            total[0] = total[0] + f
+        for k in range(N):
+            if active[k]:
+                g = grad[k] + idx[k] * R
+                for r in range(R):
+                    t = pre[r] * suf[k * R + r]
+                    g[r] = g[r] + t
+            if k < N - 1:
+                for r in range(R):
+                    pre[r] *= rows[k][r]
+        if j + LOOKAHEAD < j1:  # refill the slot with the sample LOOKAHEAD ahead
+            ring_x[slot] = _sample(S, j + LOOKAHEAD, idx, &ring_w[slot], &ring_c[slot])
+            _prefetch_rows(fac, grad, active, idx, N, R)
+
+
+cdef double _gradient_serial(const Src* S, int code, double param, const double* lam,
+                             double** fac, double** grad, const int8_t* active,
+                             Py_ssize_t R, bint want_loss) except? -1.0:
+    """One thread: every contribution goes straight into its gradient row, in sample order
+    (:func:`_serial_range`; the same order, hence the same sums, as the multi-threaded
+    version)."""
+    cdef int N = S.nmodes
+    cdef int64_t ns = _n_samples(S), j0
+    cdef double total = 0.0
     cdef bint stopped = False
     cdef int64_t* ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
     cdef double* ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
-    cdef double* ring_w
     cdef int* ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
-    cdef int64_t* idx
     cdef double* suf = <double*> malloc((N * R + R + 1) * sizeof(double))
-    cdef double* pre
     cdef const double** rows = <const double**> malloc(N * sizeof(double*))
     if ring == NULL or ring_x == NULL or ring_c == NULL or suf == NULL or rows == NULL:
         free(ring); free(ring_x); free(ring_c); free(suf); free(<void*> rows)
         raise MemoryError()
-    ring_w = ring_x + LOOKAHEAD
-    pre = suf + N * R
     with nogil:
-        # prefetch hints for drawing samples (sktf_gcp_sample.h; the hints must be called from
-        # the loop itself, see there)
-        if S.xn < 0:
-            sktf_gcp_touch_first(&S.g, S.key, 0, ns, LOOKAHEAD)
-        for j in range(min(<int64_t> LOOKAHEAD, ns)):
-            ring_x[j] = _sample(S, j, ring + j * N, &ring_w[j], &ring_c[j])
-            _prefetch_rows(fac, grad, active, ring + j * N, N, R)
-        for j in range(ns):
-            if S.xn < 0:
-                sktf_gcp_touch_ahead(&S.g, S.key, j, ns, LOOKAHEAD)
-            slot = j % LOOKAHEAD
-            idx = ring + slot * N
-            f = _terms(S, j, ring_x[slot], ring_w[slot], ring_c[slot], code, param, lam, fac,
-                       N, R, idx, rows, suf, pre, want_loss)
-            total += f
-            for k in range(N):
-                if active[k]:
-                    g = grad[k] + idx[k] * R
-                    for r in range(R):
-                        t = pre[r] * suf[k * R + r]
-                        g[r] = g[r] + t
-                if k < N - 1:
-                    for r in range(R):
-                        pre[r] *= rows[k][r]
-            if j + LOOKAHEAD < ns:  # refill the slot with the sample LOOKAHEAD ahead
-                ring_x[slot] = _sample(S, j + LOOKAHEAD, idx, &ring_w[slot], &ring_c[slot])
-                _prefetch_rows(fac, grad, active, idx, N, R)
-            if (j + 1) % SIGNAL_EVERY == 0 and j + 1 < ns and _interrupted():
+        j0 = 0
+        while j0 < ns:  # in pieces, to see Ctrl-C in between
+            _serial_range(S, j0, min(ns, j0 + SIGNAL_EVERY), code, param, lam, fac, grad,
+                          active, R, want_loss, &total, NULL, ring, ring_x, ring_c, suf, rows)
+            j0 += SIGNAL_EVERY
+            if j0 < ns and _interrupted():
                 stopped = True
                 break
     free(ring); free(ring_x); free(ring_c); free(suf); free(<void*> rows)
@@ -498,9 +527,20 @@ cdef double _gradient_serial(const Src* S, int code, double param, const double*
     return total
 
 
+cdef inline int _part_shift(int64_t rows) noexcept nogil:
+    """Row ranges of a mode in the multi-threaded gradient: row i is in range ``i >> shift``,
+    the smallest shift that makes at most ``MAX_PARTS`` ranges (fixed by the mode's size)."""
+    cdef int s = 0
+    while rows > 0 and ((rows - 1) >> s) >= MAX_PARTS:
+        s += 1
+    return s
+
+
 cdef inline int64_t _n_parts(int64_t rows) noexcept nogil:
-    """Row ranges of a mode in the multi-threaded gradient (fixed by the mode's size)."""
-    return rows if rows < MAX_PARTS else MAX_PARTS
+    """Number of row ranges of a mode (see :func:`_part_shift`)."""
+    if rows <= 0:
+        return 0
+    return ((rows - 1) >> _part_shift(rows)) + 1
 
 
 cdef enum:
@@ -550,9 +590,21 @@ cdef inline void _opt_set(OptStep* o, int solver, double** m1, double** m2, doub
         o.e = eps * sqrt(bc2)
 
 
-cdef inline int64_t _part_start(int64_t p, int64_t rows, int64_t nparts) noexcept nogil:
-    """First row of row range ``p`` of a mode (row i is in range ``i * nparts // rows``)."""
-    return (p * rows + nparts - 1) // nparts
+cdef inline int64_t _part_start(int64_t p, int64_t rows) noexcept nogil:
+    """First row of row range ``p`` of a mode of ``rows`` rows (``p`` up to the number of
+    ranges, whose start is ``rows``)."""
+    cdef int64_t lo = p << _part_shift(rows)
+    return lo if lo < rows else rows
+
+
+cdef inline int64_t _head_samples(int64_t nb, int num_threads) noexcept nogil:
+    """Samples at the start of a block that the first thread adds straight into the gradient
+    in the multi-threaded gradient (see :func:`_gradient_parallel`): ``HEAD_SHARE`` percent
+    of a thread's share, so that on a machine whose other threads are late the first thread
+    still ends its head in time, then takes tasks of the rest."""
+    if num_threads <= 1:
+        return nb
+    return (nb * HEAD_SHARE) // (100 * num_threads)
 
 
 cdef double _gradient_parallel(const Src* S, int code, double param, const double* lam,
@@ -560,43 +612,46 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                                const int64_t* shape, Py_ssize_t R, int64_t block,
                                bint want_loss, int num_threads, double* work,
                                const OptStep* opt=NULL) except? -1.0:
-    """Blocks of samples, one parallel region per block with two (three) loops:
+    """Blocks of samples, one parallel region per block:
 
-    1. tasks of PHASE1_CHUNK samples: draw them, store their rows (``keys``), weighted
-       derivatives and loss terms, and for every active mode list the task's samples by row
-       range (a stable counting sort into ``_n_parts`` ranges of equal numbers of rows);
-    2. one task per (mode, row range): gather the range's samples of every task of step 1
-       into one list (in sample order), then form the contributions of its rows from the
-       derivatives and factor rows (the products of the serial version, in its order) and
-       add them, so every gradient row is the sum of its contributions in increasing sample
-       order, as in the serial version (a row belongs to one range: no conflicts, no
-       atomics, the same bits for any thread count).  The task zeroes its rows first (in
-       the first block), so the gradient is written by the threads that own its rows;
-    3. with ``opt`` (after the last block): every thread applies the optimiser step to the
-       rows of the ranges it summed in step 2, which are still in its cache.
+    0. the first thread takes the block's head (:func:`_head_samples`) and adds its samples'
+       contributions straight into the gradient rows, in sample order, as the serial version
+       does (in the first block it zeroes the gradient first), while
+    1. the other threads (and the first one, once its head is done) take tasks of
+       PHASE1_CHUNK samples of the rest: draw them, form model values and weighted
+       derivatives, and for every active mode store the task's samples (their rows and
+       derivatives) sorted by row range (a stable counting sort into ``_n_parts`` ranges);
+    2. then one task per (mode, row range) forms the contributions of the stored samples of
+       its rows again from the derivatives and factor rows (the products of the serial
+       version, in its order: sktf_gcp_add_contrib) and adds them, task by task of step 1
+       and in sample order within each, after the head's.  Every gradient row is thus the
+       sum of its contributions in increasing sample order, as in the serial version (a row
+       belongs to one range: no conflicts, no atomics, the same bits for any thread count);
+    3. with ``opt`` (after the last block): every thread applies the optimiser step to its
+       share of the rows of every active mode.
+
+    The head costs no more than the serial version; the rest pays for storing, sorting and
+    re-forming its contributions, which the head spares on the share of the first thread.
 
     ``work`` holds ``workspace_size(N, R, block)`` words (kept by the caller between calls:
     fresh pages would fault on every step).  The gradient arrays need not be zeroed."""
     cdef int N = S.nmodes
     cdef int64_t ns = _n_samples(S)
-    cdef int64_t nblocks, bi, b0, nb, jj, j, since = 0
+    cdef int64_t nblocks, bi, b0, nb, jj, j, since = 0, head
     cdef int k
     cdef Py_ssize_t r
-    cdef double total = 0.0
+    cdef double total = 0.0, htotal
     cdef double* yval = work                       # weighted derivative of each sample
-    cdef double* fval = yval + block
-    cdef int64_t* keys = <int64_t*> (fval + block)
-    cdef int64_t* bidx = keys + block * N          # samples of a task of step 1, by range
-    cdef int64_t* glist = bidx + block * N         # samples of a range, all tasks (step 2)
-    cdef int64_t* boff = glist + block * N         # where each range starts, per task and mode
+    cdef double* fval = yval + block               # loss term of each sample
+    cdef int64_t* keys = <int64_t*> (fval + block)  # rows of each sample
+    # the samples of every task of step 1 and active mode k, sorted by row range: their rows
+    # (N per sample) and weighted derivatives, from position (k * block + c0) on
+    cdef int64_t* srows = keys + block * N
+    cdef double* sy = <double*> (srows + block * N * N)
+    cdef int64_t* boff = <int64_t*> (sy + block * N)  # where each range starts, per task, mode
     cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
-    cdef int* owner
-    cdef int64_t ntasks, t, p, nparts, rows_k, jn, lo, hi, n, i, t3, p3, lo3, hi3
-    cdef int l, me, k3
-    cdef double yv, tv
-    cdef double* pvec
-    cdef double* svec
-    cdef const double** prow
+    cdef int64_t ntasks, t, p, nparts, lo, hi, i, pos0
+    cdef int l, me, sh, nteam
     cdef bint stopped = False, first, last
     cdef int64_t nchunks, ci, c0, c1, cj
     # thread scratch
@@ -609,10 +664,10 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef double* suf
     cdef double* pre
     cdef const double** rows
-    cdef double* g
+    cdef const double** prow
     cdef int64_t* off
-    cdef int64_t* lst
-    cdef int64_t* mine
+    cdef int k3
+    cdef int64_t lo3, hi3
     if task_off == NULL:
         raise MemoryError()
     ntasks = 0
@@ -621,18 +676,16 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
         if active[k]:
             ntasks += _n_parts(shape[k])
     task_off[N] = ntasks
-    owner = <int*> malloc((ntasks + 1) * sizeof(int))
-    if owner == NULL:
-        free(task_off)
-        raise MemoryError()
     with nogil:
         nblocks = (ns + block - 1) // block
         for bi in range(nblocks):
             b0 = bi * block
             nb = min(block, ns - b0)
-            nchunks = (nb + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+            head = _head_samples(nb, num_threads)
+            nchunks = (nb - head + PHASE1_CHUNK - 1) // PHASE1_CHUNK
             first = bi == 0
             last = bi == nblocks - 1
+            htotal = 0.0
             with parallel(num_threads=num_threads):
                 me = threadid()
                 ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
@@ -643,13 +696,19 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 rows = <const double**> malloc(N * sizeof(double*))
                 cnt = <int64_t*> malloc((MAX_PARTS + 1) * sizeof(int64_t))
                 prow = <const double**> malloc(N * sizeof(double*))
-                pvec = <double*> malloc(2 * R * sizeof(double) + sizeof(double))
-                svec = pvec + R
-                # 1. samples, model values, derivatives, lists by row range (in each task
-                #    samples are drawn LOOKAHEAD ahead and their factor rows prefetched, as
-                #    in the serial version)
+                # 0. the head, straight into the gradient
+                if me == 0:
+                    if first:
+                        for k3 in range(N):
+                            if active[k3] and shape[k3] > 0:
+                                memset(grad[k3], 0, shape[k3] * R * sizeof(double))
+                    _serial_range(S, b0, b0 + head, code, param, lam, fac, grad, active, R,
+                                  want_loss, NULL, fval, ring, ring_x, ring_c, suf, rows)
+                # 1. the rest: samples, model values, derivatives, sorted by row range (in
+                #    each task samples are drawn LOOKAHEAD ahead and their factor rows
+                #    prefetched, as in the serial version)
                 for ci in prange(nchunks, schedule='dynamic'):
-                    c0 = ci * PHASE1_CHUNK
+                    c0 = head + ci * PHASE1_CHUNK
                     c1 = min(nb, c0 + PHASE1_CHUNK)
                     if S.xn < 0:
                         sktf_gcp_touch_first(&S.g, S.key, b0 + c0, b0 + c1, LOOKAHEAD)
@@ -672,97 +731,55 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                             ring_x[slot] = _sample(S, b0 + jj + LOOKAHEAD, idx,
                                                    &ring_x[LOOKAHEAD + slot], &ring_c[slot])
                             _prefetch_factor_rows(fac, idx, N, R)
-                    # the task's samples of every active mode, listed by row range (stable)
+                    # the task's samples of every active mode, sorted by row range (stable)
                     for k in range(N):
                         if not active[k]:
                             continue
                         nparts = _n_parts(shape[k])
-                        rows_k = shape[k]
+                        sh = _part_shift(shape[k])
                         off = boff + (ci * N + k) * (MAX_PARTS + 1)
-                        lst = bidx + k * block + c0
+                        pos0 = k * block + c0
                         for p in range(nparts + 1):
                             cnt[p] = 0
                         for jj in range(c0, c1):
-                            cnt[keys[jj * N + k] * nparts // rows_k + 1] += 1
+                            cnt[(keys[jj * N + k] >> sh) + 1] += 1
                         for p in range(nparts):
                             cnt[p + 1] += cnt[p]
                         for p in range(nparts + 1):
                             off[p] = cnt[p]
                         for jj in range(c0, c1):
-                            p = keys[jj * N + k] * nparts // rows_k
-                            lst[cnt[p]] = jj
+                            p = keys[jj * N + k] >> sh
+                            i = pos0 + cnt[p]
+                            for l in range(N):
+                                srows[i * N + l] = keys[jj * N + l]
+                            sy[i] = yval[jj]
                             cnt[p] += 1
                 sktf_omp_barrier()
-                # 2. one task per (mode, row range): its samples gathered from the lists of
-                #    every task of step 1 (in sample order), then its rows' contributions,
-                #    each formed again from y and the factor rows with the products of the
-                #    serial version (prefix (y λ) ⊛ A_0 ⊛ … ⊛ A_{k-1} times suffix from the
-                #    last mode)
+                # 2. one task per (mode, row range): the contributions of the stored samples
+                #    of its rows, task by task of step 1, each formed again from y and the
+                #    factor rows with the products of the serial version
                 for t in prange(ntasks, schedule='dynamic'):
                     k = 0
                     while t >= task_off[k + 1]:
                         k = k + 1
                     p = t - task_off[k]
-                    nparts = _n_parts(shape[k])
-                    rows_k = shape[k]
-                    if first:
-                        lo = _part_start(p, rows_k, nparts)
-                        hi = _part_start(p + 1, rows_k, nparts)
-                        memset(grad[k] + lo * R, 0, (hi - lo) * R * sizeof(double))
-                    if last:
-                        owner[t] = me
-                    # where the range's list starts among mode k's samples: the samples of
-                    # the ranges before it, over all tasks of step 1
-                    lo = 0
-                    for cj in range(nchunks):
-                        lo = lo + boff[(cj * N + k) * (MAX_PARTS + 1) + p]
-                    mine = glist + k * block + lo
-                    n = 0
                     for cj in range(nchunks):
                         off = boff + (cj * N + k) * (MAX_PARTS + 1)
-                        lst = bidx + k * block + cj * PHASE1_CHUNK
-                        for i in range(off[p], off[p + 1]):
-                            mine[n] = lst[i]
-                            n = n + 1
-                    for i in range(min(n, <int64_t> LOOKAHEAD)):
-                        SKTF_PREFETCH(keys + mine[i] * N)
-                    for i in range(n):
-                        if i + 2 * LOOKAHEAD < n:  # the rows of a sample further ahead
-                            SKTF_PREFETCH(keys + mine[i + 2 * LOOKAHEAD] * N)
-                            SKTF_PREFETCH(yval + mine[i + 2 * LOOKAHEAD])
-                        if i + LOOKAHEAD < n:  # its factor and gradient rows
-                            jn = mine[i + LOOKAHEAD]
-                            _prefetch_factor_rows(fac, keys + jn * N, N, R)
-                            SKTF_PREFETCH_W(grad[k] + keys[jn * N + k] * R)
-                        j = mine[i]
-                        for l in range(N):
-                            prow[l] = fac[l] + keys[j * N + l] * R
-                        g = grad[k] + keys[j * N + k] * R
-                        yv = yval[j]
-                        for r in range(R):
-                            pvec[r] = yv * lam[r]
-                            svec[r] = 1.0
-                        for l in range(k):
-                            for r in range(R):
-                                pvec[r] = pvec[r] * prow[l][r]
-                        for l in range(N - 1, k, -1):
-                            for r in range(R):
-                                svec[r] = svec[r] * prow[l][r]
-                        for r in range(R):
-                            tv = pvec[r] * svec[r]
-                            g[r] = g[r] + tv
+                        pos0 = k * block + head + cj * PHASE1_CHUNK
+                        for i in range(pos0 + off[p], pos0 + off[p + 1]):
+                            for l in range(N):
+                                prow[l] = fac[l] + srows[i * N + l] * R
+                            sktf_gcp_add_contrib(grad[k] + srows[i * N + k] * R, prow, N, k,
+                                                 sy[i], lam, R)
                 if opt != NULL and last:
-                    # 3. the optimiser step on the rows this thread summed
+                    # 3. the optimiser step, every thread on its share of each mode's rows
                     sktf_omp_barrier()
-                    for t3 in range(ntasks):
-                        if owner[t3] != me:
+                    nteam = sktf_omp_team_size()
+                    for k3 in range(N):
+                        if not active[k3] or shape[k3] == 0:
                             continue
-                        k3 = 0
-                        while t3 >= task_off[k3 + 1]:
-                            k3 = k3 + 1
-                        p3 = t3 - task_off[k3]
-                        lo3 = _part_start(p3, shape[k3], _n_parts(shape[k3])) * R
-                        hi3 = _part_start(p3 + 1, shape[k3], _n_parts(shape[k3])) * R
+                        lo3 = (shape[k3] * me) // nteam * R
+                        hi3 = (shape[k3] * (me + 1)) // nteam * R
                         _opt_chunk(opt.solver, fac[k3] + lo3, grad[k3] + lo3,
                                    opt.m1[k3] + lo3 if opt.m1[k3] != NULL else NULL,
                                    opt.m2[k3] + lo3 if opt.m2[k3] != NULL else NULL,
@@ -775,7 +792,6 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 free(<void*> rows)
                 free(cnt)
                 free(<void*> prow)
-                free(pvec)
             for jj in range(nb):
                 total += fval[jj]
             since = since + nb
@@ -785,7 +801,6 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                     stopped = True
                     break
     free(task_off)
-    free(owner)
     if stopped:
         _reraise()
     return total
@@ -812,7 +827,7 @@ cdef int _const_pointers(list arrays, double** out) except -1:
 def workspace_size(int nmodes, Py_ssize_t R, int64_t block):
     """Words (8 bytes) of the workspace of the multi-threaded gradient for ``block`` samples."""
     cdef int64_t tasks = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
-    return int(2 * block + 3 * block * nmodes + tasks * nmodes * (MAX_PARTS + 1))
+    return int(2 * block + (2 + nmodes) * block * nmodes + tasks * nmodes * (MAX_PARTS + 1))
 
 
 def default_block(int nmodes, Py_ssize_t R):
@@ -1080,7 +1095,7 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
               const int8_t[::1] active, int solver, list moments1, list moments2, double lr,
               int64_t t_first, double beta1, double beta2, double eps, double lower,
               int num_threads=1, object work=None, object deadline=None, object clock=None,
-              int64_t work_per_thread=0):
+              int64_t work_per_thread=0, int64_t block=0):
     """``n_steps`` steps of a stochastic solver in one call: for each, the fused sampled
     gradient of every active mode (the draw ``first_draw + s`` of ``seed``, as
     :func:`gradient` at key ``step_key(seed, first_draw + s + 1)``), then the optimiser step
@@ -1091,13 +1106,14 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
     The same bits as calling :func:`gradient` and :func:`adam_step` (etc.) step by step,
     without the Python work between them.  ``grads`` (I_k x R, C-contiguous) receive the
     gradients.  Between steps pending signals are handled (Ctrl-C raises) and, when
-    ``deadline`` is given, ``clock()`` is compared with it.  ``work_per_thread`` as for
-    :func:`gradient`.  Returns ``(steps_done, timed_out)``.
+    ``deadline`` is given, ``clock()`` is compared with it.  ``work_per_thread`` and
+    ``block`` (samples per block of the multi-threaded gradient, 0 for
+    :func:`default_block`) as for :func:`gradient`.  Returns ``(steps_done, timed_out)``.
     """
     cdef int N = len(factors)
     cdef Src S = sampler.src
     cdef Py_ssize_t R = weights.shape[0]
-    cdef int64_t ns = S.g.p + S.g.q, s, block = 0, done = 0
+    cdef int64_t ns = S.g.p + S.g.q, s, done = 0
     cdef int k, nt
     cdef bint timed_out = False
     cdef double** fac = <double**> malloc(N * sizeof(double*))
@@ -1124,7 +1140,9 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
             shape[k] = (<object> grads[k]).shape[0]
         nt = _threads_for(ns * N * R, num_threads, work_per_thread)
         if nt > 1 and R > 0:
-            block = max(1, min(default_block(N, R), ns))
+            if block <= 0:
+                block = default_block(N, R)
+            block = max(1, min(block, ns))
             need = workspace_size(N, R, block)
             if work is None or (<object> work).shape[0] < need:
                 work = np.empty(need)
@@ -1161,3 +1179,4 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
         return done, timed_out
     finally:
         free(fac); free(grad); free(m1); free(m2); free(shape)
+
