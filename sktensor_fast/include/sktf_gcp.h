@@ -89,6 +89,51 @@ static inline void sktf_gcp_add_contrib(double* __restrict g, const double* cons
     }
 }
 
+/* The tasks of a block of the multi-threaded gradient, chunks 0 .. n-1 of samples: the first
+   thread claims them from the front (and adds their samples straight into the gradient), the
+   other threads from the back, until they meet.  Where they meet depends on the timing, the
+   result does not.  Claims are rare (one per chunk of 256 samples or more): a critical
+   section is cheap enough. */
+typedef struct sktf_gcp_claims {
+    int64_t front;  /* chunks 0 .. front-1 are the first thread's */
+    int64_t back;   /* chunks back .. n-1 are the others' */
+} sktf_gcp_claims;
+
+/* the first thread's next chunks: sets *first and returns how many, 0 when they have met
+   (1 / share of those left, at least one: larger pieces while the others are far) */
+static inline int64_t sktf_gcp_claim_front(sktf_gcp_claims* c, int64_t share,
+                                           int64_t* first) {
+    int64_t got;
+#ifdef _OPENMP
+#pragma omp critical(sktf_gcp_claims)
+#endif
+    {
+        got = c->back - c->front;
+        if (got > 0) {
+            got = got / share;
+            if (got < 1) got = 1;
+        } else {
+            got = 0;
+        }
+        *first = c->front;
+        c->front += got;
+    }
+    return got;
+}
+
+/* another thread's next chunk, or -1 when they have met */
+static inline int64_t sktf_gcp_claim_back(sktf_gcp_claims* c) {
+    int64_t got;
+#ifdef _OPENMP
+#pragma omp critical(sktf_gcp_claims)
+#endif
+    {
+        if (c->back > c->front) got = --c->back;
+        else got = -1;
+    }
+    return got;
+}
+
 /* The number of threads of the enclosing OpenMP parallel region (1 outside one). */
 static inline int sktf_omp_team_size(void) {
 #ifdef _OPENMP

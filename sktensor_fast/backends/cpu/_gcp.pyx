@@ -13,17 +13,17 @@ is drawn, its N factor rows read, its model value (suffix products) and weighted
 order.  On several threads samples are processed in blocks of a fixed size, one parallel
 region per block (one block per step at the default sample counts):
 
-0. the first thread does exactly that for the block's head, a little less than a thread's
-   share of its samples, while
-1. the other threads (and the first, once its head is done) take tasks of 256 samples of the
-   rest (dynamic schedule): draw them, form model values and ``y_j``, and store, for every
-   mode, the task's samples (rows and ``y_j``) sorted by row range (a stable counting sort
-   into at most 64 ranges of ``2^s`` rows, fixed by the mode's size);
+1. the block's samples are cut into chunks of 256; the first thread takes chunks from the
+   front and does exactly that (in sample order), while the other threads take chunks from
+   the back, one at a time, until they meet: for each, draw the samples, form model values
+   and ``y_j``, and store, for every mode, the chunk's samples (rows and ``y_j``) sorted by
+   row range (a stable counting sort into at most 64 ranges of ``2^s`` rows, fixed by the
+   mode's size);
 2. after a barrier, one task per (mode, row range) forms the contribution rows
    ``y_j · ⊛_{l≠k} A_l[i_l, :]`` of the stored samples again from ``y_j`` and the factor
    rows (the prefix × suffix products of the serial version, in its order) and adds them
-   into their rows, task by task of step 1 and in sample order within each, after the
-   head's.  A row is owned by exactly one range, so no atomics and no per-thread copies of
+   into their rows, chunk by chunk and in sample order within each, after the first
+   thread's.  A row is owned by exactly one range, so no atomics and no per-thread copies of
    the gradient are needed.  (Storing the N contribution rows of every sample instead would
    write and read back N·R words per sample, most of them cache misses; forming them again
    reads factor rows, which stay in cache far more often.)
@@ -31,15 +31,16 @@ region per block (one block per step at the default sample counts):
    share of the rows of every mode.
 
 Storing, sorting and re-forming the contributions costs about half as much as drawing the
-samples; the head spares it on the first thread's share.  A step wakes the threads once, and
-no part of it runs on one thread while the others wait.
+samples; the first thread's chunks are spared it, and a thread that the operating system holds
+back delays only the chunk it holds (the others take the rest from either end).  A step wakes
+the threads once, and no part of it runs on one thread while the others wait.
 
 This is the "sparse array" variant of GenTen's fused sampling + MTTKRP.  Per-thread private
 gradient buffers would have to be zeroed and merged over every row of every mode at each step
 (Σ I_k · R · threads) and would make the summation order depend on the thread count; with the
 lists by row range, the work per step is proportional to the number of samples, and every
 gradient row is the sum of its contributions in increasing sample order, whatever the
-threads, the head or the tasks: the result is bitwise identical for any thread count (the
+threads and wherever they met: the result is bitwise identical for any thread count (the
 module is compiled without contraction of a*b + c into fused multiply-adds, which would round
 the two paths differently).
 
@@ -80,6 +81,11 @@ cdef extern from "sktf_gcp.h":
     void SKTF_PREFETCH_W(const void* p) nogil
     void sktf_omp_barrier() noexcept nogil
     int sktf_omp_team_size() noexcept nogil
+    ctypedef struct sktf_gcp_claims:
+        int64_t front, back
+    int64_t sktf_gcp_claim_front(sktf_gcp_claims* c, int64_t share,
+                                 int64_t* first) noexcept nogil
+    int64_t sktf_gcp_claim_back(sktf_gcp_claims* c) noexcept nogil
     void sktf_gcp_add_contrib(double* g, const double* const* rows, int N, int k, double y,
                               const double* lam, int64_t R) noexcept nogil
 
@@ -147,11 +153,12 @@ cdef enum:
     PHASE1_CHUNK = 256
     # most row ranges per mode in its second phase
     MAX_PARTS = 64
-    # the first thread's head of a block, in percent of a thread's share (_head_samples)
-    HEAD_SHARE = 80
     # below this much work (samples x modes x rank, or entries) a kernel runs on one thread;
     # the sampling kernels take one thread per this much work (see _threads_for)
     SERIAL_WORK = 131072
+    # work of drawing a sample, in those units (its memory reads cost about as much as 32
+    # products of the gradient: a sample costs (modes x rank + SAMPLE_WORK) units)
+    SAMPLE_WORK = 32
     # samples between two checks for a pending signal (Ctrl-C) in the long-running kernels
     SIGNAL_EVERY = 1 << 20
 
@@ -597,14 +604,66 @@ cdef inline int64_t _part_start(int64_t p, int64_t rows) noexcept nogil:
     return lo if lo < rows else rows
 
 
-cdef inline int64_t _head_samples(int64_t nb, int num_threads) noexcept nogil:
-    """Samples at the start of a block that the first thread adds straight into the gradient
-    in the multi-threaded gradient (see :func:`_gradient_parallel`): ``HEAD_SHARE`` percent
-    of a thread's share, so that on a machine whose other threads are late the first thread
-    still ends its head in time, then takes tasks of the rest."""
-    if num_threads <= 1:
-        return nb
-    return (nb * HEAD_SHARE) // (100 * num_threads)
+cdef void _stored_chunk(const Src* S, int64_t b0, int64_t c0, int64_t c1, int64_t ci,
+                        int code, double param, const double* lam, double** fac,
+                        const int8_t* active, const int64_t* shape, Py_ssize_t R,
+                        bint want_loss, int64_t block, double* yval, double* fval,
+                        int64_t* keys, int64_t* srows, double* sy, int64_t* boff,
+                        int64_t* ring, double* ring_x, int* ring_c, double* suf,
+                        const double** rows, int64_t* cnt) noexcept nogil:
+    """Step 1 of :func:`_gradient_parallel` on the block's samples ``c0 .. c1 - 1`` (chunk
+    ``ci``): draw them (``LOOKAHEAD`` ahead, their factor rows prefetched), form model values,
+    weighted derivatives (``yval``) and loss terms (``fval``), and for every active mode store
+    the samples' rows and derivatives sorted by row range (a stable counting sort) from
+    position ``k block + c0`` of ``srows`` / ``sy``, the ranges' offsets in ``boff``."""
+    cdef int N = S.nmodes, k, l, slot, sh
+    cdef int64_t jj, p, i, nparts, pos0
+    cdef int64_t* idx
+    cdef int64_t* off
+    cdef double* pre = suf + N * R
+    if S.xn < 0:
+        sktf_gcp_touch_first(&S.g, S.key, b0 + c0, b0 + c1, LOOKAHEAD)
+    for jj in range(c0, min(c0 + LOOKAHEAD, c1)):
+        slot = <int> (jj - c0)
+        ring_x[slot] = _sample(S, b0 + jj, ring + slot * N, &ring_x[LOOKAHEAD + slot],
+                               &ring_c[slot])
+        _prefetch_factor_rows(fac, ring + slot * N, N, R)
+    for jj in range(c0, c1):
+        if S.xn < 0:
+            sktf_gcp_touch_ahead(&S.g, S.key, b0 + jj, b0 + c1, LOOKAHEAD)
+        slot = <int> ((jj - c0) % LOOKAHEAD)
+        idx = ring + slot * N
+        fval[jj] = _terms(S, b0 + jj, ring_x[slot], ring_x[LOOKAHEAD + slot], ring_c[slot],
+                          code, param, lam, fac, N, R, idx, rows, suf, pre, want_loss,
+                          &yval[jj])
+        for k in range(N):
+            keys[jj * N + k] = idx[k]
+        if jj + LOOKAHEAD < c1:  # refill the slot LOOKAHEAD samples ahead
+            ring_x[slot] = _sample(S, b0 + jj + LOOKAHEAD, idx, &ring_x[LOOKAHEAD + slot],
+                                   &ring_c[slot])
+            _prefetch_factor_rows(fac, idx, N, R)
+    for k in range(N):
+        if not active[k]:
+            continue
+        nparts = _n_parts(shape[k])
+        sh = _part_shift(shape[k])
+        off = boff + (ci * N + k) * (MAX_PARTS + 1)
+        pos0 = k * block + c0
+        for p in range(nparts + 1):
+            cnt[p] = 0
+        for jj in range(c0, c1):
+            cnt[(keys[jj * N + k] >> sh) + 1] += 1
+        for p in range(nparts):
+            cnt[p + 1] += cnt[p]
+        for p in range(nparts + 1):
+            off[p] = cnt[p]
+        for jj in range(c0, c1):
+            p = keys[jj * N + k] >> sh
+            i = pos0 + cnt[p]
+            for l in range(N):
+                srows[i * N + l] = keys[jj * N + l]
+            sy[i] = yval[jj]
+            cnt[p] += 1
 
 
 cdef double _gradient_parallel(const Src* S, int code, double param, const double* lam,
@@ -612,61 +671,58 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                                const int64_t* shape, Py_ssize_t R, int64_t block,
                                bint want_loss, int num_threads, double* work,
                                const OptStep* opt=NULL) except? -1.0:
-    """Blocks of samples, one parallel region per block:
+    """Blocks of samples, one parallel region per block; the block's samples in chunks of
+    PHASE1_CHUNK (the last one shorter):
 
-    0. the first thread takes the block's head (:func:`_head_samples`) and adds its samples'
-       contributions straight into the gradient rows, in sample order, as the serial version
-       does (in the first block it zeroes the gradient first), while
-    1. the other threads (and the first one, once its head is done) take tasks of
-       PHASE1_CHUNK samples of the rest: draw them, form model values and weighted
-       derivatives, and for every active mode store the task's samples (their rows and
-       derivatives) sorted by row range (a stable counting sort into ``_n_parts`` ranges);
-    2. then one task per (mode, row range) forms the contributions of the stored samples of
-       its rows again from the derivatives and factor rows (the products of the serial
-       version, in its order: sktf_gcp_add_contrib) and adds them, task by task of step 1
-       and in sample order within each, after the head's.  Every gradient row is thus the
-       sum of its contributions in increasing sample order, as in the serial version (a row
-       belongs to one range: no conflicts, no atomics, the same bits for any thread count);
-    3. with ``opt`` (after the last block): every thread applies the optimiser step to its
-       share of the rows of every active mode.
+    1. the first thread takes chunks from the front (sktf_gcp_claim_front, larger pieces
+       while many are left) and adds their samples' contributions straight into the gradient
+       rows, in sample order, as the serial version does (in the first block it zeroes the
+       gradient first), while the other threads take chunks from the back
+       (sktf_gcp_claim_back), one at a time, until they meet, and store them
+       (:func:`_stored_chunk`: rows and weighted derivatives sorted by row range);
+    2. after a barrier, one task per (mode, row range) forms the contributions of the stored
+       samples of its rows again from the derivatives and factor rows (the products of the
+       serial version, in its order: sktf_gcp_add_contrib) and adds them, chunk by chunk and
+       in sample order within each, after the first thread's.  Every gradient row is thus the
+       sum of its contributions in increasing sample order, as in the serial version,
+       wherever the threads met (a row belongs to one range: no conflicts, no atomics, the
+       same bits for any thread count);
+    3. with ``opt`` (after the last block): after a barrier every thread applies the
+       optimiser step to its share of the rows of every active mode.
 
-    The head costs no more than the serial version; the rest pays for storing, sorting and
-    re-forming its contributions, which the head spares on the share of the first thread.
+    The first thread's chunks cost what the serial version costs; the others pay for storing,
+    sorting and re-forming their contributions.  A thread that the operating system holds
+    back delays only the chunk it holds: the others take the rest, from either end.
 
     ``work`` holds ``workspace_size(N, R, block)`` words (kept by the caller between calls:
     fresh pages would fault on every step).  The gradient arrays need not be zeroed."""
     cdef int N = S.nmodes
     cdef int64_t ns = _n_samples(S)
-    cdef int64_t nblocks, bi, b0, nb, jj, j, since = 0, head
+    cdef int64_t nblocks, bi, b0, nb, jj, since = 0
     cdef int k
-    cdef Py_ssize_t r
-    cdef double total = 0.0, htotal
+    cdef double total = 0.0
     cdef double* yval = work                       # weighted derivative of each sample
     cdef double* fval = yval + block               # loss term of each sample
     cdef int64_t* keys = <int64_t*> (fval + block)  # rows of each sample
-    # the samples of every task of step 1 and active mode k, sorted by row range: their rows
-    # (N per sample) and weighted derivatives, from position (k * block + c0) on
+    # the stored samples of chunk c and active mode k, sorted by row range: their rows
+    # (N per sample) and weighted derivatives, from position (k block + c PHASE1_CHUNK) on
     cdef int64_t* srows = keys + block * N
     cdef double* sy = <double*> (srows + block * N * N)
-    cdef int64_t* boff = <int64_t*> (sy + block * N)  # where each range starts, per task, mode
+    cdef int64_t* boff = <int64_t*> (sy + block * N)  # where each range starts, per chunk, mode
     cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
-    cdef int64_t ntasks, t, p, nparts, lo, hi, i, pos0
-    cdef int l, me, sh, nteam
+    cdef int64_t ntasks, t, p, i, pos0, nchunks, cj, c, nc
+    cdef int l, me, nteam, k1
     cdef bint stopped = False, first, last
-    cdef int64_t nchunks, ci, c0, c1, cj
+    cdef sktf_gcp_claims claims
     # thread scratch
     cdef int64_t* ring
     cdef double* ring_x
     cdef int* ring_c
     cdef int64_t* cnt
-    cdef int slot
-    cdef int64_t* idx
     cdef double* suf
-    cdef double* pre
     cdef const double** rows
     cdef const double** prow
     cdef int64_t* off
-    cdef int k3
     cdef int64_t lo3, hi3
     if task_off == NULL:
         raise MemoryError()
@@ -681,91 +737,57 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
         for bi in range(nblocks):
             b0 = bi * block
             nb = min(block, ns - b0)
-            head = _head_samples(nb, num_threads)
-            nchunks = (nb - head + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+            nchunks = (nb + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+            claims.front = 0
+            claims.back = nchunks
             first = bi == 0
             last = bi == nblocks - 1
-            htotal = 0.0
             with parallel(num_threads=num_threads):
                 me = threadid()
+                nteam = sktf_omp_team_size()
                 ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
                 ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
                 ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
                 suf = <double*> malloc((N * R + R + 1) * sizeof(double))
-                pre = suf + N * R
                 rows = <const double**> malloc(N * sizeof(double*))
                 cnt = <int64_t*> malloc((MAX_PARTS + 1) * sizeof(int64_t))
                 prow = <const double**> malloc(N * sizeof(double*))
-                # 0. the head, straight into the gradient
+                # 1. the first thread from the front, straight into the gradient; the others
+                #    from the back, stored
                 if me == 0:
                     if first:
-                        for k3 in range(N):
-                            if active[k3] and shape[k3] > 0:
-                                memset(grad[k3], 0, shape[k3] * R * sizeof(double))
-                    _serial_range(S, b0, b0 + head, code, param, lam, fac, grad, active, R,
-                                  want_loss, NULL, fval, ring, ring_x, ring_c, suf, rows)
-                # 1. the rest: samples, model values, derivatives, sorted by row range (in
-                #    each task samples are drawn LOOKAHEAD ahead and their factor rows
-                #    prefetched, as in the serial version)
-                for ci in prange(nchunks, schedule='dynamic'):
-                    c0 = head + ci * PHASE1_CHUNK
-                    c1 = min(nb, c0 + PHASE1_CHUNK)
-                    if S.xn < 0:
-                        sktf_gcp_touch_first(&S.g, S.key, b0 + c0, b0 + c1, LOOKAHEAD)
-                    for jj in range(c0, min(c0 + LOOKAHEAD, c1)):
-                        slot = <int> (jj - c0)
-                        ring_x[slot] = _sample(S, b0 + jj, ring + slot * N,
-                                               &ring_x[LOOKAHEAD + slot], &ring_c[slot])
-                        _prefetch_factor_rows(fac, ring + slot * N, N, R)
-                    for jj in range(c0, c1):
-                        if S.xn < 0:
-                            sktf_gcp_touch_ahead(&S.g, S.key, b0 + jj, b0 + c1, LOOKAHEAD)
-                        slot = <int> ((jj - c0) % LOOKAHEAD)
-                        idx = ring + slot * N
-                        fval[jj] = _terms(S, b0 + jj, ring_x[slot], ring_x[LOOKAHEAD + slot],
-                                          ring_c[slot], code, param, lam, fac, N, R, idx, rows,
-                                          suf, pre, want_loss, &yval[jj])
-                        for k in range(N):
-                            keys[jj * N + k] = idx[k]
-                        if jj + LOOKAHEAD < c1:  # refill the slot LOOKAHEAD samples ahead
-                            ring_x[slot] = _sample(S, b0 + jj + LOOKAHEAD, idx,
-                                                   &ring_x[LOOKAHEAD + slot], &ring_c[slot])
-                            _prefetch_factor_rows(fac, idx, N, R)
-                    # the task's samples of every active mode, sorted by row range (stable)
-                    for k in range(N):
-                        if not active[k]:
-                            continue
-                        nparts = _n_parts(shape[k])
-                        sh = _part_shift(shape[k])
-                        off = boff + (ci * N + k) * (MAX_PARTS + 1)
-                        pos0 = k * block + c0
-                        for p in range(nparts + 1):
-                            cnt[p] = 0
-                        for jj in range(c0, c1):
-                            cnt[(keys[jj * N + k] >> sh) + 1] += 1
-                        for p in range(nparts):
-                            cnt[p + 1] += cnt[p]
-                        for p in range(nparts + 1):
-                            off[p] = cnt[p]
-                        for jj in range(c0, c1):
-                            p = keys[jj * N + k] >> sh
-                            i = pos0 + cnt[p]
-                            for l in range(N):
-                                srows[i * N + l] = keys[jj * N + l]
-                            sy[i] = yval[jj]
-                            cnt[p] += 1
+                        for k1 in range(N):
+                            if active[k1] and shape[k1] > 0:
+                                memset(grad[k1], 0, shape[k1] * R * sizeof(double))
+                    while True:
+                        nc = sktf_gcp_claim_front(&claims, 2 * nteam, &c)
+                        if nc == 0:
+                            break
+                        _serial_range(S, b0 + c * PHASE1_CHUNK,
+                                      b0 + min(nb, (c + nc) * PHASE1_CHUNK), code, param, lam,
+                                      fac, grad, active, R, want_loss, NULL,
+                                      fval + c * PHASE1_CHUNK, ring, ring_x, ring_c, suf, rows)
+                else:
+                    while True:
+                        c = sktf_gcp_claim_back(&claims)
+                        if c < 0:
+                            break
+                        _stored_chunk(S, b0, c * PHASE1_CHUNK, min(nb, (c + 1) * PHASE1_CHUNK),
+                                      c, code, param, lam, fac, active, shape, R, want_loss,
+                                      block, yval, fval, keys, srows, sy, boff, ring, ring_x,
+                                      ring_c, suf, rows, cnt)
                 sktf_omp_barrier()
                 # 2. one task per (mode, row range): the contributions of the stored samples
-                #    of its rows, task by task of step 1, each formed again from y and the
-                #    factor rows with the products of the serial version
+                #    of its rows, chunk by chunk, each formed again from y and the factor rows
+                #    with the products of the serial version
                 for t in prange(ntasks, schedule='dynamic'):
                     k = 0
                     while t >= task_off[k + 1]:
                         k = k + 1
                     p = t - task_off[k]
-                    for cj in range(nchunks):
+                    for cj in range(claims.front, nchunks):
                         off = boff + (cj * N + k) * (MAX_PARTS + 1)
-                        pos0 = k * block + head + cj * PHASE1_CHUNK
+                        pos0 = k * block + cj * PHASE1_CHUNK
                         for i in range(pos0 + off[p], pos0 + off[p + 1]):
                             for l in range(N):
                                 prow[l] = fac[l] + srows[i * N + l] * R
@@ -774,15 +796,14 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 if opt != NULL and last:
                     # 3. the optimiser step, every thread on its share of each mode's rows
                     sktf_omp_barrier()
-                    nteam = sktf_omp_team_size()
-                    for k3 in range(N):
-                        if not active[k3] or shape[k3] == 0:
+                    for k1 in range(N):
+                        if not active[k1] or shape[k1] == 0:
                             continue
-                        lo3 = (shape[k3] * me) // nteam * R
-                        hi3 = (shape[k3] * (me + 1)) // nteam * R
-                        _opt_chunk(opt.solver, fac[k3] + lo3, grad[k3] + lo3,
-                                   opt.m1[k3] + lo3 if opt.m1[k3] != NULL else NULL,
-                                   opt.m2[k3] + lo3 if opt.m2[k3] != NULL else NULL,
+                        lo3 = (shape[k1] * me) // nteam * R
+                        hi3 = (shape[k1] * (me + 1)) // nteam * R
+                        _opt_chunk(opt.solver, fac[k1] + lo3, grad[k1] + lo3,
+                                   opt.m1[k1] + lo3 if opt.m1[k1] != NULL else NULL,
+                                   opt.m2[k1] + lo3 if opt.m2[k1] != NULL else NULL,
                                    hi3 - lo3, opt.lr, opt.beta1, opt.beta2, opt.a, opt.e,
                                    opt.lower)
                 free(ring)
@@ -850,8 +871,9 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
     with ``active[k]``; returns the sampled loss Σ_j w_j (f(x_j, m_j) − corr_j f(0, m_j)) when
     ``want_loss``, else 0.  ``work``: optional float64 workspace of at least
     :func:`workspace_size` words for the block used (reused between calls).
-    ``work_per_thread``: units of work (samples x modes x rank) per thread (default
-    ``SERIAL_WORK``; tests make it small to run the multi-threaded path on small samples).
+    ``work_per_thread``: units of work (samples x (modes x rank + SAMPLE_WORK)) per thread
+    (default ``SERIAL_WORK``; tests make it small to run the multi-threaded path on small
+    samples).
     """
     cdef int N = len(factors)
     cdef Src S
@@ -879,7 +901,8 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
         block = max(1, min(block, _n_samples(&S)))
         # one thread per SERIAL_WORK units (below: not worth waking threads; the result
         # is the same for any count)
-        num_threads = _threads_for(_n_samples(&S) * N * R, num_threads, work_per_thread)
+        num_threads = _threads_for(_n_samples(&S) * (N * R + SAMPLE_WORK), num_threads,
+                                   work_per_thread)
         if R == 0 or _n_samples(&S) == 0:
             for k in range(N):
                 if active[k]:
@@ -1138,7 +1161,7 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
             _pointers(moments2, m2)
         for k in range(N):
             shape[k] = (<object> grads[k]).shape[0]
-        nt = _threads_for(ns * N * R, num_threads, work_per_thread)
+        nt = _threads_for(ns * (N * R + SAMPLE_WORK), num_threads, work_per_thread)
         if nt > 1 and R > 0:
             if block <= 0:
                 block = default_block(N, R)
