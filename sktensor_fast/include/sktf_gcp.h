@@ -1,5 +1,7 @@
-/* sktensor_fast: the optimiser steps of GCP's CPU kernels (backends/cpu/_gcp.pyx) on chunks of
- * entries: plain C loops that the compiler vectorises. */
+/* sktensor_fast: pieces of GCP's CPU kernels (backends/cpu/_gcp.pyx): the optimiser steps on
+ * chunks of entries and a sample's contribution to a gradient row (plain C loops that the
+ * compiler vectorises), and the OpenMP helpers of the multi-threaded gradient (claims of its
+ * chunks, the team's size, a barrier).  The samplers are in sktf_gcp_sample.h. */
 #ifndef SKTF_GCP_H
 #define SKTF_GCP_H
 
@@ -50,42 +52,60 @@ static void sktf_sgd_chunk(double* __restrict u, const double* __restrict g, int
     }
 }
 
-/* g += the contribution of one sample to its gradient row of mode k, entry by entry:
-   ((((y lam) A_0) A_1) ... A_{k-1}) times (((1 A_{N-1}) A_{N-2}) ... A_{k+1}), the products
-   in the order of the serial kernel (prefix from mode 0, suffix from the last mode; 1 x = x
-   exactly), so that the multi-threaded gradient adds the serial kernel's terms.  One pass
-   over the rank; three modes spelled out (the common case). */
-static inline void sktf_gcp_add_contrib(double* __restrict g, const double* const* rows,
-                                        int N, int k, double y, const double* __restrict lam,
-                                        int64_t R) {
+/* g_k += the contributions of stored samples i0 .. i1-1 to their rows of mode k, in order:
+   sample i has rows srows[i N .. i N + N-1] and weighted derivative y = sy[i], and adds to
+   row srows[i N + k] of g_k, entry by entry,
+       ((((y lam) A_0) A_1) ... A_{k-1}) times (((1 A_{N-1}) A_{N-2}) ... A_{k+1}),
+   the products in the order of the serial kernel (prefix from mode 0, suffix from the last
+   mode; 1 x = x exactly), so that the multi-threaded gradient adds the serial kernel's
+   terms.  One pass over the rank per sample; three modes spelled out (the common case). */
+static inline void sktf_gcp_add_stored(double* g_k, double* const* fac, const int64_t* srows,
+                                       const double* sy, int64_t i0, int64_t i1, int N, int k,
+                                       const double* __restrict lam, int64_t R) {
     if (N == 3) {
-        const double* __restrict a0 = rows[0];
-        const double* __restrict a1 = rows[1];
-        const double* __restrict a2 = rows[2];
-        if (k == 0) {
-            for (int64_t r = 0; r < R; r++) {
-                double t = (y * lam[r]) * (a2[r] * a1[r]);
-                g[r] = g[r] + t;
-            }
-        } else if (k == 1) {
-            for (int64_t r = 0; r < R; r++) {
-                double t = ((y * lam[r]) * a0[r]) * a2[r];
-                g[r] = g[r] + t;
-            }
-        } else {
-            for (int64_t r = 0; r < R; r++) {
-                double t = ((y * lam[r]) * a0[r]) * a1[r];
-                g[r] = g[r] + t;
+        const double* a0 = fac[0];
+        const double* a1 = fac[1];
+        const double* a2 = fac[2];
+        for (int64_t i = i0; i < i1; i++) {
+            const int64_t* rw = srows + i * 3;
+            const double y = sy[i];
+            double* __restrict g = g_k + rw[k] * R;
+            if (k == 0) {
+                const double* __restrict b1 = a1 + rw[1] * R;
+                const double* __restrict b2 = a2 + rw[2] * R;
+                for (int64_t r = 0; r < R; r++) {
+                    double t = (y * lam[r]) * (b2[r] * b1[r]);
+                    g[r] = g[r] + t;
+                }
+            } else if (k == 1) {
+                const double* __restrict b0 = a0 + rw[0] * R;
+                const double* __restrict b2 = a2 + rw[2] * R;
+                for (int64_t r = 0; r < R; r++) {
+                    double t = ((y * lam[r]) * b0[r]) * b2[r];
+                    g[r] = g[r] + t;
+                }
+            } else {
+                const double* __restrict b0 = a0 + rw[0] * R;
+                const double* __restrict b1 = a1 + rw[1] * R;
+                for (int64_t r = 0; r < R; r++) {
+                    double t = ((y * lam[r]) * b0[r]) * b1[r];
+                    g[r] = g[r] + t;
+                }
             }
         }
         return;
     }
-    for (int64_t r = 0; r < R; r++) {
-        double p = y * lam[r], s = 1.0;
-        for (int l = 0; l < k; l++) p = p * rows[l][r];
-        for (int l = N - 1; l > k; l--) s = s * rows[l][r];
-        double t = p * s;
-        g[r] = g[r] + t;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t* rw = srows + i * N;
+        const double y = sy[i];
+        double* __restrict g = g_k + rw[k] * R;
+        for (int64_t r = 0; r < R; r++) {
+            double p = y * lam[r], q = 1.0;
+            for (int l = 0; l < k; l++) p = p * fac[l][rw[l] * R + r];
+            for (int l = N - 1; l > k; l--) q = q * fac[l][rw[l] * R + r];
+            double t = p * q;
+            g[r] = g[r] + t;
+        }
     }
 }
 

@@ -86,8 +86,9 @@ cdef extern from "sktf_gcp.h":
     int64_t sktf_gcp_claim_front(sktf_gcp_claims* c, int64_t share,
                                  int64_t* first) noexcept nogil
     int64_t sktf_gcp_claim_back(sktf_gcp_claims* c) noexcept nogil
-    void sktf_gcp_add_contrib(double* g, const double* const* rows, int N, int k, double y,
-                              const double* lam, int64_t R) noexcept nogil
+    void sktf_gcp_add_stored(double* g_k, double** fac, const int64_t* srows,
+                             const double* sy, int64_t i0, int64_t i1, int N, int k,
+                             const double* lam, int64_t R) noexcept nogil
 
 cdef extern from "sktf_rng.h":
     # the counter-based generator, written once for every device (sktensor_fast/include);
@@ -682,7 +683,7 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
        (:func:`_stored_chunk`: rows and weighted derivatives sorted by row range);
     2. after a barrier, one task per (mode, row range) forms the contributions of the stored
        samples of its rows again from the derivatives and factor rows (the products of the
-       serial version, in its order: sktf_gcp_add_contrib) and adds them, chunk by chunk and
+       serial version, in its order: sktf_gcp_add_stored) and adds them, chunk by chunk and
        in sample order within each, after the first thread's.  Every gradient row is thus the
        sum of its contributions in increasing sample order, as in the serial version,
        wherever the threads met (a row belongs to one range: no conflicts, no atomics, the
@@ -721,7 +722,6 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef int64_t* cnt
     cdef double* suf
     cdef const double** rows
-    cdef const double** prow
     cdef int64_t* off
     cdef int64_t lo3, hi3
     if task_off == NULL:
@@ -751,7 +751,6 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 suf = <double*> malloc((N * R + R + 1) * sizeof(double))
                 rows = <const double**> malloc(N * sizeof(double*))
                 cnt = <int64_t*> malloc((MAX_PARTS + 1) * sizeof(int64_t))
-                prow = <const double**> malloc(N * sizeof(double*))
                 # 1. the first thread from the front, straight into the gradient; the others
                 #    from the back, stored
                 if me == 0:
@@ -788,11 +787,8 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                     for cj in range(claims.front, nchunks):
                         off = boff + (cj * N + k) * (MAX_PARTS + 1)
                         pos0 = k * block + cj * PHASE1_CHUNK
-                        for i in range(pos0 + off[p], pos0 + off[p + 1]):
-                            for l in range(N):
-                                prow[l] = fac[l] + srows[i * N + l] * R
-                            sktf_gcp_add_contrib(grad[k] + srows[i * N + k] * R, prow, N, k,
-                                                 sy[i], lam, R)
+                        sktf_gcp_add_stored(grad[k], fac, srows, sy, pos0 + off[p],
+                                            pos0 + off[p + 1], N, k, lam, R)
                 if opt != NULL and last:
                     # 3. the optimiser step, every thread on its share of each mode's rows
                     sktf_omp_barrier()
@@ -812,7 +808,6 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 free(suf)
                 free(<void*> rows)
                 free(cnt)
-                free(<void*> prow)
             for jj in range(nb):
                 total += fval[jj]
             since = since + nb
