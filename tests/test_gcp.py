@@ -428,14 +428,18 @@ def test_fused_sampling_equals_drawn_sample_and_inactive_modes_untouched():
         np.testing.assert_allclose(marker[1], ref[1], rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("solver", ["adam", "sgd"])
-def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver):
+@pytest.mark.parametrize("solver,block", [("adam", 300), ("sgd", 300), ("adam", 0),
+                                          ("adagrad", 0), ("sgd", 0)])
+def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, block):
     """The compiled loop of steps with the multi-threaded gradient (the first thread's chunks
-    straight into the gradient, the others' by row ranges, wherever the threads meet; the
-    optimiser step split among the threads) gives, on blocks of 300 samples and for 2, 3 and
-    5 threads (each run several times: the threads meet where their timing takes them), the
-    bits of the serial gradient and optimiser step called one step at a time; 17 rows in
-    mode 0, more than MAX_PARTS in mode 1 (ranges of 4 rows), an inactive mode untouched."""
+    straight into the gradient, the others' by row ranges, wherever the threads meet) gives,
+    for 2, 3 and 5 threads (each run several times: the threads meet where their timing
+    takes them), the bits of the serial gradient and optimiser step called one step at a
+    time, 5 steps: on blocks of 300 samples (a parallel region per block, the optimiser step
+    split among the threads after the last), and with the step's samples in one block (all
+    steps in one parallel region, the optimiser step of each row range into the other of two
+    copies of the factors, the odd last step's copied back).  17 rows in mode 0, more than
+    MAX_PARTS in mode 1 (ranges of 4 rows), an inactive mode untouched."""
     rng = np.random.default_rng(8)
     shape = (17, 150, 9)
     X, _ = small_problem(seed=3, shape=shape, density=0.2, R=5)
@@ -456,7 +460,7 @@ def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver):
         U = [u.copy() for u in U0]
         opt = be.gcp.optimizer_state(solver, U)
         G = None
-        for s in range(4):
+        for s in range(5):
             G, _ = be.gcp.sampled_gradient(T, state, lam, U, loss, 5, 2 + s, out=G,
                                            active=active.astype(bool))
             be.gcp.optimizer_step(solver, U, G, opt, 1e-2, 3 + s, loss.lower, 0.9, 0.999,
@@ -467,10 +471,10 @@ def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver):
         G2 = [np.full_like(u, np.nan) for u in V]
         m1, m2 = moments(opt2)
         done, timed_out = _gcp.run_steps(
-            state.grad_sampler, np.uint64(5), 2, 4, loss.code, loss.param, lam, V, G2, active,
+            state.grad_sampler, np.uint64(5), 2, 5, loss.code, loss.param, lam, V, G2, active,
             code, m1, m2, 1e-2, 3, 0.9, 0.999, 1e-8, loss.lower, threads, work_per_thread=1,
-            block=300)
-        assert (done, timed_out) == (4, False)
+            block=block)
+        assert (done, timed_out) == (5, False)
         for a, b in zip(V, U):
             np.testing.assert_array_equal(a, b)
         for name in opt2:
@@ -729,7 +733,8 @@ def test_sample_counts_at_the_bound_pass_validation():
 @pytest.mark.slow
 def test_large_sampling_step_is_interruptible():
     """A step of 2·10⁹ samples runs for minutes inside one compiled call: Ctrl-C (SIGINT)
-    stops it within a fraction of a second, on one thread and on two."""
+    stops it within a fraction of a second, on one thread and on two; so it does an epoch of
+    a million short steps on two threads (all steps in one parallel region)."""
     import subprocess
     import sys
     code = r'''
@@ -749,12 +754,23 @@ for threads in (1, 2):
         print("finished", threads)
     except KeyboardInterrupt:
         print("interrupted", threads, time.perf_counter() - t - 0.5)
+est = GCP(rank=2, loss="poisson", n_samples_grad=(20000, 20000), epoch_iters=10 ** 6,
+          max_iter=1, random_state=0)
+timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+t = time.perf_counter()
+timer.start()
+try:
+    with num_threads(2):
+        est.fit(X)
+    print("finished steps")
+except KeyboardInterrupt:
+    print("interrupted steps", time.perf_counter() - t - 0.5)
 '''
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
     lines = [ln.split() for ln in out.stdout.splitlines()]
-    assert [ln[:2] for ln in lines] == [["interrupted", "1"], ["interrupted", "2"]], \
-        out.stdout + out.stderr
+    assert [ln[:2] for ln in lines] == [["interrupted", "1"], ["interrupted", "2"],
+                                        ["interrupted", "steps"]], out.stdout + out.stderr
     for ln in lines:
         assert float(ln[2]) < 5.0, out.stdout  # seconds from the signal to the exception
 

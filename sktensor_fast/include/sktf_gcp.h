@@ -17,39 +17,65 @@
 #include <omp.h>
 #endif
 #include "sktf_macros.h"
-/* Optimiser steps on a chunk of entries: plain C loops that the compiler vectorises. */
+/* Optimiser steps on a chunk of entries: plain C loops that the compiler vectorises.  Each
+   formula is written once (the _BODY macros) and compiled twice: in place (u updated) and
+   into another array (out = the step from u, u left as it is; the multi-threaded loop of
+   steps keeps the factors of two consecutive steps). */
+#define SKTF_ADAM_BODY(OUT)                                                                  \
+    const double b1 = 1.0 - beta1, b2 = 1.0 - beta2;                                        \
+    for (int64_t i = 0; i < n; i++) {                                                       \
+        double gi = g[i];                                                                   \
+        double mi = beta1 * m[i] + b1 * gi;                                                 \
+        double vi = beta2 * v[i] + b2 * gi * gi;                                            \
+        m[i] = mi;                                                                          \
+        v[i] = vi;                                                                          \
+        double ui = u[i] - a * mi / (sqrt(vi) + e);                                         \
+        OUT[i] = ui < lower ? lower : ui;                                                   \
+    }
+#define SKTF_ADAGRAD_BODY(OUT)                                                               \
+    for (int64_t i = 0; i < n; i++) {                                                       \
+        double gi = g[i];                                                                   \
+        double si = s[i] + gi * gi;                                                         \
+        s[i] = si;                                                                          \
+        double ui = u[i] - lr * gi / (sqrt(si) + eps);                                      \
+        OUT[i] = ui < lower ? lower : ui;                                                   \
+    }
+#define SKTF_SGD_BODY(OUT)                                                                   \
+    for (int64_t i = 0; i < n; i++) {                                                       \
+        double ui = u[i] - lr * g[i];                                                       \
+        OUT[i] = ui < lower ? lower : ui;                                                   \
+    }
+
 static void sktf_adam_chunk(
         double* __restrict u, const double* __restrict g, double* __restrict m,
         double* __restrict v, int64_t n, double beta1, double beta2, double a, double e,
         double lower) {
-    const double b1 = 1.0 - beta1, b2 = 1.0 - beta2;
-    for (int64_t i = 0; i < n; i++) {
-        double gi = g[i];
-        double mi = beta1 * m[i] + b1 * gi;
-        double vi = beta2 * v[i] + b2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        double ui = u[i] - a * mi / (sqrt(vi) + e);
-        u[i] = ui < lower ? lower : ui;
-    }
+    SKTF_ADAM_BODY(u)
 }
 static void sktf_adagrad_chunk(
         double* __restrict u, const double* __restrict g, double* __restrict s, int64_t n,
         double lr, double eps, double lower) {
-    for (int64_t i = 0; i < n; i++) {
-        double gi = g[i];
-        double si = s[i] + gi * gi;
-        s[i] = si;
-        double ui = u[i] - lr * gi / (sqrt(si) + eps);
-        u[i] = ui < lower ? lower : ui;
-    }
+    SKTF_ADAGRAD_BODY(u)
 }
 static void sktf_sgd_chunk(double* __restrict u, const double* __restrict g, int64_t n,
                            double lr, double lower) {
-    for (int64_t i = 0; i < n; i++) {
-        double ui = u[i] - lr * g[i];
-        u[i] = ui < lower ? lower : ui;
-    }
+    SKTF_SGD_BODY(u)
+}
+static void sktf_adam_chunk_to(
+        double* __restrict out, const double* __restrict u, const double* __restrict g,
+        double* __restrict m, double* __restrict v, int64_t n, double beta1, double beta2,
+        double a, double e, double lower) {
+    SKTF_ADAM_BODY(out)
+}
+static void sktf_adagrad_chunk_to(
+        double* __restrict out, const double* __restrict u, const double* __restrict g,
+        double* __restrict s, int64_t n, double lr, double eps, double lower) {
+    SKTF_ADAGRAD_BODY(out)
+}
+static void sktf_sgd_chunk_to(double* __restrict out, const double* __restrict u,
+                              const double* __restrict g, int64_t n, double lr,
+                              double lower) {
+    SKTF_SGD_BODY(out)
 }
 
 /* g_k += the contributions of stored samples i0 .. i1-1 to their rows of mode k, in order:

@@ -58,7 +58,7 @@ sampler.
 """
 from cython.parallel cimport prange, parallel, threadid
 from libc.stdlib cimport malloc, calloc, free
-from libc.string cimport memset
+from libc.string cimport memset, memcpy
 from libc.math cimport sqrt, pow
 from libc.stdint cimport int64_t, uint64_t, int8_t
 
@@ -77,6 +77,13 @@ cdef extern from "sktf_gcp.h":
     void sktf_adagrad_chunk(double* u, const double* g, double* s, int64_t n, double lr,
                             double eps, double lower) nogil
     void sktf_sgd_chunk(double* u, const double* g, int64_t n, double lr, double lower) nogil
+    void sktf_adam_chunk_to(double* out, const double* u, const double* g, double* m,
+                            double* v, int64_t n, double beta1, double beta2, double a,
+                            double e, double lower) nogil
+    void sktf_adagrad_chunk_to(double* out, const double* u, const double* g, double* s,
+                               int64_t n, double lr, double eps, double lower) nogil
+    void sktf_sgd_chunk_to(double* out, const double* u, const double* g, int64_t n,
+                           double lr, double lower) nogil
     void SKTF_PREFETCH(const void* p) nogil
     void SKTF_PREFETCH_W(const void* p) nogil
     void sktf_omp_barrier() noexcept nogil
@@ -567,6 +574,18 @@ cdef inline void _opt_chunk(int solver, double* u, const double* g, double* s1, 
         sktf_sgd_chunk(u, g, n, lr, lower)
 
 
+cdef inline void _opt_chunk_to(int solver, double* out, const double* u, const double* g,
+                               double* s1, double* s2, int64_t n, double lr, double beta1,
+                               double beta2, double a, double e, double lower) noexcept nogil:
+    """:func:`_opt_chunk` into ``out`` (``u`` left as it is)."""
+    if solver == SOLVER_ADAM:
+        sktf_adam_chunk_to(out, u, g, s1, s2, n, beta1, beta2, a, e, lower)
+    elif solver == SOLVER_ADAGRAD:
+        sktf_adagrad_chunk_to(out, u, g, s1, n, lr, e, lower)
+    else:
+        sktf_sgd_chunk_to(out, u, g, n, lr, lower)
+
+
 cdef struct OptStep:
     # an optimiser step fused into the multi-threaded gradient (see _gradient_parallel)
     int solver
@@ -820,6 +839,164 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     if stopped:
         _reraise()
     return total
+
+
+cdef int64_t _steps_parallel(const Src* S0, uint64_t seed, int64_t first_draw,
+                            int64_t n_steps, int code, double param, const double* lam,
+                            double** fac, double** grad, const int8_t* active,
+                            const int64_t* shape, Py_ssize_t R, int num_threads, double* work,
+                            int solver, double** m1, double** m2, double lr, int64_t t_first,
+                            double beta1, double beta2, double eps, double lower,
+                            bint* interrupted) except -1:
+    """``n_steps`` steps of :func:`run_steps` on several threads in one parallel region, each
+    step's samples one block (``work`` holds ``workspace_size(N, R, ns)`` words).
+
+    A step is the gradient of :func:`_gradient_parallel` (the first thread's chunks from the
+    front, the others' from the back, stored) and then, in the same tasks as the row ranges'
+    contributions, the optimiser step on those rows, written into the other of two copies of
+    the factors: step s reads copy s % 2 and writes copy (s + 1) % 2 (the user's arrays are
+    copy 0; at the end the last step's factors are copied there), so a range's rows can be
+    updated while other ranges still read the factors of the step.  Two barriers per step
+    (after the samples, after the step) and no wake-up of sleeping threads between steps.
+    Pending signals are handled by the first thread after each step (``interrupted[0]``
+    says that a handler raised; its exception is left set).  Returns the steps done."""
+    cdef int N = S0.nmodes
+    cdef int64_t ns = _n_samples(S0), block = ns
+    cdef int64_t nchunks = (ns + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+    cdef double* yval = work
+    cdef double* fval = yval + block
+    cdef int64_t* keys = <int64_t*> (fval + block)
+    cdef int64_t* srows = keys + block * N
+    cdef double* sy = <double*> (srows + block * N * N)
+    cdef int64_t* boff = <int64_t*> (sy + block * N)
+    cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
+    cdef double** copy1 = <double**> calloc(N, sizeof(double*))
+    cdef double*** copies = <double***> malloc(2 * sizeof(double**))
+    # shared between the threads: claims of steps s % 2, [steps done, interrupted]
+    cdef sktf_gcp_claims* claims = <sktf_gcp_claims*> malloc(2 * sizeof(sktf_gcp_claims))
+    cdef int64_t* shared = <int64_t*> calloc(2, sizeof(int64_t))
+    cdef int64_t ntasks, t, p, nc, c, lo, hi, cj, pos0, step, done
+    cdef int k, me, nteam, k1
+    cdef bint failed = False
+    cdef Src Sl
+    cdef OptStep o
+    cdef double** cur
+    cdef double** nxt
+    cdef sktf_gcp_claims* cl
+    cdef int64_t* ring
+    cdef double* ring_x
+    cdef int* ring_c
+    cdef int64_t* cnt
+    cdef double* suf
+    cdef const double** rows
+    cdef int64_t* off
+    try:
+        if (task_off == NULL or copy1 == NULL or copies == NULL or claims == NULL
+                or shared == NULL):
+            raise MemoryError()
+        ntasks = 0
+        for k in range(N):
+            task_off[k] = ntasks
+            copy1[k] = fac[k]
+            if active[k] and shape[k] > 0:
+                ntasks += _n_parts(shape[k])
+                copy1[k] = <double*> malloc(shape[k] * R * sizeof(double))
+                if copy1[k] == NULL:
+                    raise MemoryError()
+        task_off[N] = ntasks
+        copies[0] = fac
+        copies[1] = copy1
+        for k in range(2):
+            claims[k].front = 0
+            claims[k].back = nchunks
+        with nogil, parallel(num_threads=num_threads):
+            me = threadid()
+            nteam = sktf_omp_team_size()
+            ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
+            ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
+            ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
+            suf = <double*> malloc((N * R + R + 1) * sizeof(double))
+            rows = <const double**> malloc(N * sizeof(double*))
+            cnt = <int64_t*> malloc((MAX_PARTS + 1) * sizeof(int64_t))
+            for step in range(n_steps):
+                cur = copies[step % 2]
+                nxt = copies[(step + 1) % 2]
+                cl = claims + step % 2
+                Sl = S0[0]
+                Sl.key = sktf_mix_seed(seed, <uint64_t> (first_draw + step + 1))
+                _opt_set(&o, solver, m1, m2, lr, beta1, beta2, eps, <double> (t_first + step),
+                         lower)
+                # 1. the first thread from the front, straight into the zeroed gradient; the
+                #    others from the back, stored
+                if me == 0:
+                    for k1 in range(N):
+                        if active[k1] and shape[k1] > 0:
+                            memset(grad[k1], 0, shape[k1] * R * sizeof(double))
+                    while True:
+                        nc = sktf_gcp_claim_front(cl, 2 * nteam, &c)
+                        if nc == 0:
+                            break
+                        _serial_range(&Sl, c * PHASE1_CHUNK, min(ns, (c + nc) * PHASE1_CHUNK),
+                                      code, param, lam, cur, grad, active, R, False, NULL,
+                                      fval + c * PHASE1_CHUNK, ring, ring_x, ring_c, suf, rows)
+                else:
+                    while True:
+                        c = sktf_gcp_claim_back(cl)
+                        if c < 0:
+                            break
+                        _stored_chunk(&Sl, 0, c * PHASE1_CHUNK, min(ns, (c + 1) * PHASE1_CHUNK),
+                                      c, code, param, lam, cur, active, shape, R, False, block,
+                                      yval, fval, keys, srows, sy, boff, ring, ring_x, ring_c,
+                                      suf, rows, cnt)
+                sktf_omp_barrier()
+                if me == 0:  # the claims of the next step (this step's other copy is done)
+                    claims[(step + 1) % 2].front = 0
+                    claims[(step + 1) % 2].back = nchunks
+                # 2. per (mode, row range): the stored samples' contributions, then the
+                #    optimiser step on the range's rows, into the other copy
+                for t in prange(ntasks, schedule='dynamic'):
+                    k = 0
+                    while t >= task_off[k + 1]:
+                        k = k + 1
+                    p = t - task_off[k]
+                    for cj in range(cl.front, nchunks):
+                        off = boff + (cj * N + k) * (MAX_PARTS + 1)
+                        pos0 = k * block + cj * PHASE1_CHUNK
+                        sktf_gcp_add_stored(grad[k], cur, srows, sy, pos0 + off[p],
+                                            pos0 + off[p + 1], N, k, lam, R)
+                    lo = _part_start(p, shape[k]) * R
+                    hi = _part_start(p + 1, shape[k]) * R
+                    _opt_chunk_to(o.solver, nxt[k] + lo, cur[k] + lo, grad[k] + lo,
+                                  m1[k] + lo if m1[k] != NULL else NULL,
+                                  m2[k] + lo if m2[k] != NULL else NULL, hi - lo, o.lr,
+                                  o.beta1, o.beta2, o.a, o.e, o.lower)
+                if me == 0:
+                    shared[0] = step + 1
+                    with gil:
+                        if _check_signals() != 0:
+                            shared[1] = 1
+                sktf_omp_barrier()
+                if shared[1]:
+                    break
+            free(ring)
+            free(ring_x)
+            free(ring_c)
+            free(suf)
+            free(<void*> rows)
+            free(cnt)
+        done = shared[0]
+        interrupted[0] = shared[1] != 0
+        if done % 2 == 1:  # the last step's factors are in copy 1
+            for k in range(N):
+                if copy1[k] != fac[k]:
+                    memcpy(fac[k], copy1[k], shape[k] * R * sizeof(double))
+        return done
+    finally:
+        if copy1 != NULL:
+            for k in range(N):
+                if copy1[k] != fac[k]:
+                    free(copy1[k])
+        free(copy1); free(<void*> copies); free(task_off); free(claims); free(shared)
 
 
 cdef int _pointers(list arrays, double** out) except -1:
@@ -1133,7 +1310,7 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
     cdef Py_ssize_t R = weights.shape[0]
     cdef int64_t ns = S.g.p + S.g.q, s, done = 0
     cdef int k, nt
-    cdef bint timed_out = False
+    cdef bint timed_out = False, interrupted = False
     cdef double** fac = <double**> malloc(N * sizeof(double*))
     cdef double** grad = <double**> malloc(N * sizeof(double*))
     cdef double** m1 = <double**> calloc(N, sizeof(double*))
@@ -1166,6 +1343,15 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
                 work = np.empty(need)
             wv = work
             wp = &wv[0]
+        if (R > 0 and ns > 0 and nt > 1 and block >= ns and deadline is None
+                and n_steps > 0):
+            # every step in one parallel region (no deadline to check between steps)
+            done = _steps_parallel(&S, seed, first_draw, n_steps, code, param, &weights[0],
+                                   fac, grad, &active[0], shape, R, nt, wp, solver, m1, m2,
+                                   lr, t_first, beta1, beta2, eps, lower, &interrupted)
+            if interrupted:
+                _reraise()
+            return done, False
         for s in range(n_steps):
             S.key = sktf_mix_seed(seed, <uint64_t> (first_draw + s + 1))
             if R > 0 and ns > 0 and nt > 1:
