@@ -730,19 +730,20 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef double* sy = <double*> (srows + block * N * N)
     cdef int64_t* boff = <int64_t*> (sy + block * N)  # where each range starts, per chunk, mode
     cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
-    cdef int64_t ntasks, t, p, i, pos0, nchunks, cj, c, nc
-    cdef int l, me, nteam, k1
+    # (variables of the parallel block are initialised here: Cython copies them in)
+    cdef int64_t ntasks, t, p, i, pos0, nchunks, cj, c = 0, nc = 0
+    cdef int me = 0, nteam = 1, k1 = 0
     cdef bint stopped = False, first, last
     cdef sktf_gcp_claims claims
     # thread scratch
-    cdef int64_t* ring
-    cdef double* ring_x
-    cdef int* ring_c
-    cdef int64_t* cnt
-    cdef double* suf
-    cdef const double** rows
+    cdef int64_t* ring = NULL
+    cdef double* ring_x = NULL
+    cdef int* ring_c = NULL
+    cdef int64_t* cnt = NULL
+    cdef double* suf = NULL
+    cdef const double** rows = NULL
     cdef int64_t* off
-    cdef int64_t lo3, hi3
+    cdef int64_t lo3 = 0, hi3 = 0
     if task_off == NULL:
         raise MemoryError()
     ntasks = 0
@@ -875,20 +876,20 @@ cdef int64_t _steps_parallel(const Src* S0, uint64_t seed, int64_t first_draw,
     # shared between the threads: claims of steps s % 2, [steps done, interrupted]
     cdef sktf_gcp_claims* claims = <sktf_gcp_claims*> malloc(2 * sizeof(sktf_gcp_claims))
     cdef int64_t* shared = <int64_t*> calloc(2, sizeof(int64_t))
-    cdef int64_t ntasks, t, p, nc, c, lo, hi, cj, pos0, step, done
-    cdef int k, me, nteam, k1
-    cdef bint failed = False
+    # (variables of the parallel block are initialised here: Cython copies them in)
+    cdef int64_t ntasks, t, p, nc = 0, c = 0, lo, hi, cj, pos0, step = 0, done
+    cdef int k, me = 0, nteam = 1, k1 = 0
     cdef Src Sl
     cdef OptStep o
-    cdef double** cur
-    cdef double** nxt
-    cdef sktf_gcp_claims* cl
-    cdef int64_t* ring
-    cdef double* ring_x
-    cdef int* ring_c
-    cdef int64_t* cnt
-    cdef double* suf
-    cdef const double** rows
+    cdef double** cur = NULL
+    cdef double** nxt = NULL
+    cdef sktf_gcp_claims* cl = NULL
+    cdef int64_t* ring = NULL
+    cdef double* ring_x = NULL
+    cdef int* ring_c = NULL
+    cdef int64_t* cnt = NULL
+    cdef double* suf = NULL
+    cdef const double** rows = NULL
     cdef int64_t* off
     try:
         if (task_off == NULL or copy1 == NULL or copies == NULL or claims == NULL
@@ -1113,8 +1114,8 @@ def loss_sum(GcpSampler sampler, uint64_t key, int code, double param,
     cdef bint stopped = False
     cdef double* part = NULL
     cdef double total = 0.0, x, w, m, f, pr
-    cdef int64_t* idx
-    cdef double* prod
+    cdef int64_t* idx = NULL
+    cdef double* prod = NULL
     cdef int k, corr
     cdef Py_ssize_t r
     cdef const double* lam = &weights[0] if R > 0 else NULL
