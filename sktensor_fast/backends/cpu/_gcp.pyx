@@ -731,7 +731,7 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef int64_t* boff = <int64_t*> (sy + block * N)  # where each range starts, per chunk, mode
     cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
     # (variables of the parallel block are initialised here: Cython copies them in)
-    cdef int64_t ntasks, t, p, i, pos0, nchunks, cj, c = 0, nc = 0
+    cdef int64_t ntasks, t, p, pos0, nchunks, cj, c = 0, nc = 0
     cdef int me = 0, nteam = 1, k1 = 0
     cdef bint stopped = False, first, last
     cdef sktf_gcp_claims claims
