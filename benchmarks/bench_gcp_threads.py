@@ -19,6 +19,16 @@ time at one thread over the best at each count; the CPU ratio (CPU time at the c
 time at one thread) is the work that the multi-threaded path adds, which a loaded machine does
 not hide: on a machine with free cores the speedup at ``T`` threads is at most ``T`` over it.
 The models are compared bitwise.  Prints a Markdown table and writes JSON.
+
+``--phases`` also times the phases of every fit (wall and CPU time, the least over the rounds
+of each): the data check (``check``: the loss's test of the values), the sampler's set-up with
+the draw of the fixed loss sample (``setup``), the loss estimates (``loss``: one before the
+first epoch and one after each), the epochs' steps (``steps``) and the rest (``other``:
+validation, initial guess, Python between epochs, the result).  From the CPU times of one
+thread and of ``T`` threads it estimates the speedup on ``T`` free cores (``est. speedup``):
+the CPU time of the fit at one thread over the rest's CPU time at ``T`` threads (taken as
+serial) plus each phase's CPU time at ``T`` threads over ``T``: what a quiet machine would
+give if the threads of every phase were perfectly balanced and never waited.
 """
 import argparse
 import os
@@ -79,6 +89,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=None, help="write the JSON report here")
+    ap.add_argument("--phases", action="store_true",
+                    help="also time the phases of every fit (see the module docstring)")
     args = ap.parse_args(argv)
     X = synthetic_tensor(tuple(args.shape), int(args.nnz), seed=0)
     R = args.rank
@@ -94,6 +106,8 @@ def main(argv=None):
     fit_kw = dict(loss="poisson", solver="adam", epoch_iters=20, max_iter=3, max_fails=3, tol=0.0,
                   random_state=0)
     runs = {(kind, t): [] for kind in ("steps", "fit") for t in args.threads}
+    phase_runs = {t: [] for t in args.threads}
+    timer = _PhaseTimer(be) if args.phases else None
     models = {}
     loads = [os.getloadavg()[0]]
     for rnd in range(args.rounds):
@@ -108,9 +122,13 @@ def main(argv=None):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     est = sk.GCP(R, **fit_kw)
+                    if timer is not None:
+                        timer.reset()
                     w, c = time.perf_counter(), time.process_time()
                     est.fit(X)
                     runs[("fit", t)].append((time.perf_counter() - w, time.process_time() - c))
+                    if timer is not None:
+                        phase_runs[t].append(timer.phases(runs[("fit", t)][-1]))
                 models[("fit", t)] = b"".join(np.ascontiguousarray(f).tobytes()
                                               for f in est.factors_)
         loads.append(os.getloadavg()[0])
@@ -133,11 +151,90 @@ def main(argv=None):
         what = f"{args.steps} steps" if r["kind"] == "steps" else "whole fit (60 steps)"
         print(f"| {what} | {r['threads']} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | "
               f"{r['speedup']:.2f} | {r['cpu_ratio']:.2f} | {r['same_bits']} |")
+    phase_rows = _phase_table(phase_runs, args.threads) if timer is not None else []
+    if timer is not None:
+        timer.restore()
     if args.out:
         write_report({"machine": {"cpu": cpu_model(), "platform": platform.platform(),
                                   "cores": len(os.sched_getaffinity(0)), "load_average": loads},
                       "nnz": int(X.nnz), "shape": args.shape, "rank": R, "samples": list(grad),
-                      "steps": args.steps, "rounds": args.rounds, "rows": rows}, args.out)
+                      "steps": args.steps, "rounds": args.rounds, "rows": rows,
+                      "phases": phase_rows}, args.out)
+    return rows
+
+
+#: the phases of a fit that --phases times (the rest is "other")
+PHASES = ("check", "setup", "loss", "steps")
+
+
+class _PhaseTimer:
+    """Wall and CPU time spent in the GCP primitives of the CPU backend ``be`` (its cached
+    ``gcp`` object, which the estimator's fits use) and in the loss's data check."""
+
+    def __init__(self, be):
+        from sktensor_fast.decomposition import losses
+        self.acc = {}
+        self._undo = []
+        self._wrap(be.gcp, "setup", "setup")
+        self._wrap(be.gcp, "loss_estimate", "loss")
+        self._wrap(be.gcp, "steps", "steps")
+        self._wrap(losses, "_stats", "check")
+
+    def _wrap(self, obj, name, phase):
+        fn = getattr(obj, name)
+        had = name in vars(obj)
+
+        def timed(*a, **k):
+            w, c = time.perf_counter(), time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc = self.acc.setdefault(phase, [0.0, 0.0])
+                acc[0] += time.perf_counter() - w
+                acc[1] += time.process_time() - c
+
+        setattr(obj, name, timed)
+        self._undo.append((obj, name, fn if had else None))
+
+    def restore(self):
+        for obj, name, fn in reversed(self._undo):
+            if fn is None:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, fn)
+
+    def reset(self):
+        self.acc = {}
+
+    def phases(self, total):
+        out = {p: tuple(self.acc.get(p, (0.0, 0.0))) for p in PHASES}
+        out["other"] = (total[0] - sum(v[0] for v in out.values()),
+                        total[1] - sum(v[1] for v in out.values()))
+        out["fit"] = tuple(total)
+        return out
+
+
+def _phase_table(phase_runs, threads):
+    """Least wall and CPU time of each phase over the rounds, per thread count, and the fit
+    estimated on free cores (see the module docstring); prints a Markdown table."""
+    names = PHASES + ("other", "fit")
+    best = {t: {p: (min(r[p][0] for r in phase_runs[t]), min(r[p][1] for r in phase_runs[t]))
+                for p in names} for t in threads}
+    base = best[threads[0]]
+    print("\nPhases of the whole fit, least over the rounds (wall / CPU ms):\n")
+    print("| threads | " + " | ".join(names) + " | CPU ratio | est. speedup |")
+    print("|---|" + "---|" * (len(names) + 2))
+    rows = []
+    for t in threads:
+        b = best[t]
+        est = b["other"][1] + sum(b[p][1] for p in PHASES) / t
+        one = base["fit"][1]
+        row = {"threads": t, "phases": {p: {"wall_s": b[p][0], "cpu_s": b[p][1]} for p in names},
+               "cpu_ratio": b["fit"][1] / base["fit"][1], "estimated_speedup": one / est}
+        rows.append(row)
+        print(f"| {t} | " + " | ".join(f"{1e3 * b[p][0]:.1f} / {1e3 * b[p][1]:.1f}"
+                                        for p in names)
+              + f" | {row['cpu_ratio']:.2f} | {row['estimated_speedup']:.2f} |")
     return rows
 
 

@@ -375,14 +375,24 @@ def test_gcp_threads_script_runs(tmp_path, capsys):
     they give the same bits and writes JSON."""
     import json
     from benchmarks import bench_gcp_threads
+    from sktensor_fast.backends import get_backend
     rows = bench_gcp_threads.main(["--nnz", "3000", "--shape", "40", "30", "20", "--rank", "3",
-                                   "--steps", "5", "--rounds", "1",
+                                   "--steps", "5", "--rounds", "1", "--phases",
                                    "--out", str(tmp_path / "g.json")])
     out = capsys.readouterr().out
-    assert "| 5 steps | 2 |" in out and "CPU ratio" in out
+    assert "| 5 steps | 2 |" in out and "CPU ratio" in out and "est. speedup" in out
     assert len(rows) == 4 and all(r["same_bits"] for r in rows)
     report = json.loads((tmp_path / "g.json").read_text())
     assert report["nnz"] == 3000 and [r["threads"] for r in report["rows"]] == [1, 2, 1, 2]
+    phases = report["phases"]
+    assert [r["threads"] for r in phases] == [1, 2]
+    for r in phases:   # every phase was entered; the parts add up to the fit
+        p = r["phases"]
+        assert all(p[k]["cpu_s"] > 0 for k in ("check", "setup", "loss", "steps"))
+        assert sum(p[k]["cpu_s"] for k in ("check", "setup", "loss", "steps", "other")) == \
+            pytest.approx(p["fit"]["cpu_s"], rel=1e-6, abs=1e-3)
+    # the timers are taken off the shared backend again
+    assert "steps" not in vars(get_backend("cpu").gcp)
 
 
 def test_als_fixed_script_runs(tmp_path, capsys):

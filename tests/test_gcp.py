@@ -348,6 +348,58 @@ def test_fused_gradient_matches_numpy(shape, R):
                 np.testing.assert_array_equal(g1, g2)
 
 
+def test_the_sampler_is_written_once():
+    """The drawing of samples (the generator's words turned into entries, values, weights and
+    flags) is defined once, in include/sktf_gcp_sample.h, and both the CPU kernels and the
+    OpenCL kernels call it: no other compiled source of the package turns those words into
+    entries (the generator's own header, and _numerics' bindings of it for the Python side,
+    aside), and the sampler's functions have one definition in the tree."""
+    import pathlib
+    import re
+    import sktensor_fast
+    from sktensor_fast.backends.opencl.program import kernel_source
+    root = pathlib.Path(sktensor_fast.__file__).parent
+    sources = {p: p.read_text(encoding="utf-8") for p in sorted(root.rglob("*"))
+               if p.suffix in (".pyx", ".pxd", ".pxi", ".h", ".cl")}
+    words = {p.name for p, text in sources.items()
+             if re.search(r"\bsktf_(rand|below|sample_key)\s*\(", text)}
+    assert words == {"sktf_rng.h", "sktf_gcp_sample.h", "_numerics.pyx"}
+    defined = [(p.name, name) for p, text in sources.items()
+               for name in re.findall(r"^SKTF_INLINE\b[^;{(]*\b(sktf_gcp_\w+)\s*\(", text,
+                                      re.M)]
+    names = [name for _, name in defined]
+    assert "sktf_gcp_sample" in names and "sktf_gcp_find" in names
+    assert sorted(set(names)) == sorted(names)
+    assert {f for f, _ in defined} == {"sktf_gcp_sample.h"}
+    # no sampler of the old kind left in a kernel source (Cython cdef or OpenCL function)
+    for p, text in sources.items():
+        assert not re.search(r"\b(_find|_zero_coords|gcp_find|gcp_zero_coords|gcp_sample)\s*\(",
+                             text), p.name
+    # both devices call it
+    assert "sktf_gcp_sample(&S.g" in sources[root / "backends" / "cpu" / "_gcp.pyx"]
+    cl_src = kernel_source("common.cl", "gcp.cl")
+    assert "sktf_gcp_sample(&S" in cl_src and '#line 1 "sktf_gcp_sample.h"' in cl_src
+
+
+def test_sampler_parameters_are_the_headers_layout():
+    """GcpSampler.params is the parameter array of sktf_gcp_sample.h (SKTF_GCP_* indices)."""
+    import re
+    import sktensor_fast
+    import os
+    with open(os.path.join(os.path.dirname(sktensor_fast.__file__), "include",
+                           "sktf_gcp_sample.h"), encoding="utf-8") as f:
+        idx = {k: int(v) for k, v in re.findall(r"^#define SKTF_GCP_(\w+) (\d+)", f.read(),
+                                                 re.M)}
+    X, _ = small_problem(shape=(30, 20, 10), density=0.05, R=4)
+    be = get_backend("cpu")
+    state = be.gcp.setup(be.prepare(X), "semi-stratified", (70, 90), (5, 5), 0)
+    sp = state.grad_sampler.params
+    assert sp.shape == (idx["NPARAMS"],)
+    assert (sp[idx["NNZ"]], sp[idx["P"]], sp[idx["Q"]]) == (X.nnz, 70, 90)
+    assert (sp[idx["HAS_LIN"]], sp[idx["NZERO"]]) == (1, X.size - X.nnz)
+    assert (sp[idx["CORRECT"]], sp[idx["EXPLICIT_Z"]], sp[idx["ZMODE"]]) == (1, 0, 0)
+
+
 def test_fused_sampling_equals_drawn_sample_and_inactive_modes_untouched():
     X, _ = small_problem(shape=(30, 20, 10), density=0.05, R=4)
     rng = np.random.default_rng(2)
@@ -372,6 +424,63 @@ def test_fused_sampling_equals_drawn_sample_and_inactive_modes_untouched():
                                 active=[False, True, False])
         assert np.all(marker[0] == 7.0) and np.all(marker[2] == 7.0)
         np.testing.assert_allclose(marker[1], ref[1], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("solver,block", [("adam", 300), ("sgd", 300), ("adam", 0),
+                                          ("adagrad", 0), ("sgd", 0)])
+def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, block):
+    """The compiled loop of steps with the multi-threaded gradient (the first thread's chunks
+    straight into the gradient, the others' by row ranges, wherever the threads meet) gives,
+    for 2, 3 and 5 threads (each run several times: the threads meet where their timing
+    takes them), the bits of the serial gradient and optimiser step called one step at a
+    time, 5 steps: on blocks of 300 samples (a parallel region per block, the optimiser step
+    split among the threads after the last), and with the step's samples in one block (all
+    steps in one parallel region, the optimiser step of each row range into the other of two
+    copies of the factors, the odd last step's copied back).  17 rows in mode 0, more than
+    MAX_PARTS in mode 1 (ranges of 4 rows), an inactive mode untouched."""
+    rng = np.random.default_rng(8)
+    shape = (17, 150, 9)
+    X, _ = small_problem(seed=3, shape=shape, density=0.2, R=5)
+    be = get_backend("cpu")
+    T = be.prepare(X)
+    loss = get_loss("poisson")
+    lam = rng.uniform(0.5, 1.5, 5)
+    U0 = [rng.uniform(0.1, 1.0, (s, 5)) for s in shape]
+    active = np.array([1, 1, 0], np.int8)
+    state = be.gcp.setup(T, "stratified", (700, 650), (5, 5), 0)
+    names = gcp_ops._MOMENTS[solver]
+    code = _gcp.SOLVER_CODES[solver]
+
+    def moments(opt):
+        return (opt[names[0]] if names else None, opt[names[1]] if len(names) > 1 else None)
+
+    with num_threads(1):
+        U = [u.copy() for u in U0]
+        opt = be.gcp.optimizer_state(solver, U)
+        G = None
+        for s in range(5):
+            G, _ = be.gcp.sampled_gradient(T, state, lam, U, loss, 5, 2 + s, out=G,
+                                           active=active.astype(bool))
+            be.gcp.optimizer_step(solver, U, G, opt, 1e-2, 3 + s, loss.lower, 0.9, 0.999,
+                                  1e-8, active.astype(bool))
+    for threads in (2, 2, 2, 3, 3, 5):
+        V = [u.copy() for u in U0]
+        opt2 = be.gcp.optimizer_state(solver, V)
+        G2 = [np.full_like(u, np.nan) for u in V]
+        m1, m2 = moments(opt2)
+        done, timed_out = _gcp.run_steps(
+            state.grad_sampler, np.uint64(5), 2, 5, loss.code, loss.param, lam, V, G2, active,
+            code, m1, m2, 1e-2, 3, 0.9, 0.999, 1e-8, loss.lower, threads, work_per_thread=1,
+            block=block)
+        assert (done, timed_out) == (5, False)
+        for a, b in zip(V, U):
+            np.testing.assert_array_equal(a, b)
+        for name in opt2:
+            for a, b in zip(opt2[name], opt[name]):
+                np.testing.assert_array_equal(a, b)
+        for k in (0, 1):
+            np.testing.assert_array_equal(G2[k], G[k])
+        np.testing.assert_array_equal(V[2], U0[2])
 
 
 @pytest.mark.parametrize("solver", ["adam", "adagrad", "sgd"])
@@ -735,7 +844,8 @@ def test_sample_counts_at_the_bound_pass_validation():
 @pytest.mark.slow
 def test_large_sampling_step_is_interruptible():
     """A step of 2·10⁹ samples runs for minutes inside one compiled call: Ctrl-C (SIGINT)
-    stops it within a fraction of a second, on one thread and on two."""
+    stops it within a fraction of a second, on one thread and on two; so it does an epoch of
+    a million short steps on two threads (all steps in one parallel region)."""
     import subprocess
     import sys
     code = r'''
@@ -755,12 +865,23 @@ for threads in (1, 2):
         print("finished", threads)
     except KeyboardInterrupt:
         print("interrupted", threads, time.perf_counter() - t - 0.5)
+est = GCP(rank=2, loss="poisson", n_samples_grad=(20000, 20000), epoch_iters=10 ** 6,
+          max_iter=1, random_state=0)
+timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+t = time.perf_counter()
+timer.start()
+try:
+    with num_threads(2):
+        est.fit(X)
+    print("finished steps")
+except KeyboardInterrupt:
+    print("interrupted steps", time.perf_counter() - t - 0.5)
 '''
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
     lines = [ln.split() for ln in out.stdout.splitlines()]
-    assert [ln[:2] for ln in lines] == [["interrupted", "1"], ["interrupted", "2"]], \
-        out.stdout + out.stderr
+    assert [ln[:2] for ln in lines] == [["interrupted", "1"], ["interrupted", "2"],
+                                        ["interrupted", "steps"]], out.stdout + out.stderr
     for ln in lines:
         assert float(ln[2]) < 5.0, out.stdout  # seconds from the signal to the exception
 

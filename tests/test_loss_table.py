@@ -88,7 +88,8 @@ def test_loss_broadcasts_and_keeps_shapes():
 
 def test_opencl_sources_get_the_shared_headers_pasted_in():
     from sktensor_fast.backends.opencl.program import kernel_source
-    for name, functions in [("gcp.cl", ("sktf_loss_value", "sktf_loss_deriv", "sktf_below")),
+    for name, functions in [("gcp.cl", ("sktf_loss_value", "sktf_loss_deriv", "sktf_below",
+                                        "sktf_gcp_sample", "sktf_gcp_find")),
                             ("cpapr_rows.cl", ("sktf_apr_pdnr_row", "sktf_apr_pqnr_row"))]:
         src = kernel_source("common.cl", name)
         assert '#include "sktf_' not in src
@@ -100,7 +101,7 @@ def test_opencl_sources_get_the_shared_headers_pasted_in():
 
 
 @pytest.mark.parametrize("header", ["sktf_platform.h", "sktf_losses.h", "sktf_rng.h",
-                                    "sktf_apr_cpu.h"])
+                                    "sktf_apr_cpu.h", "sktf_gcp_sample.h"])
 def test_shared_headers_are_strict_c99(tmp_path, header):
     # the headers shared with the OpenCL kernels stay in portable C99 (OpenCL C's subset)
     import shlex

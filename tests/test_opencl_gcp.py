@@ -86,6 +86,9 @@ def test_same_samples_as_cpu(be, cpu, sampler, density):
     sc = cpu.gcp.setup(Tc, sampler, (300, 500), (100, 100), 3)
     so = be.gcp.setup(To, sampler, (300, 500), (100, 100), 3)
     assert (so.n_grad, so.n_loss, so.n_entries) == (sc.n_grad, sc.n_loss, sc.n_entries)
+    if density < 0.5:
+        # one sampler (sktf_gcp_sample.h) with the same parameter array on both devices
+        np.testing.assert_array_equal(so.grad_sampler.sp.get(), sc.grad_sampler.params)
     for step in (0, 1, 17):
         _same_draw(be, To, so, sc, int(_gcp.step_key(np.uint64(9), np.uint64(step + 1))), 3)
     # the fixed loss sample too
@@ -125,6 +128,7 @@ def test_same_samples_with_a_mask_and_without_linear_index(be, cpu):
         sc = cpu.gcp.setup(Tc, sampler, (200, 300), (50, 50), 2, zero_subs=zero_subs)
         so = be.gcp.setup(To, sampler, (200, 300), (50, 50), 2, zero_subs=zero_subs)
         assert so.n_entries == sc.n_entries == Xm.nnz + zero_subs.shape[0]
+        np.testing.assert_array_equal(so.grad_sampler.sp.get(), sc.grad_sampler.params)
         _same_draw(be, To, so, sc, 12345, 3)
     # a shape whose size overflows int64: the look-up compares coordinate rows
     big = (2 ** 22, 2 ** 22, 2 ** 22)

@@ -180,16 +180,17 @@ class Loss:
         return f"Loss({self.name!r}, {self.param:g})"
 
     # ------------------------------------------------------------------ shared checks
-    def _require_nonneg(self, vals, what="non-negative data"):
+    def _require_nonneg(self, vals, what="non-negative data", stats=None):
         vals = np.asarray(vals)
-        if vals.size and _stats(vals)["negative"]:
+        if vals.size and (stats or _stats(vals))["negative"]:
             raise ValueError(f"loss {self.name!r} needs {what}; the tensor holds negative "
                              f"values (minimum {vals.min():g})")
 
     def _require_counts(self, vals):
-        self._require_nonneg(vals, "non-negative counts")
         vals = np.asarray(vals)
-        if vals.size and _stats(vals)["nonint"]:
+        stats = _stats(vals) if vals.size else None   # one pass for both checks
+        self._require_nonneg(vals, "non-negative counts", stats)
+        if vals.size and stats["nonint"]:
             warnings.warn(f"loss {self.name!r}: the data hold non-integer values; the model "
                           f"assumes counts", UserWarning, stacklevel=4)
 

@@ -7,59 +7,58 @@
 
 The stochastic gradient of GCP is ``G_k = Σ_j y_j · (⊛_{l≠k} A_l[i_l(j), :])`` accumulated into
 row ``i_k(j)`` of mode ``k``, over the samples ``j``, with ``y_j = w_j ∂f/∂m(x_j, m_j)``.
-:func:`gradient` computes it without building the sampled tensor.  Samples are processed in
-blocks of a fixed size; for each block
+:func:`gradient` computes it without building the sampled tensor.  On one thread each sample
+is drawn, its N factor rows read, its model value (suffix products) and weighted derivative
+``y_j`` formed, and its contributions added straight into their gradient rows, in sample
+order.  On several threads samples are processed in blocks of a fixed size, one parallel
+region per block (one block per step at the default sample counts):
 
-1. (parallel over tasks of 256 samples) draw the samples, read the N factor rows each
-   touches, form the model value from them (suffix products) and the weighted loss
-   derivative ``y_j``; keep ``y_j`` and the sample's rows, and list the task's samples of
-   every mode by row range (a stable counting sort into at most 64 ranges of rows, fixed by
-   the mode's size);
-2. (parallel over (mode, row range)) form the contribution rows ``y_j · ⊛_{l≠k} A_l[i_l, :]``
-   of the range's rows again from ``y_j`` and the factor rows (the prefix × suffix products of
-   the serial version, in its order) and add them, task by task of step 1 and in sample
-   order within each, into their gradient rows.  A row is owned by exactly one range, so no
-   atomics and no per-thread copies of the gradient are needed.  (Storing the N contribution
-   rows of every sample instead would write and read back N·R words per sample, most of them
-   cache misses; forming them again reads factor rows, which stay in cache far more often.)
+1. the block's samples are cut into chunks of 256; the first thread takes chunks from the
+   front and does exactly that (in sample order), while the other threads take chunks from
+   the back, one at a time, until they meet: for each, draw the samples, form model values
+   and ``y_j``, and store, for every mode, the chunk's samples (rows and ``y_j``) sorted by
+   row range (a stable counting sort into at most 64 ranges of ``2^s`` rows, fixed by the
+   mode's size);
+2. after a barrier, one task per (mode, row range) forms the contribution rows
+   ``y_j · ⊛_{l≠k} A_l[i_l, :]`` of the stored samples again from ``y_j`` and the factor
+   rows (the prefix × suffix products of the serial version, in its order) and adds them
+   into their rows, chunk by chunk and in sample order within each, after the first
+   thread's.  A row is owned by exactly one range, so no atomics and no per-thread copies of
+   the gradient are needed.  (Storing the N contribution rows of every sample instead would
+   write and read back N·R words per sample, most of them cache misses; forming them again
+   reads factor rows, which stay in cache far more often.)
+3. (:func:`run_steps` only) after a barrier every thread applies the optimiser step to its
+   share of the rows of every mode.
 
-Two parallel loops per block (one block per step at the default sample counts), each with a
-dynamic schedule over tasks that do not depend on the thread count.
+Storing, sorting and re-forming the contributions costs about half as much as drawing the
+samples; the first thread's chunks are spared it, and a thread that the operating system holds
+back delays only the chunk it holds (the others take the rest from either end).  A step wakes
+the threads once, and no part of it runs on one thread while the others wait.
 
 This is the "sparse array" variant of GenTen's fused sampling + MTTKRP.  Per-thread private
 gradient buffers would have to be zeroed and merged over every row of every mode at each step
 (Σ I_k · R · threads) and would make the summation order depend on the thread count; with the
 lists by row range, the work per step is proportional to the number of samples, and every
-gradient row is the sum of its contributions in increasing sample order.  On one thread the
-kernel skips the buffer and the lists and adds each contribution straight into its row as the
-samples come,
-which is the same order: the result is bitwise identical for any thread count (the module is
-compiled without contraction of a*b + c into fused multiply-adds, which would round the two
-paths differently).
+gradient row is the sum of its contributions in increasing sample order, whatever the
+threads and wherever they met: the result is bitwise identical for any thread count (the
+module is compiled without contraction of a*b + c into fused multiply-adds, which would round
+the two paths differently).
 
-Random numbers come from a counter-based generator: the c-th 64-bit word of sample j at step
-key K is ``mix(mix(K ^ (j + 1)·φ) + (c + 1)·φ)`` with splitmix64's finaliser ``mix`` and its
-constant φ — no state is shared between threads, so the samples do not depend on the schedule
-either (and :meth:`GcpSampler.draw` reproduces exactly the samples of the fused kernel).
-
-Zeros of the stratified sampler: on a tensor of density at most one half they are found by
-rejection (draw a coordinate, look it up, draw again if it is a nonzero); on a denser one, and
-whenever rejection has failed ``max_attempts`` times in a row, the t-th zero in linear-index
-order is computed directly from the sorted linear indices (``_zero_coords``: a binary search
-for the number of nonzeros before it), so a "zero" sample is always a zero.  Without a linear
-index (the shape's product overflows int64) the density is below nnz / 2^63 and rejection
-simply goes on until it finds a zero.
-
-"Is this sampled coordinate a nonzero?" is a binary search over the sorted linear indices of
-the nonzeros, narrowed first to the bucket of the key's high bits (an offset table with about
-one nonzero per bucket, so a look-up reads two offsets and a few keys); when the product of the
-shape does not fit in int64 the search compares the lexicographically sorted coordinate rows
-themselves.  Like the other kernels, these trust their inputs; the Python layer
-(``backends/cpu/gcp_ops.py``) validates shapes and builds the sampler.
+Samples are drawn by the sampler of ``sktensor_fast/include/sktf_gcp_sample.h``
+(``sktf_gcp_sample``), the one definition that the OpenCL kernels call too: for a step key
+every device draws the same entries.  Its random numbers come from the counter-based generator
+of ``sktf_rng.h`` (word c of sample j at step key K depends on (K, j, c) only), so no state is
+shared between threads and the samples do not depend on the schedule either
+(:meth:`GcpSampler.draw` reproduces exactly the samples of the fused kernel).  The header
+describes the samplers: stratified zeros found by rejection, or computed from the sorted linear
+indices on dense tensors and after ``max_attempts`` rejections; look-ups of a coordinate among
+the nonzeros by a bucketed binary search of those indices.  Like the other kernels, these trust
+their inputs; the Python layer (``backends/cpu/gcp_ops.py``) validates shapes and builds the
+sampler.
 """
-from cython.parallel cimport prange, parallel
+from cython.parallel cimport prange, parallel, threadid
 from libc.stdlib cimport malloc, calloc, free
-from libc.string cimport memset
+from libc.string cimport memset, memcpy
 from libc.math cimport sqrt, pow
 from libc.stdint cimport int64_t, uint64_t, int8_t
 
@@ -78,14 +77,29 @@ cdef extern from "sktf_gcp.h":
     void sktf_adagrad_chunk(double* u, const double* g, double* s, int64_t n, double lr,
                             double eps, double lower) nogil
     void sktf_sgd_chunk(double* u, const double* g, int64_t n, double lr, double lower) nogil
+    void sktf_adam_chunk_to(double* out, const double* u, const double* g, double* m,
+                            double* v, int64_t n, double beta1, double beta2, double a,
+                            double e, double lower) nogil
+    void sktf_adagrad_chunk_to(double* out, const double* u, const double* g, double* s,
+                               int64_t n, double lr, double eps, double lower) nogil
+    void sktf_sgd_chunk_to(double* out, const double* u, const double* g, int64_t n,
+                           double lr, double lower) nogil
     void SKTF_PREFETCH(const void* p) nogil
     void SKTF_PREFETCH_W(const void* p) nogil
+    void sktf_omp_barrier() noexcept nogil
+    int sktf_omp_team_size() noexcept nogil
+    ctypedef struct sktf_gcp_claims:
+        int64_t front, back
+    int64_t sktf_gcp_claim_front(sktf_gcp_claims* c, int64_t share,
+                                 int64_t* first) noexcept nogil
+    int64_t sktf_gcp_claim_back(sktf_gcp_claims* c) noexcept nogil
+    void sktf_gcp_add_stored(double* g_k, double** fac, const int64_t* srows,
+                             const double* sy, int64_t i0, int64_t i1, int N, int k,
+                             const double* lam, int64_t R) noexcept nogil
 
 cdef extern from "sktf_rng.h":
-    # the counter-based generator, written once for every device (sktensor_fast/include)
-    uint64_t sktf_sample_key(uint64_t key, int64_t j) noexcept nogil
-    uint64_t sktf_rand(uint64_t skey, uint64_t c) noexcept nogil
-    int64_t sktf_below(uint64_t r, int64_t n) noexcept nogil
+    # the counter-based generator, written once for every device (sktensor_fast/include);
+    # its words are turned into samples by sktf_gcp_sample.h only
     uint64_t sktf_mix_seed(uint64_t seed, uint64_t step) noexcept nogil
 
 cdef extern from "sktf_losses.h":
@@ -94,11 +108,55 @@ cdef extern from "sktf_losses.h":
     double _loss_deriv "sktf_loss_deriv"(int code, double p, double x, double m) noexcept nogil
     int SKTF_N_LOSSES
 
+cdef extern from "sktf_gcp_sample.h":
+    # the samplers, written once for every device (sktensor_fast/include/sktf_gcp_sample.h)
+    ctypedef struct sktf_gcp_sampler:
+        int64_t nnz, nz, p, q, max_attempts, nzero
+        int nmodes, explicit_z, zmode, include_nz, correct, has_lin, has_bucket, bshift
+        int implicit_z
+        double wp, wq
+        const int64_t* shape
+        const int64_t* strides
+        const int64_t* subs
+        const double* vals
+        const int64_t* lin
+        const int64_t* bucket
+        const int64_t* zsubs
+    sktf_gcp_sampler sktf_gcp_sampler_make(
+        const int64_t* sp, int nmodes, const int64_t* shape, const int64_t* strides,
+        const int64_t* subs, const double* vals, const int64_t* lin, const int64_t* bucket,
+        const int64_t* zsubs, double wp, double wq) noexcept nogil
+    int64_t sktf_gcp_find(const sktf_gcp_sampler* S, const int64_t* idx) noexcept nogil
+    double sktf_gcp_sample(const sktf_gcp_sampler* S, uint64_t key, int64_t j, int64_t* idx,
+                           double* w, int* corr) noexcept nogil
+    void sktf_gcp_touch_ahead(const sktf_gcp_sampler* S, uint64_t key, int64_t j, int64_t end,
+                              int dist) noexcept nogil
+    void sktf_gcp_touch_first(const sktf_gcp_sampler* S, uint64_t key, int64_t j0,
+                              int64_t end, int dist) noexcept nogil
+    enum:
+        SKTF_GCP_NNZ
+        SKTF_GCP_NZ
+        SKTF_GCP_EXPLICIT_Z
+        SKTF_GCP_P
+        SKTF_GCP_Q
+        SKTF_GCP_ZMODE
+        SKTF_GCP_INCLUDE_NZ
+        SKTF_GCP_CORRECT
+        SKTF_GCP_HAS_LIN
+        SKTF_GCP_HAS_BUCKET
+        SKTF_GCP_BSHIFT
+        SKTF_GCP_IMPLICIT_Z
+        SKTF_GCP_MAX_ATTEMPTS
+        SKTF_GCP_NZERO
+        SKTF_GCP_NPARAMS
+
 cdef enum:
     # samples per chunk of the loss sum (fixed: sums do not depend on the thread count)
     LOSS_CHUNK = 1024
     # samples drawn ahead of the one being processed (their rows are prefetched)
     LOOKAHEAD = 8
+    # samples per task of GcpSampler.draw
+    DRAW_CHUNK = 1024
     # samples per task of the first phase of the multi-threaded gradient
     PHASE1_CHUNK = 256
     # most row ranges per mode in its second phase
@@ -106,6 +164,9 @@ cdef enum:
     # below this much work (samples x modes x rank, or entries) a kernel runs on one thread;
     # the sampling kernels take one thread per this much work (see _threads_for)
     SERIAL_WORK = 131072
+    # work of drawing a sample, in those units (its memory reads cost about as much as 32
+    # products of the gradient: a sample costs (modes x rank + SAMPLE_WORK) units)
+    SAMPLE_WORK = 32
     # samples between two checks for a pending signal (Ctrl-C) in the long-running kernels
     SIGNAL_EVERY = 1 << 20
 
@@ -131,99 +192,18 @@ def loss_values(int code, double param, const double[::1] x, const double[::1] m
 
 # ---------------------------------------------------------------------------- sampling
 cdef struct Src:
+    # a drawn sample (the shared sampler of sktf_gcp_sample.h at step key `key`) or an
+    # explicit one
+    sktf_gcp_sampler g
     int nmodes
-    const int64_t* shape
-    const int64_t* strides     # strides of the linear index, NULL when it would overflow
-    const int64_t* subs        # nonzeros (nnz x N), lexicographically sorted
-    const double* vals
-    const int64_t* lin         # sorted linear indices of the nonzeros, or NULL
-    const int64_t* bucket      # lin[bucket[b]:bucket[b+1]] are those with lin >> bshift == b
-    int bshift
-    int64_t nnz
-    const int64_t* zsubs       # explicit list of (observed) zero coordinates
-    int64_t nz
-    int explicit_z             # draw the "other" samples from a list, not the index space
-    int implicit_z             # that list is every entry not a nonzero, in linear-index order,
-                               # computed from `lin` (no `zsubs`)
-    int64_t nzero              # entries that are not nonzeros (with `lin` only)
-    int64_t max_attempts       # rejections before the zero is computed from `lin`
-    int64_t p                  # samples of nonzeros
-    int64_t q                  # other samples
-    double wp
-    double wq
-    int zmode                  # 0: value 0 (no look-up), 1: look the value up, 2: reject nonzeros
-    int include_nz             # explicit list = [nonzeros; zsubs] (1) or zsubs only (0)
-    int correct                # semi-stratified: nonzero samples contribute f(x,m) - f(0,m)
     uint64_t key
-    # an explicit sample instead of drawing one
+    # an explicit sample instead of drawing one (xn >= 0)
     const int64_t* xsubs
     const double* xvals
     const double* xw
     const int8_t* xcorr
     const double* xy           # precomputed w (f'(x, m) - corr f'(0, m)), or NULL
     int64_t xn
-
-
-cdef inline int64_t _find(const Src* S, const int64_t* idx) noexcept nogil:
-    """Position of coordinate ``idx`` among the nonzeros, or -1."""
-    cdef int64_t lo = 0, hi = S.nnz, mid, key = 0
-    cdef int k, N = S.nmodes
-    cdef const int64_t* row
-    cdef int c
-    if S.lin != NULL:
-        for k in range(N):
-            key += idx[k] * S.strides[k]
-        if S.bucket != NULL:  # narrow the search to the bucket of the key's high bits
-            lo = S.bucket[key >> S.bshift]
-            hi = S.bucket[(key >> S.bshift) + 1]
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if S.lin[mid] < key:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < S.nnz and S.lin[lo] == key:
-            return lo
-        return -1
-    # no linear index (the shape's product overflows int64): compare coordinate rows
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        row = S.subs + mid * N
-        c = 0
-        for k in range(N):
-            if row[k] != idx[k]:
-                c = -1 if row[k] < idx[k] else 1
-                break
-        if c < 0:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo < S.nnz:
-        row = S.subs + lo * N
-        for k in range(N):
-            if row[k] != idx[k]:
-                return -1
-        return lo
-    return -1
-
-
-cdef inline void _zero_coords(const Src* S, int64_t t, int64_t* idx) noexcept nogil:
-    """Coordinates of the t-th entry (0-based) that is not a nonzero, in linear-index order.
-
-    With ``d_j = lin[j] - j`` (the number of zeros before nonzero j, non-decreasing), the
-    nonzeros before that zero are those with ``d_j <= t``, and its linear index is t plus their
-    number (the same computation as ``gcp_zero_coords`` of the OpenCL kernels)."""
-    cdef int64_t lo = 0, hi = S.nnz, mid, e
-    cdef int k
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if S.lin[mid] - mid <= t:
-            lo = mid + 1
-        else:
-            hi = mid
-    e = t + lo
-    for k in range(S.nmodes):
-        idx[k] = (e // S.strides[k]) % S.shape[k]
 
 
 cdef bint _interrupted() noexcept nogil:
@@ -243,63 +223,21 @@ cdef int _reraise() except -1:
 cdef inline int64_t _n_samples(const Src* S) noexcept nogil:
     if S.xn >= 0:
         return S.xn
-    return S.p + S.q
+    return S.g.p + S.g.q
 
 
 cdef inline double _sample(const Src* S, int64_t j, int64_t* idx, double* w,
                            int* corr) noexcept nogil:
-    """Sample ``j``: coordinates into ``idx``; returns the data value, sets weight and flag."""
+    """Sample ``j``: coordinates into ``idx``; returns the data value, sets weight and flag
+    (drawn by the shared sampler, or read from the explicit sample)."""
     cdef int k, N = S.nmodes
-    cdef uint64_t skey, c = 0
-    cdef int64_t t, n, pos, a
     if S.xn >= 0:  # explicit sample
         for k in range(N):
             idx[k] = S.xsubs[j * N + k]
         w[0] = S.xw[j]
         corr[0] = S.xcorr[j] if S.xcorr != NULL else 0
         return S.xvals[j]
-    skey = sktf_sample_key(S.key, j)
-    if j < S.p:
-        t = sktf_below(sktf_rand(skey, c), S.nnz)
-        for k in range(N):
-            idx[k] = S.subs[t * N + k]
-        w[0] = S.wp
-        corr[0] = S.correct
-        return S.vals[t]
-    w[0] = S.wq
-    corr[0] = 0
-    if S.explicit_z:
-        n = S.nz + (S.nnz if S.include_nz else 0)
-        t = sktf_below(sktf_rand(skey, c), n)
-        if S.include_nz:
-            if t < S.nnz:
-                for k in range(N):
-                    idx[k] = S.subs[t * N + k]
-                return S.vals[t] if S.zmode == 1 else 0.0
-            t -= S.nnz
-        if S.implicit_z:
-            _zero_coords(S, t, idx)
-        else:
-            for k in range(N):
-                idx[k] = S.zsubs[t * N + k]
-        return 0.0
-    a = 0
-    while True:
-        for k in range(N):
-            idx[k] = sktf_below(sktf_rand(skey, c), S.shape[k])
-            c += 1
-        if S.zmode == 0:
-            return 0.0
-        pos = _find(S, idx)
-        if S.zmode == 1:
-            return S.vals[pos] if pos >= 0 else 0.0
-        if pos < 0:
-            return 0.0
-        a += 1
-        if a >= S.max_attempts and S.lin != NULL:
-            # rejection keeps failing (a dense region): take the zero of a uniform rank
-            _zero_coords(S, sktf_below(sktf_rand(skey, c), S.nzero), idx)
-            return 0.0
+    return sktf_gcp_sample(&S.g, S.key, j, idx, w, corr)
 
 
 cdef class GcpSampler:
@@ -327,6 +265,7 @@ cdef class GcpSampler:
 
     cdef Src src
     cdef object keep
+    cdef object _params
     cdef public int64_t p, q
     cdef public double wp, wq
 
@@ -337,58 +276,62 @@ cdef class GcpSampler:
                  int bshift=0, bint implicit_z=False, int64_t max_attempts=256):
         cdef int N = shape.shape[0]
         cdef int k
+        cdef bint has_lin = lin.shape[0] == vals.shape[0] and vals.shape[0] > 0
         strides = np.zeros(N, dtype=np.int64)
         cdef int64_t[::1] st = strides
         cdef int64_t s = 1
         for k in range(N - 1, -1, -1):
             st[k] = s
             s *= shape[k]
-        self.keep = (shape, subs, vals, lin, zsubs, strides, bucket)
-        memset(&self.src, 0, sizeof(Src))
-        self.src.nmodes = N
-        self.src.shape = &shape[0]
-        self.src.nnz = vals.shape[0]
-        self.src.subs = &subs[0, 0] if subs.shape[0] > 0 else NULL
-        self.src.vals = &vals[0] if vals.shape[0] > 0 else NULL
-        if lin.shape[0] == vals.shape[0] and vals.shape[0] > 0:
-            self.src.lin = &lin[0]
-            self.src.strides = &st[0]
-            if bucket is not None and bucket.shape[0] > 1:
-                self.src.bucket = &bucket[0]
-                self.src.bshift = bshift
-        self.src.nz = zsubs.shape[0]
-        self.src.zsubs = &zsubs[0, 0] if zsubs.shape[0] > 0 else NULL
-        self.src.explicit_z = explicit_z
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        self.src.max_attempts = max_attempts
-        if self.src.lin != NULL:
-            self.src.nzero = s - vals.shape[0]
-        if implicit_z:
-            if not explicit_z or zsubs.shape[0] or self.src.lin == NULL:
-                raise ValueError("implicit_z needs explicit_z, an empty zsubs and the linear "
-                                 "index of the nonzeros")
-            self.src.implicit_z = 1
-            self.src.nz = s - vals.shape[0]
-        self.src.p = p
-        self.src.q = q
-        self.src.wp = wp
-        self.src.wq = wq
-        self.src.zmode = zmode
-        self.src.include_nz = include_nz
-        self.src.correct = correct
+        if implicit_z and (not explicit_z or zsubs.shape[0] or not has_lin):
+            raise ValueError("implicit_z needs explicit_z, an empty zsubs and the linear "
+                             "index of the nonzeros")
+        # the parameter array of sktf_gcp_sample.h (what the OpenCL backend uploads)
+        params = np.zeros(SKTF_GCP_NPARAMS, dtype=np.int64)
+        cdef int64_t[::1] sp = params
+        sp[SKTF_GCP_NNZ] = vals.shape[0]
+        sp[SKTF_GCP_NZ] = (s - vals.shape[0]) if implicit_z else zsubs.shape[0]
+        sp[SKTF_GCP_EXPLICIT_Z] = explicit_z
+        sp[SKTF_GCP_P] = p
+        sp[SKTF_GCP_Q] = q
+        sp[SKTF_GCP_ZMODE] = zmode
+        sp[SKTF_GCP_INCLUDE_NZ] = include_nz
+        sp[SKTF_GCP_CORRECT] = correct
+        sp[SKTF_GCP_HAS_LIN] = has_lin
+        sp[SKTF_GCP_HAS_BUCKET] = has_lin and bucket is not None and bucket.shape[0] > 1
+        sp[SKTF_GCP_BSHIFT] = bshift if sp[SKTF_GCP_HAS_BUCKET] else 0
+        sp[SKTF_GCP_IMPLICIT_Z] = implicit_z
+        sp[SKTF_GCP_MAX_ATTEMPTS] = max_attempts
+        sp[SKTF_GCP_NZERO] = (s - vals.shape[0]) if has_lin else 0
+        self.keep = (shape, subs, vals, lin, zsubs, strides, bucket)
+        self._params = params
+        memset(&self.src, 0, sizeof(Src))
+        self.src.nmodes = N
+        self.src.g = sktf_gcp_sampler_make(
+            &sp[0], N, &shape[0], &st[0] if has_lin else NULL,
+            &subs[0, 0] if subs.shape[0] > 0 else NULL,
+            &vals[0] if vals.shape[0] > 0 else NULL, &lin[0] if has_lin else NULL,
+            &bucket[0] if sp[SKTF_GCP_HAS_BUCKET] else NULL,
+            &zsubs[0, 0] if zsubs.shape[0] > 0 else NULL, wp, wq)
         self.src.xn = -1
         self.p, self.q, self.wp, self.wq = p, q, wp, wq
 
     @property
     def n_samples(self):
-        return self.src.p + self.src.q
+        return self.src.g.p + self.src.g.q
+
+    @property
+    def params(self):
+        """The sampler's parameter array (``SKTF_GCP_*`` of sktf_gcp_sample.h)."""
+        return self._params.copy()
 
     def draw(self, uint64_t key, int64_t[:, ::1] out_subs, double[::1] out_x,
              double[::1] out_w, int8_t[::1] out_corr, int num_threads=1):
         """Materialise the sample of step key ``key`` (same samples as the fused kernel)."""
         cdef Src S = self.src
-        cdef int64_t n = S.p + S.q, j, j0, j1
+        cdef int64_t n = S.g.p + S.g.q, j, j0, j1, ci, c0, c1
         cdef int N = S.nmodes, c
         cdef double w
         cdef bint stopped = False
@@ -400,10 +343,17 @@ cdef class GcpSampler:
             j0 = 0
             while j0 < n:  # in pieces, to see Ctrl-C in between
                 j1 = min(n, j0 + SIGNAL_EVERY)
-                for j in prange(j0, j1, schedule='dynamic', chunksize=1024, num_threads=num_threads):
-                    c = 0  # assigned here so that it is private to the thread
-                    out_x[j] = _sample(&S, j, &out_subs[j, 0], &out_w[j], &c)
-                    out_corr[j] = c
+                for ci in prange((j1 - j0 + DRAW_CHUNK - 1) // DRAW_CHUNK, schedule='dynamic',
+                                 num_threads=num_threads):
+                    c0 = j0 + ci * DRAW_CHUNK
+                    c1 = min(j1, c0 + DRAW_CHUNK)
+                    # with prefetch hints for the samples ahead (sktf_gcp_sample.h)
+                    sktf_gcp_touch_first(&S.g, S.key, c0, c1, LOOKAHEAD)
+                    for j in range(c0, c1):
+                        sktf_gcp_touch_ahead(&S.g, S.key, j, c1, LOOKAHEAD)
+                        c = 0
+                        out_x[j] = _sample(&S, j, &out_subs[j, 0], &out_w[j], &c)
+                        out_corr[j] = c
                 if j1 < n and _interrupted():
                     stopped = True
                     break
@@ -416,7 +366,7 @@ cdef class GcpSampler:
         cdef Py_ssize_t i
         with nogil:
             for i in range(idx.shape[0]):
-                out[i] = _find(&self.src, &idx[i, 0])
+                out[i] = sktf_gcp_find(&self.src.g, &idx[i, 0])
 
 
 cdef void _explicit_src(Src* S, int N, object xsubs, object xvals, object xw, object xcorr,
@@ -502,55 +452,88 @@ cdef inline void _prefetch_factor_rows(double** fac, const int64_t* idx, int N,
             SKTF_PREFETCH(fac[k] + idx[k] * R + off)
 
 
+cdef void _serial_range(const Src* S, int64_t j0, int64_t j1, int code, double param,
+                        const double* lam, double** fac, double** grad,
+                        const int8_t* active, Py_ssize_t R, bint want_loss, double* total,
+                        double* fout, int64_t* ring, double* ring_x, int* ring_c, double* suf,
+                        const double** rows) noexcept nogil:
+    """Samples ``j0 .. j1 - 1``, each contribution added straight into its gradient row, in
+    sample order.  Their loss terms are added to ``total[0]`` (in sample order), or, with
+    ``fout``, the term of sample j is written to ``fout[j - j0]``.  Scratch: ``ring``
+    (LOOKAHEAD N), ``ring_x`` (2 LOOKAHEAD), ``ring_c`` (LOOKAHEAD), ``suf`` (N R + R + 1),
+    ``rows`` (N).
+
+    Samples are drawn ``LOOKAHEAD`` ahead and their factor and gradient rows prefetched, and
+    the memory that drawing them reads (the nonzero's coordinates and value, the bucket and
+    linear indices that a zero is looked up in) is prefetched two and three ``LOOKAHEAD``
+    ahead (sktf_gcp_touch_ahead), so that the memory latency of the random rows overlaps the
+    arithmetic of earlier samples."""
+    cdef int N = S.nmodes, k, slot
+    cdef int64_t j
+    cdef Py_ssize_t r
+    cdef double f, t
+    cdef double* g
+    cdef double* ring_w = ring_x + LOOKAHEAD
+    cdef double* pre = suf + N * R
+    cdef int64_t* idx
+    # prefetch hints for drawing samples (sktf_gcp_sample.h; they must be called from the
+    # loop itself, see there)
+    if S.xn < 0:
+        sktf_gcp_touch_first(&S.g, S.key, j0, j1, LOOKAHEAD)
+    for j in range(j0, min(j0 + LOOKAHEAD, j1)):
+        slot = <int> (j - j0)
+        ring_x[slot] = _sample(S, j, ring + slot * N, &ring_w[slot], &ring_c[slot])
+        _prefetch_rows(fac, grad, active, ring + slot * N, N, R)
+    for j in range(j0, j1):
+        if S.xn < 0:
+            sktf_gcp_touch_ahead(&S.g, S.key, j, j1, LOOKAHEAD)
+        slot = <int> ((j - j0) % LOOKAHEAD)
+        idx = ring + slot * N
+        f = _terms(S, j, ring_x[slot], ring_w[slot], ring_c[slot], code, param, lam, fac, N,
+                   R, idx, rows, suf, pre, want_loss)
+        if fout != NULL:
+            fout[j - j0] = f
+        else:
+            total[0] = total[0] + f
+        for k in range(N):
+            if active[k]:
+                g = grad[k] + idx[k] * R
+                for r in range(R):
+                    t = pre[r] * suf[k * R + r]
+                    g[r] = g[r] + t
+            if k < N - 1:
+                for r in range(R):
+                    pre[r] *= rows[k][r]
+        if j + LOOKAHEAD < j1:  # refill the slot with the sample LOOKAHEAD ahead
+            ring_x[slot] = _sample(S, j + LOOKAHEAD, idx, &ring_w[slot], &ring_c[slot])
+            _prefetch_rows(fac, grad, active, idx, N, R)
+
+
 cdef double _gradient_serial(const Src* S, int code, double param, const double* lam,
                              double** fac, double** grad, const int8_t* active,
                              Py_ssize_t R, bint want_loss) except? -1.0:
     """One thread: every contribution goes straight into its gradient row, in sample order
-    (the same order, hence the same sums, as the listed path of the parallel version).
-    Samples are drawn ``LOOKAHEAD`` ahead and their factor and gradient rows prefetched, so
-    that the memory latency of the random rows overlaps the arithmetic of earlier samples."""
-    cdef int N = S.nmodes, k, slot
-    cdef int64_t ns = _n_samples(S), j
-    cdef Py_ssize_t r
-    cdef double total = 0.0, f, t
-    cdef double* g
+    (:func:`_serial_range`; the same order, hence the same sums, as the multi-threaded
+    version)."""
+    cdef int N = S.nmodes
+    cdef int64_t ns = _n_samples(S), j0
+    cdef double total = 0.0
     cdef bint stopped = False
     cdef int64_t* ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
     cdef double* ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
-    cdef double* ring_w
     cdef int* ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
-    cdef int64_t* idx
     cdef double* suf = <double*> malloc((N * R + R + 1) * sizeof(double))
-    cdef double* pre
     cdef const double** rows = <const double**> malloc(N * sizeof(double*))
     if ring == NULL or ring_x == NULL or ring_c == NULL or suf == NULL or rows == NULL:
         free(ring); free(ring_x); free(ring_c); free(suf); free(<void*> rows)
         raise MemoryError()
-    ring_w = ring_x + LOOKAHEAD
-    pre = suf + N * R
     with nogil:
-        for j in range(min(<int64_t> LOOKAHEAD, ns)):
-            ring_x[j] = _sample(S, j, ring + j * N, &ring_w[j], &ring_c[j])
-            _prefetch_rows(fac, grad, active, ring + j * N, N, R)
-        for j in range(ns):
-            slot = j % LOOKAHEAD
-            idx = ring + slot * N
-            f = _terms(S, j, ring_x[slot], ring_w[slot], ring_c[slot], code, param, lam, fac,
-                       N, R, idx, rows, suf, pre, want_loss)
-            total += f
-            for k in range(N):
-                if active[k]:
-                    g = grad[k] + idx[k] * R
-                    for r in range(R):
-                        t = pre[r] * suf[k * R + r]
-                        g[r] = g[r] + t
-                if k < N - 1:
-                    for r in range(R):
-                        pre[r] *= rows[k][r]
-            if j + LOOKAHEAD < ns:  # refill the slot with the sample LOOKAHEAD ahead
-                ring_x[slot] = _sample(S, j + LOOKAHEAD, idx, &ring_w[slot], &ring_c[slot])
-                _prefetch_rows(fac, grad, active, idx, N, R)
-            if (j + 1) % SIGNAL_EVERY == 0 and j + 1 < ns and _interrupted():
+        j0 = 0
+        while j0 < ns:  # in pieces, to see Ctrl-C in between
+            _serial_range(S, j0, min(ns, j0 + SIGNAL_EVERY), code, param, lam, fac, grad,
+                          active, R, want_loss, &total, NULL, ring, ring_x, ring_c, suf, rows)
+            j0 += SIGNAL_EVERY
+            if j0 < ns and _interrupted():
                 stopped = True
                 break
     free(ring); free(ring_x); free(ring_c); free(suf); free(<void*> rows)
@@ -559,63 +542,208 @@ cdef double _gradient_serial(const Src* S, int code, double param, const double*
     return total
 
 
+cdef inline int _part_shift(int64_t rows) noexcept nogil:
+    """Row ranges of a mode in the multi-threaded gradient: row i is in range ``i >> shift``,
+    the smallest shift that makes at most ``MAX_PARTS`` ranges (fixed by the mode's size)."""
+    cdef int s = 0
+    while rows > 0 and ((rows - 1) >> s) >= MAX_PARTS:
+        s += 1
+    return s
+
+
 cdef inline int64_t _n_parts(int64_t rows) noexcept nogil:
-    """Row ranges of a mode in the multi-threaded gradient (fixed by the mode's size)."""
-    return rows if rows < MAX_PARTS else MAX_PARTS
+    """Number of row ranges of a mode (see :func:`_part_shift`)."""
+    if rows <= 0:
+        return 0
+    return ((rows - 1) >> _part_shift(rows)) + 1
+
+
+cdef enum:
+    SOLVER_SGD = 0
+    SOLVER_ADAGRAD = 1
+    SOLVER_ADAM = 2
+
+cdef inline void _opt_chunk(int solver, double* u, const double* g, double* s1, double* s2,
+                            int64_t n, double lr, double beta1, double beta2, double a,
+                            double e, double lower) noexcept nogil:
+    if solver == SOLVER_ADAM:
+        sktf_adam_chunk(u, g, s1, s2, n, beta1, beta2, a, e, lower)
+    elif solver == SOLVER_ADAGRAD:
+        sktf_adagrad_chunk(u, g, s1, n, lr, e, lower)
+    else:
+        sktf_sgd_chunk(u, g, n, lr, lower)
+
+
+cdef inline void _opt_chunk_to(int solver, double* out, const double* u, const double* g,
+                               double* s1, double* s2, int64_t n, double lr, double beta1,
+                               double beta2, double a, double e, double lower) noexcept nogil:
+    """:func:`_opt_chunk` into ``out`` (``u`` left as it is)."""
+    if solver == SOLVER_ADAM:
+        sktf_adam_chunk_to(out, u, g, s1, s2, n, beta1, beta2, a, e, lower)
+    elif solver == SOLVER_ADAGRAD:
+        sktf_adagrad_chunk_to(out, u, g, s1, n, lr, e, lower)
+    else:
+        sktf_sgd_chunk_to(out, u, g, n, lr, lower)
+
+
+cdef struct OptStep:
+    # an optimiser step fused into the multi-threaded gradient (see _gradient_parallel)
+    int solver
+    double** m1                # Adam's first moments / AdaGrad's sums, per mode
+    double** m2                # Adam's second moments, per mode
+    double lr, beta1, beta2
+    double a, e                # step and epsilon as _opt_apply computes them for this step
+    double lower
+
+
+cdef inline void _opt_set(OptStep* o, int solver, double** m1, double** m2, double lr,
+                          double beta1, double beta2, double eps, double t,
+                          double lower) noexcept nogil:
+    """The constants of step ``t`` of ``solver``, as :func:`_opt_apply` computes them."""
+    cdef double bc1, bc2
+    o.solver = solver
+    o.m1 = m1
+    o.m2 = m2
+    o.lr = lr
+    o.beta1 = beta1
+    o.beta2 = beta2
+    o.a = lr
+    o.e = eps
+    o.lower = lower
+    if solver == SOLVER_ADAM:
+        bc1 = 1.0 - pow(beta1, t)
+        bc2 = 1.0 - pow(beta2, t)
+        o.a = lr * sqrt(bc2) / bc1
+        o.e = eps * sqrt(bc2)
+
+
+cdef inline int64_t _part_start(int64_t p, int64_t rows) noexcept nogil:
+    """First row of row range ``p`` of a mode of ``rows`` rows (``p`` up to the number of
+    ranges, whose start is ``rows``)."""
+    cdef int64_t lo = p << _part_shift(rows)
+    return lo if lo < rows else rows
+
+
+cdef void _stored_chunk(const Src* S, int64_t b0, int64_t c0, int64_t c1, int64_t ci,
+                        int code, double param, const double* lam, double** fac,
+                        const int8_t* active, const int64_t* shape, Py_ssize_t R,
+                        bint want_loss, int64_t block, double* yval, double* fval,
+                        int64_t* keys, int64_t* srows, double* sy, int64_t* boff,
+                        int64_t* ring, double* ring_x, int* ring_c, double* suf,
+                        const double** rows, int64_t* cnt) noexcept nogil:
+    """Step 1 of :func:`_gradient_parallel` on the block's samples ``c0 .. c1 - 1`` (chunk
+    ``ci``): draw them (``LOOKAHEAD`` ahead, their factor rows prefetched), form model values,
+    weighted derivatives (``yval``) and loss terms (``fval``), and for every active mode store
+    the samples' rows and derivatives sorted by row range (a stable counting sort) from
+    position ``k block + c0`` of ``srows`` / ``sy``, the ranges' offsets in ``boff``."""
+    cdef int N = S.nmodes, k, l, slot, sh
+    cdef int64_t jj, p, i, nparts, pos0
+    cdef int64_t* idx
+    cdef int64_t* off
+    cdef double* pre = suf + N * R
+    if S.xn < 0:
+        sktf_gcp_touch_first(&S.g, S.key, b0 + c0, b0 + c1, LOOKAHEAD)
+    for jj in range(c0, min(c0 + LOOKAHEAD, c1)):
+        slot = <int> (jj - c0)
+        ring_x[slot] = _sample(S, b0 + jj, ring + slot * N, &ring_x[LOOKAHEAD + slot],
+                               &ring_c[slot])
+        _prefetch_factor_rows(fac, ring + slot * N, N, R)
+    for jj in range(c0, c1):
+        if S.xn < 0:
+            sktf_gcp_touch_ahead(&S.g, S.key, b0 + jj, b0 + c1, LOOKAHEAD)
+        slot = <int> ((jj - c0) % LOOKAHEAD)
+        idx = ring + slot * N
+        fval[jj] = _terms(S, b0 + jj, ring_x[slot], ring_x[LOOKAHEAD + slot], ring_c[slot],
+                          code, param, lam, fac, N, R, idx, rows, suf, pre, want_loss,
+                          &yval[jj])
+        for k in range(N):
+            keys[jj * N + k] = idx[k]
+        if jj + LOOKAHEAD < c1:  # refill the slot LOOKAHEAD samples ahead
+            ring_x[slot] = _sample(S, b0 + jj + LOOKAHEAD, idx, &ring_x[LOOKAHEAD + slot],
+                                   &ring_c[slot])
+            _prefetch_factor_rows(fac, idx, N, R)
+    for k in range(N):
+        if not active[k]:
+            continue
+        nparts = _n_parts(shape[k])
+        sh = _part_shift(shape[k])
+        off = boff + (ci * N + k) * (MAX_PARTS + 1)
+        pos0 = k * block + c0
+        for p in range(nparts + 1):
+            cnt[p] = 0
+        for jj in range(c0, c1):
+            cnt[(keys[jj * N + k] >> sh) + 1] += 1
+        for p in range(nparts):
+            cnt[p + 1] += cnt[p]
+        for p in range(nparts + 1):
+            off[p] = cnt[p]
+        for jj in range(c0, c1):
+            p = keys[jj * N + k] >> sh
+            i = pos0 + cnt[p]
+            for l in range(N):
+                srows[i * N + l] = keys[jj * N + l]
+            sy[i] = yval[jj]
+            cnt[p] += 1
 
 
 cdef double _gradient_parallel(const Src* S, int code, double param, const double* lam,
                                double** fac, double** grad, const int8_t* active,
                                const int64_t* shape, Py_ssize_t R, int64_t block,
-                               bint want_loss, int num_threads, double* work) except? -1.0:
-    """Blocks of samples, two parallel loops per block:
+                               bint want_loss, int num_threads, double* work,
+                               const OptStep* opt=NULL) except? -1.0:
+    """Blocks of samples, one parallel region per block; the block's samples in chunks of
+    PHASE1_CHUNK (the last one shorter):
 
-    1. tasks of PHASE1_CHUNK samples: draw them, store their rows (``keys``), weighted
-       derivatives and loss terms, and for every active mode list the task's samples by row
-       range (a stable counting sort into ``_n_parts`` ranges of equal numbers of rows);
-    2. one task per (mode, row range): form the contributions of its rows from the
-       derivatives and factor rows (the products of the serial version, in its order) and
-       add them, task by task of step 1 and in sample order within each, so every gradient
-       row is the sum of its contributions in increasing sample order, as in the serial
-       version (a row belongs to one range: no conflicts, no atomics, the same bits for any
-       thread count).
+    1. the first thread takes chunks from the front (sktf_gcp_claim_front, larger pieces
+       while many are left) and adds their samples' contributions straight into the gradient
+       rows, in sample order, as the serial version does (in the first block it zeroes the
+       gradient first), while the other threads take chunks from the back
+       (sktf_gcp_claim_back), one at a time, until they meet, and store them
+       (:func:`_stored_chunk`: rows and weighted derivatives sorted by row range);
+    2. after a barrier, one task per (mode, row range) forms the contributions of the stored
+       samples of its rows again from the derivatives and factor rows (the products of the
+       serial version, in its order: sktf_gcp_add_stored) and adds them, chunk by chunk and
+       in sample order within each, after the first thread's.  Every gradient row is thus the
+       sum of its contributions in increasing sample order, as in the serial version,
+       wherever the threads met (a row belongs to one range: no conflicts, no atomics, the
+       same bits for any thread count);
+    3. with ``opt`` (after the last block): after a barrier every thread applies the
+       optimiser step to its share of the rows of every active mode.
+
+    The first thread's chunks cost what the serial version costs; the others pay for storing,
+    sorting and re-forming their contributions.  A thread that the operating system holds
+    back delays only the chunk it holds: the others take the rest, from either end.
 
     ``work`` holds ``workspace_size(N, R, block)`` words (kept by the caller between calls:
-    fresh pages would fault on every step)."""
+    fresh pages would fault on every step).  The gradient arrays need not be zeroed."""
     cdef int N = S.nmodes
     cdef int64_t ns = _n_samples(S)
-    cdef int64_t nblocks, bi, b0, nb, jj, j, pos, since = 0
+    cdef int64_t nblocks, bi, b0, nb, jj, since = 0
     cdef int k
-    cdef Py_ssize_t r
     cdef double total = 0.0
-    cdef int64_t cmax = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
     cdef double* yval = work                       # weighted derivative of each sample
-    cdef double* fval = yval + block
-    cdef int64_t* keys = <int64_t*> (fval + block)
-    cdef int64_t* bidx = keys + block * N          # samples of a task of step 1, by range
-    cdef int64_t* boff = bidx + block * N          # where each range starts, per task and mode
+    cdef double* fval = yval + block               # loss term of each sample
+    cdef int64_t* keys = <int64_t*> (fval + block)  # rows of each sample
+    # the stored samples of chunk c and active mode k, sorted by row range: their rows
+    # (N per sample) and weighted derivatives, from position (k block + c PHASE1_CHUNK) on
+    cdef int64_t* srows = keys + block * N
+    cdef double* sy = <double*> (srows + block * N * N)
+    cdef int64_t* boff = <int64_t*> (sy + block * N)  # where each range starts, per chunk, mode
     cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
-    cdef int64_t ntasks, t, p, nparts, rows_k, jn
-    cdef int l
-    cdef double yv, tv
-    cdef double* pvec
-    cdef double* svec
-    cdef const double** prow
-    cdef bint stopped = False
-    cdef int64_t nchunks, ci, c0, c1, cj
+    # (variables of the parallel block are initialised here: Cython copies them in)
+    cdef int64_t ntasks, t, p, pos0, nchunks, cj, c = 0, nc = 0
+    cdef int me = 0, nteam = 1, k1 = 0
+    cdef bint stopped = False, first, last
+    cdef sktf_gcp_claims claims
     # thread scratch
-    cdef int64_t* ring
-    cdef double* ring_x
-    cdef int* ring_c
-    cdef int64_t* cnt
-    cdef int slot
-    cdef int64_t* idx
-    cdef double* suf
-    cdef double* pre
-    cdef const double** rows
-    cdef double* g
+    cdef int64_t* ring = NULL
+    cdef double* ring_x = NULL
+    cdef int* ring_c = NULL
+    cdef int64_t* cnt = NULL
+    cdef double* suf = NULL
+    cdef const double** rows = NULL
     cdef int64_t* off
-    cdef int64_t* lst
+    cdef int64_t lo3 = 0, hi3 = 0
     if task_off == NULL:
         raise MemoryError()
     ntasks = 0
@@ -630,57 +758,70 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
             b0 = bi * block
             nb = min(block, ns - b0)
             nchunks = (nb + PHASE1_CHUNK - 1) // PHASE1_CHUNK
-            # 1. samples, model values, derivatives, contribution rows, lists by row range
-            #    (in each task samples are drawn LOOKAHEAD ahead and their factor rows
-            #    prefetched, as in the serial version)
+            claims.front = 0
+            claims.back = nchunks
+            first = bi == 0
+            last = bi == nblocks - 1
             with parallel(num_threads=num_threads):
+                me = threadid()
+                nteam = sktf_omp_team_size()
                 ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
                 ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
                 ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
                 suf = <double*> malloc((N * R + R + 1) * sizeof(double))
-                pre = suf + N * R
                 rows = <const double**> malloc(N * sizeof(double*))
                 cnt = <int64_t*> malloc((MAX_PARTS + 1) * sizeof(int64_t))
-                for ci in prange(nchunks, schedule='dynamic'):
-                    c0 = ci * PHASE1_CHUNK
-                    c1 = min(nb, c0 + PHASE1_CHUNK)
-                    for jj in range(c0, min(c0 + LOOKAHEAD, c1)):
-                        slot = <int> (jj - c0)
-                        ring_x[slot] = _sample(S, b0 + jj, ring + slot * N,
-                                               &ring_x[LOOKAHEAD + slot], &ring_c[slot])
-                        _prefetch_factor_rows(fac, ring + slot * N, N, R)
-                    for jj in range(c0, c1):
-                        slot = <int> ((jj - c0) % LOOKAHEAD)
-                        idx = ring + slot * N
-                        fval[jj] = _terms(S, b0 + jj, ring_x[slot], ring_x[LOOKAHEAD + slot],
-                                          ring_c[slot], code, param, lam, fac, N, R, idx, rows,
-                                          suf, pre, want_loss, &yval[jj])
-                        for k in range(N):
-                            keys[jj * N + k] = idx[k]
-                        if jj + LOOKAHEAD < c1:  # refill the slot LOOKAHEAD samples ahead
-                            ring_x[slot] = _sample(S, b0 + jj + LOOKAHEAD, idx,
-                                                   &ring_x[LOOKAHEAD + slot], &ring_c[slot])
-                            _prefetch_factor_rows(fac, idx, N, R)
-                    # the task's samples of every active mode, listed by row range (stable)
-                    for k in range(N):
-                        if not active[k]:
+                # 1. the first thread from the front, straight into the gradient; the others
+                #    from the back, stored
+                if me == 0:
+                    if first:
+                        for k1 in range(N):
+                            if active[k1] and shape[k1] > 0:
+                                memset(grad[k1], 0, shape[k1] * R * sizeof(double))
+                    while True:
+                        nc = sktf_gcp_claim_front(&claims, 2 * nteam, &c)
+                        if nc == 0:
+                            break
+                        _serial_range(S, b0 + c * PHASE1_CHUNK,
+                                      b0 + min(nb, (c + nc) * PHASE1_CHUNK), code, param, lam,
+                                      fac, grad, active, R, want_loss, NULL,
+                                      fval + c * PHASE1_CHUNK, ring, ring_x, ring_c, suf, rows)
+                else:
+                    while True:
+                        c = sktf_gcp_claim_back(&claims)
+                        if c < 0:
+                            break
+                        _stored_chunk(S, b0, c * PHASE1_CHUNK, min(nb, (c + 1) * PHASE1_CHUNK),
+                                      c, code, param, lam, fac, active, shape, R, want_loss,
+                                      block, yval, fval, keys, srows, sy, boff, ring, ring_x,
+                                      ring_c, suf, rows, cnt)
+                sktf_omp_barrier()
+                # 2. one task per (mode, row range): the contributions of the stored samples
+                #    of its rows, chunk by chunk, each formed again from y and the factor rows
+                #    with the products of the serial version
+                for t in prange(ntasks, schedule='dynamic'):
+                    k = 0
+                    while t >= task_off[k + 1]:
+                        k = k + 1
+                    p = t - task_off[k]
+                    for cj in range(claims.front, nchunks):
+                        off = boff + (cj * N + k) * (MAX_PARTS + 1)
+                        pos0 = k * block + cj * PHASE1_CHUNK
+                        sktf_gcp_add_stored(grad[k], fac, srows, sy, pos0 + off[p],
+                                            pos0 + off[p + 1], N, k, lam, R)
+                if opt != NULL and last:
+                    # 3. the optimiser step, every thread on its share of each mode's rows
+                    sktf_omp_barrier()
+                    for k1 in range(N):
+                        if not active[k1] or shape[k1] == 0:
                             continue
-                        nparts = _n_parts(shape[k])
-                        rows_k = shape[k]
-                        off = boff + (ci * N + k) * (MAX_PARTS + 1)
-                        lst = bidx + k * block + c0
-                        for p in range(nparts + 1):
-                            cnt[p] = 0
-                        for jj in range(c0, c1):
-                            cnt[keys[jj * N + k] * nparts // rows_k + 1] += 1
-                        for p in range(nparts):
-                            cnt[p + 1] += cnt[p]
-                        for p in range(nparts + 1):
-                            off[p] = cnt[p]
-                        for jj in range(c0, c1):
-                            p = keys[jj * N + k] * nparts // rows_k
-                            lst[cnt[p]] = jj
-                            cnt[p] += 1
+                        lo3 = (shape[k1] * me) // nteam * R
+                        hi3 = (shape[k1] * (me + 1)) // nteam * R
+                        _opt_chunk(opt.solver, fac[k1] + lo3, grad[k1] + lo3,
+                                   opt.m1[k1] + lo3 if opt.m1[k1] != NULL else NULL,
+                                   opt.m2[k1] + lo3 if opt.m2[k1] != NULL else NULL,
+                                   hi3 - lo3, opt.lr, opt.beta1, opt.beta2, opt.a, opt.e,
+                                   opt.lower)
                 free(ring)
                 free(ring_x)
                 free(ring_c)
@@ -689,45 +830,6 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 free(cnt)
             for jj in range(nb):
                 total += fval[jj]
-            # 2. one task per (mode, row range): its rows' contributions, in sample order,
-            #    each formed again from y and the factor rows with the products of the serial
-            #    version (prefix (y λ) ⊛ A_0 ⊛ … ⊛ A_{k-1} times suffix from the last mode)
-            with parallel(num_threads=num_threads):
-                prow = <const double**> malloc(N * sizeof(double*))
-                pvec = <double*> malloc(2 * R * sizeof(double) + sizeof(double))
-                svec = pvec + R
-                for t in prange(ntasks, schedule='dynamic'):
-                    k = 0
-                    while t >= task_off[k + 1]:
-                        k = k + 1
-                    p = t - task_off[k]
-                    for cj in range(nchunks):
-                        off = boff + (cj * N + k) * (MAX_PARTS + 1)
-                        lst = bidx + k * block + cj * PHASE1_CHUNK
-                        for pos in range(off[p], off[p + 1]):
-                            if pos + LOOKAHEAD < off[p + 1]:  # rows LOOKAHEAD samples ahead
-                                jn = lst[pos + LOOKAHEAD]
-                                _prefetch_factor_rows(fac, keys + jn * N, N, R)
-                                SKTF_PREFETCH_W(grad[k] + keys[jn * N + k] * R)
-                            j = lst[pos]
-                            for l in range(N):
-                                prow[l] = fac[l] + keys[j * N + l] * R
-                            g = grad[k] + keys[j * N + k] * R
-                            yv = yval[j]
-                            for r in range(R):
-                                pvec[r] = yv * lam[r]
-                                svec[r] = 1.0
-                            for l in range(k):
-                                for r in range(R):
-                                    pvec[r] = pvec[r] * prow[l][r]
-                            for l in range(N - 1, k, -1):
-                                for r in range(R):
-                                    svec[r] = svec[r] * prow[l][r]
-                            for r in range(R):
-                                tv = pvec[r] * svec[r]
-                                g[r] = g[r] + tv
-                free(<void*> prow)
-                free(pvec)
             since = since + nb
             if since >= SIGNAL_EVERY and bi + 1 < nblocks:
                 since = 0
@@ -738,6 +840,164 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     if stopped:
         _reraise()
     return total
+
+
+cdef int64_t _steps_parallel(const Src* S0, uint64_t seed, int64_t first_draw,
+                            int64_t n_steps, int code, double param, const double* lam,
+                            double** fac, double** grad, const int8_t* active,
+                            const int64_t* shape, Py_ssize_t R, int num_threads, double* work,
+                            int solver, double** m1, double** m2, double lr, int64_t t_first,
+                            double beta1, double beta2, double eps, double lower,
+                            bint* interrupted) except -1:
+    """``n_steps`` steps of :func:`run_steps` on several threads in one parallel region, each
+    step's samples one block (``work`` holds ``workspace_size(N, R, ns)`` words).
+
+    A step is the gradient of :func:`_gradient_parallel` (the first thread's chunks from the
+    front, the others' from the back, stored) and then, in the same tasks as the row ranges'
+    contributions, the optimiser step on those rows, written into the other of two copies of
+    the factors: step s reads copy s % 2 and writes copy (s + 1) % 2 (the user's arrays are
+    copy 0; at the end the last step's factors are copied there), so a range's rows can be
+    updated while other ranges still read the factors of the step.  Two barriers per step
+    (after the samples, after the step) and no wake-up of sleeping threads between steps.
+    Pending signals are handled by the first thread after each step (``interrupted[0]``
+    says that a handler raised; its exception is left set).  Returns the steps done."""
+    cdef int N = S0.nmodes
+    cdef int64_t ns = _n_samples(S0), block = ns
+    cdef int64_t nchunks = (ns + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+    cdef double* yval = work
+    cdef double* fval = yval + block
+    cdef int64_t* keys = <int64_t*> (fval + block)
+    cdef int64_t* srows = keys + block * N
+    cdef double* sy = <double*> (srows + block * N * N)
+    cdef int64_t* boff = <int64_t*> (sy + block * N)
+    cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
+    cdef double** copy1 = <double**> calloc(N, sizeof(double*))
+    cdef double*** copies = <double***> malloc(2 * sizeof(double**))
+    # shared between the threads: claims of steps s % 2, [steps done, interrupted]
+    cdef sktf_gcp_claims* claims = <sktf_gcp_claims*> malloc(2 * sizeof(sktf_gcp_claims))
+    cdef int64_t* shared = <int64_t*> calloc(2, sizeof(int64_t))
+    # (variables of the parallel block are initialised here: Cython copies them in)
+    cdef int64_t ntasks, t, p, nc = 0, c = 0, lo, hi, cj, pos0, step = 0, done
+    cdef int k, me = 0, nteam = 1, k1 = 0
+    cdef Src Sl
+    cdef OptStep o
+    cdef double** cur = NULL
+    cdef double** nxt = NULL
+    cdef sktf_gcp_claims* cl = NULL
+    cdef int64_t* ring = NULL
+    cdef double* ring_x = NULL
+    cdef int* ring_c = NULL
+    cdef int64_t* cnt = NULL
+    cdef double* suf = NULL
+    cdef const double** rows = NULL
+    cdef int64_t* off
+    try:
+        if (task_off == NULL or copy1 == NULL or copies == NULL or claims == NULL
+                or shared == NULL):
+            raise MemoryError()
+        ntasks = 0
+        for k in range(N):
+            task_off[k] = ntasks
+            copy1[k] = fac[k]
+            if active[k] and shape[k] > 0:
+                ntasks += _n_parts(shape[k])
+                copy1[k] = <double*> malloc(shape[k] * R * sizeof(double))
+                if copy1[k] == NULL:
+                    raise MemoryError()
+        task_off[N] = ntasks
+        copies[0] = fac
+        copies[1] = copy1
+        for k in range(2):
+            claims[k].front = 0
+            claims[k].back = nchunks
+        with nogil, parallel(num_threads=num_threads):
+            me = threadid()
+            nteam = sktf_omp_team_size()
+            ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
+            ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
+            ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
+            suf = <double*> malloc((N * R + R + 1) * sizeof(double))
+            rows = <const double**> malloc(N * sizeof(double*))
+            cnt = <int64_t*> malloc((MAX_PARTS + 1) * sizeof(int64_t))
+            for step in range(n_steps):
+                cur = copies[step % 2]
+                nxt = copies[(step + 1) % 2]
+                cl = claims + step % 2
+                Sl = S0[0]
+                Sl.key = sktf_mix_seed(seed, <uint64_t> (first_draw + step + 1))
+                _opt_set(&o, solver, m1, m2, lr, beta1, beta2, eps, <double> (t_first + step),
+                         lower)
+                # 1. the first thread from the front, straight into the zeroed gradient; the
+                #    others from the back, stored
+                if me == 0:
+                    for k1 in range(N):
+                        if active[k1] and shape[k1] > 0:
+                            memset(grad[k1], 0, shape[k1] * R * sizeof(double))
+                    while True:
+                        nc = sktf_gcp_claim_front(cl, 2 * nteam, &c)
+                        if nc == 0:
+                            break
+                        _serial_range(&Sl, c * PHASE1_CHUNK, min(ns, (c + nc) * PHASE1_CHUNK),
+                                      code, param, lam, cur, grad, active, R, False, NULL,
+                                      fval + c * PHASE1_CHUNK, ring, ring_x, ring_c, suf, rows)
+                else:
+                    while True:
+                        c = sktf_gcp_claim_back(cl)
+                        if c < 0:
+                            break
+                        _stored_chunk(&Sl, 0, c * PHASE1_CHUNK, min(ns, (c + 1) * PHASE1_CHUNK),
+                                      c, code, param, lam, cur, active, shape, R, False, block,
+                                      yval, fval, keys, srows, sy, boff, ring, ring_x, ring_c,
+                                      suf, rows, cnt)
+                sktf_omp_barrier()
+                if me == 0:  # the claims of the next step (this step's other copy is done)
+                    claims[(step + 1) % 2].front = 0
+                    claims[(step + 1) % 2].back = nchunks
+                # 2. per (mode, row range): the stored samples' contributions, then the
+                #    optimiser step on the range's rows, into the other copy
+                for t in prange(ntasks, schedule='dynamic'):
+                    k = 0
+                    while t >= task_off[k + 1]:
+                        k = k + 1
+                    p = t - task_off[k]
+                    for cj in range(cl.front, nchunks):
+                        off = boff + (cj * N + k) * (MAX_PARTS + 1)
+                        pos0 = k * block + cj * PHASE1_CHUNK
+                        sktf_gcp_add_stored(grad[k], cur, srows, sy, pos0 + off[p],
+                                            pos0 + off[p + 1], N, k, lam, R)
+                    lo = _part_start(p, shape[k]) * R
+                    hi = _part_start(p + 1, shape[k]) * R
+                    _opt_chunk_to(o.solver, nxt[k] + lo, cur[k] + lo, grad[k] + lo,
+                                  m1[k] + lo if m1[k] != NULL else NULL,
+                                  m2[k] + lo if m2[k] != NULL else NULL, hi - lo, o.lr,
+                                  o.beta1, o.beta2, o.a, o.e, o.lower)
+                if me == 0:
+                    shared[0] = step + 1
+                    with gil:
+                        if _check_signals() != 0:
+                            shared[1] = 1
+                sktf_omp_barrier()
+                if shared[1]:
+                    break
+            free(ring)
+            free(ring_x)
+            free(ring_c)
+            free(suf)
+            free(<void*> rows)
+            free(cnt)
+        done = shared[0]
+        interrupted[0] = shared[1] != 0
+        if done % 2 == 1:  # the last step's factors are in copy 1
+            for k in range(N):
+                if copy1[k] != fac[k]:
+                    memcpy(fac[k], copy1[k], shape[k] * R * sizeof(double))
+        return done
+    finally:
+        if copy1 != NULL:
+            for k in range(N):
+                if copy1[k] != fac[k]:
+                    free(copy1[k])
+        free(copy1); free(<void*> copies); free(task_off); free(claims); free(shared)
 
 
 cdef int _pointers(list arrays, double** out) except -1:
@@ -761,7 +1021,7 @@ cdef int _const_pointers(list arrays, double** out) except -1:
 def workspace_size(int nmodes, Py_ssize_t R, int64_t block):
     """Words (8 bytes) of the workspace of the multi-threaded gradient for ``block`` samples."""
     cdef int64_t tasks = (block + PHASE1_CHUNK - 1) // PHASE1_CHUNK
-    return int(2 * block + 2 * block * nmodes + tasks * nmodes * (MAX_PARTS + 1))
+    return int(2 * block + (2 + nmodes) * block * nmodes + tasks * nmodes * (MAX_PARTS + 1))
 
 
 def default_block(int nmodes, Py_ssize_t R):
@@ -784,8 +1044,9 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
     with ``active[k]``; returns the sampled loss Σ_j w_j (f(x_j, m_j) − corr_j f(0, m_j)) when
     ``want_loss``, else 0.  ``work``: optional float64 workspace of at least
     :func:`workspace_size` words for the block used (reused between calls).
-    ``work_per_thread``: units of work (samples x modes x rank) per thread (default
-    ``SERIAL_WORK``; tests make it small to run the multi-threaded path on small samples).
+    ``work_per_thread``: units of work (samples x (modes x rank + SAMPLE_WORK)) per thread
+    (default ``SERIAL_WORK``; tests make it small to run the multi-threaded path on small
+    samples).
     """
     cdef int N = len(factors)
     cdef Src S
@@ -813,16 +1074,17 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
         block = max(1, min(block, _n_samples(&S)))
         # one thread per SERIAL_WORK units (below: not worth waking threads; the result
         # is the same for any count)
-        num_threads = _threads_for(_n_samples(&S) * N * R, num_threads, work_per_thread)
+        num_threads = _threads_for(_n_samples(&S) * (N * R + SAMPLE_WORK), num_threads,
+                                   work_per_thread)
         if R == 0 or _n_samples(&S) == 0:
             for k in range(N):
                 if active[k]:
                     grads[k][...] = 0
             return 0.0
-        for k in range(N):
-            if active[k] and shape[k] > 0:
-                memset(grad[k], 0, shape[k] * R * sizeof(double))
         if num_threads == 1:
+            for k in range(N):
+                if active[k] and shape[k] > 0:
+                    memset(grad[k], 0, shape[k] * R * sizeof(double))
             return _gradient_serial(&S, code, param, &weights[0], fac, grad, &active[0], R,
                                     want_loss and S.xy == NULL)
         need = workspace_size(N, R, block)
@@ -852,8 +1114,8 @@ def loss_sum(GcpSampler sampler, uint64_t key, int code, double param,
     cdef bint stopped = False
     cdef double* part = NULL
     cdef double total = 0.0, x, w, m, f, pr
-    cdef int64_t* idx
-    cdef double* prod
+    cdef int64_t* idx = NULL
+    cdef double* prod = NULL
     cdef int k, corr
     cdef Py_ssize_t r
     cdef const double* lam = &weights[0] if R > 0 else NULL
@@ -885,7 +1147,12 @@ def loss_sum(GcpSampler sampler, uint64_t key, int code, double param,
                         j0 = ci * LOSS_CHUNK
                         j1 = min(ns, j0 + LOSS_CHUNK)
                         pr = 0.0
+                        if S.xn >= 0:  # the factor rows of the first samples
+                            for j in range(j0, min(j1, j0 + LOOKAHEAD)):
+                                _prefetch_factor_rows(fac, S.xsubs + j * N, N, R)
                         for j in range(j0, j1):
+                            if S.xn >= 0 and j + LOOKAHEAD < j1:  # ... and those ahead
+                                _prefetch_factor_rows(fac, S.xsubs + (j + LOOKAHEAD) * N, N, R)
                             w = 0.0  # assigned here so that it is private to the thread
                             corr = 0
                             x = _sample(&S, j, idx, &w, &corr)
@@ -973,11 +1240,6 @@ def sgd_step(double[::1] u, const double[::1] g, double lr, double lower, int nu
 
 
 # ---------------------------------------------------------------------------- fused steps
-cdef enum:
-    SOLVER_SGD = 0
-    SOLVER_ADAGRAD = 1
-    SOLVER_ADAM = 2
-
 #: Codes of the stochastic solvers for :func:`run_steps`.
 SOLVER_CODES = {"sgd": SOLVER_SGD, "adagrad": SOLVER_ADAGRAD, "adam": SOLVER_ADAM}
 
@@ -993,17 +1255,6 @@ cdef inline int _threads_for(int64_t work, int num_threads,
     if t < 1:
         return 1
     return <int> t if t < num_threads else num_threads
-
-
-cdef inline void _opt_chunk(int solver, double* u, const double* g, double* s1, double* s2,
-                            int64_t n, double lr, double beta1, double beta2, double a,
-                            double e, double lower) noexcept nogil:
-    if solver == SOLVER_ADAM:
-        sktf_adam_chunk(u, g, s1, s2, n, beta1, beta2, a, e, lower)
-    elif solver == SOLVER_ADAGRAD:
-        sktf_adagrad_chunk(u, g, s1, n, lr, e, lower)
-    else:
-        sktf_sgd_chunk(u, g, n, lr, lower)
 
 
 cdef void _opt_apply(int solver, double* u, const double* g, double* s1, double* s2,
@@ -1040,7 +1291,7 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
               const int8_t[::1] active, int solver, list moments1, list moments2, double lr,
               int64_t t_first, double beta1, double beta2, double eps, double lower,
               int num_threads=1, object work=None, object deadline=None, object clock=None,
-              int64_t work_per_thread=0):
+              int64_t work_per_thread=0, int64_t block=0):
     """``n_steps`` steps of a stochastic solver in one call: for each, the fused sampled
     gradient of every active mode (the draw ``first_draw + s`` of ``seed``, as
     :func:`gradient` at key ``step_key(seed, first_draw + s + 1)``), then the optimiser step
@@ -1051,15 +1302,16 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
     The same bits as calling :func:`gradient` and :func:`adam_step` (etc.) step by step,
     without the Python work between them.  ``grads`` (I_k x R, C-contiguous) receive the
     gradients.  Between steps pending signals are handled (Ctrl-C raises) and, when
-    ``deadline`` is given, ``clock()`` is compared with it.  ``work_per_thread`` as for
-    :func:`gradient`.  Returns ``(steps_done, timed_out)``.
+    ``deadline`` is given, ``clock()`` is compared with it.  ``work_per_thread`` and
+    ``block`` (samples per block of the multi-threaded gradient, 0 for
+    :func:`default_block`) as for :func:`gradient`.  Returns ``(steps_done, timed_out)``.
     """
     cdef int N = len(factors)
     cdef Src S = sampler.src
     cdef Py_ssize_t R = weights.shape[0]
-    cdef int64_t ns = S.p + S.q, s, block = 0, done = 0
+    cdef int64_t ns = S.g.p + S.g.q, s, done = 0
     cdef int k, nt
-    cdef bint timed_out = False
+    cdef bint timed_out = False, interrupted = False
     cdef double** fac = <double**> malloc(N * sizeof(double*))
     cdef double** grad = <double**> malloc(N * sizeof(double*))
     cdef double** m1 = <double**> calloc(N, sizeof(double*))
@@ -1067,6 +1319,7 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
     cdef int64_t* shape = <int64_t*> malloc(N * sizeof(int64_t))
     cdef double[::1] wv
     cdef double* wp = NULL
+    cdef OptStep opt
     if fac == NULL or grad == NULL or m1 == NULL or m2 == NULL or shape == NULL:
         free(fac); free(grad); free(m1); free(m2); free(shape)
         raise MemoryError()
@@ -1081,32 +1334,47 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
             _pointers(moments2, m2)
         for k in range(N):
             shape[k] = (<object> grads[k]).shape[0]
-        nt = _threads_for(ns * N * R, num_threads, work_per_thread)
+        nt = _threads_for(ns * (N * R + SAMPLE_WORK), num_threads, work_per_thread)
         if nt > 1 and R > 0:
-            block = max(1, min(default_block(N, R), ns))
+            if block <= 0:
+                block = default_block(N, R)
+            block = max(1, min(block, ns))
             need = workspace_size(N, R, block)
             if work is None or (<object> work).shape[0] < need:
                 work = np.empty(need)
             wv = work
             wp = &wv[0]
+        if (R > 0 and ns > 0 and nt > 1 and block >= ns and deadline is None
+                and n_steps > 0):
+            # every step in one parallel region (no deadline to check between steps)
+            done = _steps_parallel(&S, seed, first_draw, n_steps, code, param, &weights[0],
+                                   fac, grad, &active[0], shape, R, nt, wp, solver, m1, m2,
+                                   lr, t_first, beta1, beta2, eps, lower, &interrupted)
+            if interrupted:
+                _reraise()
+            return done, False
         for s in range(n_steps):
             S.key = sktf_mix_seed(seed, <uint64_t> (first_draw + s + 1))
-            for k in range(N):
-                if active[k] and shape[k] > 0 and R > 0:
-                    memset(grad[k], 0, shape[k] * R * sizeof(double))
-            if R > 0 and ns > 0:
-                if nt == 1:
+            if R > 0 and ns > 0 and nt > 1:
+                # the gradient zeroed, summed and the optimiser step applied by the threads
+                # that own its rows (one parallel region per step)
+                _opt_set(&opt, solver, m1, m2, lr, beta1, beta2, eps, <double> (t_first + s),
+                         lower)
+                _gradient_parallel(&S, code, param, &weights[0], fac, grad, &active[0],
+                                   shape, R, block, False, nt, wp, &opt)
+            else:
+                for k in range(N):
+                    if active[k] and shape[k] > 0 and R > 0:
+                        memset(grad[k], 0, shape[k] * R * sizeof(double))
+                if R > 0 and ns > 0:
                     _gradient_serial(&S, code, param, &weights[0], fac, grad, &active[0], R,
                                      False)
-                else:
-                    _gradient_parallel(&S, code, param, &weights[0], fac, grad, &active[0],
-                                       shape, R, block, False, nt, wp)
-            with nogil:
-                for k in range(N):
-                    if active[k] and fac[k] != NULL:
-                        _opt_apply(solver, fac[k], grad[k], m1[k], m2[k], shape[k] * R, lr,
-                                   beta1, beta2, eps, <double> (t_first + s), lower,
-                                   num_threads)
+                with nogil:
+                    for k in range(N):
+                        if active[k] and fac[k] != NULL:
+                            _opt_apply(solver, fac[k], grad[k], m1[k], m2[k], shape[k] * R,
+                                       lr, beta1, beta2, eps, <double> (t_first + s), lower,
+                                       num_threads)
             done = s + 1
             if _check_signals() != 0:
                 _reraise()
@@ -1116,3 +1384,4 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
         return done, timed_out
     finally:
         free(fac); free(grad); free(m1); free(m2); free(shape)
+

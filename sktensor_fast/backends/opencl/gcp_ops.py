@@ -176,7 +176,8 @@ def _size(shape):
 
 # ------------------------------------------------------------------ state
 class _Sampler:
-    """Device-side parameters of one sampler (the ``sp`` array of gcp.cl and its weights)."""
+    """Device-side parameters of one sampler (the ``sp`` array of
+    ``sktensor_fast/include/sktf_gcp_sample.h``, ``SKTF_GCP_*`` order, and its weights)."""
 
     def __init__(self, src, kind, p, q, explicit, implicit, zsubs, nz):
         self.src = src

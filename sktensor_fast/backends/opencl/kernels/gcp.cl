@@ -10,149 +10,20 @@
  * Random numbers: the counter-based generator of sktf_rng.h, the same functions as the CPU
  * kernels; a sample depends on (K, j) only, never on which work-item draws it.
  *
- * Sampler parameters (array `sp` of longs, set up by backends/opencl/gcp_ops.py):
- *   0 nnz          nonzeros (lexicographically sorted coordinates `subs`, values `vals`)
- *   1 nz           length of the list of (observed) zeros
- *   2 explicit_z   "other" samples are drawn from that list, not from the index space
- *   3 p            samples of nonzeros
- *   4 q            other samples
- *   5 zmode        0: other samples have value 0, 1: value looked up, 2: nonzeros rejected
- *   6 include_nz   the list is [nonzeros; zeros] (1) or the zeros only (0)
- *   7 correct      semi-stratified: nonzero samples carry the correction flag
- *   8 has_lin      `lin` holds the sorted linear indices of the nonzeros
- *   9 has_bucket   `bucket` narrows searches of `lin` by the key's high bits
- *  10 bshift       shift of those high bits
- *  11 implicit_z   the list of zeros is every entry that is not a nonzero, in linear-index
- *                  order (what numpy.argwhere lists), computed from `lin` on the fly
- *  12 max_attempts rejections of a stratified zero sample before that zero is computed from
- *                  `lin` (a uniform rank among the zeros); without `lin` rejection goes on
- *  13 nzero        entries that are not nonzeros (with `lin`)
+ * Sampling: the samplers of sktf_gcp_sample.h, the same functions as the CPU kernels, with
+ * their parameter array `sp` (SKTF_GCP_* indices, set up by backends/opencl/gcp_ops.py).
  */
 #pragma OPENCL FP_CONTRACT OFF
 
-/* the losses f(x, m) and df/dm and the counter-based generator, written once for every
- * device (sktensor_fast/include) */
+/* the losses f(x, m) and df/dm, the counter-based generator and the samplers, written once
+ * for every device (sktensor_fast/include) */
 #include "sktf_losses.h"
 #include "sktf_rng.h"
+#include "sktf_gcp_sample.h"
 
 #define GCP_NO_KEY 0xFFFFFFFFFFFFFFFFUL
 
 /* ----------------------------------------------------------------------------- sampling */
-/* position of coordinate idx among the nonzeros, or -1 */
-inline long gcp_find(__global const long* sp, __global const long* strides,
-                     __global const IDX_T* subs, __global const long* lin,
-                     __global const long* bucket, const long* idx)
-{
-    const long nnz = sp[0];
-    long lo = 0, hi = nnz;
-    if (sp[8]) {
-        long key = 0;
-        for (int k = 0; k < NMODES; ++k) key += idx[k] * strides[k];
-        if (sp[9]) {
-            lo = bucket[key >> sp[10]];
-            hi = bucket[(key >> sp[10]) + 1];
-        }
-        while (lo < hi) {
-            const long mid = (lo + hi) >> 1;
-            if (lin[mid] < key) lo = mid + 1;
-            else hi = mid;
-        }
-        return (lo < nnz && lin[lo] == key) ? lo : -1;
-    }
-    /* no linear index (the product of the shape overflows a long): compare coordinate rows */
-    while (lo < hi) {
-        const long mid = (lo + hi) >> 1;
-        int c = 0;
-        for (int k = 0; k < NMODES; ++k) {
-            const long v = subs[mid * NMODES + k];
-            if (v != idx[k]) {
-                c = v < idx[k] ? -1 : 1;
-                break;
-            }
-        }
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
-    }
-    if (lo < nnz) {
-        for (int k = 0; k < NMODES; ++k)
-            if (subs[lo * NMODES + k] != idx[k]) return -1;
-        return lo;
-    }
-    return -1;
-}
-
-/* coordinates of the t-th zero in linear-index order: with d_j = lin[j] - j the number of
- * zeros before nonzero j (non-decreasing), the nonzeros before zero t are those with
- * d_j <= t, and the zero's linear index is t plus their number */
-inline void gcp_zero_coords(const long t, const long nnz, __global const long* lin,
-                            __global const long* shape, __global const long* strides,
-                            long* idx)
-{
-    long lo = 0, hi = nnz;
-    while (lo < hi) {
-        const long mid = (lo + hi) >> 1;
-        if (lin[mid] - mid <= t) lo = mid + 1;
-        else hi = mid;
-    }
-    const long e = t + lo;
-    for (int k = 0; k < NMODES; ++k) idx[k] = (e / strides[k]) % shape[k];
-}
-
-/* sample j: coordinates into idx; returns the data value, sets the weight and the flag */
-inline VAL_T gcp_sample(const long j, const ulong key, __global const long* sp,
-                        __global const long* shape, __global const long* strides,
-                        __global const IDX_T* subs, __global const VAL_T* vals,
-                        __global const long* lin, __global const long* bucket,
-                        __global const IDX_T* zsubs, const VAL_T wp, const VAL_T wq,
-                        long* idx, VAL_T* w, int* corr)
-{
-    const long nnz = sp[0];
-    const ulong skey = sktf_sample_key(key, j);
-    ulong c = 0;
-    if (j < sp[3]) {
-        const long t = sktf_below(sktf_rand(skey, c), nnz);
-        for (int k = 0; k < NMODES; ++k) idx[k] = subs[t * NMODES + k];
-        *w = wp;
-        *corr = (int)sp[7];
-        return vals[t];
-    }
-    *w = wq;
-    *corr = 0;
-    if (sp[2]) {
-        const long n = sp[1] + (sp[6] ? nnz : 0);
-        long t = sktf_below(sktf_rand(skey, c), n);
-        if (sp[6]) {
-            if (t < nnz) {
-                for (int k = 0; k < NMODES; ++k) idx[k] = subs[t * NMODES + k];
-                return sp[5] == 1 ? vals[t] : (VAL_T)0;
-            }
-            t -= nnz;
-        }
-        if (sp[11]) {
-            gcp_zero_coords(t, nnz, lin, shape, strides, idx);
-        } else {
-            for (int k = 0; k < NMODES; ++k) idx[k] = zsubs[t * NMODES + k];
-        }
-        return 0;
-    }
-    for (long a = 1;; ++a) {
-        for (int k = 0; k < NMODES; ++k) {
-            idx[k] = sktf_below(sktf_rand(skey, c), shape[k]);
-            c += 1;
-        }
-        if (sp[5] == 0) return 0;
-        const long pos = gcp_find(sp, strides, subs, lin, bucket, idx);
-        if (sp[5] == 1) return pos >= 0 ? vals[pos] : (VAL_T)0;
-        if (pos < 0) return 0;
-        if (a >= sp[12] && sp[8]) {
-            /* rejection keeps failing (a dense region): the zero of a uniform rank */
-            gcp_zero_coords(sktf_below(sktf_rand(skey, c), sp[13]), nnz, lin, shape, strides,
-                            idx);
-            return 0;
-        }
-    }
-}
-
 /* materialise samples 0..ns-1 of step key `key` */
 __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
                        __global const long* shape, __global const long* strides,
@@ -164,11 +35,12 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
 {
     const long j = get_global_id(0);
     if (j >= ns) return;
+    const sktf_gcp_sampler S = sktf_gcp_sampler_make(sp, NMODES, shape, strides, subs, vals,
+                                                     lin, bucket, zsubs, wp, wq);
     long idx[NMODES];
     VAL_T w = 0;
     int corr = 0;
-    const VAL_T x = gcp_sample(j, key, sp, shape, strides, subs, vals, lin, bucket, zsubs,
-                               wp, wq, idx, &w, &corr);
+    const VAL_T x = sktf_gcp_sample(&S, key, j, idx, &w, &corr);
     for (int k = 0; k < NMODES; ++k) out_subs[j * NMODES + k] = (IDX_T)idx[k];
     out_x[j] = x;
     out_w[j] = w;
