@@ -448,35 +448,36 @@ def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, 
     U0 = [rng.uniform(0.1, 1.0, (s, 5)) for s in shape]
     active = np.array([1, 1, 0], np.int8)
     state = be.gcp.setup(T, "stratified", (700, 650), (5, 5), 0)
-    names = gcp_ops._MOMENTS[solver]
     code = _gcp.SOLVER_CODES[solver]
 
-    def moments(opt):
-        return (opt[names[0]] if names else None, opt[names[1]] if len(names) > 1 else None)
+    def optimizer(V):
+        opt = make_optimizer(solver, learning_rate=1e-2, beta1=0.9, beta2=0.999,
+                             epsilon=1e-8).start(be, V)
+        opt.t = 2                       # the steps below are steps 3 to 7
+        return opt
 
     with num_threads(1):
         U = [u.copy() for u in U0]
-        opt = be.gcp.optimizer_state(solver, U)
+        opt = optimizer(U)
         G = None
         for s in range(5):
             G, _ = be.gcp.sampled_gradient(T, state, lam, U, loss, 5, 2 + s, out=G,
                                            active=active.astype(bool))
-            be.gcp.optimizer_step(solver, U, G, opt, 1e-2, 3 + s, loss.lower, 0.9, 0.999,
-                                  1e-8, active.astype(bool))
+            opt.step(be, U, G, loss.lower, active.astype(bool))
     for threads in (2, 2, 2, 3, 3, 5):
         V = [u.copy() for u in U0]
-        opt2 = be.gcp.optimizer_state(solver, V)
+        opt2 = optimizer(V)
         G2 = [np.full_like(u, np.nan) for u in V]
-        m1, m2 = moments(opt2)
+        m = opt2.moments
         done, timed_out = _gcp.run_steps(
             state.grad_sampler, np.uint64(5), 2, 5, loss.code, loss.param, lam, V, G2, active,
-            code, m1, m2, 1e-2, 3, 0.9, 0.999, 1e-8, loss.lower, threads, work_per_thread=1,
-            block=block)
+            code, list(m[0]) if m else None, list(m[1]) if len(m) > 1 else None, 1e-2, 3,
+            0.9, 0.999, 1e-8, loss.lower, threads, work_per_thread=1, block=block)
         assert (done, timed_out) == (5, False)
         for a, b in zip(V, U):
             np.testing.assert_array_equal(a, b)
-        for name in opt2:
-            for a, b in zip(opt2[name], opt[name]):
+        for arrs, ref in zip(opt2.moments, opt.moments):
+            for a, b in zip(arrs, ref):
                 np.testing.assert_array_equal(a, b)
         for k in (0, 1):
             np.testing.assert_array_equal(G2[k], G[k])
