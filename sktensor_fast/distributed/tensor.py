@@ -362,6 +362,27 @@ def _range_blocks(f, start, stop, block_bytes):
         yield leftover
 
 
+def _file_name(comm, path, reader):
+    """``os.fspath(path)`` on every process (collective), or the same error on every
+    process: a file object, which the other processes cannot read."""
+    with agree_on_errors(comm):
+        if hasattr(path, "read"):
+            raise TypeError(f"sktensor_fast.distributed.{reader} needs a file path that every "
+                            f"process can open, not a file object")
+        return os.fspath(path)
+
+
+def _same_everywhere(comm, args, reader, what):
+    """Collective: a ValueError on every process unless every process passed ``args``."""
+    everyone = comm.allgather(args)
+    with agree_on_errors(comm):
+        if any(a != everyone[0] for a in everyone):
+            bad = next(r for r, a in enumerate(everyone) if a != everyone[0])
+            raise ValueError(f"{reader} was called with different {what} on process 0 "
+                             f"{everyone[0]} and process {bad} {everyone[bad]}; every process "
+                             f"must pass the same {what}")
+
+
 def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
     """Read a FROSTT ``.tns`` file in parallel into a :class:`DistributedTensor` (collective).
 
@@ -395,20 +416,11 @@ def load_tns(path, comm=None, shape=None, *, dtype=np.float64, index_base=1):
     comm = get_comm(comm)
     chan = Channel(comm)
     P, rank = chan.size, chan.rank
+    name = _file_name(comm, path, "load_tns")
     with agree_on_errors(comm):
-        if hasattr(path, "read"):
-            raise TypeError("sktensor_fast.distributed.load_tns needs a file path that every "
-                            "process can open, not a file object")
-        name = os.fspath(path)
         shape, index_base, dtype = _io._check_tns_args(shape, index_base, dtype)
         args = (os.path.abspath(name), shape, dtype.str, index_base)
-    everyone = comm.allgather(args)
-    with agree_on_errors(comm):
-        if any(a != everyone[0] for a in everyone):
-            bad = next(r for r, a in enumerate(everyone) if a != everyone[0])
-            raise ValueError(f"load_tns was called with different arguments on process 0 "
-                             f"{everyone[0]} and process {bad} {everyone[bad]}; every process "
-                             f"must pass the same path, shape, dtype and index_base")
+    _same_everywhere(comm, args, "load_tns", "arguments (path, shape, dtype and index_base)")
     parser = None
     lines_in_range = 0
     with agree_on_errors(comm):
@@ -510,18 +522,8 @@ def load_tensor(path, comm=None):
     comm = get_comm(comm)
     chan = Channel(comm)
     P, rank = chan.size, chan.rank
-    with agree_on_errors(comm):
-        if hasattr(path, "read"):
-            raise TypeError("sktensor_fast.distributed.load_tensor needs a file path that "
-                            "every process can open, not a file object")
-        name = os.fspath(path)
-        args = os.path.abspath(name)
-    everyone = comm.allgather(args)
-    with agree_on_errors(comm):
-        if any(a != everyone[0] for a in everyone):
-            bad = next(r for r, a in enumerate(everyone) if a != everyone[0])
-            raise ValueError(f"load_tensor was called with different paths on process 0 "
-                             f"({everyone[0]}) and process {bad} ({everyone[bad]})")
+    name = _file_name(comm, path, "load_tensor")
+    _same_everywhere(comm, os.path.abspath(name), "load_tensor", "paths")
     with agree_on_errors(comm):
         shape, nnz, subs, vals = binary.read_rows(name, P, rank)
     # the shares must follow each other: the last row of one before the first of the next
