@@ -686,6 +686,29 @@ cdef void _stored_chunk(const Src* S, int64_t b0, int64_t c0, int64_t c1, int64_
             cnt[p] += 1
 
 
+cdef inline int _task_mode(int64_t t, const int64_t* task_off) noexcept nogil:
+    """The mode of task ``t`` of the row-range phase (tasks of mode k: task_off[k] onward)."""
+    cdef int k = 0
+    while t >= task_off[k + 1]:
+        k = k + 1
+    return k
+
+
+cdef inline void _add_stored_range(int k, int64_t p, int64_t front, int64_t nchunks,
+                                   const int64_t* boff, int N, int64_t block, double** grad,
+                                   double** fac, const int64_t* srows, const double* sy,
+                                   const double* lam, int64_t R) noexcept nogil:
+    """Row range ``p`` of mode ``k``: the contributions of the samples the chunks ``front``
+    to ``nchunks - 1`` stored for it, chunk by chunk, added into ``grad[k]``."""
+    cdef int64_t cj, pos0
+    cdef const int64_t* off
+    for cj in range(front, nchunks):
+        off = boff + (cj * N + k) * (MAX_PARTS + 1)
+        pos0 = k * block + cj * PHASE1_CHUNK
+        sktf_gcp_add_stored(grad[k], fac, srows, sy, pos0 + off[p], pos0 + off[p + 1], N, k,
+                            lam, R)
+
+
 cdef double _gradient_parallel(const Src* S, int code, double param, const double* lam,
                                double** fac, double** grad, const int8_t* active,
                                const int64_t* shape, Py_ssize_t R, int64_t block,
@@ -800,15 +823,10 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
                 #    of its rows, chunk by chunk, each formed again from y and the factor rows
                 #    with the products of the serial version
                 for t in prange(ntasks, schedule='dynamic'):
-                    k = 0
-                    while t >= task_off[k + 1]:
-                        k = k + 1
+                    k = _task_mode(t, task_off)
                     p = t - task_off[k]
-                    for cj in range(claims.front, nchunks):
-                        off = boff + (cj * N + k) * (MAX_PARTS + 1)
-                        pos0 = k * block + cj * PHASE1_CHUNK
-                        sktf_gcp_add_stored(grad[k], fac, srows, sy, pos0 + off[p],
-                                            pos0 + off[p + 1], N, k, lam, R)
+                    _add_stored_range(k, p, claims.front, nchunks, boff, N, block, grad, fac,
+                                      srows, sy, lam, R)
                 if opt != NULL and last:
                     # 3. the optimiser step, every thread on its share of each mode's rows
                     sktf_omp_barrier()
@@ -956,15 +974,10 @@ cdef int64_t _steps_parallel(const Src* S0, uint64_t seed, int64_t first_draw,
                 # 2. per (mode, row range): the stored samples' contributions, then the
                 #    optimiser step on the range's rows, into the other copy
                 for t in prange(ntasks, schedule='dynamic'):
-                    k = 0
-                    while t >= task_off[k + 1]:
-                        k = k + 1
+                    k = _task_mode(t, task_off)
                     p = t - task_off[k]
-                    for cj in range(cl.front, nchunks):
-                        off = boff + (cj * N + k) * (MAX_PARTS + 1)
-                        pos0 = k * block + cj * PHASE1_CHUNK
-                        sktf_gcp_add_stored(grad[k], cur, srows, sy, pos0 + off[p],
-                                            pos0 + off[p + 1], N, k, lam, R)
+                    _add_stored_range(k, p, cl.front, nchunks, boff, N, block, grad, cur,
+                                      srows, sy, lam, R)
                     lo = _part_start(p, shape[k]) * R
                     hi = _part_start(p + 1, shape[k]) * R
                     _opt_chunk_to(o.solver, nxt[k] + lo, cur[k] + lo, grad[k] + lo,
