@@ -89,7 +89,8 @@ def test_loss_broadcasts_and_keeps_shapes():
 def test_opencl_sources_get_the_shared_headers_pasted_in():
     from sktensor_fast.backends.opencl.program import kernel_source
     for name, functions in [("gcp.cl", ("sktf_loss_value", "sktf_loss_deriv", "sktf_below",
-                                        "sktf_gcp_sample", "sktf_gcp_find")),
+                                        "sktf_gcp_sample", "sktf_gcp_find", "sktf_adam_entry",
+                                        "sktf_adagrad_entry", "sktf_sgd_entry")),
                             ("cpapr_rows.cl", ("sktf_apr_pdnr_row", "sktf_apr_pqnr_row"))]:
         src = kernel_source("common.cl", name)
         assert '#include "sktf_' not in src
@@ -101,7 +102,8 @@ def test_opencl_sources_get_the_shared_headers_pasted_in():
 
 
 @pytest.mark.parametrize("header", ["sktf_platform.h", "sktf_losses.h", "sktf_rng.h",
-                                    "sktf_apr_cpu.h", "sktf_gcp_sample.h"])
+                                    "sktf_apr_cpu.h", "sktf_gcp_sample.h", "sktf_cp.h",
+                                    "sktf_optim.h"])
 def test_shared_headers_are_strict_c99(tmp_path, header):
     # the headers shared with the OpenCL kernels stay in portable C99 (OpenCL C's subset)
     import shlex
@@ -117,3 +119,29 @@ def test_shared_headers_are_strict_c99(tmp_path, header):
                                    "-Wno-unused-function", "-fsyntax-only", f"-I{INCLUDE}",
                                    str(src)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("name, macros", [("cp.cl", ("SKTF_PHI_WEIGHT",)),
+                                          ("dense.cl", ("SKTF_DATA_TERM",)),
+                                          ("cpapr_rows.cl", ("SKTF_PHI_WEIGHT",))])
+def test_opencl_sources_get_the_per_nonzero_formulas(name, macros):
+    from sktensor_fast.backends.opencl.program import kernel_source
+    src = kernel_source("common.cl", name)
+    for macro in macros:
+        assert len(re.findall(r"^#define " + macro + r"\(", src, re.M)) == 1, macro
+        assert re.search(r"\b" + macro + r"\(", src.split("#define " + macro, 1)[1].split("\n", 1)[1])
+
+
+def test_per_nonzero_formulas_are_written_once():
+    # the clamp of a model value at eps (Phi's weight, the Poisson data term) is spelled out in
+    # sktf_cp.h only; the kernels of every device use its macros
+    from pathlib import Path
+    pattern = re.compile(r"\(?\w+\)?\s*<\s*\(?eps\)?\s*\?|>\s*eps\s*\?|"
+                         r"if \(\w+ < eps\) \w+ = eps|log\(fmax\(")
+    include = Path(INCLUDE)
+    root = include.parent
+    files = (list(include.glob("*.h")) + list((root / "backends/opencl/kernels").glob("*.cl"))
+             + list((root / "backends/cpu").glob("*.pyx")))
+    assert len(files) > 15
+    found = sorted(p.name for p in files if pattern.search(p.read_text()))
+    assert found == ["sktf_cp.h"]

@@ -13,6 +13,7 @@
 #endif
 
 #include "sktf_macros.h"
+#include "sktf_cp.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(SKTF_NO_BMI2)
 #include <immintrin.h>
@@ -348,8 +349,7 @@ ATTR static void FN(const sktf_alto_job *jb, int64_t s, int64_t e, T *buf,      
             T dot = 0;                                                                    \
             SKTF_SIMD_SUM(dot)                                                             \
             for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * pi[r];              \
-            if (dot < eps) dot = eps;                                                     \
-            w = w / dot;                                                                  \
+            w = SKTF_PHI_WEIGHT(w, dot, eps);                                             \
         }                                                                                 \
         if (buf) {                                                                        \
             T *d = buf + (row - buf_lo) * (RR);                                           \
@@ -384,9 +384,7 @@ ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_
         for (int64_t r = 0; r < R; ++r) acc = acc + weights[r] * pi[r];                   \
         if (vals == NULL) { res[j] = acc; continue; }                                     \
         if (vals[j] == 0) continue;                                                       \
-        double m = (double) acc;                                                          \
-        if (m < eps) m = eps;                                                             \
-        *sum += (double) vals[j] * log(m);                                                \
+        *sum += SKTF_DATA_TERM((double) vals[j], (double) acc, eps);                      \
     }                                                                                     \
 }
 
@@ -450,8 +448,7 @@ static int sktf_pf_dist = 24;
             T dot = 0;                                                                    \
             SKTF_SIMD_SUM(dot)                                                             \
             for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * SKTF_KR_##NM(p, r);     \
-            if (dot < eps) dot = eps;                                                     \
-            w = w / dot;                                                                  \
+            w = SKTF_PHI_WEIGHT(w, dot, eps);                                             \
         }                                                                                 \
         SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * SKTF_KR_##NM(p, r);      \
     }
@@ -516,9 +513,7 @@ ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_
         _Pragma("omp simd reduction(+:acc)")                                              \
         for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * SKTF_ALL_##NM(p, r);  \
         if (vals == NULL) { res[j] = acc; continue; }                                     \
-        double m = (double) acc;                                                          \
-        if (m < eps) m = eps;                                                             \
-        tot += (double) vals[j] * log(m);                                                 \
+        tot += SKTF_DATA_TERM((double) vals[j], (double) acc, eps);                       \
     }                                                                                     \
     if (vals != NULL) *sum += tot;                                                        \
 }

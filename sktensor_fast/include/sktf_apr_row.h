@@ -35,6 +35,7 @@
 #define SKTF_APR_ROW_H
 
 #include "sktf_platform.h"
+#include "sktf_cp.h"
 
 /* line-search constants of the Tensor Toolbox: unit first step, halving, at most 10 steps,
  * Armijo constant 1e-4; thresholds below which a step counts as a collapse to zero */
@@ -99,9 +100,9 @@ SKTF_INLINE void sktf_apr_partials(const sktf_apr_ctx *c, sktf_apr_work *w, sktf
         sktf_apr_cvec pi = sktf_apr_pi(c, t);
         const SKTF_REAL v = sktf_apr_dot(c, m, pi);
         const SKTF_REAL x = SKTF_APR_X(c, t);
-        const SKTF_REAL wt = x / (v > eps ? v : eps);
+        const SKTF_REAL wt = SKTF_PHI_WEIGHT(x, v, eps);
         for (SKTF_APR_INT r = 0; r < R; ++r) SKTF_E(phi, r) = SKTF_E(phi, r) + wt * SKTF_E(pi, r);
-        if (want_ups) SKTF_APR_UPS(c, w, t) = x / (v * v > eps ? v * v : eps);
+        if (want_ups) SKTF_APR_UPS(c, w, t) = SKTF_PHI_WEIGHT(x, v * v, eps);
     }
 }
 

@@ -22,6 +22,7 @@ static int sktf_max_threads(void) { return 1; }
 #endif
 
 #include "sktf_macros.h"
+#include "sktf_cp.h"
 
 /* prefetch distances (nonzeros ahead): coordinates of nonzero j + 2 D, rows of j + D */
 #define SKTF_COO_PF 16
@@ -78,8 +79,7 @@ static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t 
             T dot = 0;                                                                    \
             SKTF_SIMD_SUM(dot)                                                            \
             for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * KR(NMV, r);             \
-            if (dot < eps) dot = eps;                                                     \
-            w = w / dot;                                                                  \
+            w = SKTF_PHI_WEIGHT(w, dot, eps);                                             \
         }                                                                                 \
         SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) acc[r] += w * KR(NMV, r);            \
     }                                                                                     \
@@ -110,9 +110,7 @@ static double FN(const int64_t *subs, const T *vals, int64_t s, int64_t e,      
         T acc = 0;                                                                        \
         SKTF_SIMD_SUM(acc)                                                                \
         for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * ALL(NMV, r);          \
-        double m = (double) acc;                                                          \
-        if (m < eps) m = eps;                                                             \
-        tot = tot + (double) vals[j] * log(m);                                            \
+        tot = tot + SKTF_DATA_TERM((double) vals[j], (double) acc, eps);                  \
     }                                                                                     \
     return tot;                                                                           \
 }

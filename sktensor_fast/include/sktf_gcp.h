@@ -17,34 +17,27 @@
 #include <omp.h>
 #endif
 #include "sktf_macros.h"
-/* Optimiser steps on a chunk of entries: plain C loops that the compiler vectorises.  Each
-   formula is written once (the _BODY macros) and compiled twice: in place (u updated) and
+#include "sktf_optim.h"
+/* Optimiser steps on a chunk of entries: plain C loops over the one-entry steps of
+   sktf_optim.h (shared with the OpenCL kernels), which the compiler inlines and vectorises.
+   Each loop is written once (the _BODY macros) and compiled twice: in place (u updated) and
    into another array (out = the step from u, u left as it is; the multi-threaded loop of
    steps keeps the factors of two consecutive steps). */
 #define SKTF_ADAM_BODY(OUT)                                                                  \
-    const double b1 = 1.0 - beta1, b2 = 1.0 - beta2;                                        \
     for (int64_t i = 0; i < n; i++) {                                                       \
-        double gi = g[i];                                                                   \
-        double mi = beta1 * m[i] + b1 * gi;                                                 \
-        double vi = beta2 * v[i] + b2 * gi * gi;                                            \
+        double mi = m[i], vi = v[i];                                                        \
+        OUT[i] = sktf_adam_entry(u[i], g[i], &mi, &vi, beta1, beta2, a, e, lower);         \
         m[i] = mi;                                                                          \
         v[i] = vi;                                                                          \
-        double ui = u[i] - a * mi / (sqrt(vi) + e);                                         \
-        OUT[i] = ui < lower ? lower : ui;                                                   \
     }
 #define SKTF_ADAGRAD_BODY(OUT)                                                               \
     for (int64_t i = 0; i < n; i++) {                                                       \
-        double gi = g[i];                                                                   \
-        double si = s[i] + gi * gi;                                                         \
+        double si = s[i];                                                                   \
+        OUT[i] = sktf_adagrad_entry(u[i], g[i], &si, lr, eps, lower);                       \
         s[i] = si;                                                                          \
-        double ui = u[i] - lr * gi / (sqrt(si) + eps);                                      \
-        OUT[i] = ui < lower ? lower : ui;                                                   \
     }
 #define SKTF_SGD_BODY(OUT)                                                                   \
-    for (int64_t i = 0; i < n; i++) {                                                       \
-        double ui = u[i] - lr * g[i];                                                       \
-        OUT[i] = ui < lower ? lower : ui;                                                   \
-    }
+    for (int64_t i = 0; i < n; i++) OUT[i] = sktf_sgd_entry(u[i], g[i], lr, lower);
 
 static void sktf_adam_chunk(
         double* __restrict u, const double* __restrict g, double* __restrict m,

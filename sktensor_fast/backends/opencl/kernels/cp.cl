@@ -15,6 +15,9 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 
+/* the per-nonzero formulas shared with the CPU kernels (SKTF_PHI_WEIGHT) */
+#include "sktf_cp.h"
+
 /* VEC columns per lane (1, 2, 4 or 8; R % VEC == 0), VEC_T the matching vector type, VSUM the
  * sum of its components (the host defines VEC_T; VEC defaults to 1) */
 #ifndef VEC
@@ -172,7 +175,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         if (valid && r < RV) part = VSUM(((__global const VEC_T*)(B + row * R))[r] * pi);
         for (int off = RP >> 1; off > 0; off >>= 1) part += shfl_xor_nv(part, off);
         VAL_T w = 0;
-        if (valid) w = xv / (part < eps ? eps : part);
+        if (valid) w = SKTF_PHI_WEIGHT(xv, part, eps);
 #elif defined(PHI) && defined(PHI_REDUNDANT)
         /* every lane computes <B[row], pi> itself: no barriers, the factor rows it reads are
          * the ones its neighbours read (cache broadcasts) */
@@ -186,7 +189,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
                 }
                 dot += pq;
             }
-            w = xv / (dot < eps ? eps : dot);
+            w = SKTF_PHI_WEIGHT(xv, dot, eps);
         }
 #elif defined(PHI)
         /* <B[row], pi> from the lanes' parts, shared through local memory.  Two buffers used
@@ -200,7 +203,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         if (valid && r < RV) {
             VAL_T dot = 0;
             for (int q = 0; q < RV; ++q) dot += buf[q];
-            w = xv / (dot < eps ? eps : dot);
+            w = SKTF_PHI_WEIGHT(xv, dot, eps);
         }
 #elif defined(PREFETCH)
         const VAL_T w = xv;
@@ -307,7 +310,7 @@ __kernel void accumulate_wide(const long nnz, const long nchunks, const int mode
 #ifdef PHI
         VAL_T dot = 0;
         for (int q = 0; q < RW; ++q) dot += VSUM(brow[q] * pi[q]);
-        const VAL_T w = vals[p] / (dot < eps ? eps : dot);
+        const VAL_T w = SKTF_PHI_WEIGHT(vals[p], dot, eps);
 #else
         const VAL_T w = vals[p];
 #endif

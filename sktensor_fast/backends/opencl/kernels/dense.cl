@@ -3,6 +3,9 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 
+/* the per-nonzero formulas shared with the CPU kernels (SKTF_DATA_TERM) */
+#include "sktf_cp.h"
+
 /* partial[b, r, s] = sum over rows i of block b of A[i, r] * C[i, s]  (A^T C by blocks) */
 __kernel void cross_partial(const long I, const int R, const long rows_per_block,
                             __global const VAL_T* A, __global const VAL_T* C,
@@ -87,7 +90,7 @@ __kernel void vec_partial(const long n, const int op, __global const VAL_T* A,
     const long G = get_global_size(0);
     VAL_T acc = 0;
     for (long i = g; i < n; i += G) {
-        if (op == 0) { if (A[i] != 0) acc += A[i] * log(fmax(C[i], p)); }
+        if (op == 0) { if (A[i] != 0) acc += SKTF_DATA_TERM(A[i], C[i], p); }
         else if (op == 1) acc = fmax(acc, fabs(fmin(A[i], (VAL_T)1 - C[i])));
         else acc += (C[i] > 1 && A[i] < p) ? 1 : 0;
     }

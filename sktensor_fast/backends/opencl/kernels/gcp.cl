@@ -15,11 +15,12 @@
  */
 #pragma OPENCL FP_CONTRACT OFF
 
-/* the losses f(x, m) and df/dm, the counter-based generator and the samplers, written once
- * for every device (sktensor_fast/include) */
+/* the losses f(x, m) and df/dm, the counter-based generator, the samplers and the optimiser
+ * steps, written once for every device (sktensor_fast/include) */
 #include "sktf_losses.h"
 #include "sktf_rng.h"
 #include "sktf_gcp_sample.h"
+#include "sktf_optim.h"
 
 #define GCP_NO_KEY 0xFFFFFFFFFFFFFFFFUL
 
@@ -270,14 +271,10 @@ __kernel void gcp_adam(const long n, __global VAL_T* u, __global const VAL_T* g,
 {
     const long i = get_global_id(0);
     if (i >= n) return;
-    const VAL_T b1 = (VAL_T)1 - beta1, b2 = (VAL_T)1 - beta2;
-    const VAL_T gi = g[i];
-    const VAL_T mi = beta1 * mom[i] + b1 * gi;
-    const VAL_T vi = beta2 * var[i] + b2 * gi * gi;
+    VAL_T mi = mom[i], vi = var[i];
+    u[i] = sktf_adam_entry(u[i], g[i], &mi, &vi, beta1, beta2, a, e, lower);
     mom[i] = mi;
     var[i] = vi;
-    const VAL_T ui = u[i] - a * mi / (sqrt(vi) + e);
-    u[i] = ui < lower ? lower : ui;
 }
 
 __kernel void gcp_adagrad(const long n, __global VAL_T* u, __global const VAL_T* g,
@@ -286,11 +283,9 @@ __kernel void gcp_adagrad(const long n, __global VAL_T* u, __global const VAL_T*
 {
     const long i = get_global_id(0);
     if (i >= n) return;
-    const VAL_T gi = g[i];
-    const VAL_T si = acc[i] + gi * gi;
+    VAL_T si = acc[i];
+    u[i] = sktf_adagrad_entry(u[i], g[i], &si, lr, eps, lower);
     acc[i] = si;
-    const VAL_T ui = u[i] - lr * gi / (sqrt(si) + eps);
-    u[i] = ui < lower ? lower : ui;
 }
 
 __kernel void gcp_sgd(const long n, __global VAL_T* u, __global const VAL_T* g,
@@ -298,6 +293,5 @@ __kernel void gcp_sgd(const long n, __global VAL_T* u, __global const VAL_T* g,
 {
     const long i = get_global_id(0);
     if (i >= n) return;
-    const VAL_T ui = u[i] - lr * g[i];
-    u[i] = ui < lower ? lower : ui;
+    u[i] = sktf_sgd_entry(u[i], g[i], lr, lower);
 }
