@@ -26,6 +26,7 @@ import argparse
 import atexit
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -143,15 +144,22 @@ def child_main(spec):
             cls_name, kw = FITS[fit]
             cls = getattr(sk, cls_name)
             cls(rank=rank, **{**kw, "max_iter": 1}).fit(X)       # fault in, untimed
-            times = []
+            times, cpu, nivcsw = [], [], []
             while len(times) < spec["repeat"] or (sum(times) < MIN_SECONDS
                                                   and len(times) < MAX_REPEAT):
                 est = cls(rank=rank, **kw)
+                c, n = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
                 t = time.perf_counter()
                 est.fit(X)
                 times.append(time.perf_counter() - t)
+                cpu.append(time.process_time() - c)
+                nivcsw.append(resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw - n)
+            # cpu_seconds: CPU time of all the process's threads during each fit (one thread
+            # that shares its core with a busy process gets about half of its wall time);
+            # involuntary_switches: times the scheduler took a core from one of its threads
             out["results"].append({"tensor": name, "nnz": int(X.nnz), "rank": rank, "fit": fit,
-                                   "seconds": times})
+                                   "seconds": times, "cpu_seconds": cpu,
+                                   "involuntary_switches": nivcsw})
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -267,10 +275,15 @@ def summarize(runs, settings, conditions, tensors, fits):
             for fit in fits:
                 row = {"condition": cond, "busy": nbusy, "tensor": tname, "fit": fit}
                 for label, *_ in settings:
-                    ts = [s for r in runs if r["condition"] == cond and r["setting"] == label
-                          for x in r["results"] if x["tensor"] == tname and x["fit"] == fit
-                          for s in x["seconds"]]
+                    xs = [x for r in runs if r["condition"] == cond and r["setting"] == label
+                          for x in r["results"] if x["tensor"] == tname and x["fit"] == fit]
+                    ts = [s for x in xs for s in x["seconds"]]
+                    cs = [c for x in xs for c in x.get("cpu_seconds", [None] * len(x["seconds"]))]
                     row[f"t_{label}"] = min(ts) if ts else None
+                    # CPU seconds over wall seconds of the best fit (threads x share of a core)
+                    best = int(np.argmin(ts)) if ts else None
+                    row[f"cpu_per_wall_{label}"] = (cs[best] / ts[best] if ts and cs[best]
+                                                    is not None and ts[best] > 0 else None)
                     row[f"median_{label}"] = float(np.median(ts)) if ts else None
                     thr = [r["threads"] for r in runs
                            if r["condition"] == cond and r["setting"] == label]

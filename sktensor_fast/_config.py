@@ -62,6 +62,15 @@ def _openmp_env_exit():
         _WAIT["set"] = False
 
 
+def waits_passively():
+    """Whether the OpenMP threads of the kernels sleep as soon as they wait (the package's
+    default, or ``OMP_WAIT_POLICY=passive`` set by the user)."""
+    if _WAIT["policy"] == "passive (set by sktensor_fast)":
+        return True
+    return (os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive"
+            and (_WAIT["policy"] or "").startswith("user:"))
+
+
 def get_config():
     """What this installation can do, as a dict.
 

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 __all__ = ["get_num_threads", "set_num_threads", "num_threads", "max_threads",
-           "MAX_THREADS_PER_CPU"]
+           "MAX_THREADS_PER_CPU", "threads_for_steps"]
 
 _GLOBAL = {"n": None}
 
@@ -65,8 +65,10 @@ def get_num_threads():
     else OpenMP's default (all cores, ``OMP_NUM_THREADS``, or a threadpoolctl limit).
 
     The result is at most :func:`max_threads`.  A kernel call may use fewer: one thread per
-    ``MIN_NNZ_PER_THREAD`` nonzeros at most, and no more threads than it has partitions
-    (results do not depend on the thread count).
+    ``MIN_NNZ_PER_THREAD`` nonzeros at most, and no more threads than it has partitions; and
+    with the default count (none set by the user), GCP's stochastic steps take no more threads
+    than the cores other programs leave free (:func:`threads_for_steps`).  Results do not depend
+    on the thread count.
 
     Returns
     -------
@@ -148,3 +150,58 @@ def num_threads(n):
         yield
     finally:
         _local.n = old
+
+
+def _chosen_by_user():
+    """Whether the thread count in force was chosen by the user: :func:`set_num_threads`,
+    :func:`num_threads`, ``OMP_NUM_THREADS``, or a threadpoolctl limit (an OpenMP default
+    below the CPUs this process may run on)."""
+    if getattr(_local, "n", None) is not None or _GLOBAL["n"] is not None:
+        return True
+    if "OMP_NUM_THREADS" in os.environ:
+        return True
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - no affinity call on this platform
+        cpus = _CPUS
+    return _default_threads() < cpus
+
+
+def _running_threads():
+    """Threads of the whole machine that are running or ready to run at this instant (the
+    fourth field of ``/proc/loadavg``, the caller included), or None where it cannot be read."""
+    try:
+        with open("/proc/loadavg") as f:
+            return int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def threads_for_steps(n):
+    """Threads for a kernel call that synchronises its threads many times (GCP's stochastic
+    steps: two barriers a step, steps of about a millisecond): ``n``, or fewer on a machine
+    whose cores other programs keep busy.
+
+    At a barrier every thread waits for the slowest; when the operating system has given the
+    core of one of them to another program, the step waits a scheduler time slice (several
+    milliseconds) for it, which is longer than the step.  So when the thread count is the
+    default (not chosen by the user, see :func:`get_num_threads`), the kernels' threads wait
+    passively (the package's default), and ``/proc/loadavg`` says how many threads of the
+    machine are running, the call takes at most one thread per core that the other running
+    threads leave free, and at least one.  Results do not depend on the thread count.
+    """
+    n = max(1, int(n))
+    if n == 1 or _chosen_by_user():
+        return n
+    from ._config import waits_passively
+    if not waits_passively():
+        return n
+    running = _running_threads()
+    if running is None:
+        return n
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover
+        cpus = _CPUS
+    free = cpus - (running - 1)     # the caller is running; its sleeping threads are not
+    return max(1, min(n, free))

@@ -235,3 +235,94 @@ def test_models_are_bitwise_identical_for_any_threads_and_affinity():
     for key, got in runs.items():
         diff = [k for k in ref if got[k] != ref[k]]
         assert not diff, (key, diff)
+
+
+# ------------------------------------------------- GCP's steps on a machine whose cores are busy
+@pytest.fixture
+def steps_env(monkeypatch):
+    """threads_for_steps with the default thread count, passive waiting and a machine of
+    ``cpus`` CPUs whose running-thread count the test sets."""
+    from sktensor_fast import _config, _threads
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(_threads, "_chosen_by_user", lambda: False)
+    monkeypatch.setattr(_config, "waits_passively", lambda: True)
+    state = {"running": 1}
+    monkeypatch.setattr(_threads, "_running_threads", lambda: state["running"])
+    cpus = len(os.sched_getaffinity(0))
+    return _threads, state, cpus
+
+
+@pytest.mark.parametrize("others, expect", [(0, 16), (1, 15), (14, 2), (15, 1), (16, 1),
+                                            (40, 1)])
+def test_steps_take_the_cores_that_other_programs_leave_free(steps_env, monkeypatch, others,
+                                                            expect):
+    _threads, state, _ = steps_env
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    state["running"] = 1 + others          # the caller runs too
+    # 16 CPUs, 16 threads asked for: one per CPU the other running threads leave free
+    # (the caller's own counts as free), at least one
+    assert _threads.threads_for_steps(16) == expect
+    assert _threads.threads_for_steps(4) == min(4, expect)
+    assert _threads.threads_for_steps(1) == 1
+
+
+def test_steps_keep_a_users_thread_count_and_policy(steps_env, monkeypatch):
+    from sktensor_fast import _config, _threads
+    _, state, cpus = steps_env
+    state["running"] = 1 + 10 * cpus
+    assert _threads.threads_for_steps(4) == 1
+    monkeypatch.setattr(_threads, "_chosen_by_user", lambda: True)    # set by the user
+    assert _threads.threads_for_steps(4) == 4
+    monkeypatch.setattr(_threads, "_chosen_by_user", lambda: False)
+    monkeypatch.setattr(_config, "waits_passively", lambda: False)    # a spinning policy
+    assert _threads.threads_for_steps(4) == 4
+    monkeypatch.setattr(_config, "waits_passively", lambda: True)
+    state["running"] = None                                           # no /proc/loadavg
+    assert _threads.threads_for_steps(4) == 4
+
+
+def test_chosen_by_user_sees_set_num_threads_and_the_environment(monkeypatch):
+    from sktensor_fast import _threads
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    base = _threads._chosen_by_user()
+    with sk.num_threads(1):
+        assert _threads._chosen_by_user()
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert _threads._chosen_by_user()
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert _threads._chosen_by_user() == base
+
+
+def test_running_threads_reads_the_machine():
+    from sktensor_fast import _threads
+    n = _threads._running_threads()
+    if not os.path.exists("/proc/loadavg"):
+        assert n is None
+    else:
+        assert isinstance(n, int) and n >= 1      # this test is running
+
+
+def test_gcp_fit_is_the_same_on_a_busy_machine(steps_env):
+    # the thread count taken for the steps changes, the model does not
+    _threads, state, cpus = steps_env
+    rng = np.random.default_rng(3)
+    shape = (60, 50, 40)
+    lin = np.unique(rng.integers(0, 60 * 50 * 40, 20000))
+    X = sk.SparseTensor(np.stack(np.unravel_index(lin, shape), axis=1),
+                        rng.integers(1, 5, lin.size).astype(float), shape)
+    # 2 x 3000 samples a step at rank 8: enough work for two threads of the step loop
+    kw = dict(rank=8, loss="poisson", solver="adam", epoch_iters=5, max_iter=2, tol=0.0,
+              n_samples_grad=3000, random_state=0)
+    if cpus >= 2:
+        with sk.num_threads(2):
+            assert _threads.threads_for_steps(2) == 2
+    from sklearn.exceptions import ConvergenceWarning
+    with pytest.warns(ConvergenceWarning):
+        quiet = sk.GCP(**kw).fit(X)
+    state["running"] = 1 + 4 * cpus
+    assert _threads.threads_for_steps(2) == 1
+    with pytest.warns(ConvergenceWarning):
+        busy = sk.GCP(**kw).fit(X)
+    for a, b in zip(quiet.factors_, busy.factors_):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(quiet.weights_, busy.weights_)
