@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 __all__ = ["get_num_threads", "set_num_threads", "num_threads", "max_threads",
-           "MAX_THREADS_PER_CPU", "threads_for_steps"]
+           "MAX_THREADS_PER_CPU", "threads_for_load", "load_adapted"]
 
 _GLOBAL = {"n": None}
 
@@ -64,11 +64,11 @@ def get_num_threads():
     """Threads the CPU kernels use: the value set by :func:`set_num_threads` / :func:`num_threads`,
     else OpenMP's default (all cores, ``OMP_NUM_THREADS``, or a threadpoolctl limit).
 
-    The result is at most :func:`max_threads`.  A kernel call may use fewer: one thread per
-    ``MIN_NNZ_PER_THREAD`` nonzeros at most, and no more threads than it has partitions; and
-    with the default count (none set by the user), GCP's stochastic steps take no more threads
-    than the cores other programs leave free (:func:`threads_for_steps`).  Results do not depend
-    on the thread count.
+    The result is at most :func:`max_threads`.  With the default count (none set by the user),
+    a fit runs on no more threads than the CPUs that other programs leave free when it starts
+    (:func:`load_adapted`).  A kernel call may use fewer: one thread per ``MIN_NNZ_PER_THREAD``
+    nonzeros at most, and no more threads than it has partitions.  Results do not depend on the
+    thread count.
 
     Returns
     -------
@@ -85,6 +85,8 @@ def get_num_threads():
     n = getattr(_local, "n", None)
     if n is None:
         n = _GLOBAL["n"]
+    if n is None:
+        n = getattr(_local, "adapted", None)    # inside a fit: see load_adapted
     if n is None:
         n = _default_threads()
         cap = max_threads()
@@ -177,18 +179,17 @@ def _running_threads():
         return None
 
 
-def threads_for_steps(n):
-    """Threads for a kernel call that synchronises its threads many times (GCP's stochastic
-    steps: two barriers a step, steps of about a millisecond): ``n``, or fewer on a machine
-    whose cores other programs keep busy.
+def threads_for_load(n):
+    """``n`` threads, or fewer on a machine whose CPUs other programs keep busy.
 
-    At a barrier every thread waits for the slowest; when the operating system has given the
-    core of one of them to another program, the step waits a scheduler time slice (several
-    milliseconds) for it, which is longer than the step.  So when the thread count is the
+    A parallel region ends when its slowest thread does.  When the operating system has given
+    the CPU of one of the threads to another program, the region waits a scheduler time slice
+    (milliseconds) for it, which is longer than most kernel calls of a fit; with all CPUs busy,
+    a fit on many threads then takes longer than on one.  So when the thread count is the
     default (not chosen by the user, see :func:`get_num_threads`), the kernels' threads wait
-    passively (the package's default), and ``/proc/loadavg`` says how many threads of the
-    machine are running, the call takes at most one thread per core that the other running
-    threads leave free, and at least one.  Results do not depend on the thread count.
+    passively (the package's default) and ``/proc/loadavg`` says how many threads of the
+    machine are running, the result is at most one thread per CPU that the other running
+    threads leave free (the caller's own counts as free), and at least one.  Otherwise ``n``.
     """
     n = max(1, int(n))
     if n == 1 or _chosen_by_user():
@@ -205,3 +206,22 @@ def threads_for_steps(n):
         cpus = _CPUS
     free = cpus - (running - 1)     # the caller is running; its sleeping threads are not
     return max(1, min(n, free))
+
+
+@contextlib.contextmanager
+def load_adapted():
+    """Context of a fit, transform or score (the CPU backend's ``compute_scope``): inside it,
+    with the default thread count, :func:`get_num_threads` gives :func:`threads_for_load` of
+    the default, decided once on entry.  A count set by the user is used as given.
+
+    Results do not depend on the thread count, so a fit on a busy machine gives the model it
+    gives on a quiet one; measurements in ``benchmarks/README.md`` ("Threads on a busy
+    machine").
+    """
+    old = getattr(_local, "adapted", None)
+    if not _chosen_by_user() and getattr(_local, "adapted", None) is None:
+        _local.adapted = threads_for_load(_default_threads())
+    try:
+        yield
+    finally:
+        _local.adapted = old

@@ -240,7 +240,7 @@ def test_models_are_bitwise_identical_for_any_threads_and_affinity():
 # ------------------------------------------------- GCP's steps on a machine whose cores are busy
 @pytest.fixture
 def steps_env(monkeypatch):
-    """threads_for_steps with the default thread count, passive waiting and a machine of
+    """threads_for_load with the default thread count, passive waiting and a machine of
     ``cpus`` CPUs whose running-thread count the test sets."""
     from sktensor_fast import _config, _threads
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -261,24 +261,24 @@ def test_steps_take_the_cores_that_other_programs_leave_free(steps_env, monkeypa
     state["running"] = 1 + others          # the caller runs too
     # 16 CPUs, 16 threads asked for: one per CPU the other running threads leave free
     # (the caller's own counts as free), at least one
-    assert _threads.threads_for_steps(16) == expect
-    assert _threads.threads_for_steps(4) == min(4, expect)
-    assert _threads.threads_for_steps(1) == 1
+    assert _threads.threads_for_load(16) == expect
+    assert _threads.threads_for_load(4) == min(4, expect)
+    assert _threads.threads_for_load(1) == 1
 
 
 def test_steps_keep_a_users_thread_count_and_policy(steps_env, monkeypatch):
     from sktensor_fast import _config, _threads
     _, state, cpus = steps_env
     state["running"] = 1 + 10 * cpus
-    assert _threads.threads_for_steps(4) == 1
+    assert _threads.threads_for_load(4) == 1
     monkeypatch.setattr(_threads, "_chosen_by_user", lambda: True)    # set by the user
-    assert _threads.threads_for_steps(4) == 4
+    assert _threads.threads_for_load(4) == 4
     monkeypatch.setattr(_threads, "_chosen_by_user", lambda: False)
     monkeypatch.setattr(_config, "waits_passively", lambda: False)    # a spinning policy
-    assert _threads.threads_for_steps(4) == 4
+    assert _threads.threads_for_load(4) == 4
     monkeypatch.setattr(_config, "waits_passively", lambda: True)
     state["running"] = None                                           # no /proc/loadavg
-    assert _threads.threads_for_steps(4) == 4
+    assert _threads.threads_for_load(4) == 4
 
 
 def test_chosen_by_user_sees_set_num_threads_and_the_environment(monkeypatch):
@@ -315,14 +315,37 @@ def test_gcp_fit_is_the_same_on_a_busy_machine(steps_env):
               n_samples_grad=3000, random_state=0)
     if cpus >= 2:
         with sk.num_threads(2):
-            assert _threads.threads_for_steps(2) == 2
+            assert _threads.threads_for_load(2) == 2
     from sklearn.exceptions import ConvergenceWarning
     with pytest.warns(ConvergenceWarning):
         quiet = sk.GCP(**kw).fit(X)
     state["running"] = 1 + 4 * cpus
-    assert _threads.threads_for_steps(2) == 1
+    assert _threads.threads_for_load(2) == 1
     with pytest.warns(ConvergenceWarning):
         busy = sk.GCP(**kw).fit(X)
     for a, b in zip(quiet.factors_, busy.factors_):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(quiet.weights_, busy.weights_)
+
+
+def test_a_fit_runs_on_the_free_cpus_with_the_default_count(steps_env, monkeypatch):
+    from sktensor_fast import _threads
+    from sktensor_fast.backends import get_backend
+    _, state, cpus = steps_env
+    monkeypatch.setattr(_threads, "_default_threads", lambda: 6)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))
+    be = get_backend("cpu")
+    state["running"] = 1 + 2                 # 2 other threads running: 4 CPUs free
+    with be.compute_scope():
+        assert sk.get_num_threads() == 4
+        state["running"] = 1                 # decided on entry, not at every call
+        assert sk.get_num_threads() == 4
+        with sk.num_threads(5):              # a count the user sets is used as given
+            assert sk.get_num_threads() == 5
+    assert sk.get_num_threads() == 6
+    state["running"] = 1 + 40
+    with be.compute_scope():
+        assert sk.get_num_threads() == 1
+    monkeypatch.setattr(_threads, "_chosen_by_user", lambda: True)
+    with be.compute_scope():
+        assert sk.get_num_threads() == 6

@@ -5,7 +5,8 @@ import sys
 import numpy as np
 
 from ..base import AprKernels, Backend
-from ..._threads import (MAX_THREADS_PER_CPU, get_num_threads, max_threads,  # noqa: F401
+from ..._threads import (MAX_THREADS_PER_CPU, get_num_threads, load_adapted,  # noqa: F401
+                         max_threads,
                          num_threads, set_num_threads)
 from ...formats.coo import useful_threads
 
@@ -92,10 +93,13 @@ class CpuBackend(Backend):
     def __init__(self):
         _require_kernels()
 
+    @contextlib.contextmanager
     def compute_scope(self):
         """Context of a fit / transform / score: BLAS limited to one thread (see
-        :func:`single_threaded_blas`)."""
-        return single_threaded_blas()
+        :func:`single_threaded_blas`) and, with the default thread count, the kernels on the
+        CPUs other programs leave free (:func:`~sktensor_fast._threads.load_adapted`)."""
+        with single_threaded_blas(), load_adapted():
+            yield
 
     # ------------------------------------------------------------------ data placement
     #: COO with per-mode orders, or ALTO (see :func:`sktensor_fast.formats.build_format`)

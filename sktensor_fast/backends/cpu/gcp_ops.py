@@ -11,7 +11,7 @@ for tensors of at most ``GCP_DENSE_LIMIT`` entries (checked by the estimator).
 """
 import numpy as np
 
-from ..._threads import get_num_threads, threads_for_steps
+from ..._threads import get_num_threads, threads_for_load
 from ..base import GcpKernels
 from . import _gcp, _kernels
 # the backend-neutral parts (sampler plans, dense exact loss) are shared with the other
@@ -376,8 +376,8 @@ class CpuGcpKernels(GcpKernels):
         if getattr(loss, "code", -1) < 0:   # a user-defined loss: NumPy at every step
             return self._stepwise(T, state, weights, factors, loss, seed, first_draw,
                                   n_steps, optimizer, lower, active, out, deadline, clock)
-        # one call runs many steps with two barriers each: on fewer threads when other
-        # programs keep the cores busy (threads_for_steps)
+        # one call runs many steps with two barriers each: the CPUs other programs leave free
+        # are looked at again for every call (threads_for_load)
         return run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps,
                          optimizer, lower, active, out, deadline, clock,
-                         threads_for_steps(get_num_threads()))
+                         threads_for_load(get_num_threads()))
