@@ -91,9 +91,8 @@ def main(argv=None):
     p.add_argument("--chunks", type=int, nargs="*", default=[],
                    help="also time the kernels with these nonzeros-per-work-item values and "
                         "use the fastest for the rest of the run")
-    p.add_argument("--phi-variants", nargs="*", default=[], choices=["shuffle", "local", "redundant"],
-                   help="Φ variants to sweep with --chunks (the fastest is kept; 'redundant' is "
-                        "an experimental variant, set on the backend, not an option)")
+    p.add_argument("--phi-variants", nargs="*", default=[], choices=["shuffle", "local"],
+                   help="Φ variants to sweep with --chunks (the fastest is kept)")
     p.add_argument("--vecs", type=int, nargs="*", default=[],
                    help="columns per lane (1, 2, 4, 8) to sweep (with --chunks)")
     p.add_argument("--layouts", nargs="*", default=[], choices=["wide", "lanes", "lanes-sorted"],

@@ -5,6 +5,8 @@ import sys
 
 import numpy as np
 
+from . import _threads
+
 __all__ = ["show_config", "get_config"]
 
 #: Variables by which a user chooses how OpenMP threads wait (GNU libgomp, LLVM/Intel runtimes).
@@ -43,9 +45,13 @@ def _openmp_env_enter():
     Passive threads sleep at once; see ``benchmarks/README.md`` (contention) for the costs.
     """
     user = {k: os.environ[k] for k in OPENMP_WAIT_VARIABLES if k in os.environ}
+    loaded = not user and _openmp_runtime_loaded()
+    # the thread counts of busy machines rely on sleeping threads (_threads.threads_for_load)
+    _threads.WAITS_PASSIVELY["value"] = (not user and not loaded) or (
+        user.get("OMP_WAIT_POLICY", "").lower() == "passive")
     if user:
         _WAIT["policy"] = "user: " + ", ".join(f"{k}={v}" for k, v in user.items())
-    elif _openmp_runtime_loaded():
+    elif loaded:
         _WAIT["policy"] = "runtime default (the OpenMP runtime was loaded before sktensor_fast)"
     else:
         os.environ["OMP_WAIT_POLICY"] = DEFAULT_WAIT_POLICY
@@ -60,15 +66,6 @@ def _openmp_env_exit():
         if os.environ.get("OMP_WAIT_POLICY") == DEFAULT_WAIT_POLICY:
             del os.environ["OMP_WAIT_POLICY"]
         _WAIT["set"] = False
-
-
-def waits_passively():
-    """Whether the OpenMP threads of the kernels sleep as soon as they wait (the package's
-    default, or ``OMP_WAIT_POLICY=passive`` set by the user)."""
-    if _WAIT["policy"] == "passive (set by sktensor_fast)":
-        return True
-    return (os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive"
-            and (_WAIT["policy"] or "").startswith("user:"))
 
 
 def get_config():

@@ -154,6 +154,11 @@ def num_threads(n):
         _local.n = old
 
 
+#: Whether the kernels' OpenMP threads sleep as soon as they wait (set by ``_config`` at import:
+#: the package's default, or ``OMP_WAIT_POLICY=passive`` from the user).
+WAITS_PASSIVELY = {"value": False}
+
+
 def _chosen_by_user():
     """Whether the thread count in force was chosen by the user: :func:`set_num_threads`,
     :func:`num_threads`, ``OMP_NUM_THREADS``, or a threadpoolctl limit (an OpenMP default
@@ -194,8 +199,7 @@ def threads_for_load(n):
     n = max(1, int(n))
     if n == 1 or _chosen_by_user():
         return n
-    from ._config import waits_passively
-    if not waits_passively():
+    if not WAITS_PASSIVELY["value"]:
         return n
     running = _running_threads()
     if running is None:

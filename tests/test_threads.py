@@ -242,10 +242,10 @@ def test_models_are_bitwise_identical_for_any_threads_and_affinity():
 def steps_env(monkeypatch):
     """threads_for_load with the default thread count, passive waiting and a machine of
     ``cpus`` CPUs whose running-thread count the test sets."""
-    from sktensor_fast import _config, _threads
+    from sktensor_fast import _threads
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(_threads, "_chosen_by_user", lambda: False)
-    monkeypatch.setattr(_config, "waits_passively", lambda: True)
+    monkeypatch.setitem(_threads.WAITS_PASSIVELY, "value", True)
     state = {"running": 1}
     monkeypatch.setattr(_threads, "_running_threads", lambda: state["running"])
     cpus = len(os.sched_getaffinity(0))
@@ -267,16 +267,16 @@ def test_steps_take_the_cores_that_other_programs_leave_free(steps_env, monkeypa
 
 
 def test_steps_keep_a_users_thread_count_and_policy(steps_env, monkeypatch):
-    from sktensor_fast import _config, _threads
+    from sktensor_fast import _threads
     _, state, cpus = steps_env
     state["running"] = 1 + 10 * cpus
     assert _threads.threads_for_load(4) == 1
     monkeypatch.setattr(_threads, "_chosen_by_user", lambda: True)    # set by the user
     assert _threads.threads_for_load(4) == 4
     monkeypatch.setattr(_threads, "_chosen_by_user", lambda: False)
-    monkeypatch.setattr(_config, "waits_passively", lambda: False)    # a spinning policy
+    monkeypatch.setitem(_threads.WAITS_PASSIVELY, "value", False)    # a spinning policy
     assert _threads.threads_for_load(4) == 4
-    monkeypatch.setattr(_config, "waits_passively", lambda: True)
+    monkeypatch.setitem(_threads.WAITS_PASSIVELY, "value", True)
     state["running"] = None                                           # no /proc/loadavg
     assert _threads.threads_for_load(4) == 4
 

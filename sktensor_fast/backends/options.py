@@ -15,10 +15,9 @@ The options that are set are part of the key under which backends are cached, so
 settings give two backends (each with its compiled kernels) and a changed variable is never
 silently ignored.  Pure Python: importable without PyOpenCL or the compiled CPU kernels.
 
-Only what a user may reasonably tune is an option.  The kernels' experimental variants (Φ's
-dot product computed redundantly by every lane, 64-bit offsets where 32 bits fit, no
-prefetching of the next nonzero) are attributes of the backend that the benchmarks set
-(``benchmarks/bench_opencl.py``); no default uses them.
+Only what a user may reasonably tune is an option.  The kernels' experimental variants (64-bit
+offsets where 32 bits fit, no prefetching of the next nonzero) are attributes of the backend
+that the benchmarks set (``benchmarks/bench_opencl.py``); no default uses them.
 """
 import contextlib
 import contextvars

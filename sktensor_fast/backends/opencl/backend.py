@@ -270,8 +270,8 @@ class OpenCLBackend(Backend):
         self.vec = options.vec
         # how Φ forms <B[row], π>: "shuffle" (a register butterfly across the lanes of a warp,
         # NVIDIA devices: PTX shfl.sync) or "local" (lanes share π through local memory, one
-        # barrier per nonzero); the benchmarks also set the experimental "redundant" (each
-        # lane recomputes the whole dot, no barriers; measured slower, benchmarks/README.md)
+        # barrier per nonzero).  A third way, every lane recomputing the whole dot (no
+        # barriers), measured slower and was removed (benchmarks/README.md, OpenCL sections)
         self.phi_variant = options.phi or ("shuffle" if self.is_nvidia else "local")
         if self.phi_variant == "shuffle" and not self.is_nvidia:
             raise ValueError(f"OpenCL option phi='shuffle' needs an NVIDIA device, not "
@@ -351,8 +351,6 @@ class OpenCLBackend(Backend):
                 extra = []
                 if phi:
                     extra.append("#define PHI 1")
-                if phi == "redundant":
-                    extra.append("#define PHI_REDUNDANT 1")
                 if phi == "shuffle":
                     extra.append("#define PHI_SHUFFLE_NV 1")
                 if vec > 1:

@@ -176,21 +176,6 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         for (int off = RP >> 1; off > 0; off >>= 1) part += shfl_xor_nv(part, off);
         VAL_T w = 0;
         if (valid) w = SKTF_PHI_WEIGHT(xv, part, eps);
-#elif defined(PHI) && defined(PHI_REDUNDANT)
-        /* every lane computes <B[row], pi> itself: no barriers, the factor rows it reads are
-         * the ones its neighbours read (cache broadcasts) */
-        VAL_T w = 0;
-        if (valid && r < RV) {
-            VAL_T dot = 0;
-            for (int q = 0; q < R; ++q) {
-                VAL_T pq = B[row * R + q];
-                for (int m = 0; m < NMODES; ++m) {
-                    if (m != mode) pq *= F[m][(long)subs[j * NMODES + m] * R + q];
-                }
-                dot += pq;
-            }
-            w = SKTF_PHI_WEIGHT(xv, dot, eps);
-        }
 #elif defined(PHI)
         /* <B[row], pi> from the lanes' parts, shared through local memory.  Two buffers used
          * in turn need one barrier per nonzero: a lane that writes the buffer of step k+1 has
