@@ -43,7 +43,8 @@ class SparseTensor:
         Add up the values of repeated coordinates (always done; ``False`` raises on duplicates).
     dtype : {None, np.float32, np.float64}
         Force a value dtype.  Values that only round to 0 in float32 are dropped with a
-        warning; values too large for it raise ValueError.
+        warning; values too large for it raise ValueError.  Repeated coordinates are summed
+        in float64 and the sum rounded once to the dtype.
     copy : bool, default=True
         With ``False`` the tensor may keep (read-only views of) the given arrays when they
         already have the right dtype and order; the caller must then not modify them.
@@ -200,8 +201,9 @@ class SparseTensor:
                         raise ValueError(f"subs holds repeated coordinates, e.g. {first}")
                     start = np.concatenate(([True], ~dup))
                     idx = np.flatnonzero(start)
+                    # summed in float64 and rounded once, as the compiled passes do
                     with np.errstate(over="ignore"):
-                        vals = np.add.reduceat(vals, idx).astype(dtype, copy=False)
+                        vals = np.add.reduceat(vals, idx, dtype=np.float64).astype(dtype)
                     subs = subs[idx]
                     over = ~np.isfinite(vals)
                     if over.any():

@@ -439,6 +439,33 @@ def test_repeated_coordinates_whose_sum_overflows(dtype, big):
     assert X.vals.tolist() == [np.array(big / 2, dtype=dtype).item()]
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (2 ** 40, 2 ** 40)])   # compiled sort, lexsort
+def test_float32_repeats_summed_in_float64(shape):
+    # in float32, 2**24 + 1 rounds back to 2**24: a sum kept in float32 never moves
+    vals = np.array([2.0 ** 24] + [1.0] * 4, dtype=np.float32)
+    X = SparseTensor(np.zeros((5, 2), int), vals, shape=shape)
+    assert X.vals.dtype == np.float32 and X.vals.tolist() == [2.0 ** 24 + 4]
+    # many small repeats: the float64 sum rounded once
+    n = 100_000
+    X = SparseTensor(np.zeros((n, 2), int), np.full(n, 0.1), shape=shape, dtype=np.float32)
+    assert X.vals[0] == np.float32(n * np.float64(np.float32(0.1)))
+    assert X.vals[0] == np.float32(10_000.0)
+    # a float64 sum still too large for float32 is refused
+    with pytest.raises(ValueError, match="largest float32"):
+        SparseTensor(np.zeros((2, 2), int), np.array([3e38, 3e38], np.float32), shape=shape)
+
+
+def test_float32_from_dataframe_sums_in_float64():
+    pd = pytest.importorskip("pandas")
+    n = 100_000
+    df = pd.DataFrame({"a": np.zeros(n, int), "v": np.full(n, 0.1)})
+    X, _ = SparseTensor.from_dataframe(df, ["a"], values="v", dtype=np.float32)
+    assert X.vals.dtype == np.float32 and X.vals[0] == np.float32(10_000.0)
+    X, _ = SparseTensor.from_dataframe(pd.DataFrame({"a": np.zeros(n, int)}), ["a"],
+                                       dtype=np.float32)
+    assert X.vals.tolist() == [float(n)]
+
+
 def test_float_coordinates_too_large_for_int64():
     with pytest.raises(ValueError, match="coordinate 1e\\+20 in mode 1, too large for int64"):
         SparseTensor(np.array([[0.0, 1e20]]), [1.0])

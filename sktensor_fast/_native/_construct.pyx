@@ -507,11 +507,16 @@ cdef void _lsd(uint64_t* k, value_t* v, uint64_t* sk, value_t* sv, Py_ssize_t m,
 cdef int64_t _compact_inplace(uint64_t* k, value_t* v, Py_ssize_t m,
                               int64_t* rep) noexcept nogil:
     """Sum runs of equal keys of the sorted ``k[:m]`` into their first slots, dropping zero
-    sums; ``rep`` gets (dup, first overflowing run or -1, zero sums).  Returns the count."""
+    sums; ``rep`` gets (dup, first overflowing run or -1, zero sums).  Returns the count.
+
+    Runs are added up in double precision and rounded once to ``value_t``: in float32 a long
+    run is not cut short (2**25 repeats of 1.0 give 2**25, not 2**24, where adding 1.0 to
+    2**24 stops changing the sum)."""
     cdef Py_ssize_t i = 0, j
     cdef int64_t o = 0, dup = 0, over = -1, zero = 0
     cdef uint64_t key
-    cdef value_t s
+    cdef double s
+    cdef value_t r
     # the common case: no repeated key and no zero value, nothing moves
     while i < m:
         if (i + 1 < m and k[i + 1] == k[i]) or v[i] == 0:
@@ -525,13 +530,14 @@ cdef int64_t _compact_inplace(uint64_t* k, value_t* v, Py_ssize_t m,
         while j < m and k[j] == key:
             s = s + v[j]
             j += 1
+        r = <value_t>s
         if j > i + 1:
             dup = 1
-            if s - s != 0 and over < 0:
+            if r - r != 0 and over < 0:
                 over = i
-        if s != 0:
+        if r != 0:
             k[o] = key
-            v[o] = s
+            v[o] = r
             o += 1
         else:
             zero += 1
