@@ -48,7 +48,28 @@ def _try_flags(compiler, cflags, lflags):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _jobs():
+    """Compile jobs: ``SKTENSOR_FAST_BUILD_JOBS`` when set, else one per CPU this process may
+    use (the extensions are independent, so they compile side by side)."""
+    env = os.environ.get("SKTENSOR_FAST_BUILD_JOBS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise SystemExit(f"SKTENSOR_FAST_BUILD_JOBS must be a positive integer, not {env!r}")
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 class BuildExtOpenMP(build_ext):
+    def finalize_options(self):
+        super().finalize_options()
+        # ``build_ext -j N`` (or setup.cfg's parallel) wins; otherwise every CPU compiles
+        if not self.parallel:
+            self.parallel = _jobs()
+
     def build_extensions(self):
         ctype = self.compiler.compiler_type
         flags = None
@@ -76,6 +97,7 @@ class BuildExtOpenMP(build_ext):
 
 
 INCLUDE = os.path.join("sktensor_fast", "include")
+SHARED_UTILITY = "sktensor_fast._cyutility"
 
 
 def _headers_of(path):
@@ -100,8 +122,10 @@ def extensions():
     # OpenCL kernels share (shipped as package data, see pyproject.toml)
     common = dict(include_dirs=[INCLUDE, np.get_include()],
                   define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
-    # every .pyx file of the package is one extension module
-    exts = []
+    # every .pyx file of the package is one extension module; the memoryview and fused-type
+    # support code that Cython would otherwise generate again in each of them (about 0.8 MB
+    # of C apiece) is compiled once, into the shared module sktensor_fast._cyutility
+    exts = [Extension(SHARED_UTILITY, [SHARED_UTILITY.replace(".", os.sep) + ".c"])]
     for root, _, files in sorted(os.walk("sktensor_fast")):
         for fn in sorted(files):
             if fn.endswith(".pyx"):
@@ -111,7 +135,8 @@ def extensions():
     return cythonize(exts, compiler_directives={"language_level": "3", "boundscheck": False,
                                                 "wraparound": False, "cdivision": True,
                                                 "initializedcheck": False},
-                     quiet=True)
+                     shared_utility_qualified_name=SHARED_UTILITY,
+                     nthreads=_jobs() if sys.platform.startswith("linux") else 0, quiet=True)
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExtOpenMP})

@@ -592,65 +592,16 @@ cdef void _decode_rows(const uint64_t* kp, int64_t* out, Py_ssize_t N,
                 o += 1
 
 
-def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
-              int64_t[:, ::1] hist, int top_shift, shifts, masks,
-              int64_t[:, ::1] out_subs, value_t[::1] out_vals, int stop_on_dup=0,
-              int max_digit=MAX_DIGIT, int base_pages=0, int num_threads=1):
-    """Sort the rows by their packed keys, sum repeated keys, drop zeros and decode, into
-    ``out_subs`` and ``out_vals``.
-
-    Parameters
-    ----------
-    src : integer array (n, Ns)
-        Rows whose packed keys (column ``k`` shifted left by ``key_shifts[k]``) are sorted:
-        the coordinates :func:`scan` checked, or the keys it wrote (one column, shift 0).
-    vals : array (n,)
-        The values.
-    hist : int64 array
-        The counts of :func:`scan` with the same ``top_shift`` and ``num_threads``
-        (overwritten).
-    shifts, masks : sequences of int
-        The layout of the key: mode ``q`` of the result is ``(key >> shifts[q]) & masks[q]``.
-    out_subs : int64 array (n, N), out_vals : array (n,)
-        Fresh arrays that receive the result in their first ``nnz`` rows.  The sort works
-        inside them: the keys are scattered into the last ``n`` slots of ``out_subs`` (read as
-        a flat array) and the values into ``out_vals``, every bucket of the top digit is
-        sorted there in cache, and the keys are decoded into rows from the front, in rounds
-        that never write over a key still to be read.
-    stop_on_dup : int
-        Return before decoding when a key repeats (the caller raises).
-    max_digit : int
-        Widest digit (4 to 11 bits) of the bucket sorts.
-    base_pages : int
-        Allocate the scratch of buckets too large for one thread in base-size pages
-        (:func:`small_pages`).
-
-    Returns
-    -------
-    dict
-        ``nnz`` (rows of the result), ``dup`` (some key repeats), ``zeros`` (runs dropped
-        because their sum is 0), ``overflow`` (-1, or the position of the first run whose sum
-        is not finite: then nothing is decoded, and ``overflow_key`` is its key), and
-        ``seconds`` and ``cpu_seconds`` (of every thread of the process): the time of the
-        scatter, the bucket sorts and the decoding.
-
-    The blocks of the scatter are contiguous ranges of the input in order and every sort is
-    stable, so equal keys are summed in input order whatever the number of threads.
-    """
-    cdef Py_ssize_t n = src.shape[0]
-    cdef Py_ssize_t Ns = src.shape[1]
-    cdef Py_ssize_t N = out_subs.shape[1]
-    cdef Py_ssize_t nb = hist.shape[0]
-    cdef Py_ssize_t Dt = hist.shape[1]
-    cdef Py_ssize_t b, d, m, s, c, t, small_max = 0, r, nxt, nout, chunk
-    cdef int nt = max(1, num_threads)
-    cdef int failed = 0
-    cdef int low_bits = top_shift
-    cdef int64_t run, cc
-    cdef int64_t[::1] ksh = np.asarray(key_shifts, dtype=np.int64)
-    cdef int64_t[::1] sh = np.asarray(shifts, dtype=np.int64)
-    cdef uint64_t[::1] mk = np.asarray(masks, dtype=np.uint64)
-    cdef int64_t[::1] bstart = np.empty(Dt + 1, dtype=np.int64)
+cdef object _sort_buckets_and_decode(uint64_t* kp, value_t* pv, int64_t* po,
+                                     object out_subs, object out_vals,
+                                     Py_ssize_t n, Py_ssize_t N, Py_ssize_t Dt, int nt,
+                                     int low_bits, int stop_on_dup, int max_digit,
+                                     int base_pages, int num_threads, int64_t[::1] bstart,
+                                     int64_t[::1] sh, uint64_t[::1] mk, double scatter_s,
+                                     double scatter_cpu):
+    """Steps 2 and 3 of :func:`sort_into`, which depend on the value type only (the
+    coordinates' type matters to the scatter alone: one copy of this per value type)."""
+    cdef Py_ssize_t d, m, s, c, t, small_max = 0, r, nxt, nout, chunk
     cdef int64_t[::1] counts = np.zeros(max(Dt, 1), dtype=np.int64)
     cdef int64_t[::1] offs = np.zeros(Dt + 1, dtype=np.int64)
     brep_arr = np.zeros((max(Dt, 1), 3), dtype=np.int64)
@@ -660,46 +611,10 @@ def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
     cdef value_t* sv = NULL
     cdef int64_t* cnt = NULL
     dtype = np.float32 if value_t is float else np.float64
-    if (vals.shape[0] != n or out_vals.shape[0] != n or out_subs.shape[0] != n
-            or ksh.shape[0] != Ns or sh.shape[0] != N or mk.shape[0] != N or N < 1):
-        raise ValueError("sort_into: inconsistent array sizes")
-    if nb != _nblocks(n, num_threads) or Dt < 1:
-        raise ValueError("sort_into: the histogram does not match the blocks")
-    if not 0 <= top_shift < 64:
-        raise ValueError("sort_into: top_shift must be in [0, 64)")
-    if not 4 <= max_digit <= MAX_DIGIT:
-        raise ValueError(f"sort_into: max_digit must be in [4, {MAX_DIGIT}]")
-    run = 0
-    for d in range(Dt):
-        bstart[d] = run
-        for b in range(nb):
-            cc = hist[b, d]
-            hist[b, d] = run
-            run += cc
-    bstart[Dt] = n
-    if run != n:
-        raise ValueError("sort_into: the histogram does not count every key")
-    if n == 0:
-        return {"nnz": 0, "dup": False, "zeros": 0, "overflow": -1, "seconds": [0.0] * 3,
-                "cpu_seconds": [0.0] * 3}
-    cdef const index_t* ps = &src[0, 0]
-    cdef const value_t* pv_in = &vals[0]
-    cdef int64_t* po = &out_subs[0, 0]
-    cdef uint64_t* kp = <uint64_t*> (po + (N - 1) * n)
-    cdef value_t* pv = &out_vals[0]
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    # 1. stable scatter by the top digit (its first touch of the output's memory: parallel)
-    for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
-        failed += _place_block(ps, Ns, &ksh[0], pv_in, n * b // nb, n * (b + 1) // nb,
-                               top_shift, &hist[b, 0], &bstart[0], <uint64_t> Dt, kp, pv)
-    if failed:
-        raise ValueError("sort_into: the keys do not match the histogram (another top_shift, "
-                         "thread count or input than the scan's)")
-    # 2. every bucket sorted in cache by one thread, summed and compacted in place; buckets
-    #    that one thread would take too long on are sorted by all threads together
     t1 = time.perf_counter()
     c1 = time.process_time()
+    # 2. every bucket sorted in cache by one thread, summed and compacted in place; buckets
+    #    that one thread would take too long on are sorted by all threads together
     cdef Py_ssize_t big = n + 1 if nt == 1 else max(1 << 18, n // (2 * nt))
     big_buckets = []
     for d in range(Dt):
@@ -764,7 +679,7 @@ def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
     t2 = time.perf_counter()
     c2 = time.process_time()
     res = {"nnz": int(nout), "dup": dup, "zeros": int(zeros), "overflow": -1,
-           "seconds": [t1 - t0, t2 - t1, 0.0], "cpu_seconds": [c1 - c0, c2 - c1, 0.0]}
+           "seconds": [scatter_s, t2 - t1, 0.0], "cpu_seconds": [scatter_cpu, c2 - c1, 0.0]}
     if over >= 0:
         res["overflow"] = int(over)
         res["overflow_key"] = int(_overflow_key(kp, pv, bstart, brep, Dt))
@@ -808,6 +723,107 @@ def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
     res["seconds"][2] = time.perf_counter() - t2
     res["cpu_seconds"][2] = time.process_time() - c2
     return res
+
+
+def sort_into(const index_t[:, ::1] src, key_shifts, const value_t[::1] vals,
+              int64_t[:, ::1] hist, int top_shift, shifts, masks,
+              int64_t[:, ::1] out_subs, value_t[::1] out_vals, int stop_on_dup=0,
+              int max_digit=MAX_DIGIT, int base_pages=0, int num_threads=1):
+    """Sort the rows by their packed keys, sum repeated keys, drop zeros and decode, into
+    ``out_subs`` and ``out_vals``.
+
+    Parameters
+    ----------
+    src : integer array (n, Ns)
+        Rows whose packed keys (column ``k`` shifted left by ``key_shifts[k]``) are sorted:
+        the coordinates :func:`scan` checked, or the keys it wrote (one column, shift 0).
+    vals : array (n,)
+        The values.
+    hist : int64 array
+        The counts of :func:`scan` with the same ``top_shift`` and ``num_threads``
+        (overwritten).
+    shifts, masks : sequences of int
+        The layout of the key: mode ``q`` of the result is ``(key >> shifts[q]) & masks[q]``.
+    out_subs : int64 array (n, N), out_vals : array (n,)
+        Fresh arrays that receive the result in their first ``nnz`` rows.  The sort works
+        inside them: the keys are scattered into the last ``n`` slots of ``out_subs`` (read as
+        a flat array) and the values into ``out_vals``, every bucket of the top digit is
+        sorted there in cache, and the keys are decoded into rows from the front, in rounds
+        that never write over a key still to be read.
+    stop_on_dup : int
+        Return before decoding when a key repeats (the caller raises).
+    max_digit : int
+        Widest digit (4 to 11 bits) of the bucket sorts.
+    base_pages : int
+        Allocate the scratch of buckets too large for one thread in base-size pages
+        (:func:`small_pages`).
+
+    Returns
+    -------
+    dict
+        ``nnz`` (rows of the result), ``dup`` (some key repeats), ``zeros`` (runs dropped
+        because their sum is 0), ``overflow`` (-1, or the position of the first run whose sum
+        is not finite: then nothing is decoded, and ``overflow_key`` is its key), and
+        ``seconds`` and ``cpu_seconds`` (of every thread of the process): the time of the
+        scatter, the bucket sorts and the decoding.
+
+    The blocks of the scatter are contiguous ranges of the input in order and every sort is
+    stable, so equal keys are summed in input order whatever the number of threads.
+    """
+    cdef Py_ssize_t n = src.shape[0]
+    cdef Py_ssize_t Ns = src.shape[1]
+    cdef Py_ssize_t N = out_subs.shape[1]
+    cdef Py_ssize_t nb = hist.shape[0]
+    cdef Py_ssize_t Dt = hist.shape[1]
+    cdef Py_ssize_t b, d
+    cdef int nt = max(1, num_threads)
+    cdef int failed = 0
+    cdef int64_t run, cc
+    cdef int64_t[::1] ksh = np.asarray(key_shifts, dtype=np.int64)
+    cdef int64_t[::1] sh = np.asarray(shifts, dtype=np.int64)
+    cdef uint64_t[::1] mk = np.asarray(masks, dtype=np.uint64)
+    cdef int64_t[::1] bstart = np.empty(Dt + 1, dtype=np.int64)
+    if (vals.shape[0] != n or out_vals.shape[0] != n or out_subs.shape[0] != n
+            or ksh.shape[0] != Ns or sh.shape[0] != N or mk.shape[0] != N or N < 1):
+        raise ValueError("sort_into: inconsistent array sizes")
+    if nb != _nblocks(n, num_threads) or Dt < 1:
+        raise ValueError("sort_into: the histogram does not match the blocks")
+    if not 0 <= top_shift < 64:
+        raise ValueError("sort_into: top_shift must be in [0, 64)")
+    if not 4 <= max_digit <= MAX_DIGIT:
+        raise ValueError(f"sort_into: max_digit must be in [4, {MAX_DIGIT}]")
+    run = 0
+    for d in range(Dt):
+        bstart[d] = run
+        for b in range(nb):
+            cc = hist[b, d]
+            hist[b, d] = run
+            run += cc
+    bstart[Dt] = n
+    if run != n:
+        raise ValueError("sort_into: the histogram does not count every key")
+    if n == 0:
+        return {"nnz": 0, "dup": False, "zeros": 0, "overflow": -1, "seconds": [0.0] * 3,
+                "cpu_seconds": [0.0] * 3}
+    cdef const index_t* ps = &src[0, 0]
+    cdef const value_t* pv_in = &vals[0]
+    cdef int64_t* po = &out_subs[0, 0]
+    cdef uint64_t* kp = <uint64_t*> (po + (N - 1) * n)
+    cdef value_t* pv = &out_vals[0]
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    # 1. stable scatter by the top digit (its first touch of the output's memory: parallel)
+    for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
+        failed += _place_block(ps, Ns, &ksh[0], pv_in, n * b // nb, n * (b + 1) // nb,
+                               top_shift, &hist[b, 0], &bstart[0], <uint64_t> Dt, kp, pv)
+    if failed:
+        raise ValueError("sort_into: the keys do not match the histogram (another top_shift, "
+                         "thread count or input than the scan's)")
+    t1 = time.perf_counter()
+    c1 = time.process_time()
+    return _sort_buckets_and_decode(kp, pv, po, out_subs, out_vals, n, N, Dt, nt, top_shift,
+                                    stop_on_dup, max_digit, base_pages, num_threads, bstart,
+                                    sh, mk, <double> (t1 - t0), <double> (c1 - c0))
 
 
 cdef uint64_t _overflow_key(const uint64_t* k, const value_t* v, const int64_t[::1] bstart,
