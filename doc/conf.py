@@ -37,6 +37,7 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
+    "viewcode_backlinks",
     "numpydoc",
     "myst_parser",
     "sphinx_gallery.gen_gallery",
@@ -48,9 +49,11 @@ exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints",
                     "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip",
                     "auto_examples/*.md5", "auto_examples/*.pickle", "auto_examples/*.json"]
 templates_path = ["_templates"]
-# MathJax is loaded from a CDN by the browser when a page is opened; the build itself stays
-# offline
-mathjax_path = "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"
+# MathJax comes with the site (_static/mathjax: es5/tex-svg.js of the npm package mathjax 3.2.2,
+# unchanged, and its licence), so the equations render where the pages are read offline, from
+# a folder or a server without access to the Internet.  The SVG output draws the glyphs itself:
+# no web fonts to fetch, which browsers may refuse to load from file:// pages
+mathjax_path = "mathjax/tex-svg.js"
 
 # ---------------------------------------------------------------- autodoc / numpydoc
 autosummary_generate = True

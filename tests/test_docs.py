@@ -1,6 +1,7 @@
 """The documentation builds offline with warnings as errors, has a reference page for every
-public name, a gallery with at least six figures, and no broken internal links; a gallery
-example that fails stops the build.
+public name, a gallery with at least six figures, no broken internal links (the
+highlighted-source pages included) and nothing that a page loads from elsewhere (MathJax
+comes with the site); a gallery example that fails stops the build.
 
 The build runs in a subprocess on a copy of doc/ and examples/ in a temporary folder (so that
 the generated files of a previous build cannot hide a problem), with this checkout's package
@@ -88,7 +89,8 @@ def test_gallery_made_figures(built_site):
 def test_guide_pages_and_home(built_site):
     for page in ("index", "guide/index", "guide/choosing", "guide/solvers", "guide/rank",
                  "guide/sklearn", "guide/devices", "guide/performance", "guide/kernels",
-                 "guide/references", "benchmarks", "api/index", "auto_examples/index"):
+                 "guide/install", "guide/references", "benchmarks", "api/index",
+                 "auto_examples/index"):
         assert (built_site / f"{page}.html").is_file(), page
     home = (built_site / "index.html").read_text()
     # doc/index.md is the home page, with the site's navigation
@@ -97,10 +99,19 @@ def test_guide_pages_and_home(built_site):
         assert section in home, section
 
 
+#: relations of a <link> to another document, which the browser does not load into the page
+NAVIGATION_RELS = {"canonical", "alternate", "author", "help", "index", "license", "next",
+                   "prev", "search", "top", "up", "copyright"}
+#: the attribute of each element that makes the browser fetch something for the page
+RESOURCE_ATTRS = {"script": "src", "img": "src", "iframe": "src", "source": "src",
+                  "audio": "src", "video": "src", "embed": "src", "object": "data",
+                  "link": "href"}
+
+
 class _Links(HTMLParser):
     def __init__(self):
         super().__init__()
-        self.links, self.ids = [], set()
+        self.links, self.ids, self.resources = [], set(), []
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
@@ -112,6 +123,11 @@ class _Links(HTMLParser):
             if attrs.get(key) and not (tag == "link" and key == "href"
                                        and attrs.get("rel") in (["preconnect"],)):
                 self.links.append((tag, key, attrs[key]))
+        key = RESOURCE_ATTRS.get(tag)
+        if key and attrs.get(key) and not (
+                tag == "link" and set((attrs.get("rel") or "").split()) <= NAVIGATION_RELS
+                and attrs.get("rel")):
+            self.resources.append((tag, attrs[key]))
 
 
 def _parse(path, cache):
@@ -127,8 +143,8 @@ def broken_links(site):
     page) does not exist."""
     cache, broken = {}, []
     for page in sorted(site.rglob("*.html")):
-        if {"_modules", "_static", "_sources"} & set(page.relative_to(site).parts):
-            continue            # highlighted source, theme templates, page sources
+        if {"_static", "_sources"} & set(page.relative_to(site).parts):
+            continue            # theme templates, page sources
         for tag, key, url in _parse(page, cache).links:
             parts = urlsplit(url)
             if parts.scheme or url.startswith(("//", "mailto:", "javascript:", "data:")):
@@ -137,10 +153,60 @@ def broken_links(site):
             if not target.exists():
                 broken.append(f"{page.relative_to(site)}: {url}")
                 continue
-            if parts.fragment and target.suffix == ".html" and "_modules" not in target.parts:
+            if parts.fragment and target.suffix == ".html":
                 if unquote(parts.fragment) not in _parse(target, cache).ids:
                     broken.append(f"{page.relative_to(site)}: {url} (no such anchor)")
     return broken
+
+
+def _is_external(url):
+    parts = urlsplit(url.strip())
+    return parts.scheme in ("http", "https") or url.strip().startswith("//")
+
+
+#: addresses in style sheets and style attributes: url(...) and @import "..."
+CSS_URL = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])([^'")\s]+)""")
+
+
+def external_resources(site):
+    """What the pages under ``site`` make the browser fetch from another site (a CDN): the
+    scripts, style sheets, images, frames and fonts of the HTML pages and style sheets."""
+    cache, found = {}, []
+    for page in sorted(site.rglob("*.html")):
+        rel = page.relative_to(site)
+        for tag, url in _parse(page, cache).resources:
+            if _is_external(url):
+                found.append(f"{rel}: <{tag}> {url}")
+        for url in CSS_URL.findall(page.read_text(encoding="utf-8", errors="replace")):
+            if _is_external(url):
+                found.append(f"{rel}: url({url})")
+    for sheet in sorted(site.rglob("*.css")):
+        for url in CSS_URL.findall(sheet.read_text(encoding="utf-8", errors="replace")):
+            if _is_external(url):
+                found.append(f"{sheet.relative_to(site)}: url({url})")
+    return found
+
+
+def test_resource_checker_finds_cdn_references(tmp_path):
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "index.html").write_text(
+        '<script src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"></script>'
+        '<script src="_static/local.js"></script><img src="a.png">'
+        '<link rel="stylesheet" href="//fonts.example.org/css">'
+        '<link rel="canonical" href="https://example.org/index.html">'
+        '<link rel="preconnect" href="https://cdn.example.org">'
+        '<a href="https://example.org/paper">a reference</a>'
+        '<div style="background: url(\'https://example.org/b.png\')"></div>')
+    (tmp_path / "_static" / "theme.css").write_text(
+        '@import "https://fonts.example.org/font.css";\n'
+        '.x { background: url(../a.png); } .y { src: url("//cdn.example.org/f.woff2"); }')
+    assert external_resources(tmp_path) == [
+        "index.html: <script> https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js",
+        "index.html: <link> //fonts.example.org/css",
+        "index.html: <link> https://cdn.example.org",
+        "index.html: url(https://example.org/b.png)",
+        "_static/theme.css: url(https://fonts.example.org/font.css)",
+        "_static/theme.css: url(//cdn.example.org/f.woff2)"]
 
 
 def test_link_checker_finds_broken_links(tmp_path):
@@ -158,8 +224,24 @@ def test_link_checker_finds_broken_links(tmp_path):
 
 def test_no_broken_internal_links(built_site):
     assert len(list(built_site.rglob("*.html"))) > 20
+    # the highlighted source is checked too: its [docs] links lead to the objects' anchors
+    assert len(list((built_site / "_modules").rglob("*.html"))) > 10
     broken = broken_links(built_site)
     assert not broken, "\n".join(broken[:50])
+
+
+def test_nothing_loaded_from_elsewhere(built_site):
+    """The site works offline: no page loads a script, style sheet, image or font from
+    another site, and the equations are typeset by the MathJax that comes with it."""
+    found = external_resources(built_site)
+    assert not found, "\n".join(found[:50])
+    page = built_site / "guide" / "choosing.html"
+    links = _parse(page, {})
+    assert 'class="math' in page.read_text()
+    scripts = [url for tag, url in links.resources if tag == "script" and "mathjax" in url]
+    assert scripts, "no MathJax on a page with an equation"
+    for url in scripts:
+        assert (page.parent / urlsplit(url).path).resolve().is_file(), url
 
 
 def test_linkcheck_runs_offline(built_site):
