@@ -46,9 +46,11 @@ def _not_copied(folder, names):
 
 
 def _extensions():
-    """(module file relative to the repository, in-place module) of every Cython module."""
-    return [(pyx.relative_to(ROOT).with_suffix(EXT_SUFFIX), pyx.with_suffix(EXT_SUFFIX))
-            for pyx in sorted(PKG.rglob("*.pyx"))]
+    """(module file relative to the repository, in-place module) of every Cython module, and
+    of the shared module that holds Cython's support code for all of them (setup.py)."""
+    sources = sorted(PKG.rglob("*.pyx")) + [PKG / "_cyutility.c"]
+    return [(src.relative_to(ROOT).with_suffix(EXT_SUFFIX), src.with_suffix(EXT_SUFFIX))
+            for src in sources]
 
 
 def _clean_env(**extra):
