@@ -115,8 +115,8 @@ def save_tensor(path, X, *, labels=None, mode_names=None):
     X : SparseTensor or convertible (see :func:`~sktensor_fast.tensor.as_sparse_tensor`)
         The tensor.
     labels : list, optional
-        One entry per mode: a list of at least ``shape[k]`` strings, or None.  By default
-        the tensor's own ``X.labels``.
+        One entry per mode: a list of at least ``shape[k]`` strings (other values are written
+        as their ``str()``), or None.  By default the tensor's own ``X.labels``.
     mode_names : list of str, optional
         One name per mode; by default the tensor's own ``X.mode_names``.
 
@@ -251,6 +251,10 @@ def _read_header(f, name):
         raise corrupt(f"unreadable header ({exc})") from None
     if not isinstance(meta, dict):
         raise corrupt("the header is not a JSON object")
+    if meta.get("version") != version:
+        # the version at the start is outside the header's checksum: the header repeats it
+        raise corrupt(f"the header is of format version {meta.get('version')!r}, the start "
+                      f"of the file says {version}")
     missing = [k for k in ("shape", "nnz", "dtype", "sections", "file_bytes") if k not in meta]
     if missing:
         raise corrupt(f"the header has no {', '.join(missing)}")
@@ -281,9 +285,9 @@ def _read_header(f, name):
     expect = {"subs": nnz * N * 8, "vals": nnz * dtype.itemsize, "labels": None}
     spans = []
     for key, nbytes in expect.items():
-        sec = sections.get(key)
-        if sec is None and key == "labels":
+        if key == "labels" and key not in sections:
             continue
+        sec = sections.get(key)
         if not isinstance(sec, dict) or not _is_int(sec.get("offset")) \
                 or not _is_int(sec.get("nbytes")):
             raise corrupt(f"the header has no valid offset and length of the {_WHAT[key]}")

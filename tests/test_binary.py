@@ -288,6 +288,8 @@ def _crafted():
         (lambda m: m.pop("sections"), "no sections"),
         (lambda m: m.pop("shape"), "no shape"),
         (lambda m: m["sections"].pop("vals"), "values"),
+        (lambda m: m["sections"].__setitem__("labels", None), "labels"),
+        (setk("version", 1), "format version 1"),
         (sec("subs", "offset", 7), "does not fit"),
         (sec("subs", "offset", 2 ** 70), "offset"),
         (sec("vals", "offset", 0), "outside"),
