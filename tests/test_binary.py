@@ -275,6 +275,7 @@ def _crafted():
         (setk("nnz", -1), "nonzeros"),
         (setk("nnz", 1e400), "nonzeros"),
         (setk("nnz", 10 ** 12), "does not fit the header"),
+        (_huge, "truncated: it has .* bytes, its header announces 32000016777216"),
         (setk("dtype", "<c16"), "dtype"),
         (setk("dtype", "object"), "dtype"),
         (setk("dtype", ["<f8"]), "dtype"),
@@ -300,6 +301,17 @@ def _crafted():
         (sec("labels", "nbytes", 10 ** 9), "outside"),
         (sec("labels", "offset", -64), "offset"),
     ]
+
+
+def _huge(meta):
+    # 10**12 nonzeros, every size consistent: refused by the size of the file, not by an
+    # allocation of 32 TB
+    n, B = 10 ** 12, 2 ** 30
+    sec = meta["sections"]
+    sec["subs"].update(offset=2 ** 24, nbytes=24 * n, crc32=[0] * -(-24 * n // B))
+    sec["vals"].update(offset=2 ** 24 + 24 * n, nbytes=8 * n, crc32=[0] * -(-8 * n // B))
+    sec.pop("labels")
+    meta.update(nnz=n, crc_block=B, file_bytes=sec["vals"]["offset"] + 8 * n)
 
 
 @pytest.mark.parametrize("edit, match", _crafted())
