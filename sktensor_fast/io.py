@@ -200,6 +200,8 @@ def _atomic_output(path):
             break
         except FileExistsError:
             continue
+        except OSError as exc:          # named after the file asked for, not the temporary
+            raise type(exc)(exc.errno, exc.strerror, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f

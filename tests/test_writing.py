@@ -134,3 +134,10 @@ def test_folder_refused(tmp_path, kind):
     with pytest.raises(IsADirectoryError, match="cannot write .*d: it is a folder"):
         _save(kind, tmp_path / "d")
     assert [p.name for p in tmp_path.iterdir()] == ["d"]
+
+
+@pytest.mark.parametrize("kind", SAVERS)
+def test_missing_folder_named(tmp_path, kind):
+    path = tmp_path / "no" / "such" / "x"
+    with pytest.raises(FileNotFoundError, match=f"No such file or directory: '{path}'"):
+        _save(kind, path)
