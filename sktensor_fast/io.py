@@ -156,13 +156,40 @@ def _iter_blocks(stream, block_bytes, max_line_length=None, name="<stream>"):
 # ---------------------------------------------------------------------------------- labels
 @contextlib.contextmanager
 def _atomic_output(path):
-    """Write a file all at once: yield a binary file object for a temporary file next to
-    ``path``; when the block completes, flush it to disk and rename it onto ``path``.
+    """The writing policy of every saver (:func:`save_tns`, :func:`write_labels`,
+    :func:`~sktensor_fast.save_tensor`, :func:`~sktensor_fast.save_model`): yield a binary
+    file object through which ``path`` is written, as ``open(path, "wb")`` would write it but
+    never half-way.
 
-    On any exception (KeyboardInterrupt included) the temporary file is removed and ``path``,
-    if it existed, is left as it was.  A symbolic link is written through, like ``open``.
+    - A regular file (or a new one) is written under a temporary name in its own folder, then
+      flushed to disk and renamed onto ``path`` when the block completes; on any exception
+      (KeyboardInterrupt included) the temporary file is removed and an existing ``path`` is
+      left as it was.
+    - Permissions are those ``open()`` gives: a new file gets ``0o666`` less the umask, an
+      existing file keeps its mode.
+    - A symbolic link is followed: its target is written (through a temporary file in the
+      target's folder), the link stays.
+    - A character device or a FIFO (``/dev/null``, a named pipe) is written directly, never
+      replaced by a regular file; a folder, a block device or a socket is refused with an
+      ``OSError`` naming the path.
     """
-    target = os.path.realpath(os.fspath(path))
+    path = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode            # follows links, as open() does
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+            with open(path, "wb") as f:
+                yield f
+                f.flush()
+            return
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        cls = IsADirectoryError if stat.S_ISDIR(mode) else OSError
+        raise cls(f"cannot write {path}: it is {kind} (write to a regular file, a character "
+                  f"device or a FIFO)")
+    target = os.path.realpath(path)
     directory, base = os.path.split(target)
     while True:
         tmp = os.path.join(directory, f".{base}.{secrets.token_hex(4)}.tmp")
@@ -173,6 +200,8 @@ def _atomic_output(path):
             break
         except FileExistsError:
             continue
+        except OSError as exc:          # named after the file asked for, not the temporary
+            raise type(exc)(exc.errno, exc.strerror, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -470,7 +499,9 @@ def save_tns(path, X, *, precision=None):
         Destination; compressed with gzip when the name ends with ``.gz`` (``.bz2`` and
         ``.xz`` select bzip2 and xz).  A file is written whole or not at all: the text goes to
         a temporary file in the same folder, which replaces ``path`` only once complete (if
-        writing fails or is interrupted, an existing ``path`` is left as it was).
+        writing fails or is interrupted, an existing ``path`` is left as it was).  As every
+        saver of the package: the mode ``open()`` would give, a symbolic link written
+        through, a character device or a FIFO written directly.
     X : SparseTensor or convertible (see :func:`~sktensor_fast.tensor.as_sparse_tensor`)
         The tensor.
     precision : int, optional

@@ -57,7 +57,8 @@ def save_model(model, path, labels=None, mode_names=None):
     path : str or path-like
         The file to write, exactly this name (no extension is added).  It is written to a
         temporary file in the same folder and renamed, so an interrupted save leaves no
-        partial file.
+        partial file.  As every saver of the package: the mode ``open()`` would give, a
+        symbolic link written through, a character device or a FIFO written directly.
     labels, mode_names : optional
         Labels of every mode's indices and names of the modes; by default those the model
         kept from a tensor that carried them (``model.labels_``, ``model.mode_names_``).

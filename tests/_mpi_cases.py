@@ -244,8 +244,9 @@ def load_tensor_parallel():
         shutil.copyfile(path, bad)
         from sktensor_fast.binary import _read_header
         with open(bad, "r+b") as f:
-            shape, nnz, dtype, sections = _read_header(f, bad)
-            off = int(sections["subs"]["offset"])
+            hdr = _read_header(f, bad)
+            shape, nnz = hdr.shape, hdr.nnz
+            off = int(hdr.sections["subs"]["offset"])
             N = len(shape)
             subs = np.fromfile(bad, dtype="<i8", count=nnz * N, offset=off).reshape(nnz, N)
             half = nnz // 2
@@ -254,6 +255,11 @@ def load_tensor_parallel():
             subs = np.concatenate([subs[half:], subs[:half]])
             f.seek(off)
             f.write(subs.tobytes())
+        from _container import resigned       # checksums that match the swapped rows
+        with open(bad, "rb") as f:
+            raw = resigned(f.read())
+        with open(bad, "wb") as f:
+            f.write(raw)
     comm.Barrier()
     if SIZE == 2:
         expect_error_everywhere(lambda: load_tensor(bad), ValueError, "swapped.sktf",
@@ -268,6 +274,40 @@ def load_tensor_parallel():
     expect_error_everywhere(lambda: load_tensor(trunc), ValueError, "cut.sktf", "truncated")
     expect_error_everywhere(lambda: load_tensor(path if RANK == 0 else bad), ValueError,
                             "different paths")
+
+
+@case
+def load_tensor_replaced_meanwhile():
+    # a writer replaces the file after process 0 read its share and before the others read
+    # theirs: refused on every process, never a tensor of two versions
+    from sktensor_fast import binary, save_tensor
+    d = shared_tmpdir()
+    path = os.path.join(d, "x.sktf")
+    X1 = random_tensor((20, 15, 12), 1500, seed=5)
+    X2 = SparseTensor(X1.subs, X1.vals + 1, X1.shape)     # the same layout, other values
+    if RANK == 0:
+        save_tensor(path, X1)
+    comm.Barrier()
+    read_rows = binary.read_rows
+
+    def replaced_between(*args):
+        if RANK == 0:
+            got = read_rows(*args)
+            comm.Barrier()
+            return got
+        comm.Barrier()
+        if RANK == 1:
+            save_tensor(path, X2)
+        return read_rows(*args)
+    binary.read_rows = replaced_between
+    try:
+        expect_error_everywhere(lambda: load_tensor(path), ValueError, "x.sktf",
+                                "replaced while the processes read it")
+    finally:
+        binary.read_rows = read_rows
+    back = load_tensor(path).gather()
+    if RANK == 0:
+        assert back == X2
 
 
 # ------------------------------------------------------------------------------ the fits

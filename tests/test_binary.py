@@ -7,6 +7,8 @@ import pytest
 from sktensor_fast import SparseTensor, load_tensor, save_tensor
 from sktensor_fast.binary import FORMAT_VERSION
 
+from _container import resigned
+
 
 def tensor(dtype=np.float64, seed=0):
     rng = np.random.default_rng(seed)
@@ -86,7 +88,7 @@ def test_arrays_are_checked(tmp_path, problem, match):
         raw[subs_at + 8:subs_at + 16] = struct.pack("<q", 20)
     else:
         raw[vals_at + 8:vals_at + 16] = struct.pack("<d", np.nan)
-    path.write_bytes(bytes(raw))
+    path.write_bytes(resigned(bytes(raw)))      # checksums that match: the arrays are checked
     for mmap in (False, True):
         with pytest.raises(ValueError, match=match):
             load_tensor(path, mmap=mmap)
@@ -117,7 +119,248 @@ def test_read_rows_shares(tmp_path):
     vals_at = raw.index(X.vals.astype("<f8").tobytes()[:64])
     row = X.nnz - 5                                  # in the last share
     raw[vals_at + 8 * row:vals_at + 8 * row + 8] = struct.pack("<d", 0.0)
-    path.write_bytes(bytes(raw))
+    path.write_bytes(resigned(bytes(raw)))
     assert len(read_rows(path, 3, 0)[2]) == X.nnz // 3        # the other shares are fine
     with pytest.raises(ValueError, match=f"value {row} is zero"):
         read_rows(path, 3, 2)
+
+
+# ------------------------------------------------------------------- a file replaced meanwhile
+def _two_versions():
+    X1, X2 = tensor(seed=1), tensor(seed=2)
+    assert X1.nnz == X2.nnz and X1 != X2      # the same layout, other arrays
+    return X1, X2
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_mmap_maps_the_file_whose_header_it_read(tmp_path, monkeypatch, verify):
+    from sktensor_fast import binary
+    X1, X2 = _two_versions()
+    path = tmp_path / "x.sktf"
+    save_tensor(path, X1)
+    read_header = binary._read_header
+
+    def then_replaced(f, name):
+        hdr = read_header(f, name)
+        save_tensor(path, X2)            # a writer replaces the file between header and map
+        return hdr
+    monkeypatch.setattr(binary, "_read_header", then_replaced)
+    for mmap in (True, False):
+        save_tensor(path, X1)
+        Y = load_tensor(path, mmap=mmap, verify=verify)
+        assert Y == X1, "coordinates and values of two versions mixed"
+    monkeypatch.undo()
+    assert load_tensor(path) == X2
+
+
+def test_read_rows_tells_versions_apart(tmp_path):
+    # the distributed loader compares what read_rows returns on every process
+    from sktensor_fast.binary import read_rows
+    X1, X2 = _two_versions()
+    path = tmp_path / "x.sktf"
+    save_tensor(path, X1)
+    first = read_rows(path, 2, 0)
+    assert read_rows(path, 2, 1)[4] == first[4]
+    save_tensor(path, X2)
+    assert read_rows(path, 2, 1)[4] != first[4]
+
+
+# ------------------------------------------------------------------------------- checksums
+@pytest.mark.parametrize("section", ["subs", "vals"])
+def test_every_bit_of_the_arrays_is_checked(tmp_path, section):
+    X = tensor()
+    path = tmp_path / "x.sktf"
+    save_tensor(path, X)
+    good = path.read_bytes()
+    arr = X.subs.astype("<i8") if section == "subs" else X.vals.astype("<f8")
+    at = good.index(arr.tobytes()[:64])
+    rng = np.random.default_rng(0)
+    what = {"subs": "coordinates", "vals": "values"}[section]
+    for bit in rng.choice(arr.nbytes * 8, 20, replace=False):
+        raw = bytearray(good)
+        raw[at + bit // 8] ^= 1 << (bit % 8)
+        path.write_bytes(bytes(raw))
+        for mmap in (False, True):
+            with pytest.raises(ValueError, match=f"x.sktf is corrupt: its {what} do not match"):
+                load_tensor(path, mmap=mmap)
+    # verify=False skips the checksums: a flip of a value's low bit then loads
+    raw = bytearray(good)
+    raw[good.index(X.vals.astype("<f8").tobytes()[:64])] ^= 1
+    path.write_bytes(bytes(raw))
+    assert load_tensor(path, mmap=True, verify=False).nnz == X.nnz
+
+
+def test_shares_check_the_blocks_they_read(tmp_path, monkeypatch):
+    # small checksum blocks: a share reads the parts of its first and last block outside it
+    from sktensor_fast import binary
+    from sktensor_fast.binary import read_rows
+    monkeypatch.setattr(binary, "_CRC_BLOCK", 256)
+    X = tensor(seed=3)
+    path = tmp_path / "x.sktf"
+    save_tensor(path, X)
+    assert len(_meta(path)["sections"]["subs"]["crc32"]) == -(-X.nnz * 24 // 256)
+    parts = [read_rows(path, 7, p) for p in range(7)]
+    assert np.array_equal(np.concatenate([p[2] for p in parts]), X.subs)
+    assert np.array_equal(np.concatenate([p[3] for p in parts]), X.vals)
+    assert load_tensor(path) == X and load_tensor(path, mmap=True) == X
+    raw = bytearray(path.read_bytes())
+    vals_at = raw.index(X.vals.astype("<f8").tobytes()[:64])
+    row = X.nnz - 5                                  # in the last share
+    raw[vals_at + 8 * row] ^= 4
+    path.write_bytes(bytes(raw))
+    assert len(read_rows(path, 7, 0)[2]) == X.nnz // 7
+    with pytest.raises(ValueError, match="its values do not match their checksum"):
+        read_rows(path, 7, 6)
+
+
+def _meta(path):
+    import json
+    raw = path.read_bytes()
+    hlen = struct.unpack("<I", raw[12:16])[0]
+    return json.loads(raw[24:24 + hlen])
+
+
+def test_version_1_files_are_read(tmp_path):
+    from _container import version1
+    X = tensor(np.float32)
+    labels = [None, [f"b{i}" for i in range(20)], None]
+    path = tmp_path / "old.sktf"
+    path.write_bytes(version1(X, labels))
+    for mmap in (False, True):
+        Y, got = load_tensor(path, mmap=mmap, with_labels=True)
+        assert Y == X and Y.dtype == np.float32 and got == labels and Y.labels == labels
+    path.write_bytes(version1(X))
+    assert load_tensor(path) == X
+
+
+# ------------------------------------------------------------------------- labels and names
+def test_labels_and_mode_names_are_kept(tmp_path):
+    X = tensor()
+    labels = [[f"a{i}" for i in range(20)], None, [f"c{i}" for i in range(20)]]
+    X.labels, X.mode_names = labels, ["user", "item", "day"]
+    path = tmp_path / "x.sktf"
+    save_tensor(path, X)                              # the tensor's own
+    for mmap in (False, True):
+        Y, got = load_tensor(path, mmap=mmap, with_labels=True)
+        assert got == labels and Y.labels == labels and Y.mode_names == ["user", "item", "day"]
+    given = [None, [f"b{i}" for i in range(25)], None]
+    save_tensor(path, X, labels=given, mode_names=["u", "i", "d"])   # passed explicitly
+    Y = load_tensor(path)
+    assert Y.labels == [None, given[1][:20], None] and Y.mode_names == ["u", "i", "d"]
+    with pytest.raises(ValueError, match="mode_names has 2 entries"):
+        save_tensor(path, X, mode_names=["a", "b"])
+    Z = load_tensor(path)
+    assert Z.labels == Y.labels                      # the refused save changed nothing
+    save_tensor(path, tensor())
+    Y, got = load_tensor(path, with_labels=True)
+    assert got == [None] * 3 and Y.labels is None and Y.mode_names is None
+
+
+# ------------------------------------------------------------------------ crafted headers
+def _crafted():
+    """(edit of the header, fragment of the message): every header is signed, so only the
+    checks of its content can refuse it."""
+    def setk(key, value):
+        return lambda m: m.__setitem__(key, value)
+
+    def sec(name, key, value):
+        return lambda m: m["sections"][name].__setitem__(key, value)
+    return [
+        (setk("shape", [3, 4, -3]), "shape"),
+        (setk("shape", []), "shape"),
+        (setk("shape", [3, 4.5, 2]), "shape"),
+        (setk("shape", [2 ** 63, 20, 20]), "shape"),
+        (setk("shape", "abc"), "shape"),
+        (setk("shape", [True, 20, 20]), "shape"),
+        (setk("nnz", -1), "nonzeros"),
+        (setk("nnz", 1e400), "nonzeros"),
+        (setk("nnz", 10 ** 12), "does not fit the header"),
+        (_huge, "truncated: it has .* bytes, its header announces 32000016777216"),
+        (setk("dtype", "<c16"), "dtype"),
+        (setk("dtype", "object"), "dtype"),
+        (setk("dtype", ["<f8"]), "dtype"),
+        (setk("file_bytes", 10 ** 15), "truncated"),
+        (setk("file_bytes", -5), "file_bytes"),
+        (setk("mode_names", ["a"]), "mode_names"),
+        (setk("mode_names", 7), "mode_names"),
+        (setk("crc_block", 0), "crc_block"),
+        (setk("crc_block", 2 ** 40), "crc_block"),
+        (setk("sections", []), "sections"),
+        (lambda m: m.pop("sections"), "no sections"),
+        (lambda m: m.pop("shape"), "no shape"),
+        (lambda m: m["sections"].pop("vals"), "values"),
+        (lambda m: m["sections"].__setitem__("labels", None), "labels"),
+        (setk("version", 1), "format version 1"),
+        (sec("subs", "offset", 7), "does not fit"),
+        (sec("subs", "offset", 2 ** 70), "offset"),
+        (sec("vals", "offset", 0), "outside"),
+        (sec("vals", "offset", 4160), "overlap"),
+        (sec("vals", "nbytes", "2400"), "offset and length"),
+        (sec("vals", "crc32", [1, 2]), "checksums"),
+        (sec("vals", "crc32", [-1]), "checksums"),
+        (sec("labels", "nbytes", 10 ** 9), "outside"),
+        (sec("labels", "offset", -64), "offset"),
+    ]
+
+
+def _huge(meta):
+    # 10**12 nonzeros, every size consistent: refused by the size of the file, not by an
+    # allocation of 32 TB
+    n, B = 10 ** 12, 2 ** 30
+    sec = meta["sections"]
+    sec["subs"].update(offset=2 ** 24, nbytes=24 * n, crc32=[0] * -(-24 * n // B))
+    sec["vals"].update(offset=2 ** 24 + 24 * n, nbytes=8 * n, crc32=[0] * -(-8 * n // B))
+    sec.pop("labels")
+    meta.update(nnz=n, crc_block=B, file_bytes=sec["vals"]["offset"] + 8 * n)
+
+
+@pytest.mark.parametrize("edit, match", _crafted())
+def test_crafted_headers(tmp_path, edit, match):
+    from _container import split, with_header
+    X = tensor()
+    path = tmp_path / "x.sktf"
+    save_tensor(path, X, labels=[None, None, [str(i) for i in range(20)]])
+    _, meta, raw = split(path.read_bytes())
+    edit(meta)
+    bad = tmp_path / "bad.sktf"
+    bad.write_bytes(with_header(raw, meta))
+    for mmap in (False, True):
+        with pytest.raises(ValueError, match=match) as info:
+            load_tensor(bad, mmap=mmap, with_labels=True)
+        assert str(bad) in str(info.value)
+
+
+def test_crafted_headers_outside_the_object(tmp_path):
+    from _container import split, with_header
+    path = tmp_path / "x.sktf"
+    save_tensor(path, tensor())
+    _, meta, raw = split(path.read_bytes())
+    for header, match in (([1, 2], "not a JSON object"), ("x", "not a JSON object"),
+                          (None, "not a JSON object")):
+        path.write_bytes(with_header(raw, header))
+        with pytest.raises(ValueError, match=match):
+            load_tensor(path)
+    # a header length past the end of the file: refused before anything is read
+    path.write_bytes(raw[:12] + struct.pack("<I", 2 ** 32 - 1) + raw[16:])
+    with pytest.raises(ValueError, match="truncated"):
+        load_tensor(path)
+    # deeply nested JSON with a valid checksum
+    import zlib
+    deep = b"[" * 100_000 + b"]" * 100_000
+    path.write_bytes(raw[:8] + struct.pack("<III4x", FORMAT_VERSION, len(deep),
+                                           zlib.crc32(deep)) + deep)
+    with pytest.raises(ValueError, match="unreadable header"):
+        load_tensor(path)
+    # labels that are not lists of strings as long as the mode, with matching checksums
+    save_tensor(path, tensor(), labels=[None, None, [str(i) for i in range(20)]])
+    _, meta, raw = split(path.read_bytes())
+    sec = meta["sections"]["labels"]
+    for bad in (b'{"a": 1}', b'[null, null, ["1"]]', b'[null, null, [1, 2]]', b'[null]',
+                b'\xff\xfe'):
+        bad = bad.ljust(sec["nbytes"], b" ") if len(bad) <= sec["nbytes"] else bad
+        edited = bytearray(raw)
+        edited[sec["offset"]:sec["offset"] + sec["nbytes"]] = bad[:sec["nbytes"]]
+        from _container import resigned
+        path.write_bytes(resigned(bytes(edited)))
+        with pytest.raises(ValueError, match="x.sktf is corrupt: .*labels"):
+            load_tensor(path)

@@ -3,8 +3,10 @@ save -> load round trips, on arbitrary input.
 
 Every input either gives a tensor that keeps the invariants the kernels rely on (sorted, unique,
 in range, finite, nonzero, read-only) and the right content, or a ValueError / TypeError (naming
-the file and line for the parser) -- never another exception.  The example counts keep the
-module to a few seconds; set SKTENSOR_FUZZ_EXAMPLES (e.g. 5000) for a deeper search.
+the file and line for the parser) -- never another exception.  Files of the binary container
+with flipped bits, cut short or with crafted (and signed) headers give the tensor saved or a
+ValueError / OSError naming the file.  The example counts keep the module to a few seconds;
+set SKTENSOR_FUZZ_EXAMPLES (e.g. 5000) for a deeper search.
 """
 import gzip
 import io
@@ -413,3 +415,132 @@ def test_save_load_round_trip_is_exact(tmp_path_factory, X, where):
         Z = load_tns(io.BytesIO(buf.getvalue()), dtype=X.dtype)
         assert Z.shape == tuple(int(m) + 1 for m in X.subs.max(axis=0))
         assert np.array_equal(Z.subs, X.subs) and np.array_equal(Z.vals, X.vals)
+
+
+# ------------------------------------------------------------------ (d) the binary container
+_LABEL = st.text(max_size=4)
+
+
+@st.composite
+def saved_tensors(draw):
+    """A valid tensor, with labels and mode names or not, and the bytes save_tensor wrote."""
+    X = draw(valid_tensors())
+    labels = mode_names = None
+    if draw(st.booleans()):
+        labels = [draw(st.none() | st.lists(_LABEL, min_size=min(s, 4), max_size=min(s, 4)))
+                  if s <= 4 else None for s in X.shape]
+        mode_names = draw(st.none() | st.lists(_LABEL, min_size=X.ndim, max_size=X.ndim))
+    return X, labels, mode_names
+
+
+def _container_file(tmp_path_factory, case):
+    from sktensor_fast.binary import save_tensor
+    X, labels, mode_names = case
+    path = tmp_path_factory.mktemp("sktf") / "x.sktf"
+    save_tensor(path, X, labels=labels, mode_names=mode_names)
+    return path, path.read_bytes()
+
+
+def _load_identical_or_refused(path, case, mmap):
+    """Load ``path``: the tensor saved (bit for bit, with its labels and mode names), or a
+    ValueError / OSError naming the file."""
+    from sktensor_fast.binary import load_tensor
+    X, labels, mode_names = case
+    try:
+        Y, got = load_tensor(path, mmap=mmap, with_labels=True)
+    except (ValueError, OSError) as exc:
+        assert str(path) in str(exc), exc
+        return None
+    assert_invariants(Y)
+    assert Y.shape == X.shape and Y.dtype == X.dtype
+    assert np.array_equal(Y.subs, X.subs)
+    assert np.array_equal(Y.vals.view(np.uint8), X.vals.view(np.uint8))
+    assert got == (labels or [None] * X.ndim) and Y.mode_names == mode_names
+    return Y
+
+
+# a file a case: a third of the examples of the other tests keeps the section to a few seconds
+CONTAINER_FUZZ = settings(FUZZ, max_examples=max(1, FUZZ.max_examples // 3))
+
+
+@CONTAINER_FUZZ
+@given(saved_tensors(), st.lists(st.integers(0, 2 ** 40), min_size=1, max_size=3),
+       st.booleans())
+def test_container_round_trip_and_bit_flips(tmp_path_factory, case, bits, mmap):
+    path, raw = _container_file(tmp_path_factory, case)
+    assert _load_identical_or_refused(path, case, mmap) is not None      # the round trip
+    flipped = bytearray(raw)
+    for bit in bits:
+        bit %= 8 * len(raw)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+    path.write_bytes(bytes(flipped))
+    _load_identical_or_refused(path, case, mmap)
+
+
+@CONTAINER_FUZZ
+@given(saved_tensors(), st.integers(0, 2 ** 40), st.booleans())
+def test_container_truncated(tmp_path_factory, case, cut, mmap):
+    path, raw = _container_file(tmp_path_factory, case)
+    path.write_bytes(raw[:cut % len(raw)])
+    assert _load_identical_or_refused(path, case, mmap) is None
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.text(max_size=4)
+    | st.integers(-2 ** 70, 2 ** 70)
+    | st.sampled_from([0, 1, -1, 2, 3, 24, 64, 4096, 4160, 2 ** 22, 2 ** 31, 2 ** 32, 2 ** 63,
+                       2 ** 64, "<f8", "<f4", "<i8", "|b1"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                 max_size=3),
+    max_leaves=6)
+
+
+def _places(obj, at=()):
+    """Every place in a JSON document: the path of keys and indices to it."""
+    yield at
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _places(v, at + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _places(v, at + (i,))
+
+
+@CONTAINER_FUZZ
+@given(saved_tensors(), st.data(), st.booleans())
+def test_container_crafted_headers(tmp_path_factory, case, data, mmap):
+    # a header edited and signed again: only the checks of its content stand between it and
+    # the kernels.  A header that still describes a tensor in the file may load (with the
+    # shape or names it now says); anything else is one ValueError / OSError naming the file.
+    from _container import split, with_header
+    from sktensor_fast.binary import load_tensor
+    path, raw = _container_file(tmp_path_factory, case)
+    version, meta, raw = split(raw)
+    for _ in range(data.draw(st.integers(1, 3))):
+        places = list(_places(meta))
+        at = data.draw(st.sampled_from(places))
+        new = data.draw(_JSON_VALUES | st.integers(-3, 3).map(
+            lambda d, at=at: _get(meta, at) + d if type(_get(meta, at)) is int else None))
+        if not at:
+            meta = new
+            continue
+        parent = _get(meta, at[:-1])
+        if data.draw(st.booleans()) and isinstance(parent, dict):
+            parent.pop(at[-1])
+        else:
+            parent[at[-1]] = new
+    version = data.draw(st.sampled_from([version, version, 1, 2, 3, 0, 2 ** 32 - 1]))
+    path.write_bytes(with_header(raw, meta, version=version))
+    try:
+        Y = load_tensor(path, mmap=mmap, with_labels=True)[0]
+    except (ValueError, OSError) as exc:
+        assert str(path) in str(exc), exc
+        return
+    assert_invariants(Y)
+    assert list(Y.shape) == meta["shape"] and Y.nnz == meta["nnz"]
+
+
+def _get(obj, at):
+    for k in at:
+        obj = obj[k]
+    return obj

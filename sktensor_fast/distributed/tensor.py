@@ -499,7 +499,9 @@ def load_tensor(path, comm=None):
     the values, by parallel reads) and checks it as :func:`sktensor_fast.load_tensor` checks
     the whole file; the processes then check that their shares follow each other in order,
     and the nonzeros are sent to their owners (see the module notes).  No process reads more
-    than its share.
+    than its share (and the rest of the checksum blocks it lies in).  Every process reads its
+    share through one open of the file and the processes check that they read the same
+    version of it: a file replaced meanwhile is refused, never mixed.
 
     Parameters
     ----------
@@ -515,8 +517,8 @@ def load_tensor(path, comm=None):
     ------
     FileNotFoundError, PermissionError, ValueError
         On every process when the file is missing or unreadable on any process, is not such a
-        file, was written by another format version, is truncated or corrupt, or when the
-        processes were given different paths.
+        file, was written by an unknown format version, is truncated or corrupt, was replaced
+        while it was read, or when the processes were given different paths.
     """
     from .. import binary
     comm = get_comm(comm)
@@ -525,7 +527,13 @@ def load_tensor(path, comm=None):
     name = _file_name(comm, path, "load_tensor")
     _same_everywhere(comm, os.path.abspath(name), "load_tensor", "paths")
     with agree_on_errors(comm):
-        shape, nnz, subs, vals = binary.read_rows(name, P, rank)
+        shape, nnz, subs, vals, ident = binary.read_rows(name, P, rank)
+    # every process read through its own open of the path: all must have read one version
+    idents = comm.allgather(ident)
+    with agree_on_errors(comm):
+        if any(i != idents[0] for i in idents):
+            raise ValueError(f"{name} was replaced while the processes read it (they read "
+                             f"different versions of the file); load it again")
     # the shares must follow each other: the last row of one before the first of the next
     ends = comm.allgather((tuple(subs[0]), tuple(subs[-1])) if len(subs) else None)
     with agree_on_errors(comm):
