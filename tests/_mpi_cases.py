@@ -459,6 +459,66 @@ def disagreeing_processes_fail_together():
     CPALS(rank=2, random_state=0, max_iter=2, verbose=0).fit(Xd)
 
 
+class _ScaledSquares:
+    """A user-defined loss: s (x - m)^2."""
+    lower = -np.inf
+
+    def __init__(self, s):
+        self.s = s
+
+    def value(self, x, m):
+        return self.s * (x - m) ** 2
+
+    def deriv(self, x, m):
+        return 2 * self.s * (m - x)
+
+
+def _loss_of_code(power):
+    """A loss of the same class name and attributes everywhere; only its code differs."""
+    class Loss:
+        lower = -np.inf
+        value = eval(f"lambda self, x, m: abs(x - m) ** {power}")
+        deriv = eval(f"lambda self, x, m: {power} * abs(m - x) ** {power - 1} * np.sign(m - x)")
+    return Loss()
+
+
+@case
+def different_user_losses_fail_together():
+    import threading
+    X = random_tensor((20, 15, 10), 800, seed=10, counts=False)
+    Xd = scatter(X if RANK == 0 else None)
+    kw = dict(rank=2, random_state=0, max_iter=1, epoch_iters=5)
+    # the same class with a default repr: told apart by its attributes, by its code
+    expect_error_everywhere(lambda: GCP(loss=_ScaledSquares(1.0 + RANK), **kw).fit(Xd),
+                            ValueError, "different parameters", "loss")
+    expect_error_everywhere(lambda: GCP(loss=_loss_of_code(2 + 2 * RANK), **kw).fit(Xd),
+                            ValueError, "different parameters", "loss")
+    expect_error_everywhere(lambda: GCP(loss=lambda_loss(RANK), **kw).fit(Xd),
+                            ValueError, "different parameters", "loss")
+    # an attribute that cannot be compared: refused, on every process
+    opaque = _ScaledSquares(1.0)
+    opaque.lock = threading.Lock()
+    expect_error_everywhere(lambda: GCP(loss=opaque, **kw).fit(Xd), ValueError,
+                            "cannot check that they fit with the same loss", "lock")
+    # the same loss everywhere (separate but equal objects) fits
+    dist = GCP(loss=_ScaledSquares(2.0), **kw).fit(Xd)
+    GCP(loss=_loss_of_code(2), **kw).fit(Xd)
+    assert_same_everywhere([dist.weights_, *dist.factors_])
+
+
+def lambda_loss(offset):
+    """A loss whose functions are closures over ``offset``."""
+    class Loss:
+        lower = -np.inf
+
+        def value(self, x, m):
+            return (x - m - offset) ** 2
+
+        def deriv(self, x, m):
+            return 2 * (m + offset - x)
+    return Loss()
+
+
 @case
 def bad_data_on_one_process_fails_everywhere():
     X = random_tensor((20, 15, 10), 800, seed=11)
