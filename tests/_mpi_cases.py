@@ -4,8 +4,8 @@ Run by tests/test_distributed.py.  ``python _mpi_cases.py OUT.json [case ...]`` 
 cases (all by default) on every process; each case does its collective work first and its
 assertions last, so that a failed assertion on one process cannot leave the others waiting.
 Process 0 writes {case: {"ok": bool, "errors": [per-process traceback or None], "seconds"}}
-to OUT.json, updated after every case.  ``python _mpi_cases.py --abort-uncaught`` and
-``--kill-one`` end the job in the two ways a job must not hang.
+to OUT.json, updated after every case.  ``python _mpi_cases.py --abort-uncaught``,
+``--raise-before-scatter`` and ``--kill-one`` end the job in the ways a job must not hang.
 """
 import json
 import os
@@ -647,6 +647,13 @@ def abort_uncaught():
     CPALS(rank=2, random_state=0).fit(Xd)   # the others would wait here forever
 
 
+def raise_before_scatter():
+    X = random_tensor((10, 8, 6), 200, seed=14)
+    if RANK == SIZE - 1:
+        raise RuntimeError("deliberate failure before the first distributed tensor")
+    scatter(X if RANK == 0 else None)   # the others would wait here forever
+
+
 def kill_one():
     import signal
     X = random_tensor((40, 30, 20), 4000, seed=15)
@@ -661,6 +668,8 @@ def kill_one():
 def main():
     if sys.argv[1] == "--abort-uncaught":
         return abort_uncaught()
+    if sys.argv[1] == "--raise-before-scatter":
+        return raise_before_scatter()
     if sys.argv[1] == "--kill-one":
         return kill_one()
     out = sys.argv[1]
