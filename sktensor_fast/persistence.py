@@ -332,7 +332,8 @@ def _load(zf, path, loss_arg):
         raise ValueError(f"{path} was written by a newer sktensor_fast "
                          f"({meta.get('package_version')}, format version {version}); upgrade "
                          f"to read it")
-    cls = _classes().get(meta.get("class"))
+    name = meta.get("class")
+    cls = _classes().get(name) if isinstance(name, str) else None
     if cls is None:
         raise ValueError(f"{path} holds an unknown estimator class {meta.get('class')!r}")
     for key in ("params", "attributes"):
@@ -450,7 +451,7 @@ def _loss(entry):
     from .decomposition.losses import LOSSES
     if "builtin_loss" in entry:
         name = entry["builtin_loss"]
-        if name not in LOSSES:
+        if not isinstance(name, str) or name not in LOSSES:
             raise _Invalid(f"unknown built-in loss {name!r}")
         try:
             return LOSSES[name](_unplain(entry.get("loss_param"))), None
