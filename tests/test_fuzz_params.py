@@ -3,9 +3,9 @@
 Every combination of parameters either fits, leaving finite fitted attributes, or raises
 ValueError / TypeError (scikit-learn's InvalidParameterError is both) with a message; never
 another exception, never a crash.  Every fitted model goes through save_model / load_model
-and comes back with the same factors, settings and loadings.  Valid values are drawn small (few iterations and samples)
-so that the whole file stays fast; invalid ones include bools, NaN, infinities, negative and
-huge numbers, wrong types and shapes.  The examples are derandomized: the same on every run.
+and comes back with the same factors, settings and loadings.  Valid values are drawn small
+(few iterations and samples) so that the whole file stays fast; invalid ones include bools,
+NaN, infinities, negative and huge numbers, wrong types and shapes.  The examples are derandomized: the same on every run.
 """
 import warnings
 
