@@ -349,7 +349,10 @@ def _load(zf, path, loss_arg):
         raise _Invalid(f"n_features_in_ is {attrs['n_features_in_']}, not that of the tensor "
                        f"shape {shape}")
     N = len(shape)
-    params = _params(meta["params"], cls, shape, read, loss_arg, path)
+    not_saved = meta.get("params_not_saved", [])
+    if not isinstance(not_saved, list) or not all(isinstance(k, str) for k in not_saved):
+        raise _Invalid(f"params_not_saved is {not_saved!r}, not a list of names")
+    params = _params(meta["params"], cls, shape, read, loss_arg, path, not_saved)
     R = params.get("rank")
     if isinstance(R, bool) or not isinstance(R, int) or R < 1:
         raise _Invalid(f"the rank is {R!r}, not an int >= 1")
@@ -417,7 +420,7 @@ def _attributes(raw):
     return out
 
 
-def _params(raw, cls, shape, read, loss_arg, path):
+def _params(raw, cls, shape, read, loss_arg, path, not_saved=()):
     """The settings of the document, as the estimator takes them."""
     known = set(cls().get_params(deep=False))
     unknown = sorted(set(raw) - known)
@@ -437,7 +440,19 @@ def _params(raw, cls, shape, read, loss_arg, path):
                 if key in ("n_samples_grad", "n_samples_loss"):
                     value = tuple(value)
         params[key] = value
-    if user_loss is not None:
+    if "mask" in not_saved and "mask" not in raw:
+        warnings.warn(f"the model of {path} was fitted with a mask that the file does not hold "
+                      f"(written by sktensor_fast before masks were stored): the loaded "
+                      f"estimator has mask=None (transform and score do not use the mask; a "
+                      f"refit would)", UserWarning, stacklevel=4)
+    if "loss" in not_saved and "loss" not in raw:
+        # written before losses given as objects were stored: which one it was is unknown
+        if loss_arg is None:
+            raise ValueError(f"the model of {path} was fitted with a loss object that the file "
+                             f"does not hold (written by sktensor_fast before such losses were "
+                             f"recorded); pass it: load_model(path, loss=...)")
+        params["loss"] = loss_arg
+    elif user_loss is not None:
         params["loss"] = _given_loss(user_loss, loss_arg, path)
     elif loss_arg is not None:
         raise ValueError(f"loss= is for a model fitted with a user-defined loss; the "

@@ -306,3 +306,23 @@ def test_a_huge_factor_is_refused_before_it_is_read(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 20e6, peak
+
+
+def test_files_of_the_first_format_without_their_loss_or_mask(tmp_path):
+    """Format 1 listed a loss object or a mask as not saved: the loss is required at load
+    (not replaced by the default) and a dropped mask is said."""
+    X = _small_tensor()
+    est = GCP(rank=2, loss=ScaledSquares(3.0), solver="lbfgsb", random_state=0,
+              max_iter=5).fit(X)
+    src = save_model(est, tmp_path / "m.npz")
+    meta = _meta(src)
+    meta["format_version"] = 1
+    del meta["params"]["loss"]
+    meta["params_not_saved"] = ["loss", "mask"]
+    meta["params"].pop("mask", None)
+    old = _rewrite(src, tmp_path / "old.npz", meta=meta)
+    with pytest.raises(ValueError, match=r"old\.npz.*loss object that the file does not hold"):
+        load_model(old)
+    with pytest.warns(UserWarning, match="mask=None"):
+        again = load_model(old, loss=ScaledSquares(3.0))
+    np.testing.assert_array_equal(again.transform(X), est.transform(X))
