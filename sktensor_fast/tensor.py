@@ -761,7 +761,16 @@ def _from_dataframe(cls, df, columns, values=None, dtype=None):
         raise ValueError(f"columns {columns} names a column twice")
     if values is not None and values in columns:
         raise ValueError(f"values={values!r} is also one of the mode columns")
+    for c in columns + ([values] if values is not None else []):
+        if not isinstance(df.columns.get_loc(c), (int, np.integer)):
+            n = int(np.sum(df.columns.get_indexer_for([c]) >= 0))
+            raise ValueError(f"df has {n} columns named {c!r}; a mode or values column must "
+                             f"be one column (rename the others)")
     keep = df[columns].notna().all(axis=1).to_numpy()
+    if not keep.any():
+        raise ValueError("from_dataframe: df has no rows" if len(df) == 0 else
+                         f"from_dataframe: every one of the {len(df)} row(s) of df has a "
+                         f"missing value in {columns}: no event to count")
     if not keep.all():
         warnings.warn(f"from_dataframe: {int((~keep).sum())} row(s) with a missing value in "
                       f"{columns} were dropped", UserWarning, stacklevel=2)
@@ -772,7 +781,12 @@ def _from_dataframe(cls, df, columns, values=None, dtype=None):
             cats = list(col.cat.categories)
             codes = col.cat.codes.to_numpy()
         else:
-            codes, uniques = pd.factorize(col, sort=True)
+            try:
+                codes, uniques = pd.factorize(col, sort=True)
+            except TypeError as exc:
+                raise TypeError(f"from_dataframe: column {c!r} holds values that cannot be "
+                                f"labels of a mode (hashable values of one kind, such as "
+                                f"strings or numbers): {exc}") from None
             cats = list(uniques)
         cats = [v.item() if isinstance(v, np.generic) else v for v in cats]
         subs.append(np.asarray(codes, dtype=np.int64))
@@ -782,6 +796,9 @@ def _from_dataframe(cls, df, columns, values=None, dtype=None):
         vals = np.ones(subs.shape[0])
     else:
         v = df[values][keep]
+        if pd.api.types.is_complex_dtype(v):
+            raise ValueError(f"Complex data not supported: values column {values!r} holds "
+                             f"complex values")
         if not pd.api.types.is_numeric_dtype(v):
             raise ValueError(f"values column {values!r} must be numeric, got dtype {v.dtype}")
         vals = v.to_numpy(dtype=np.float64, na_value=np.nan)

@@ -4,8 +4,8 @@ Run by tests/test_distributed.py.  ``python _mpi_cases.py OUT.json [case ...]`` 
 cases (all by default) on every process; each case does its collective work first and its
 assertions last, so that a failed assertion on one process cannot leave the others waiting.
 Process 0 writes {case: {"ok": bool, "errors": [per-process traceback or None], "seconds"}}
-to OUT.json, updated after every case.  ``python _mpi_cases.py --abort-uncaught`` and
-``--kill-one`` end the job in the two ways a job must not hang.
+to OUT.json, updated after every case.  ``python _mpi_cases.py --abort-uncaught``,
+``--raise-before-scatter`` and ``--kill-one`` end the job in the ways a job must not hang.
 """
 import json
 import os
@@ -499,6 +499,66 @@ def disagreeing_processes_fail_together():
     CPALS(rank=2, random_state=0, max_iter=2, verbose=0).fit(Xd)
 
 
+class _ScaledSquares:
+    """A user-defined loss: s (x - m)^2."""
+    lower = -np.inf
+
+    def __init__(self, s):
+        self.s = s
+
+    def value(self, x, m):
+        return self.s * (x - m) ** 2
+
+    def deriv(self, x, m):
+        return 2 * self.s * (m - x)
+
+
+def _loss_of_code(power):
+    """A loss of the same class name and attributes everywhere; only its code differs."""
+    class Loss:
+        lower = -np.inf
+        value = eval(f"lambda self, x, m: abs(x - m) ** {power}")
+        deriv = eval(f"lambda self, x, m: {power} * abs(m - x) ** {power - 1} * np.sign(m - x)")
+    return Loss()
+
+
+@case
+def different_user_losses_fail_together():
+    import threading
+    X = random_tensor((20, 15, 10), 800, seed=10, counts=False)
+    Xd = scatter(X if RANK == 0 else None)
+    kw = dict(rank=2, random_state=0, max_iter=1, epoch_iters=5)
+    # the same class with a default repr: told apart by its attributes, by its code
+    expect_error_everywhere(lambda: GCP(loss=_ScaledSquares(1.0 + RANK), **kw).fit(Xd),
+                            ValueError, "different parameters", "loss")
+    expect_error_everywhere(lambda: GCP(loss=_loss_of_code(2 + 2 * RANK), **kw).fit(Xd),
+                            ValueError, "different parameters", "loss")
+    expect_error_everywhere(lambda: GCP(loss=lambda_loss(RANK), **kw).fit(Xd),
+                            ValueError, "different parameters", "loss")
+    # an attribute that cannot be compared: refused, on every process
+    opaque = _ScaledSquares(1.0)
+    opaque.lock = threading.Lock()
+    expect_error_everywhere(lambda: GCP(loss=opaque, **kw).fit(Xd), ValueError,
+                            "cannot check that they fit with the same loss", "lock")
+    # the same loss everywhere (separate but equal objects) fits
+    dist = GCP(loss=_ScaledSquares(2.0), **kw).fit(Xd)
+    GCP(loss=_loss_of_code(2), **kw).fit(Xd)
+    assert_same_everywhere([dist.weights_, *dist.factors_])
+
+
+def lambda_loss(offset):
+    """A loss whose functions are closures over ``offset``."""
+    class Loss:
+        lower = -np.inf
+
+        def value(self, x, m):
+            return (x - m - offset) ** 2
+
+        def deriv(self, x, m):
+            return 2 * (m + offset - x)
+    return Loss()
+
+
 @case
 def bad_data_on_one_process_fails_everywhere():
     X = random_tensor((20, 15, 10), 800, seed=11)
@@ -627,6 +687,13 @@ def abort_uncaught():
     CPALS(rank=2, random_state=0).fit(Xd)   # the others would wait here forever
 
 
+def raise_before_scatter():
+    X = random_tensor((10, 8, 6), 200, seed=14)
+    if RANK == SIZE - 1:
+        raise RuntimeError("deliberate failure before the first distributed tensor")
+    scatter(X if RANK == 0 else None)   # the others would wait here forever
+
+
 def kill_one():
     import signal
     X = random_tensor((40, 30, 20), 4000, seed=15)
@@ -641,6 +708,8 @@ def kill_one():
 def main():
     if sys.argv[1] == "--abort-uncaught":
         return abort_uncaught()
+    if sys.argv[1] == "--raise-before-scatter":
+        return raise_before_scatter()
     if sys.argv[1] == "--kill-one":
         return kill_one()
     out = sys.argv[1]

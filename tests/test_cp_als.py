@@ -172,3 +172,34 @@ def test_data_near_the_limits_of_float64_fit_as_unscaled(scale):
     with np.errstate(over="ignore"):
         assert m.score(Xs) == pytest.approx(ref.score(X), rel=1e-9)
         np.testing.assert_allclose(m.transform(Xs) / scale, ref.transform(X), rtol=1e-7)
+
+
+def test_data_at_the_top_of_float64_fit_and_score():
+    """Magnitudes of 2^1023 and more are scaled by 2^1023, the largest power of two a float
+    holds (2^1024 would overflow)."""
+    import sys
+    import warnings
+    from sktensor_fast.decomposition.cp_als import _data_scale
+    top = sys.float_info.max
+    assert _data_scale(np.array([top])) == 2.0 ** 1023
+    assert _data_scale(np.array([1e308])) == 2.0 ** 1023
+    assert _data_scale(np.array([2.0 ** 1022])) == 2.0 ** 1023
+    X = SparseTensor([[0, 0], [1, 1]], [1.0, 1e308])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        m = CPALS(rank=1, random_state=0).fit(X)
+        np.testing.assert_array_equal(m.weights_, [1e308])
+        np.testing.assert_array_equal(np.abs(m.factors_[0][:, 0]), [0.0, 1.0])
+        assert m.fit_ == pytest.approx(1.0) and m.score(X) == pytest.approx(1.0)
+        np.testing.assert_allclose(m.transform(X), [[0.0], [1e308]])
+    Y = SparseTensor([[0, 0], [1, 1]], [-top, top])
+    assert CPALS(rank=1, random_state=0).fit(Y).weights_[0] == pytest.approx(top)
+
+
+def test_weights_past_the_float64_range_are_refused():
+    # two diagonal entries of 1e308 with rank 2: components whose weights pass 1.8e308
+    X = SparseTensor([[0, 0], [1, 1]], [1e308, 1e308])
+    m = CPALS(rank=2, random_state=0)
+    with pytest.raises(ValueError, match="exceed the largest float64"):
+        m.fit(X)
+    assert not hasattr(m, "weights_") and not hasattr(m, "factors_")

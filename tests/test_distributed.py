@@ -98,6 +98,20 @@ def test_uncaught_exception_aborts_the_job():
 
 
 @needs_mpi
+def test_exception_before_the_first_distributed_tensor_aborts_the_job():
+    # the abort hook is installed when the package is imported in a job, before any
+    # collective call: the process still in scatter() does not wait forever
+    try:
+        proc = _run(["--raise-before-scatter"], 60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a process raising before scatter() left the others waiting")
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0, log
+    assert "deliberate failure before the first distributed tensor" in log, log
+    assert "aborting the job" in log, log
+
+
+@needs_mpi
 def test_killed_process_ends_the_job():
     proc = _run(["--kill-one"], 60)
     log = proc.stdout + proc.stderr

@@ -1,12 +1,14 @@
 """Property-based tests of the data layer: the SparseTensor constructor, the ``.tns`` parser and
-save -> load round trips, on arbitrary input.
+save -> load round trips, model files of save_model (bit flips, truncation, crafted JSON and
+arrays) and SparseTensor.from_dataframe, on arbitrary input.
 
 Every input either gives a tensor that keeps the invariants the kernels rely on (sorted, unique,
 in range, finite, nonzero, read-only) and the right content, or a ValueError / TypeError (naming
 the file and line for the parser) -- never another exception.  Files of the binary container
 with flipped bits, cut short or with crafted (and signed) headers give the tensor saved or a
-ValueError / OSError naming the file.  The example counts keep the module to a few seconds;
-set SKTENSOR_FUZZ_EXAMPLES (e.g. 5000) for a deeper search.
+ValueError / OSError naming the file; so does a damaged model file (the saved model or an
+error).  The example counts keep the module to a few seconds; set SKTENSOR_FUZZ_EXAMPLES
+(e.g. 5000) for a deeper search.
 """
 import gzip
 import io
@@ -544,3 +546,214 @@ def _get(obj, at):
     for k in at:
         obj = obj[k]
     return obj
+
+
+# ------------------------------------------------------------------------- (e) model files
+def _model_bases(tmp_dir):
+    """A few model files written by save_model (CPALS; GCP with a stored mask and a loss
+    object; CPAPR with labels): (path, fitted estimator, a tensor of its shape)."""
+    from sktensor_fast import CPALS, CPAPR, GCP, save_model
+    from sktensor_fast.decomposition.losses import get_loss
+    rng = np.random.default_rng(0)
+    D = rng.poisson(1.5, (4, 3, 2)).astype(float)
+    X = SparseTensor.from_dense(D)
+    mask = np.ones(D.shape, dtype=bool)
+    mask[0, 0] = False
+    models = [CPALS(rank=2, random_state=0, max_iter=3),
+              GCP(rank=2, loss=get_loss("huber", 0.5), mask=mask, solver="lbfgsb",
+                  random_state=0, max_iter=3),
+              CPAPR(rank=2, random_state=0, max_iter=3)]
+    out = []
+    for k, est in enumerate(models):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(X)
+        labels = [[f"i{j}" for j in range(s)] for s in X.shape] if k == 2 else None
+        path = save_model(est, os.path.join(tmp_dir, f"base{k}.npz"), labels=labels,
+                          mode_names=["a", "b", "c"] if k == 2 else None)
+        out.append((path, est, X))
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_bases(tmp_path_factory):
+    return _model_bases(str(tmp_path_factory.mktemp("models")))
+
+
+def _same_model(a, b):
+    assert type(a) is type(b)
+    assert np.array_equal(a.weights_, b.weights_)
+    assert all(np.array_equal(x, y) for x, y in zip(a.factors_, b.factors_))
+    assert a.tensor_shape_ == b.tensor_shape_
+
+
+def _load_or_refuse(path):
+    """load_model's answer: the estimator, or None after a ValueError / OSError naming the
+    file (anything else fails the test)."""
+    from sktensor_fast import load_model
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return load_model(path)
+    except (ValueError, OSError) as exc:
+        assert os.path.basename(path) in str(exc), exc
+        assert "pickle" not in str(exc).lower(), exc
+        return None
+
+
+@FUZZ
+@given(st.integers(0, 2), st.lists(st.tuples(st.floats(0, 1, exclude_max=True),
+                                             st.integers(0, 7)), min_size=1, max_size=4),
+       st.floats(0, 1) | st.none())
+def test_model_file_with_flipped_bits_or_cut(model_bases, tmp_path_factory, which, flips, cut):
+    """A damaged model file loads as the saved model (a flip where nothing is read) or is a
+    ValueError / OSError naming the file: never another model, never another exception."""
+    path, est, X = model_bases[which]
+    data = bytearray(open(path, "rb").read())
+    for where, bit in flips:
+        data[int(where * len(data))] ^= 1 << bit
+    if cut is not None:
+        data = data[:int(cut * len(data))]
+    bad = str(tmp_path_factory.mktemp("flip") / "damaged.npz")
+    with open(bad, "wb") as f:
+        f.write(bytes(data))
+    again = _load_or_refuse(bad)
+    if again is not None:
+        _same_model(again, est)
+        assert again.get_params()["rank"] == est.get_params()["rank"]
+        np.testing.assert_array_equal(again.transform(X), est.transform(X))
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10 ** 12) | st.floats()
+    | st.text(max_size=4) | st.sampled_from(["gaussian", "huber", "mask", "float", "nan"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(max_size=4) | st.sampled_from(["float", "builtin_loss", "user_loss", "mask"]),
+        inner, max_size=3),
+    max_leaves=6)
+
+
+def _paths(doc, prefix=()):
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _paths(v, prefix + (i,))
+
+
+@FUZZ
+@given(st.integers(0, 2), st.data())
+def test_model_file_with_crafted_json(model_bases, tmp_path_factory, which, data):
+    """Any JSON document in place of the saved one: a model whose arrays agree with what the
+    document says, or a ValueError naming the file."""
+    import json
+    path, est, X = model_bases[which]
+    with np.load(path, allow_pickle=False) as z:
+        entries = {k: z[k] for k in z.files}
+    meta = json.loads(str(entries["meta"]))
+    target = data.draw(st.sampled_from(sorted(_paths(meta), key=repr)))
+    value = data.draw(_json)
+    if not target:
+        meta = value
+    else:
+        parent = meta
+        for k in target[:-1]:
+            parent = parent[k]
+        if isinstance(parent, dict) and data.draw(st.booleans()):
+            del parent[target[-1]]
+        else:
+            parent[target[-1]] = value
+    entries["meta"] = np.array(json.dumps(meta))
+    bad = str(tmp_path_factory.mktemp("json") / "crafted.npz")
+    np.savez(bad, **entries)
+    again = _load_or_refuse(bad)
+    if again is not None:
+        shape = again.tensor_shape_
+        R = again.get_params()["rank"]
+        assert isinstance(shape, tuple) and all(type(s) is int and s >= 1 for s in shape)
+        assert [f.shape for f in again.factors_] == [(s, R) for s in shape]
+        assert again.weights_.shape == (R,)
+        for f in [again.weights_, *again.factors_]:
+            assert f.dtype == np.float64 and np.all(np.isfinite(f))
+        labels = again.labels_
+        assert labels is None or all(lab is None or len(lab) == s
+                                     for lab, s in zip(labels, shape))
+        again._validate_params()
+
+
+@FUZZ
+@given(st.integers(0, 2), st.sampled_from(["factor_0", "factor_1", "weights", "loss_history",
+                                           "mask", "meta"]),
+       hnp.arrays(st.sampled_from([np.float64, np.float32, np.int64, np.bool_, np.dtype("<U3"),
+                                   np.dtype(">f8"), np.complex128]),
+                  hnp.array_shapes(min_dims=0, max_dims=3, max_side=5)))
+def test_model_file_with_other_arrays(model_bases, tmp_path_factory, which, name, array):
+    path, est, X = model_bases[which]
+    with np.load(path, allow_pickle=False) as z:
+        entries = {k: z[k] for k in z.files}
+    entries[name] = array
+    bad = str(tmp_path_factory.mktemp("arrays") / "other.npz")
+    np.savez(bad, **entries)
+    again = _load_or_refuse(bad)
+    if again is not None:
+        R = est.get_params()["rank"]
+        assert [f.shape for f in again.factors_] == [(s, R) for s in est.tensor_shape_]
+        assert again.weights_.shape == (R,) and again.loss_history_.ndim == 1
+
+
+# ------------------------------------------------------------------------- (f) from_dataframe
+_columns = {
+    "int": st.lists(st.integers(-3, 3), min_size=0, max_size=6),
+    "float": st.lists(st.sampled_from([0.5, 1.0, -2.0, np.nan, np.inf]), max_size=6),
+    "str": st.lists(st.sampled_from(["a", "b", "c", None]), max_size=6),
+    "bool": st.lists(st.booleans(), max_size=6),
+    "complex": st.lists(st.sampled_from([1 + 1j, 2 + 0j, 0j]), max_size=6),
+    "mixed": st.lists(st.sampled_from([1, "x", 2.5, None]), max_size=6),
+    "list": st.lists(st.just([1]), max_size=6),
+}
+
+
+@st.composite
+def frames(draw):
+    pd = pytest.importorskip("pandas")
+    n = draw(st.integers(0, 6))
+    kinds = draw(st.lists(st.sampled_from(sorted(_columns)), min_size=1, max_size=4))
+    cols, names = [], []
+    for k in kinds:
+        vals = draw(_columns[k].filter(lambda v: True))
+        vals = (vals * (n // max(len(vals), 1) + 1))[:n] if vals else [None] * n
+        if k == "str" and draw(st.booleans()):
+            vals = pd.Categorical(vals, categories=["c", "a", "b", "z"])
+        cols.append(vals)
+        names.append(draw(st.sampled_from(["p", "q", "r", "s"])))   # names may repeat
+    df = pd.DataFrame(dict(enumerate(cols)))
+    df.columns = names
+    modes = draw(st.lists(st.sampled_from(names + ["nope"]), min_size=1, max_size=3))
+    values = draw(st.none() | st.sampled_from(names))
+    return df, modes, values
+
+
+@FUZZ
+@given(frames())
+def test_from_dataframe_on_arbitrary_frames(case):
+    """A counted (summed) tensor whose labels give its shape, or a ValueError / TypeError."""
+    df, modes, values = case
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            X, labels = SparseTensor.from_dataframe(df, modes, values=values)
+    except (ValueError, TypeError) as exc:
+        assert str(exc)
+        return
+    assert_invariants(X)
+    assert X.shape == tuple(len(lab) for lab in labels) and X.mode_names == list(modes)
+    complete = df[modes].notna().all(axis=1).to_numpy()
+    assert complete.any()
+    if values is None:
+        assert X.vals.sum() == complete.sum()          # every complete row counted once
+    else:
+        assert not np.iscomplexobj(X.vals)
+        expect = df[values].to_numpy()[complete].astype(np.float64).sum()
+        assert np.isclose(X.vals.sum(), expect)

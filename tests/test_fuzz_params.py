@@ -2,9 +2,10 @@
 
 Every combination of parameters either fits, leaving finite fitted attributes, or raises
 ValueError / TypeError (scikit-learn's InvalidParameterError is both) with a message; never
-another exception, never a crash.  Valid values are drawn small (few iterations and samples)
-so that the whole file stays fast; invalid ones include bools, NaN, infinities, negative and
-huge numbers, wrong types and shapes.  The examples are derandomized: the same on every run.
+another exception, never a crash.  Every fitted model goes through save_model / load_model
+and comes back with the same factors, settings and loadings.  Valid values are drawn small
+(few iterations and samples) so that the whole file stays fast; invalid ones include bools,
+NaN, infinities, negative and huge numbers, wrong types and shapes.  The examples are derandomized: the same on every run.
 """
 import warnings
 
@@ -222,6 +223,43 @@ def check(est_cls, params):
         if hasattr(est, name):
             assert np.isfinite(getattr(est, name)) or name == "log_likelihood_", (name, est)
     assert est.factors_[0].shape == (SHAPE[0], est.rank)
+    check_saved(est)
+
+
+def check_saved(est):
+    """The fitted model through save_model / load_model: the same model and settings (those
+    the file does not store are listed in it), the same loadings."""
+    import json
+    import os
+    import tempfile
+    from sktensor_fast import load_model, save_model
+    with tempfile.TemporaryDirectory() as tmp:
+        path = save_model(est, os.path.join(tmp, "model.npz"))
+        with np.load(path, allow_pickle=False) as z:
+            not_saved = json.loads(str(z["meta"]))["params_not_saved"]
+        again = load_model(path)
+    assert type(again) is type(est)
+    np.testing.assert_array_equal(again.weights_, est.weights_)
+    for a, b in zip(again.factors_, est.factors_):
+        np.testing.assert_array_equal(a, b)
+    mine, theirs = est.get_params(), again.get_params()
+    assert set(not_saved) <= {"init", "random_state"}, not_saved
+    for key, value in mine.items():
+        if key in not_saved:
+            continue
+        other = theirs[key]
+        if isinstance(value, SparseTensor):
+            assert isinstance(other, SparseTensor) and other == value, key
+        elif key == "mask" and value is not None:
+            np.testing.assert_array_equal(np.asarray(other), np.asarray(value))
+        elif key == "loss" and not isinstance(value, str):
+            assert repr(other) == repr(value), key
+        else:
+            assert other == value or (other != other and value != value), (key, other, value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(again.transform(X[:2]), est.transform(X[:2]))
 
 
 @FUZZ

@@ -747,6 +747,23 @@ def test_mask_ignores_masked_entries(solver):
     assert not np.allclose(c.factors_[0], a.factors_[0])
 
 
+def test_mask_observing_zeros_only_is_refused_for_what_it_is():
+    """Observed zeros only: the best model is zero, its components undetermined; refused for
+    a dense and a sparse X alike, naming the mask (not an 'empty tensor')."""
+    D = np.random.default_rng(0).poisson(1.0, (4, 3, 2)).astype(float)
+    only_zeros = D == 0
+    hidden = np.where(only_zeros, D, np.nan)          # the nonzeros unobserved (NaN)
+    for X in (D, hidden, SparseTensor.from_dense(D)):
+        for solver in ("lbfgsb", "adam"):
+            with pytest.raises(ValueError, match="mask observes no nonzero entry") as info:
+                GCP(rank=1, mask=only_zeros, solver=solver, random_state=0).fit(X)
+            assert "empty tensor" not in str(info.value)
+    with pytest.raises(ValueError, match="mask observes no nonzero entry"):
+        GCP(rank=1, mask=SparseTensor.from_dense(only_zeros.astype(float))).fit(D)
+    with pytest.raises(ValueError, match="empty tensor"):      # no mask: the data are empty
+        GCP(rank=1).fit(np.zeros((3, 2, 2)))
+
+
 def test_transform_score_inverse_transform(device):
     truth, X = planted(shape=(20, 9, 8), noise=0.0)
     g = GCP(rank=3, solver="lbfgsb", random_state=0, device=device).fit(X)

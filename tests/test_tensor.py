@@ -562,3 +562,25 @@ def test_from_dataframe_counts_rows_and_orders_labels():
         SparseTensor.from_dataframe(df, ["day"], values="who")
     with pytest.raises(TypeError, match="DataFrame"):
         SparseTensor.from_dataframe({"who": [1]}, ["who"])
+
+
+def test_from_dataframe_names_what_cannot_be_read():
+    pd = pytest.importorskip("pandas")
+    with pytest.raises(ValueError, match="df has no rows"):
+        SparseTensor.from_dataframe(pd.DataFrame({"a": [], "b": []}), ["a", "b"])
+    with pytest.raises(ValueError, match="every one of the 2 row.*missing value"):
+        SparseTensor.from_dataframe(pd.DataFrame({"a": [np.nan, np.nan], "b": [1, 2]}),
+                                    ["a", "b"])
+    dup = pd.DataFrame([[1, 2, 3]], columns=["a", "a", "b"])
+    for kw in (dict(columns=["a", "b"]), dict(columns=["b"], values="a")):
+        with pytest.raises(ValueError, match="2 columns named 'a'"):
+            SparseTensor.from_dataframe(dup, **kw)
+    SparseTensor.from_dataframe(dup, ["b"])            # the duplicates are not read
+    # complex values are refused as SparseTensor refuses them
+    cplx = pd.DataFrame({"a": [1, 2], "v": [1 + 2j, 3 + 0j]})
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        SparseTensor.from_dataframe(cplx, ["a"], values="v")
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        SparseTensor([[0], [1]], cplx["v"].to_numpy())
+    with pytest.raises(TypeError, match="column 'a'.*unhashable"):
+        SparseTensor.from_dataframe(pd.DataFrame({"a": [[1], [2]], "b": [1, 2]}), ["a", "b"])

@@ -192,6 +192,11 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return factors
 
     # ------------------------------------------------------------------ input handling
+    def _empty_message(self):
+        """Why a tensor without nonzeros cannot be fitted."""
+        return (f"{type(self).__name__} cannot fit an empty tensor (nnz = 0): every entry is "
+                f"zero")
+
     def _validate_input(self, X, reset, check_data=True):
         name = type(self).__name__
         spread = getattr(X, "_sktf_validate", None)
@@ -204,8 +209,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             raise ValueError(f"{name} needs a tensor with at least 2 modes, got {X.ndim}")
         if reset:
             if X.nnz == 0:
-                raise ValueError(f"{name} cannot fit an empty tensor (nnz = 0): every entry "
-                                 f"is zero")
+                raise ValueError(self._empty_message())
             self.tensor_shape_ = tuple(X.shape)
             self.n_features_in_ = int(np.prod(X.shape[1:], dtype=np.int64))
             # labels of the modes, when the tensor carries them (describe_components, save_model)

@@ -1,5 +1,6 @@
 """CP decomposition by alternating least squares (CP-ALS)."""
 import math
+import sys
 import time
 import warnings
 
@@ -31,7 +32,8 @@ def _data_scale(vals):
     """A power of two ``s`` such that ``vals / s`` has its largest magnitude in [0.5, 1), when
     the data are too large or too small for the norms of the fit; else 1 (nothing changes).
     Dividing by a power of two is exact, and the fit (a relative measure) does not depend on
-    the scale."""
+    the scale.  For magnitudes of 2^1023 and more (up to the largest float64) ``s`` is 2^1023,
+    the largest power of two a float holds, and the largest magnitude lies in [1, 2)."""
     if vals is None or vals.size == 0:   # no values here (a tensor spread over processes)
         return 1.0
     amax = float(np.max(np.abs(vals)))
@@ -39,7 +41,7 @@ def _data_scale(vals):
         return 1.0
     if 2.0 ** -_SAFE_EXPONENT <= amax <= 2.0 ** _SAFE_EXPONENT:
         return 1.0
-    return math.ldexp(1.0, math.frexp(amax)[1])
+    return math.ldexp(1.0, min(math.frexp(amax)[1], sys.float_info.max_exp - 1))
 
 
 def _scaled(X, s):
@@ -129,7 +131,8 @@ class CPALS(BaseCP):
     fit_ : float
         ``1 − ‖X − M‖ / ‖X‖`` at the end of the fit.  Data of magnitude above 2²⁰⁰ or below
         2⁻²⁰⁰ (where ‖X‖² would overflow or underflow) are fitted after an exact scaling by a
-        power of two, and the weights scaled back.
+        power of two, and the weights scaled back (a ValueError if a weight then passes the
+        largest float64, as a degenerate model of data near 1.8e308 may).
     n_iter_ : int
         Iterations run (by the kept start when ``n_init > 1``).
     converged_ : bool
@@ -207,7 +210,18 @@ class CPALS(BaseCP):
         self._log(f"data scaled by 2^{-math.frexp(s)[1] + 1} for the fit (largest magnitude "
                   f"{_max_abs(X):.3g})")
         best = super()._fit_impl(_scaled(X, s), **fit_args)
-        self.weights_ = self.weights_ * s
+        with np.errstate(over="ignore"):
+            weights = self.weights_ * s
+        if not np.all(np.isfinite(weights)):
+            # the model of the scaled data has a weight past the float64 range once scaled back
+            for key in ("weights_", "factors_"):
+                self.__dict__.pop(key, None)
+            raise ValueError(
+                f"CPALS: the rank-{self.rank} model's weights exceed the largest float64 "
+                f"({sys.float_info.max:.4g}) at the scale of the data (largest magnitude "
+                f"{_max_abs(X):.4g}); fit the values divided by a power of two (e.g. 2**-16) "
+                f"and multiply weights_ by it afterwards")
+        self.weights_ = weights
         best["weights"] = self.weights_
         return best
 

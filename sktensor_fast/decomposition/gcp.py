@@ -50,6 +50,15 @@ def _rows_in(a, b, shape):
     return np.fromiter((tuple(r) in rows for r in a.tolist()), dtype=bool, count=a.shape[0])
 
 
+#: A mask that observes zeros only: the data say nothing but "zero", the best model is zero
+#: and its components are undetermined (as for a tensor without nonzeros, which the
+#: estimators refuse).
+_NO_OBSERVED_NONZERO = (
+    "GCP: the mask observes no nonzero entry of X (every observed entry is zero): the best "
+    "model is zero and its components are undetermined; the mask must observe at least one "
+    "nonzero entry")
+
+
 class _Observed:
     """The entries of a tensor that a mask declares observed.
 
@@ -94,6 +103,8 @@ class _Observed:
         self.n_nz, self.n_zero = self.X.nnz, int(self.zero_subs.shape[0])
         if self.n_nz + self.n_zero == 0:
             raise ValueError("the mask observes no entry of X")
+        if self.n_nz == 0:
+            raise ValueError(_NO_OBSERVED_NONZERO)
 
     @property
     def dense_mask(self):
@@ -235,7 +246,9 @@ class GCP(BaseCP):
         observed entries (nonzeros from the observed nonzeros, zeros from the list of observed
         zeros).  The values of unobserved entries are ignored (and not validated; in a dense
         array they may be NaN).  The mask applies to ``fit`` only, so it cannot be combined
-        with cross-validation.
+        with cross-validation.  It must observe at least one nonzero entry: with observed
+        zeros only the best model is zero and its components are undetermined (a
+        ValueError, as for a tensor without nonzeros).
     init : "random", KruskalTensor or list of ndarray, default="random"
         Initial guess: uniform random factors scaled so that the model's norm equals the
         data's (as pyttb), or a given model (used as is).
@@ -382,6 +395,11 @@ class GCP(BaseCP):
     # ------------------------------------------------------------------ validation
     def _make_loss(self):
         return get_loss(self.loss, self.loss_param)
+
+    def _empty_message(self):
+        if self.mask is not None:   # a dense X is blanked outside the mask before this check
+            return _NO_OBSERVED_NONZERO
+        return super()._empty_message()
 
     def _stochastic_optimizer(self):
         """The optimiser object of ``solver`` with this estimator's settings: Adam for

@@ -14,12 +14,25 @@ algorithms on :class:`~sktensor_fast.distributed.backend.DistributedBackend`, wh
 each process's backend (``device="cpu"``, or ``device="gpu"``: the process's own GPU, chosen
 by its rank on the host).  See ``doc/scaling.md`` for the partition and its cost.
 
+Imported in a job of several processes (an MPI launcher's, or after ``from mpi4py import
+MPI``), the package makes an uncaught exception on any process abort the job (``MPI_Abort``),
+so that no process waits forever for one that failed; import it at the top of the script.
+
 Needs the ``mpi`` extra (``pip install 'sktensor_fast[mpi]'``); without mpi4py, importing
 this package works and using it raises an ImportError that names the extra.
 """
-from ._mpi import require_mpi
+from ._mpi import install_abort_hook, launched_in_a_job, require_mpi
 
 __all__ = ["scatter", "load_tns", "load_tensor", "DistributedTensor", "DistributedBackend", "require_mpi"]
+
+
+if launched_in_a_job():
+    # before any collective call: a process that raises before its first call of this
+    # package (or between two) aborts the job instead of leaving the others waiting
+    try:
+        install_abort_hook()
+    except ImportError:         # no mpi4py: using the package says so
+        pass
 
 
 def scatter(X, comm=None):

@@ -12,7 +12,8 @@ import warnings
 
 import numpy as np
 
-__all__ = ["require_mpi", "get_comm", "agree_on_errors", "Channel", "install_abort_hook"]
+__all__ = ["require_mpi", "get_comm", "agree_on_errors", "Channel", "install_abort_hook",
+           "launched_in_a_job"]
 
 #: up to this many processes the rows of a factor are exchanged point to point (every
 #: process sends its block to every other); above, with MPI_Allgatherv
@@ -34,8 +35,12 @@ def require_mpi():
 
 
 def get_comm(comm=None):
-    """``comm`` or ``MPI.COMM_WORLD``; a TypeError for anything that is not an intracomm."""
+    """``comm`` or ``MPI.COMM_WORLD``; a TypeError for anything that is not an intracomm.
+
+    Every collective entry point starts here, so the abort hook is in place before the first
+    collective call."""
     MPI = require_mpi()
+    install_abort_hook()
     if comm is None:
         return MPI.COMM_WORLD
     if not isinstance(comm, MPI.Intracomm):
@@ -46,13 +51,35 @@ def get_comm(comm=None):
 
 _HOOK = {"installed": False}
 
+#: variables by which MPI launchers give a process the size of its job (MPICH's Hydra and
+#: Intel MPI, Open MPI, MVAPICH, PMIx launchers)
+_LAUNCHER_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_SIZE")
+
+
+def launched_in_a_job():
+    """Whether this process is one of several started by an MPI launcher, or has imported
+    ``mpi4py.MPI`` already (without initialising MPI for a process started alone)."""
+    if "mpi4py.MPI" in sys.modules:
+        return True
+    import os
+    for var in _LAUNCHER_SIZE:
+        try:
+            if int(os.environ.get(var, "1")) > 1:
+                return True
+        except ValueError:
+            continue
+    return False
+
 
 def install_abort_hook():
     """Make an uncaught exception on any process abort the whole job (``MPI_Abort``).
 
     Without it, a process that dies of an exception leaves the others waiting forever in their
-    next collective call.  Installed once, when a distributed tensor is first created on a
-    communicator of more than one process; exceptions the script catches are not affected.
+    next collective call.  Installed once, on a job of more than one process: when
+    ``sktensor_fast.distributed`` is imported in such a job (so that a process failing before
+    it first calls the package stops the others waiting in their first collective call), else
+    at the first call of ``scatter``, ``load_tns`` or ``load_tensor``; exceptions the script
+    catches are not affected.
     """
     MPI = require_mpi()
     if _HOOK["installed"] or MPI.COMM_WORLD.Get_size() == 1:

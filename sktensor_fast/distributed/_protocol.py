@@ -5,10 +5,7 @@
 ``_sktf_backend`` (the backend that runs the fit: here the distributed backend wrapping each
 process's own device, after checking that every process fits the same estimator).
 """
-import zlib
-
-import numpy as np
-
+from .._fingerprint import NotComparable, fingerprint
 from ..tensor import SparseTensor
 from ._mpi import agree_on_errors
 
@@ -40,27 +37,21 @@ def validate(Xd, estimator, reset):
     return Xd
 
 
-def _fingerprint(v):
-    if v is None or isinstance(v, (bool, int, float, str, np.integer, np.floating)):
-        return v
-    if isinstance(v, np.ndarray):
-        a = np.ascontiguousarray(v)
-        return ("array", a.shape, a.dtype.str, zlib.crc32(a.view(np.uint8).reshape(-1)))
-    if isinstance(v, (list, tuple)):
-        return tuple(_fingerprint(x) for x in v)
-    if isinstance(v, np.random.RandomState):
-        return ("RandomState", _fingerprint(v.get_state()))
-    if isinstance(v, np.random.Generator):
-        return ("Generator", repr(v.bit_generator.state))
-    if hasattr(v, "weights") and hasattr(v, "factors"):
-        return ("kruskal", _fingerprint(np.asarray(v.weights)), _fingerprint(list(v.factors)))
-    r = repr(v)
-    return (type(v).__qualname__, None if " at 0x" in r else r)
-
-
 def _signature(estimator):
+    """{parameter: fingerprint} of the parameters every process must share; a parameter whose
+    value cannot be described (see :mod:`sktensor_fast._fingerprint`) is marked, with the
+    reason kept apart (it may name an address)."""
     params = estimator.get_params(deep=False)
-    return {k: _fingerprint(v) for k, v in sorted(params.items()) if k not in _LOCAL_PARAMS}
+    sig, why = {}, {}
+    for k, v in sorted(params.items()):
+        if k in _LOCAL_PARAMS:
+            continue
+        try:
+            sig[k] = fingerprint(v)
+        except NotComparable as exc:
+            sig[k] = ("not comparable", type(v).__module__ + "." + type(v).__qualname__)
+            why[k] = str(exc)
+    return sig, why
 
 
 def _local_device(Xd, device):
@@ -81,11 +72,16 @@ def backend_for(Xd, estimator):
     from .backend import DistributedBackend
     name = type(estimator).__name__
     comm = Xd.comm
-    sig = (type(estimator).__module__ + "." + type(estimator).__qualname__,
-           _signature(estimator))
+    params_sig, why = _signature(estimator)
+    sig = (type(estimator).__module__ + "." + type(estimator).__qualname__, params_sig)
     everyone = comm.allgather(sig)
     Xd._local_rank()      # collective on first use: do it outside the local block below
     with agree_on_errors(comm):
+        for k, reason in why.items():
+            raise ValueError(
+                f"{name}: the processes cannot check that they fit with the same {k}: its "
+                f"value is {reason}. Give every process an object whose attributes define it "
+                f"(a class with its settings as attributes, a function), or a built-in name")
         for r, other in enumerate(everyone):
             if other == sig:
                 continue

@@ -283,7 +283,9 @@ class AltoFormat:
         self.dtype = X.dtype
         self.subs = np.ascontiguousarray(X.subs, dtype=np.int64)
         self.vals = np.ascontiguousarray(X.vals)
-        self.norm_sq = float(np.dot(self.vals.astype(np.float64), self.vals.astype(np.float64)))
+        with np.errstate(over="ignore"):   # inf past 1.3e154: the fits rescale such data
+            self.norm_sq = float(np.dot(self.vals.astype(np.float64),
+                                        self.vals.astype(np.float64)))
         self.conflict = conflict
         self.codec, self.bits = make_codec(self.shape)
         self.mode_bits = alto_bits(self.shape)

@@ -91,7 +91,9 @@ class CooFormat:
         for n in range(1, self.ndim):
             self.perms.append(mode_order(self.subs[:, n], self.shape[n]))
         self.part_ptr = partition_pointers(self.nnz)
-        self.norm_sq = float(np.dot(self.vals.astype(np.float64), self.vals.astype(np.float64)))
+        with np.errstate(over="ignore"):   # inf past 1.3e154: the fits rescale such data
+            self.norm_sq = float(np.dot(self.vals.astype(np.float64),
+                                        self.vals.astype(np.float64)))
 
     def row_ptr(self, mode):
         """(I_mode + 1) offsets: the nonzeros of row ``i`` of the mode-``mode`` unfolding are
