@@ -128,7 +128,7 @@ def test_estimators_streamed_equal_resident(be, divisor):
     # per mode, more than the slots, streamed at every pass (fewer iterations: PoCL launches
     # are slow)
     X = _heavy_tensor(seed=2)
-    als_iter, apr_iter, inner = (15, 10, 10) if divisor == 4 else (6, 3, 4)
+    als_iter, apr_iter, inner = (8, 5, 5) if divisor == 4 else (6, 3, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         a, b = _fits(be, X, divisor, lambda: CPALS(rank=4, random_state=0, max_iter=als_iter,
