@@ -15,7 +15,6 @@ Subclasses implement three methods:
 """
 import sys
 import time
-import warnings
 from abc import abstractmethod
 
 import numpy as np
@@ -34,6 +33,7 @@ from ..kruskal import KruskalTensor
 from ..tensor import as_sparse_tensor
 from ._init import initialize_factors
 from . import _progress
+from .._warnings import warn as _warn
 
 __all__ = ["BaseCP"]
 
@@ -283,7 +283,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             msg = (f"{name} stopped at max_iter={self.max_iter} {what} before reaching its "
                    f"tolerance (tol={self.tol:g}); the model may be far from converged: "
                    f"increase max_iter (or loosen tol)")
-        warnings.warn(msg, ConvergenceWarning, stacklevel=3)
+        _warn(msg, ConvergenceWarning)
 
     def _fit_impl(self, X, **fit_args):
         """Run ``n_init`` fits; ``fit_args`` go to every ``_fit_model`` call (the state of

@@ -1,7 +1,6 @@
 """CP decomposition by alternating least squares (CP-ALS)."""
 import math
 import time
-import warnings
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, Real
@@ -9,6 +8,7 @@ from sklearn.utils._param_validation import Interval, Real
 from ..kruskal import KruskalTensor
 from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
+from .._warnings import warn as _warn
 
 __all__ = ["CPALS"]
 
@@ -195,9 +195,8 @@ class CPALS(BaseCP):
         for k, f in enumerate(out[1:], start=1):  # mode 0 is solved for first, whatever it is
             dead = np.flatnonzero(~np.any(f != 0, axis=0)) if f.shape[0] else []
             if len(dead):
-                warnings.warn(f"init: column(s) {list(map(int, dead))} of factor {k} are zero; "
-                              f"CP-ALS keeps such components at zero", UserWarning,
-                              stacklevel=5)
+                _warn(f"init: column(s) {list(map(int, dead))} of factor {k} are zero; "
+                      f"CP-ALS keeps such components at zero", UserWarning)
         return out
 
     def _fit_impl(self, X, **fit_args):

@@ -1,12 +1,12 @@
 """CP decomposition of count data by alternating Poisson regression (CP-APR)."""
 import time
-import warnings
 
 import numpy as np
 from sklearn.utils._param_validation import Integral, Interval, Real, StrOptions
 
 from .._prepared import value_stats
 from ._base import BaseCP, _InitConstraint
+from .._warnings import warn as _warn
 
 __all__ = ["CPAPR"]
 
@@ -266,8 +266,8 @@ class CPAPR(BaseCP):
                     f"{st['negative']} negative value(s), the smallest being "
                     f"{float(X.vals.min()):g}")
             if st["nonint"]:
-                warnings.warn(f"{type(self).__name__}: the data hold non-integer values; the "
-                              f"model assumes counts", UserWarning, stacklevel=3)
+                _warn(f"{type(self).__name__}: the data hold non-integer values; the "
+                      f"model assumes counts", UserWarning)
         return X
 
     def _result_key(self, result):
@@ -351,14 +351,14 @@ class CPAPR(BaseCP):
     def _fit_impl(self, X):
         best = super()._fit_impl(X)
         if best["n_model_zero"]:
-            warnings.warn(
+            _warn(
                 f"{type(self).__name__}: the fitted model is zero at {best['n_model_zero']} "
                 f"nonzero(s) of X, so its log-likelihood is -inf: every component vanished "
                 f"there. The shift that revives such entries is off when kappa_tol=0 "
                 f"(kappa_tol={self.kappa_tol:g}), and a guard eps_div_zero above the model "
                 f"values drives them to zero (eps_div_zero={self.eps_div_zero!r}; None is the "
                 f"safe default).",
-                UserWarning, stacklevel=3)
+                UserWarning)
         return best
 
     def _finish_outer(self, backend, T, A, weights, it, kkt, n_inner, t0, history):

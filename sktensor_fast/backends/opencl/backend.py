@@ -9,7 +9,6 @@ reduce runs of equal output rows in registers.  Factor matrices live on the devi
 during a fit.
 """
 import os
-import warnings
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from . import cpapr_rows, gcp_ops, streamed
 from .program import (WHAT_TO_DO, KernelBuildError, _compiler_message, _device_label, build_program,
                       kernel_source)
 from .tensor import INSTALL_HINT, OpenCLTensor, import_cl
+from ..._warnings import warn as _warn
 
 __all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError", "DeviceUnusableError",
            "KernelBuildError", "probe_device", "build_program"]
@@ -176,10 +176,10 @@ def select_device(selector):
             err = probe_device(dev)
             if err is None:
                 if broken:
-                    warnings.warn(
+                    _warn(
                         f"device={selector!r}: skipped the OpenCL device(s) "
                         f"{', '.join(_device_label(b) for b, _ in broken)} whose compiler cannot "
-                        f"build kernels; using {_device_label(dev)}", RuntimeWarning, stacklevel=3)
+                        f"build kernels; using {_device_label(dev)}", RuntimeWarning)
                 return dev
             broken.append((dev, err))
     if len(broken) == 1:
