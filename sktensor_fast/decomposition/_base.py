@@ -269,9 +269,28 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self._warn_if_not_converged()
         return self
 
+    #: what ``stop_reason_ == "tol"`` means for this estimator (formatted with its settings)
+    _tol_reached = "the change between two iterations fell below tol={tol:g}"
+
+    def _stop_words(self):
+        """``stop_reason_`` in words, with the settings it refers to (for messages)."""
+        reason = self.stop_reason_
+        what = self._iteration_name
+        if reason == "tol":
+            return self._tol_reached.format(**self.get_params(deep=False))
+        if reason == "max_iter":
+            return (f"it ran max_iter={self.max_iter} {what} before reaching its tolerance "
+                    f"(tol={self.tol:g})")
+        if reason == "max_time":
+            return (f"it ran out of time (max_time={self.max_time:g}s) after {self.n_iter_} "
+                    f"{what}, before reaching its tolerance (tol={self.tol:g})")
+        return reason
+
     def _warn_if_not_converged(self):
-        """ConvergenceWarning when the kept fit stopped at max_iter or max_time."""
-        if self.converged_:
+        """ConvergenceWarning when the kept fit stopped at max_iter or max_time; not when it
+        ran the ``max_iter`` iterations that ``tol=0`` asks for (a tolerance no change can
+        reach: a fixed number of iterations, on purpose)."""
+        if self.converged_ or (self.stop_reason_ == "max_iter" and self.tol == 0):
             return
         name = type(self).__name__
         what = self._iteration_name

@@ -133,10 +133,12 @@ class CPALS(BaseCP):
     n_iter_ : int
         Iterations run (by the kept start when ``n_init > 1``).
     converged_ : bool
-        Whether the change in fit fell below ``tol`` (False: the fit stopped at ``max_iter``
-        or ``max_time``, with a ConvergenceWarning).
+        Whether the fit stopped by its own criterion, ``stop_reason_ == "tol"`` (False: it
+        stopped at ``max_iter`` or ``max_time``, with a ConvergenceWarning).
     stop_reason_ : {"tol", "max_iter", "max_time"}
-        Why the fit stopped.
+        Why the fit stopped: ``"tol"``, the fit ``1 − ‖X − M‖ / ‖X‖`` changed by less than
+        ``tol`` between two iterations (converged); ``"max_iter"``, it ran ``max_iter``
+        iterations first; ``"max_time"``, it ran out of time (``max_time`` seconds) first.
     loss_history_ : ndarray
         Fit after every iteration.
     n_features_in_ : int
@@ -163,6 +165,7 @@ class CPALS(BaseCP):
     }
 
     _objective_name = "fit"
+    _tol_reached = "the fit changed by less than tol={tol:g} between two iterations"
 
     def __init__(self, rank=2, *, max_iter=100, tol=1e-4, init="random", random_state=None,
                  n_init=1, device="cpu", format="auto", verbose=0, max_time=None, device_options=None):

@@ -151,10 +151,13 @@ class CPAPR(BaseCP):
     n_iter_ : int
         Outer iterations run (by the kept start when ``n_init > 1``).
     converged_ : bool
-        Whether the fit stopped because every KKT violation fell below ``tol`` (False: it
+        Whether the fit stopped by its own criterion, ``stop_reason_ == "tol"`` (False: it
         stopped at ``max_iter`` or ``max_time``, with a ConvergenceWarning).
     stop_reason_ : {"tol", "max_iter", "max_time"}
-        Why the fit stopped.
+        Why the fit stopped: ``"tol"``, every KKT violation (how far each factor is from
+        the optimum of its subproblem) fell below ``tol`` (converged); ``"max_iter"``, it ran
+        ``max_iter`` outer iterations first; ``"max_time"``, it ran out of time
+        (``max_time`` seconds) first.
     n_inner_iter_ : int
         Inner iterations run in total (``mu``: Φ evaluations; ``pdnr``/``pqnr``: summed over
         rows).
@@ -224,6 +227,8 @@ class CPAPR(BaseCP):
     }
 
     _objective_name = "log-likelihood"
+    _tol_reached = ("every KKT violation (the distance of a factor from the optimum of its "
+                    "subproblem) fell below tol={tol:g}")
 
     def __init__(self, rank=2, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
                  kappa=0.01, kappa_tol=1e-10, eps_div_zero=None, eps_active=1e-8, mu0=1e-5,

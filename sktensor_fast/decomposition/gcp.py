@@ -282,13 +282,24 @@ class GCP(BaseCP):
         Epochs (stochastic, failed ones included) or L-BFGS-B iterations run by the kept
         start.
     converged_ : bool
-        Whether the fit stopped by its own criterion: the relative change of the estimated
-        loss over an epoch below ``tol`` or more than ``max_fails`` failed epochs (stochastic
-        solvers), scipy's ``ftol`` / ``gtol`` or a line search that finds no decrease
-        (L-BFGS-B).  False when it stopped at ``max_iter`` or ``max_time`` (with a
-        ConvergenceWarning).
+        Whether the fit stopped by its own criterion: ``stop_reason_`` is ``"tol"``,
+        ``"fails"`` or ``"linesearch"``.  False when it stopped at ``max_iter`` or
+        ``max_time`` (with a ConvergenceWarning).
     stop_reason_ : {"tol", "fails", "linesearch", "max_iter", "max_time"}
-        Why the fit stopped.
+        Why the fit stopped:
+
+        - ``"tol"``: the loss stopped changing: the relative change of the estimated loss
+          over an epoch fell below ``tol`` (stochastic solvers), or scipy's test on the
+          relative decrease of the loss (``ftol = tol * 1e-4``) or on the projected gradient
+          passed (L-BFGS-B).  Converged.
+        - ``"fails"`` (stochastic solvers): the loss stopped improving: ``max_fails + 1``
+          epochs failed to lower the estimated loss (each was undone and the learning rate
+          lowered by ``decay``).  This is how GCP's stochastic fits normally end (as in pyttb
+          and GenTen): converged, up to the noise of the estimate.
+        - ``"linesearch"`` (L-BFGS-B): the line search found no point with a lower loss, the
+          usual end at the limit of floating-point precision.  Converged.
+        - ``"max_iter"``: it ran ``max_iter`` epochs (L-BFGS-B: iterations) first.
+        - ``"max_time"``: it ran out of time (``max_time`` seconds) first.
     n_features_in_ : int
     tensor_shape_ : tuple
 
@@ -378,6 +389,25 @@ class GCP(BaseCP):
     @property
     def _iteration_name(self):
         return getattr(OPTIMIZERS.get(self.solver), "iteration_name", "epochs")
+
+    def _stop_words(self):
+        stochastic = getattr(OPTIMIZERS.get(self.solver), "stochastic", True)
+        reason = self.stop_reason_
+        if reason == "tol":
+            if stochastic:
+                return (f"the loss stopped changing: the estimated loss changed by less than "
+                        f"tol={self.tol:g} (relative) over an epoch")
+            return (f"the loss stopped changing: L-BFGS-B's convergence test passed "
+                    f"(relative decrease below tol * 1e-4 = {self.tol * 1e-4:g}, or a "
+                    f"projected gradient near zero)")
+        if reason == "fails":
+            return (f"the loss stopped improving: {self.max_fails + 1} epoch(s) failed to "
+                    f"lower the estimated loss (max_fails={self.max_fails}; each was undone "
+                    f"and the learning rate lowered)")
+        if reason == "linesearch":
+            return ("the loss stopped improving: L-BFGS-B's line search found no lower loss "
+                    "(the limit of floating-point precision)")
+        return super()._stop_words()
 
     # ------------------------------------------------------------------ validation
     def _make_loss(self):
