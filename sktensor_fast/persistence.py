@@ -3,9 +3,10 @@
 The file is a NumPy ``.npz`` archive read without pickle (``allow_pickle=False``), so loading
 one runs no code from it: the factor matrices and weights as arrays, the loss history, and one
 JSON document with the estimator's class and settings, its fitted scalars, the labels and mode
-names, and the package version that wrote it.  Settings that are not plain values (an ``init``
-given as arrays, a ``mask``, a user-defined loss object) are not stored; the file lists them
-under ``params_not_saved`` and the loaded estimator has their defaults.
+names, its ``set_output`` configuration, and the package version that wrote it.  Settings that
+are not plain values (an ``init`` given as arrays, a ``mask``, a user-defined loss object) are
+not stored; the file lists them under ``params_not_saved`` and the loaded estimator has their
+defaults.
 """
 import json
 import os
@@ -110,7 +111,9 @@ def save_model(model, path, labels=None, mode_names=None):
     meta = {"format": "sktensor_fast model", "format_version": FORMAT_VERSION,
             "package_version": __version__, "class": type(model).__name__, "params": params,
             "params_not_saved": dropped, "attributes": attrs, "labels": labels,
-            "mode_names": mode_names}
+            "mode_names": mode_names,
+            "output_config": {k: v for k, v in getattr(model, "_sklearn_output_config",
+                                                       {}).items() if isinstance(v, str)}}
     arrays = {"weights": np.asarray(model.weights_, dtype=np.float64),
               "loss_history": np.asarray(getattr(model, "loss_history_", []), np.float64),
               "meta": np.array(json.dumps(meta))}
@@ -126,10 +129,10 @@ def save_model(model, path, labels=None, mode_names=None):
 def load_model(path):
     """Read a model written by :func:`save_model`.
 
-    Returns an estimator of the saved class, with the saved settings and fitted attributes
-    (``weights_``, ``factors_``, ``labels_``, ``mode_names_``, ...), ready for
-    ``transform``, ``score``, ``inverse_transform`` and :func:`describe_components`.  Nothing
-    in the file is unpickled.
+    Returns an estimator of the saved class, with the saved settings, fitted attributes
+    (``weights_``, ``factors_``, ``labels_``, ``mode_names_``, ...) and ``set_output``
+    configuration, ready for ``transform``, ``score``, ``inverse_transform`` and
+    :func:`describe_components`.  Nothing in the file is unpickled.
 
     Parameters
     ----------
@@ -193,4 +196,7 @@ def load_model(path):
         setattr(est, key, value)
     est.labels_ = meta.get("labels")
     est.mode_names_ = meta.get("mode_names")
+    output = meta.get("output_config") or {}
+    if isinstance(output, dict) and output.get("transform") in ("default", "pandas", "polars"):
+        est.set_output(transform=output["transform"])     # as set_output left it
     return est

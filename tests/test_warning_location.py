@@ -61,3 +61,12 @@ def test_data_warnings_point_at_the_call():
                  UserWarning)
     _assert_here(_caught(lambda: SparseTensor([[0, 0]], np.array([1e-300]), (1, 1),
                                               dtype=np.float32)), UserWarning)
+
+
+def test_warnings_through_scikit_learn_wrappers_point_at_the_call():
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    _assert_here(_caught(lambda: CPAPR(rank=1, max_iter=1).set_output(transform="default")
+                         .fit_transform(X_FRACTIONS)), ConvergenceWarning)
+    _assert_here(_caught(lambda: make_pipeline(CPAPR(rank=1, max_iter=1), StandardScaler())
+                         .fit(X_FRACTIONS)), ConvergenceWarning)

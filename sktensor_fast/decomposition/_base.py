@@ -353,15 +353,37 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "factors_")
         return KruskalTensor(self.weights_, self.factors_)
 
+    def _sample_index(self, W, X):
+        """``W`` as a pandas DataFrame indexed by the mode-0 labels of ``X`` (named by its
+        mode-0 name) when ``set_output(transform="pandas")`` is in force and ``X`` carries
+        such labels; otherwise ``W`` unchanged.  scikit-learn's output wrapper then keeps the
+        index and names the columns by :meth:`get_feature_names_out`, as it keeps the index
+        of a DataFrame given as ``X``."""
+        labels = getattr(X, "labels", None)
+        if not labels or labels[0] is None:
+            return W
+        from sklearn.utils._set_output import _get_output_config
+        if _get_output_config("transform", self)["dense"] != "pandas":
+            return W
+        import pandas as pd
+        if isinstance(W, pd.DataFrame):
+            return W
+        names = getattr(X, "mode_names", None)
+        index = pd.Index(list(labels[0]), name=names[0] if names else None)
+        return pd.DataFrame(np.asarray(W), index=index)
+
     def fit_transform(self, X, y=None):
         """Fit the model and return the mode-0 loadings (factor times weights).
 
         Returns
         -------
         W : ndarray of shape (n_samples, rank)
+            With ``set_output(transform="pandas")``: a DataFrame whose columns are
+            :meth:`get_feature_names_out` and whose index is the mode-0 labels of ``X``
+            (``X.labels[0]``, named ``X.mode_names[0]``) when it carries them.
         """
         self.fit(X, y)
-        return np.asarray(self.factors_[0] * self.weights_[None, :])
+        return self._sample_index(np.asarray(self.factors_[0] * self.weights_[None, :]), X)
 
     def transform(self, X):
         """Mode-0 loadings of the slices of ``X`` with the other factors held fixed.
@@ -374,12 +396,17 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Returns
         -------
         W : ndarray of shape (n_samples, rank)
+            With ``set_output(transform="pandas")``: a DataFrame whose columns are
+            :meth:`get_feature_names_out` and whose index is the mode-0 labels of ``X``
+            (``X.labels[0]``, named ``X.mode_names[0]``) when it carries them.
         """
         check_is_fitted(self, "factors_")
+        given = X
         X = self._validate_input(X, reset=False)
         backend = self._backend(X)
         with backend.compute_scope(), prepared(backend, X, self._storage_format(backend)) as T:
-            return self._solve_mode0(backend, T, X, self.factors_)
+            W = self._solve_mode0(backend, T, X, self.factors_)
+        return self._sample_index(W, given)
 
     def score(self, X, y=None):
         """Goodness of fit of ``X`` after refitting its mode-0 loadings (greater is better)."""

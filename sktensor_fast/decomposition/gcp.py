@@ -563,7 +563,7 @@ class GCP(BaseCP):
         """
         self.fit(X, y)
         if self.mask is not None:
-            return np.asarray(self.factors_[0] * self.weights_[None, :])
+            return self._sample_index(np.asarray(self.factors_[0] * self.weights_[None, :]), X)
         return self.transform(X)
 
     # ------------------------------------------------------------------ solvers
