@@ -51,6 +51,11 @@ def _methods():
             "gcp": decomposition.GCP}
 
 
+def _default_rank():
+    from .decomposition import CPAPR
+    return inspect.signature(CPAPR).parameters["rank"].default
+
+
 def _default_solver():
     from .decomposition import CPAPR
     return inspect.signature(CPAPR).parameters["solver"].default
@@ -111,8 +116,8 @@ def build_parser():
     f.add_argument("--method", default="cpapr", type=_lower, choices=sorted(_methods()),
                    help="cpals (least squares), cpapr (Poisson, the default), gcp "
                         "(generalized); any case")
-    f.add_argument("--rank", type=_positive_int("--rank"), default=5,
-                   help="number of components (default 5)")
+    f.add_argument("--rank", type=_positive_int("--rank"), default=_default_rank(),
+                   help=f"number of components (default: the estimators', {_default_rank()})")
     f.add_argument("--solver", default=None, type=_lower, choices=["mu", "pdnr", "pqnr"],
                    help=f"cpapr's solver (default: CPAPR's, {_default_solver()!r})")
     f.add_argument("--max-iter", type=_positive_int("--max-iter"), default=None,

@@ -459,3 +459,11 @@ def test_cli_warnings_are_one_line(capsys):
     err = capsys.readouterr().err
     assert "sktensor-fast: warning: 100000 threads requested" in err
     assert "contextlib" not in err and "cli.py" not in err
+
+
+def test_one_default_rank_everywhere():
+    import inspect
+    from sktensor_fast import CPALS, CPAPR, GCP
+    from sktensor_fast.cli import build_parser
+    ranks = {inspect.signature(c).parameters["rank"].default for c in (CPALS, CPAPR, GCP)}
+    assert ranks == {build_parser().parse_args(["fit"]).rank} == {5}

@@ -89,7 +89,9 @@ def test_check_estimator(cls, solver):
     mode-0 loadings that transform takes)."""
     import warnings
     from sklearn.utils.estimator_checks import check_estimator
-    kw = {"random_state": 0}
+    # scikit-learn's data are matrices with 2 to 4 features (columns), which determine the
+    # loadings of at most that many components: rank 2 (the default is 5)
+    kw = {"random_state": 0, "rank": 2}
     if solver is not None:
         kw["solver"] = solver
     if cls.__name__ == "GCP":

@@ -87,8 +87,12 @@ class CPALS(BaseCP):
 
     Parameters
     ----------
-    rank : int, default=2
-        Number of components R.
+    rank : int, default=5
+        Number of components R.  The default serves a first look, the same in every estimator
+        and on the command line: five components are enough for the main patterns of a data
+        set to come apart (two usually merge them) and few enough to read in one screen of
+        :func:`~sktensor_fast.describe_components`.  Choose the rank for real work by
+        comparing ranks (see the user guide's "Choosing the rank").
     max_iter : int, default=100
         Maximum number of outer iterations (one update of every factor).
     tol : float, default=1e-4
@@ -167,7 +171,7 @@ class CPALS(BaseCP):
     _objective_name = "fit"
     _tol_reached = "the fit changed by less than tol={tol:g} between two iterations"
 
-    def __init__(self, rank=2, *, max_iter=100, tol=1e-4, init="random", random_state=None,
+    def __init__(self, rank=5, *, max_iter=100, tol=1e-4, init="random", random_state=None,
                  n_init=1, device="cpu", format="auto", verbose=0, max_time=None, device_options=None):
         self.rank = rank
         self.max_iter = max_iter

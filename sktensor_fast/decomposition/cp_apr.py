@@ -73,8 +73,12 @@ class CPAPR(BaseCP):
 
     Parameters
     ----------
-    rank : int, default=2
-        Number of components R.
+    rank : int, default=5
+        Number of components R.  The default serves a first look, the same in every estimator
+        and on the command line: five components are enough for the main patterns of a data
+        set to come apart (two usually merge them) and few enough to read in one screen of
+        :func:`~sktensor_fast.describe_components`.  Choose the rank for real work by
+        comparing ranks (see the user guide's "Choosing the rank").
     solver : {"mu", "pdnr", "pqnr"}, default="mu"
         Inner solver: multiplicative updates, row-wise projected damped Newton, or row-wise
         projected quasi-Newton (L-BFGS).  The command line uses the same default.
@@ -230,7 +234,7 @@ class CPAPR(BaseCP):
     _tol_reached = ("every KKT violation (the distance of a factor from the optimum of its "
                     "subproblem) fell below tol={tol:g}")
 
-    def __init__(self, rank=2, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
+    def __init__(self, rank=5, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
                  kappa=0.01, kappa_tol=1e-10, eps_div_zero=None, eps_active=1e-8, mu0=1e-5,
                  lbfgs_mem=3, inexact=True, init="random", random_state=None, n_init=1,
                  device="cpu", format="auto", verbose=0, max_time=None, device_options=None):

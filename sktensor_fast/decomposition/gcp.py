@@ -181,8 +181,12 @@ class GCP(BaseCP):
 
     Parameters
     ----------
-    rank : int, default=2
-        Number of components R.
+    rank : int, default=5
+        Number of components R.  The default serves a first look, the same in every estimator
+        and on the command line: five components are enough for the main patterns of a data
+        set to come apart (two usually merge them) and few enough to read in one screen of
+        :func:`~sktensor_fast.describe_components`.  Choose the rank for real work by
+        comparing ranks (see the user guide's "Choosing the rank").
     loss : str or object, default="gaussian"
         ``"gaussian"``, ``"poisson"``, ``"poisson_log"``, ``"bernoulli_odds"``,
         ``"bernoulli_logit"``, ``"gamma"``, ``"rayleigh"``, ``"negative_binomial"``,
@@ -354,7 +358,7 @@ class GCP(BaseCP):
         "epsilon": [Interval(Real, 0, None, closed="neither")],
     }
 
-    def __init__(self, rank=2, *, loss="gaussian", loss_param=None, solver="adam",
+    def __init__(self, rank=5, *, loss="gaussian", loss_param=None, solver="adam",
                  sampler="stratified", n_samples_grad=None, n_samples_loss=None,
                  learning_rate=2e-3, decay=0.1, max_fails=1, epoch_iters=1000, max_iter=1000,
                  tol=1e-4, mask=None, init="random", random_state=None, n_init=1,
