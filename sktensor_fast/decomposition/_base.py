@@ -429,6 +429,42 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def rank_(self):
         return self.factors_[0].shape[1]
 
+    def get_feature_names_out(self, input_features=None):
+        """Names of the columns of ``transform``'s output: the class name in lower case and
+        the component's position, ``["cpapr0", "cpapr1", ...]`` (one per component).
+
+        Parameters
+        ----------
+        input_features : ignored
+            Accepted for scikit-learn's API (the inputs are tensor slices, not named
+            columns).
+
+        Returns
+        -------
+        ndarray of str, shape (rank_,)
+        """
+        return super().get_feature_names_out(input_features)
+
+    def set_output(self, *, transform=None):
+        """Choose the container ``transform`` and ``fit_transform`` return.
+
+        With ``transform="pandas"`` they return a DataFrame whose columns are
+        :meth:`get_feature_names_out` and whose index is the mode-0 labels of the tensor
+        transformed (``X.labels[0]``, the index named ``X.mode_names[0]``), or a range
+        without such labels; ``"polars"``: a polars DataFrame; ``"default"``: a NumPy array.
+        :func:`~sktensor_fast.save_model` keeps the choice.
+
+        Parameters
+        ----------
+        transform : {"default", "pandas", "polars"} or None, default=None
+            None leaves the configuration as it is.
+
+        Returns
+        -------
+        self
+        """
+        return super().set_output(transform=transform)
+
     @property
     def _n_features_out(self):
         """Number of output features (the rank), for ``get_feature_names_out``."""
