@@ -441,7 +441,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        ndarray of str, shape (rank_,)
+        ndarray of str, one name per component
         """
         return super().get_feature_names_out(input_features)
 
