@@ -462,6 +462,8 @@ def model_summary(est, X, source, args, timing, threads):
         "iteration_name": est._iteration_name,
         "converged": est.converged_,
         "stop_reason": est.stop_reason_,
+        "stop_description": est._stop_words(),
+        "objective_meaning": _objective_words(est)[2],
         "objective_history": est.loss_history_,
         "timing_s": timing,
         "versions": _versions(),

@@ -231,6 +231,8 @@ def test_json_summary_round_trip(tmp_path, capsys):
     assert doc["log_likelihood"] == model.log_likelihood_ and doc["fit"] is None
     assert doc["n_iter"] == 4 and doc["converged"] is False
     assert doc["stop_reason"] == "max_iter" and len(doc["objective_history"]) == 4
+    assert doc["stop_description"].startswith("it ran max_iter=4 iterations")
+    assert doc["objective_meaning"].startswith("the Poisson log-likelihood")
     assert doc["timing_s"]["fit"] > 0 and doc["threads"] >= 1
     assert doc["versions"]["sktensor_fast"] == __version__ and "numpy" in doc["versions"]
 
