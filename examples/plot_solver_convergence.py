@@ -34,12 +34,19 @@ print(X.shape, X.nnz, "nonzeros,", int(X.sum()), "events")
 # ---------------------------
 # ``mu`` (multiplicative updates) is cheap per iteration and needs many; ``pdnr`` (projected
 # damped Newton per row) and ``pqnr`` (projected quasi-Newton per row) need fewer, more
-# expensive ones.  All stop when the KKT violation falls below ``tol``.
+# expensive ones.  ``pdnr`` and ``pqnr`` stop when the KKT violation falls below ``tol``;
+# ``mu`` would need about 2,300 iterations to get there on this tensor, so it runs a fixed
+# 400 (``tol=0``: a number of iterations asked for on purpose), enough to see its curve
+# flatten, and its final KKT violation shows how far it still is.
 apr = {}
 for solver in ("mu", "pdnr", "pqnr"):
     t0 = time.perf_counter()
     m = CPAPR(
-        rank=rank, solver=solver, tol=1e-4, max_iter=400, random_state=0
+        rank=rank,
+        solver=solver,
+        tol=0 if solver == "mu" else 1e-4,
+        max_iter=400,
+        random_state=0,
     ).fit(X)
     apr[solver] = (m, time.perf_counter() - t0)
     print(

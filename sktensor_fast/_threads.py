@@ -7,9 +7,10 @@ files) and the storage formats use it as much as the kernels do.
 import contextlib
 import os
 import threading
-import warnings
 
 import numpy as np
+
+from ._warnings import warn as _warn
 
 __all__ = ["get_num_threads", "set_num_threads", "num_threads", "max_threads",
            "MAX_THREADS_PER_CPU", "threads_for_load", "load_adapted"]
@@ -50,9 +51,9 @@ def _checked(n, what):
     n = int(n)
     cap = max_threads()
     if n > cap:
-        warnings.warn(f"{n} threads requested; the CPU kernels use at most {cap} "
-                      f"({MAX_THREADS_PER_CPU} per CPU, {cap // MAX_THREADS_PER_CPU} CPUs): "
-                      f"capped at {cap}", RuntimeWarning, stacklevel=3)
+        _warn(f"{n} threads requested; the CPU kernels use at most {cap} "
+              f"({MAX_THREADS_PER_CPU} per CPU, {cap // MAX_THREADS_PER_CPU} CPUs): "
+              f"capped at {cap}", RuntimeWarning)
         n = cap
     return n
 
@@ -93,10 +94,10 @@ def get_num_threads():
         if n > cap:
             if n not in _WARNED_OMP:
                 _WARNED_OMP.add(n)
-                warnings.warn(f"OpenMP asks for {n} threads (OMP_NUM_THREADS or a threadpoolctl "
-                              f"limit); the CPU kernels use at most {cap} "
-                              f"({MAX_THREADS_PER_CPU} per CPU): capped at {cap}",
-                              RuntimeWarning, stacklevel=2)
+                _warn(f"OpenMP asks for {n} threads (OMP_NUM_THREADS or a threadpoolctl "
+                      f"limit); the CPU kernels use at most {cap} "
+                      f"({MAX_THREADS_PER_CPU} per CPU): capped at {cap}",
+                      RuntimeWarning)
             n = cap
     return max(1, int(n))
 def set_num_threads(n):

@@ -1,9 +1,13 @@
 """Command line: ``python -m sktensor_fast`` / ``sktensor-fast``.
 
 ``sktensor-fast fit [FILE] --method cpapr --rank R ...`` decomposes a FROSTT ``.tns``/``.tns.gz``
-file (or, with no FILE, the embedded ``flights-routes`` data set) and prints each component's
-weight and the top entries of every mode (:func:`sktensor_fast.describe_components`), with
-labels when ``mode-N-*.map`` files are present.  ``--out PATH`` saves the model with its labels
+file or a binary container written by :func:`sktensor_fast.save_tensor` (recognised by its
+first bytes, whatever its name), or with no FILE the embedded ``flights-routes`` data set, and
+prints why the fit stopped, its objective with its meaning, and each component's weight and the
+top entries of every mode (:func:`sktensor_fast.describe_components`), with labels when
+``mode-N-*.map`` files are present.  ``sktensor-fast info FILE`` describes a tensor file
+without fitting it (shape, nonzeros, density, the nonzeros of every mode, labels, the values);
+``sktensor-fast info`` alone shows the build configuration and the OpenCL devices.  ``--out PATH`` saves the model with its labels
 and settings (:func:`sktensor_fast.save_model`; read it back with
 :func:`sktensor_fast.load_model`); ``--plot PATH`` draws the components
 (:func:`sktensor_fast.plotting.plot_components`, needs matplotlib); ``--json PATH`` (``-``:
@@ -14,8 +18,11 @@ Progress (iteration, objective, elapsed time) goes to stderr at most once per
 :func:`sktensor_fast.decomposition.fit_callback`.
 
 Expected failures (a bad file, an unavailable device, a bad option, an output that cannot be
-written) end with one line on stderr and exit status 2, before the fit where they can be
-detected before it; ``--debug`` shows the traceback.
+written, an output that is the input or another output) end with one line on stderr and exit
+status 2, before the fit where they can be detected before it; ``--debug`` shows the traceback.
+Warnings are one line each, ``sktensor-fast: warning: ...``.  When standard output is closed
+early (``sktensor-fast fit | head -1``) the command stops quietly with status 141, as a Unix
+tool killed by ``SIGPIPE``.
 """
 import argparse
 import contextlib
@@ -23,13 +30,15 @@ import inspect
 import json
 import os
 import platform
+import stat
 import sys
 import time
 import warnings
 
 import numpy as np
 
-__all__ = ["main", "build_parser", "describe_components", "model_summary", "ProgressPrinter"]
+__all__ = ["main", "build_parser", "describe_components", "describe_tensor", "model_summary",
+           "ProgressPrinter"]
 
 
 class CliError(Exception):
@@ -42,12 +51,22 @@ def _methods():
             "gcp": decomposition.GCP}
 
 
+def _default_rank():
+    from .decomposition import CPAPR
+    return inspect.signature(CPAPR).parameters["rank"].default
+
+
 def _default_solver():
     from .decomposition import CPAPR
     return inspect.signature(CPAPR).parameters["solver"].default
 
 
-def _positive_int(name, minimum=1):
+#: The largest integer option accepted (ranks, iterations, starts, threads, entries shown):
+#: larger values only fail later, in an allocation or a C integer.
+MAX_INT_OPTION = 2 ** 31 - 1
+
+
+def _positive_int(name, minimum=1, maximum=MAX_INT_OPTION):
     def parse(text):
         try:
             value = int(text)
@@ -56,6 +75,8 @@ def _positive_int(name, minimum=1):
                 from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{name} must be at most {maximum}, got {text}")
         return value
     return parse
 
@@ -82,18 +103,21 @@ def build_parser():
     from . import __version__
     p = argparse.ArgumentParser(
         prog="sktensor-fast",
-        description="Fast sparse tensor decompositions. `fit` decomposes a FROSTT .tns file, "
-                    "or the embedded flights-routes data set when no file is given.")
+        description="Fast sparse tensor decompositions. `fit` decomposes a FROSTT .tns file "
+                    "or a binary container (sktensor_fast.save_tensor), or the embedded "
+                    "flights-routes data set when no file is given; `info FILE` describes a "
+                    "tensor file.")
     p.add_argument("--version", action="version", version=f"sktensor-fast {__version__}")
     sub = p.add_subparsers(dest="command")
     f = sub.add_parser("fit", help="decompose a tensor and print its components")
     f.add_argument("file", nargs="?", default=None,
-                   help="FROSTT .tns or .tns.gz file (default: the embedded flights-routes data)")
+                   help="FROSTT .tns or .tns.gz file, or a binary container written by "
+                        "sktensor_fast.save_tensor (default: the embedded flights-routes data)")
     f.add_argument("--method", default="cpapr", type=_lower, choices=sorted(_methods()),
                    help="cpals (least squares), cpapr (Poisson, the default), gcp "
                         "(generalized); any case")
-    f.add_argument("--rank", type=_positive_int("--rank"), default=5,
-                   help="number of components (default 5)")
+    f.add_argument("--rank", type=_positive_int("--rank"), default=_default_rank(),
+                   help=f"number of components (default: the estimators', {_default_rank()})")
     f.add_argument("--solver", default=None, type=_lower, choices=["mu", "pdnr", "pqnr"],
                    help=f"cpapr's solver (default: CPAPR's, {_default_solver()!r})")
     f.add_argument("--max-iter", type=_positive_int("--max-iter"), default=None,
@@ -139,8 +163,14 @@ def build_parser():
                    help="no progress and no log on stderr (as --no-progress)")
     f.add_argument("--debug", action="store_true",
                    help="show the traceback of an error instead of one line")
-    i = sub.add_parser("info", help="show the build configuration and OpenCL devices")
-    i.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    i = sub.add_parser("info", help="describe a tensor file (without FILE: the build "
+                                    "configuration and OpenCL devices)")
+    i.add_argument("file", nargs="?", default=None,
+                   help="FROSTT .tns or .tns.gz file, or a binary container written by "
+                        "sktensor_fast.save_tensor: its shape, nonzeros, density, the nonzeros "
+                        "of every mode, its labels and values, without fitting")
+    i.add_argument("--debug", action="store_true",
+                   help="show the traceback of an error instead of one line")
     return p
 
 
@@ -230,6 +260,111 @@ def _check_method_options(args):
             raise CliError(f"--format chooses how the CPU kernels store the tensor; the OpenCL "
                            f"kernels have their own layouts (see SKTENSOR_FAST_OCL_LAYOUT): "
                            f"drop --format or use --device cpu (got --device {args.device})")
+
+
+def _same_file(a, b):
+    """Whether the paths ``a`` and ``b`` name one file (the same resolved path, or, where both
+    exist, the same device and inode: symbolic and hard links)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _label_files(path):
+    """The ``mode-N-*.map`` label files read with the tensor file ``path``."""
+    import glob
+    folder = os.path.dirname(os.path.abspath(path))
+    return sorted(glob.glob(os.path.join(glob.escape(folder), "mode-*-*.map")))
+
+
+def _check_distinct(args):
+    """Refuse, before any work, an output file that is an input (the tensor file or one of
+    its label files) or another output: writing it would destroy the data or the other
+    result.  Standard output (``--json -``) is no file."""
+    inputs = []
+    if args.file is not None and os.path.exists(args.file):
+        inputs = [("the input file", args.file)] + [("the label file", m)
+                                                    for m in _label_files(args.file)]
+    outputs = [(opt, path) for opt, path in (("--out", args.out), ("--plot", args.plot),
+                                             ("--json", args.json))
+               if path is not None and path != "-"]
+    for i, (opt, path) in enumerate(outputs):
+        for what, source in inputs:
+            if _same_file(path, source):
+                raise CliError(f"{opt} {path} is {what} {source}: writing it would destroy "
+                               f"the data; choose another file name")
+        for other, other_path in outputs[:i]:
+            if _same_file(path, other_path):
+                raise CliError(f"{opt} {path} and {other} {other_path} are the same file: "
+                               f"one would overwrite the other; give each its own file")
+
+
+def _read_tensor(path, purpose):
+    """``(X, kind)``: the tensor of the file ``path`` with the labels of its ``mode-N-*.map``
+    files, read as a binary container when it starts with the container's signature and as
+    FROSTT text otherwise; ``kind`` says which.  ``purpose`` ("fit", "describe") words the
+    refusal of an empty file."""
+    from .binary import MAGIC, load_tensor
+    from .io import load_tns
+    from .tensor import _attach_labels
+    if not os.path.lexists(path):
+        raise CliError(f"{path}: no such file")
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise CliError(f"{path} is a folder, not a tensor file: give a .tns, .tns.gz or "
+                       f"binary container file")
+    container = False
+    if stat.S_ISREG(info.st_mode):               # a pipe or device is read once, as text
+        try:
+            with open(path, "rb") as fh:
+                container = fh.read(len(MAGIC)) == MAGIC
+        except OSError as exc:
+            raise CliError(f"{path}: cannot read it: {exc.strerror}") from None
+    if container:
+        X, labels = load_tensor(path, with_labels=True)
+        kind = "binary container of sktensor_fast.save_tensor"
+    else:
+        try:
+            X, labels = load_tns(path, with_labels=True)
+        except ValueError as exc:
+            if "holds no nonzeros" not in str(exc):
+                raise
+            raise CliError(f"{path} holds no nonzeros (no data line), so it records no shape: "
+                           f"there is nothing to {purpose}") from None
+        kind = "FROSTT text"
+    _attach_labels(X, labels, getattr(X, "mode_names", None))
+    return X, kind
+
+
+def _objective_words(est):
+    """``(name, value, meaning)`` of the fitted estimator's objective, the meaning in words
+    that say how to read its value (and its sign)."""
+    if hasattr(est, "loss_"):
+        loss = est.loss if isinstance(est.loss, str) else type(est.loss).__name__
+        where = "observed entry" if getattr(est, "mask", None) is not None else "entry"
+        stochastic = getattr(est, "solver", "lbfgsb") != "lbfgsb"
+        sampled = ", estimated from a fixed sample of entries" if stochastic else ""
+        if loss == "gaussian":
+            meaning = f"the sum of squared errors over every {where}{sampled}; lower is better"
+        else:
+            meaning = (f"the {loss} loss summed over every {where}{sampled}: a negative "
+                       f"log-likelihood up to a constant of the data, so its sign means "
+                       f"nothing; lower is better")
+        return "loss", est.loss_, meaning
+    if hasattr(est, "log_likelihood_"):
+        meaning = ("the Poisson log-likelihood sum(x log m) - sum(m), without the data's "
+                   "constant -sum(log x!), so its sign means nothing; greater is better")
+        if not np.isfinite(est.log_likelihood_):
+            meaning += "; -inf: the model is exactly zero at some nonzero of the data"
+        return "log-likelihood", est.log_likelihood_, meaning
+    return "fit", est.fit_, "1 - |X - M| / |X| (Frobenius norms): 1 is a perfect fit"
 
 
 class ProgressPrinter:
@@ -327,6 +462,8 @@ def model_summary(est, X, source, args, timing, threads):
         "iteration_name": est._iteration_name,
         "converged": est.converged_,
         "stop_reason": est.stop_reason_,
+        "stop_description": est._stop_words(),
+        "objective_meaning": _objective_words(est)[2],
         "objective_history": est.loss_history_,
         "timing_s": timing,
         "versions": _versions(),
@@ -335,14 +472,14 @@ def model_summary(est, X, source, args, timing, threads):
 
 
 def _cmd_fit(args):
-    from . import get_num_threads, load_tns, num_threads, save_model
+    from . import get_num_threads, num_threads, save_model
     from .datasets import load_flights_routes
     from .decomposition import fit_callback
-    from .tensor import _attach_labels
 
     methods = _methods()
     # everything that can be refused is refused here, before the data are read
     _check_method_options(args)
+    _check_distinct(args)
     out = _check_out(args.out) if args.out else None
     plot = _check_plot(args.plot) if args.plot else None
     to_stdout = args.json == "-"
@@ -361,11 +498,8 @@ def _cmd_fit(args):
         X = data.tensor
         source = "embedded data set flights-routes (nycflights13, CC0)"
     else:
-        if not os.path.exists(args.file):
-            raise CliError(f"{args.file}: no such file")
-        X, labels = load_tns(args.file, with_labels=True)
-        _attach_labels(X, labels, None)
-        source = args.file
+        X, kind = _read_tensor(args.file, "fit")
+        source = args.file if kind == "FROSTT text" else f"{args.file} ({kind})"
     t_load = time.perf_counter() - t_load
     say(f"Tensor: {source}")
     say(f"  shape {X.shape}, {X.nnz} nonzeros, sum {X.sum():.6g}")
@@ -400,15 +534,13 @@ def _cmd_fit(args):
               f"{est._iteration_name} in {elapsed:.2f}s"
     summary += ", converged" if est.converged_ else \
         f", NOT converged (stopped at {est.stop_reason_}; raise --max-iter or --max-time)"
-    if hasattr(est, "fit_"):
-        summary += f", fit {est.fit_:.4f}"
-    if hasattr(est, "log_likelihood_"):
-        summary += f", log-likelihood {est.log_likelihood_:.6g}"
-        if not np.isfinite(est.log_likelihood_):
-            summary += " (the model is exactly zero at some nonzero of the data)"
-    if hasattr(est, "loss_"):
-        summary += f", loss {est.loss_:.6g}"
+    objective, value, meaning = _objective_words(est)
+    summary += f", {objective} {value:.4f}" if objective == "fit" else \
+        f", {objective} {value:.6g}"
     say(summary)
+    say(f"  {'converged' if est.converged_ else 'stopped'} "
+        f"(stop_reason_={est.stop_reason_!r}): {est._stop_words()}")
+    say(f"  {objective}: {meaning}")
     if args.n_init == 1 and args.method != "cpals":
         say("  (one random start: the fit is a local optimum; --n-init 5 keeps the best of "
             "five)")
@@ -438,18 +570,95 @@ def _cmd_fit(args):
     return 0
 
 
+def _short_list(names, n=5):
+    names = [str(x) for x in names]
+    return ", ".join(names[:n]) + (f", ... ({len(names)} in all)" if len(names) > n else "")
+
+
+def describe_tensor(X, source, kind=None):
+    """What ``sktensor-fast info FILE`` prints: the shape, nonzeros, density and dtype of
+    ``X``, every mode's length, how many of its indices hold a nonzero and how many nonzeros
+    they hold, its labels, and the range, sum and integrality of the values."""
+    lines = [f"Tensor: {source}" + (f" ({kind})" if kind else "")]
+    lines.append(f"  shape {tuple(X.shape)}, {X.nnz} nonzeros, density {X.density:.3g}, "
+                 f"dtype {X.dtype}")
+    labels = getattr(X, "labels", None) or [None] * X.ndim
+    names = getattr(X, "mode_names", None) or [None] * X.ndim
+    for k in range(X.ndim):
+        size = X.shape[k]
+        counts = np.bincount(np.asarray(X.subs[:, k]), minlength=size) if X.nnz \
+            else np.zeros(size, np.int64)
+        used = int(np.count_nonzero(counts))
+        head = f"  mode {k}" + (f" ({names[k]})" if names[k] else "") + f": length {size}"
+        line = f"{head}, {used} with nonzeros"
+        if used:
+            line += (f" (nonzeros per index: min {int(counts[counts > 0].min())}, "
+                     f"max {int(counts.max())})")
+        lines.append(line)
+        lines.append("    labels: " + (_short_list(labels[k]) if labels[k] is not None
+                                       else "none (indices are shown 1-based)"))
+    if X.nnz:
+        vals = np.asarray(X.vals)
+        integral = bool(np.all(vals == np.round(vals)))
+        what = "all integers" if integral else "not all integers"
+        if integral and vals.min() >= 0:
+            what += " (counts: CPAPR and GCP's count losses apply)"
+        lines.append(f"  values: min {vals.min():.6g}, max {vals.max():.6g}, sum "
+                     f"{float(X.sum()):.6g}; {what}")
+    else:
+        lines.append("  values: none (every entry is zero)")
+    return "\n".join(lines)
+
+
+def _cmd_info(args):
+    if args.file is None:
+        from . import show_config
+        show_config()
+        return 0
+    X, kind = _read_tensor(args.file, "describe")
+    print(describe_tensor(X, args.file, kind))
+    return 0
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings of the command line: one line each, on stderr."""
+    print(f"sktensor-fast: warning: {message}", file=sys.stderr if file is None else file)
+
+
+def _stdout_closed():
+    """Standard output was closed by its reader (``| head``): send what is left to
+    /dev/null, so that nothing is written at exit, and return the status of a Unix tool
+    stopped by ``SIGPIPE`` (128 + 13)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout not a file
+        pass
+    return 141
+
+
 def main(argv=None):
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            status = _main(argv)
+            sys.stdout.flush()          # a closed pipe is noticed here, not at exit
+            return status
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv):
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("fit", "info", "-h", "--help", "--version"):
         argv = ["fit"] + argv  # `fit` is the default command
     args = parser.parse_args(argv)
-    if args.command == "info":
-        from . import show_config
-        show_config()
-        return 0
     try:
-        return _cmd_fit(args)
+        return _cmd_info(args) if args.command == "info" else _cmd_fit(args)
+    except BrokenPipeError:
+        raise
     except Exception as exc:
         from .backends.opencl.backend import NoDeviceError
         expected = (CliError, ValueError, TypeError, OSError, ImportError, NoDeviceError,

@@ -22,11 +22,11 @@ import numbers
 import os
 import secrets
 import stat
-import warnings
 
 import numpy as np
 
 from .tensor import SparseTensor, _SumOverflowError, _check_shape, as_sparse_tensor
+from ._warnings import warn as _warn
 
 __all__ = ["load_tns", "save_tns", "read_labels", "write_labels"]
 
@@ -458,8 +458,8 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
             raise
         raise _SumOverflowError(exc.coord, dtype, int(index_base), f"{name}: ") from None
     if report.get("underflows"):
-        warnings.warn(f"{name}: {report['underflows']} value(s) too small for {dtype.name} "
-                      f"round to 0 and are dropped", UserWarning, stacklevel=2)
+        _warn(f"{name}: {report['underflows']} value(s) too small for {dtype.name} "
+              f"round to 0 and are dropped", UserWarning)
     if subs is None:
         if shape is None:
             raise ValueError(f"{name} holds no nonzeros; pass `shape` to load an empty tensor")

@@ -2,8 +2,8 @@
 
 The file is a NumPy ``.npz`` archive read without pickle, so loading one runs no code from
 it: the factor matrices and weights as arrays, the loss history, and one JSON document with
-the estimator's class and settings, its fitted scalars, the labels and mode names, and the
-package version that wrote it.
+the estimator's class and settings, its fitted scalars, the labels and mode names, its
+``set_output`` configuration, and the package version that wrote it.
 
 Settings that are not plain values:
 
@@ -27,12 +27,13 @@ a file takes memory in proportion to its size.
 import json
 import math
 import os
-import warnings
 import zipfile
 import zlib
 
 import numpy as np
 from numpy.lib import format as npy_format
+
+from ._warnings import warn as _warn
 
 __all__ = ["save_model", "load_model", "FORMAT_VERSION"]
 
@@ -199,7 +200,9 @@ def save_model(model, path, labels=None, mode_names=None):
     meta = {"format": _FORMAT, "format_version": version,
             "package_version": __version__, "class": type(model).__name__, "params": params,
             "params_not_saved": dropped, "attributes": attrs, "labels": labels,
-            "mode_names": mode_names}
+            "mode_names": mode_names,
+            "output_config": {k: v for k, v in getattr(model, "_sklearn_output_config",
+                                                       {}).items() if isinstance(v, str)}}
     arrays.update({"weights": np.asarray(model.weights_, dtype=np.float64),
                    "loss_history": np.asarray(getattr(model, "loss_history_", []), np.float64),
                    "meta": np.array(json.dumps(meta))})
@@ -215,10 +218,10 @@ def save_model(model, path, labels=None, mode_names=None):
 def load_model(path, *, loss=None):
     """Read a model written by :func:`save_model`.
 
-    Returns an estimator of the saved class, with the saved settings and fitted attributes
-    (``weights_``, ``factors_``, ``labels_``, ``mode_names_``, ...), ready for
-    ``transform``, ``score``, ``inverse_transform`` and :func:`describe_components`.  Nothing
-    in the file is unpickled or run.
+    Returns an estimator of the saved class, with the saved settings, fitted attributes
+    (``weights_``, ``factors_``, ``labels_``, ``mode_names_``, ...) and ``set_output``
+    configuration, ready for ``transform``, ``score``, ``inverse_transform`` and
+    :func:`describe_components`.  Nothing in the file is unpickled or run.
 
     Parameters
     ----------
@@ -389,6 +392,16 @@ def _load(zf, path, loss_arg):
         setattr(est, key, value)
     est.labels_ = labels
     est.mode_names_ = mode_names
+    output = meta.get("output_config")
+    if output is not None:
+        if not isinstance(output, dict):
+            raise _Invalid(f"output_config is {_kind(output)}, not an object")
+        transform = output.get("transform")
+        if transform is not None:
+            if transform not in ("default", "pandas", "polars"):
+                raise _Invalid(f"output_config's transform {transform!r} is not one of "
+                               f"'default', 'pandas', 'polars'")
+            est.set_output(transform=transform)     # as set_output left it
     return est
 
 
@@ -442,10 +455,10 @@ def _params(raw, cls, shape, read, loss_arg, path, not_saved=()):
                     value = tuple(value)
         params[key] = value
     if "mask" in not_saved and "mask" not in raw:
-        warnings.warn(f"the model of {path} was fitted with a mask that the file does not hold "
-                      f"(written by sktensor_fast before masks were stored): the loaded "
-                      f"estimator has mask=None (transform and score do not use the mask; a "
-                      f"refit would)", UserWarning, stacklevel=4)
+        _warn(f"the model of {path} was fitted with a mask that the file does not hold "
+              f"(written by sktensor_fast before masks were stored): the loaded estimator has "
+              f"mask=None (transform and score do not use the mask; a refit would)",
+              UserWarning)
     if "loss" in not_saved and "loss" not in raw:
         # written before losses given as objects were stored: which one it was is unknown
         if loss_arg is None:
@@ -501,9 +514,9 @@ def _given_loss(entry, loss, path):
         except NotComparable:
             same = True        # nothing to compare with: the class name is all there is
         if not same:
-            warnings.warn(f"the loss given differs from the {saved} the model of {path} was "
-                          f"fitted with (its code or attributes changed); transform and score "
-                          f"use the one given", UserWarning, stacklevel=5)
+            _warn(f"the loss given differs from the {saved} the model of {path} was fitted "
+                  f"with (its code or attributes changed); transform and score use the one "
+                  f"given", UserWarning)
     return loss
 
 

@@ -53,13 +53,18 @@ def _check_labels(labels, shape):
 
 
 def plot_components(model, labels=None, mode_names=None, top=8, components=None, modes=None,
-                    fig=None):
+                    fig=None, uniform=1.25):
     """Draw the components of a CP model: one row per component, one panel per mode.
 
     Each panel is a horizontal bar chart of the mode's ``top`` largest entries (by absolute
-    value) of the component's factor column, labelled with the names of the indices; negative
-    entries are drawn in another colour.  The row's title gives the component's weight and
-    its share of the sum of the weights (in %).
+    value) of the component's factor column, labelled with the names of the indices (indices
+    without a name are shown 1-based); negative entries are drawn in another colour.  The
+    row's title gives the component's number, weight and share of the sum of the weights (in
+    %).  Components are numbered and ordered as :func:`~sktensor_fast.describe_components`
+    prints them: ``Component 1`` has the largest weight.  A panel whose mode is
+    near-uniform in the component (no index above ``uniform`` times an even share, as
+    :func:`~sktensor_fast.describe_components` marks it) is drawn in grey and marked
+    ``near-uniform``: the component singles out nothing there.
 
     Parameters
     ----------
@@ -78,12 +83,18 @@ def plot_components(model, labels=None, mode_names=None, top=8, components=None,
     top : int, default=8
         Entries drawn per panel.
     components : sequence of int, optional
-        The components to draw, in this order (default: all).
+        The columns of the factor matrices to draw (0-based), in this order (default: all,
+        by decreasing weight); each row is titled with its number in
+        :func:`~sktensor_fast.describe_components` (from 1).
     modes : sequence of int, optional
         The modes to draw, in this order (default: all).
     fig : matplotlib.figure.Figure, optional
         Figure to draw into (cleared first); by default a new one from ``matplotlib.pyplot``
         sized for the grid.
+    uniform : float, default=1.25
+        A mode is near-uniform in a component when none of its shares exceeds
+        ``uniform / I`` (I the length of the mode), as in
+        :func:`~sktensor_fast.describe_components`.
 
     Returns
     -------
@@ -112,6 +123,8 @@ def plot_components(model, labels=None, mode_names=None, top=8, components=None,
     4
     >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
     ['a', 'b']
+    >>> fig.axes[0].get_ylabel().splitlines()[0], fig.axes[3].texts[0].get_text()
+    ('Component 1', 'near-uniform')
     """
     _require_matplotlib()
     K = _as_kruskal(model)
@@ -130,8 +143,11 @@ def plot_components(model, labels=None, mode_names=None, top=8, components=None,
     if isinstance(top, bool) or not isinstance(top, numbers.Integral) or top < 1:
         raise ValueError(f"top must be a positive integer, got {top!r}")
     R = K.rank
+    from .inspection import component_entries
+    _, entries = component_entries((K.weights, K.factors), top=1, uniform=uniform)
+    by_column = {e["index"]: e for e in entries}     # number and near-uniform modes
     if components is None:
-        components = list(range(R))
+        components = [e["index"] for e in entries]    # by decreasing weight
     else:
         components = [int(c) for c in components]
         bad = [c for c in components if not 0 <= c < R]
@@ -165,10 +181,15 @@ def plot_components(model, labels=None, mode_names=None, top=8, components=None,
             order = np.argsort(-np.abs(col), kind="stable")[:rows_drawn[c]]
             vals = col[order]
             names = ([labels[k][j] for j in order] if labels[k] is not None
-                     else [str(j) for j in order])
+                     else [str(j + 1) for j in order])
             y = np.arange(len(order))
-            colors = np.where(vals >= 0, "tab:blue", "tab:red")
+            flat = by_column[r]["modes"][k]["near_uniform"]
+            colors = np.where(vals >= 0, "0.65" if flat else "tab:blue",
+                              "0.4" if flat else "tab:red")
             ax.barh(y, vals, color=colors, height=0.7)
+            if flat:
+                ax.text(0.98, 0.04, "near-uniform", transform=ax.transAxes, ha="right",
+                        va="bottom", fontsize=7, color="0.3", style="italic")
             ax.set_yticks(y)
             ax.set_yticklabels(names, fontsize=8)
             ax.invert_yaxis()
@@ -177,5 +198,6 @@ def plot_components(model, labels=None, mode_names=None, top=8, components=None,
             if i == 0:
                 ax.set_title(mode_names[k], fontsize=10)
             if c == 0:
-                ax.set_ylabel(f"component {r}\nweight {weights[r]:.3g}{share}", fontsize=9)
+                ax.set_ylabel(f"Component {by_column[r]['component']}\nweight "
+                              f"{weights[r]:.3g}{share}", fontsize=9)
     return fig

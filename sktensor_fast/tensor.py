@@ -5,11 +5,11 @@ validation of user data happens here, at construction, so that the compiled kern
 every index they see.
 """
 import numbers
-import warnings
 
 import numpy as np
 
 from ._prepared import register_selection
+from ._warnings import warn as _warn
 
 __all__ = ["SparseTensor", "as_sparse_tensor", "DENSE_SIZE_LIMIT"]
 
@@ -151,8 +151,8 @@ class SparseTensor:
         if nnz and given.dtype.kind == "f" and given.dtype.itemsize > dtype.itemsize:
             lost = int(np.count_nonzero((vals == 0) & (given != 0)))
             if lost:
-                warnings.warn(f"{lost} value(s) too small for {dtype.name} round to 0 and are "
-                              f"dropped", UserWarning, stacklevel=2)
+                _warn(f"{lost} value(s) too small for {dtype.name} round to 0 and are "
+                      f"dropped", UserWarning)
         # --- canonical form: sorted, duplicates summed, zeros dropped ---------------------
         # the compiled passes check every coordinate and value, sort (unless sorted already),
         # sum repeats and drop zeros; arrays already canonical come back as they are
@@ -626,8 +626,8 @@ def as_sparse_tensor(X, *, allow_nd=True, dtype=None, name="X"):
 
 def _warn_nonint(vals, what):
     if vals.size and np.any(vals != np.round(vals)):
-        warnings.warn(f"{what}: the data hold non-integer values; the model assumes counts",
-                      UserWarning, stacklevel=3)
+        _warn(f"{what}: the data hold non-integer values; the model assumes counts",
+              UserWarning)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -772,8 +772,8 @@ def _from_dataframe(cls, df, columns, values=None, dtype=None):
                          f"from_dataframe: every one of the {len(df)} row(s) of df has a "
                          f"missing value in {columns}: no event to count")
     if not keep.all():
-        warnings.warn(f"from_dataframe: {int((~keep).sum())} row(s) with a missing value in "
-                      f"{columns} were dropped", UserWarning, stacklevel=2)
+        _warn(f"from_dataframe: {int((~keep).sum())} row(s) with a missing value in "
+              f"{columns} were dropped", UserWarning)
     subs, labels = [], []
     for c in columns:
         col = df[c][keep]

@@ -57,8 +57,23 @@ def opencl_backend_or_skip():
     try:
         from sktensor_fast.backends.opencl import NoDeviceError
     except ImportError as exc:
-        pytest.skip(f"OpenCL unavailable: {exc}")
+        pytest.skip(_short_reason(exc))
     try:
         return get_backend("opencl")
     except (ImportError, NoDeviceError) as exc:
-        pytest.skip(f"OpenCL unavailable: {exc}")
+        pytest.skip(_short_reason(exc))
+
+
+def _short_reason(exc, limit=160):
+    """One short line for the skip of a test: the first clause of the error (the compiler's
+    full message is what `sktensor-fast info` shows), the same for every test so that
+    ``pytest -ra`` reports it once."""
+    text = " ".join(str(exc).split())
+    for cut in ("; its compiler said", ": no OpenCL device can compile", ". "):
+        if cut in text:
+            text = text.split(cut)[0] + (" (`sktensor-fast info` says why)"
+                                         if "compile" in cut else "")
+            break
+    if len(text) > limit:
+        text = text[:limit - 3] + "..."
+    return f"OpenCL unavailable: {text}"

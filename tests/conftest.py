@@ -37,3 +37,18 @@ def device(request):
         from _reference import opencl_backend_or_skip
         opencl_backend_or_skip()
     return request.param
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Every test skipped because OpenCL cannot run here is reported at one place, the
+    helper that decides it (``_reference.opencl_backend_or_skip``), so that ``pytest -ra``
+    folds them into one line with one short reason."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.skipped and isinstance(rep.longrepr, tuple) and len(rep.longrepr) == 3 \
+            and "OpenCL unavailable: " in str(rep.longrepr[2]):
+        import inspect
+        import _reference
+        line = inspect.getsourcelines(_reference.opencl_backend_or_skip)[1]
+        rep.longrepr = (inspect.getsourcefile(_reference), line, rep.longrepr[2])

@@ -231,6 +231,8 @@ def test_json_summary_round_trip(tmp_path, capsys):
     assert doc["log_likelihood"] == model.log_likelihood_ and doc["fit"] is None
     assert doc["n_iter"] == 4 and doc["converged"] is False
     assert doc["stop_reason"] == "max_iter" and len(doc["objective_history"]) == 4
+    assert doc["stop_description"].startswith("it ran max_iter=4 iterations")
+    assert doc["objective_meaning"].startswith("the Poisson log-likelihood")
     assert doc["timing_s"]["fit"] > 0 and doc["threads"] >= 1
     assert doc["versions"]["sktensor_fast"] == __version__ and "numpy" in doc["versions"]
 
@@ -340,3 +342,130 @@ def test_loss_and_format_reach_the_estimators(tmp_path, capsys):
 def test_loss_and_format_refused_where_meaningless(argv, message, capsys):
     assert main(["fit"] + argv + FAST) == 2
     assert message in _one_line_error(capsys)
+
+
+# --------------------------------------------------------------------------- files
+def _small(tmp_path):
+    X = SparseTensor([[0, 0, 0], [1, 2, 1], [2, 1, 0], [1, 1, 1]], [1.0, 2.0, 5.0, 3.0],
+                     (3, 3, 2))
+    (tmp_path / "mode-1-city.map").write_text("Paris\nRome\nOslo\n")
+    return X
+
+
+def test_info_describes_a_text_file_and_a_container_read_by_its_signature(tmp_path, capsys):
+    from sktensor_fast import save_tensor
+    X = _small(tmp_path)
+    save_tns(tmp_path / "x.tns", X)
+    assert main(["info", str(tmp_path / "x.tns")]) == 0
+    out = capsys.readouterr().out
+    assert "(FROSTT text)" in out and "shape (3, 3, 2), 4 nonzeros, density 0.222" in out
+    assert "mode 0: length 3, 3 with nonzeros (nonzeros per index: min 1, max 2)" in out
+    assert "labels: Paris, Rome, Oslo" in out
+    assert "values: min 1, max 5, sum 11; all integers" in out
+    # a container whatever its name: recognised by its first bytes, not its extension
+    other = tmp_path / "sub"
+    other.mkdir()
+    save_tensor(other / "data.tns", X, labels=[None, ["a", "b", "c"], None])
+    assert main(["info", str(other / "data.tns")]) == 0
+    out = capsys.readouterr().out
+    assert "binary container" in out and "4 nonzeros" in out and "labels: a, b, c" in out
+    assert main(["fit", str(other / "data.tns")] + FAST) == 0
+    out = capsys.readouterr().out
+    assert "binary container" in out and "Component 2:" in out
+
+
+def test_empty_file_and_folder_are_one_line_errors(tmp_path, capsys):
+    (tmp_path / "empty.tns").write_text("# no data\n")
+    for cmd in ("fit", "info"):
+        assert main([cmd, str(tmp_path / "empty.tns")]) == 2
+        line = _one_line_error(capsys)
+        assert "holds no nonzeros" in line
+        assert "pass `shape`" not in line
+        assert main([cmd, str(tmp_path)]) == 2
+        line = _one_line_error(capsys)
+        assert "is a folder, not a tensor file" in line and "Errno" not in line
+
+
+@pytest.mark.parametrize("case", ["json-on-input", "out-via-symlink", "out-and-json",
+                                  "plot-on-label-file", "hard-link"])
+def test_outputs_never_overwrite_the_input_or_each_other(case, tmp_path, capsys):
+    X = _small(tmp_path)
+    data = tmp_path / "x.tns"
+    save_tns(data, X)
+    before = data.read_bytes()
+    m = str(tmp_path / "m.npz")
+    argv = {"json-on-input": ["--json", str(data)],
+            "out-via-symlink": ["--out", str(tmp_path / "link")],
+            "out-and-json": ["--out", m, "--json", str(tmp_path / "." / "m.npz")],
+            "plot-on-label-file": ["--plot", str(tmp_path / "mode-1-city.map")],
+            "hard-link": ["--out", str(tmp_path / "hard")]}[case]
+    if case == "out-via-symlink":
+        (tmp_path / "link").symlink_to(data)
+    if case == "hard-link":
+        import os
+        os.link(data, tmp_path / "hard")
+    assert main(["fit", str(data)] + argv + FAST) == 2
+    line = _one_line_error(capsys)
+    assert ("same file" in line) if case == "out-and-json" else ("would destroy" in line), line
+    assert data.read_bytes() == before
+    assert (tmp_path / "mode-1-city.map").read_text() == "Paris\nRome\nOslo\n"
+    assert not (tmp_path / "m.npz").exists()
+    assert main(["fit", str(data), "--json", "-", "--out", m] + FAST) == 0   # stdout: fine
+    capsys.readouterr()
+
+
+def test_huge_integer_options_are_refused_by_the_parser(capsys):
+    for opt in ("--rank", "--max-iter", "--n-init"):
+        with pytest.raises(SystemExit) as info:
+            main(["fit", opt, "99999999999999999999", "--quiet"])
+        err = capsys.readouterr().err
+        assert info.value.code == 2
+        assert f"{opt} must be at most 2147483647, got 99999999999999999999" in err
+        assert "Maximum allowed dimension" not in err
+
+
+@pytest.mark.parametrize("argv", [["fit", "--rank", "2", "--max-iter", "3", "--quiet"],
+                                  ["fit", "--rank", "2", "--max-iter", "3", "--json", "-"],
+                                  ["info"]])
+def test_closed_stdout_is_quiet(argv):
+    """`sktensor-fast ... | head -1`: the reader goes away; no traceback, no error line."""
+    p = subprocess.Popen([sys.executable, "-m", "sktensor_fast", *argv],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()                    # closed before anything is written
+    try:
+        err = p.stderr.read().decode()
+        rc = p.wait(timeout=300)
+    finally:
+        p.kill()
+    assert rc in (0, 141), (rc, err)
+    assert "Traceback" not in err and "error" not in err.lower() and "Broken pipe" not in err
+
+
+def test_stop_reason_and_objective_explained(capsys):
+    assert main(["fit", "--method", "gcp", "--loss", "poisson", "--rank", "2", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    summary = [i for i, ln in enumerate(lines) if ln.startswith("GCP(")][0]
+    stop, meaning = lines[summary + 1], lines[summary + 2]
+    assert stop.startswith("  converged (stop_reason_=") and "the loss stopped" in stop
+    assert meaning.startswith("  loss: the poisson loss summed over every entry")
+    assert "sign means nothing" in meaning and "lower is better" in meaning
+    assert main(["fit", "--max-iter", "2", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "  stopped (stop_reason_='max_iter'): it ran max_iter=2 iterations" in out
+    assert "  log-likelihood: the Poisson log-likelihood" in out
+
+
+def test_cli_warnings_are_one_line(capsys):
+    assert main(["fit", "--threads", "100000"] + FAST) == 0
+    err = capsys.readouterr().err
+    assert "sktensor-fast: warning: 100000 threads requested" in err
+    assert "contextlib" not in err and "cli.py" not in err
+
+
+def test_one_default_rank_everywhere():
+    import inspect
+    from sktensor_fast import CPALS, CPAPR, GCP
+    from sktensor_fast.cli import build_parser
+    ranks = {inspect.signature(c).parameters["rank"].default for c in (CPALS, CPAPR, GCP)}
+    assert ranks == {build_parser().parse_args(["fit"]).rank} == {5}

@@ -97,6 +97,20 @@ print("CPU", m.fit_ > 0)
         assert "device='cpu'" in line                   # says what to do
         assert "Traceback" not in line
     assert "GPU" in r.stdout and "CPU True" in r.stdout
+    assert "error generated" not in r.stderr            # the compiler's own print is kept
+
+
+def test_skips_for_a_broken_compiler_are_one_short_line(working_pocl):
+    """Every OpenCL test skipped for a compiler that cannot build kernels gives one short
+    reason, folded into one line by ``pytest -ra``."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider",
+                        "tests/test_opencl_cpapr.py"], cwd=ROOT, env=_env(**BROKEN),
+                       capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("SKIPPED")]
+    assert len(lines) == 1, r.stdout[-3000:]
+    assert "OpenCL unavailable: " in lines[0] and len(lines[0]) < 300, lines[0]
+    assert "cannot compile kernels" in lines[0] and "its compiler said" not in lines[0]
+    assert "error generated" not in r.stdout + r.stderr
 
 
 def test_info_marks_the_device_unusable(working_pocl):

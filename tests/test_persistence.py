@@ -326,3 +326,16 @@ def test_files_of_the_first_format_without_their_loss_or_mask(tmp_path):
     with pytest.warns(UserWarning, match="mask=None"):
         again = load_model(old, loss=ScaledSquares(3.0))
     np.testing.assert_array_equal(again.transform(X), est.transform(X))
+
+
+def test_set_output_is_saved_and_restored(tmp_path):
+    pytest.importorskip("pandas")
+    X = load_flights_routes().tensor
+    est = CPAPR(rank=2, random_state=0, max_iter=5, tol=0).fit(X).set_output(transform="pandas")
+    again = load_model(save_model(est, tmp_path / "pandas.npz"))
+    W = again.transform(X)
+    assert list(W.columns) == list(again.get_feature_names_out()) == ["cpapr0", "cpapr1"]
+    assert list(W.index) == X.labels[0] and W.index.name == X.mode_names[0]
+    plain = load_model(save_model(CPAPR(rank=2, random_state=0, max_iter=5, tol=0).fit(X),
+                                  tmp_path / "plain.npz"))
+    assert isinstance(plain.transform(X), np.ndarray)

@@ -48,9 +48,25 @@ def test_panels_entries_and_labels():
 def test_subset_of_modes_and_components_and_numbers_without_labels():
     fig = plot_components(_model(), components=[1], modes=[1])
     assert len(fig.axes) == 1
-    assert _ticks(fig.axes[0]) == ["1", "0"]
+    assert _ticks(fig.axes[0]) == ["2", "1"]            # indices 1-based, as in the text
     assert fig.axes[0].get_title() == "mode 1"
-    assert "component 1" in fig.axes[0].get_ylabel()
+    assert fig.axes[0].get_ylabel().startswith("Component 2\n")   # column 1: second weight
+
+
+def test_numbers_and_near_uniform_modes_as_describe_components_says():
+    from sktensor_fast import describe_components
+    A = np.array([[0.1, 0.9], [0.1, 0.05], [0.8, 0.05]])
+    B = np.array([[0.5, 1.0], [0.5, 0.0]])              # column 0 of mode 1 is uniform
+    K = KruskalTensor([1.0, 3.0], [A, B])               # column 1 has the larger weight
+    text = describe_components(K, top=2, legend=False)
+    fig = plot_components(K, top=2)
+    rows = [ax.get_ylabel().splitlines()[0] for ax in fig.axes[::2]]
+    assert rows == ["Component 1", "Component 2"]       # by decreasing weight, from 1
+    assert "Component 1: weight 3" in text and "Component 2: weight 1" in text
+    flat = [bool(ax.texts) and ax.texts[0].get_text() == "near-uniform" for ax in fig.axes]
+    assert flat == [False, False, False, True]          # Component 2 (column 0), mode 1
+    assert text.count("near-uniform") == 1
+    assert text.split("Component 2")[1].count("near-uniform") == 1
 
 
 def test_fitted_estimator_and_given_figure(tmp_path):

@@ -89,7 +89,9 @@ def test_check_estimator(cls, solver):
     mode-0 loadings that transform takes)."""
     import warnings
     from sklearn.utils.estimator_checks import check_estimator
-    kw = {"random_state": 0}
+    # scikit-learn's data are matrices with 2 to 4 features (columns), which determine the
+    # loadings of at most that many components: rank 2 (the default is 5)
+    kw = {"random_state": 0, "rank": 2}
     if solver is not None:
         kw["solver"] = solver
     if cls.__name__ == "GCP":
@@ -184,9 +186,15 @@ def test_stopping_at_max_iter_warns_and_says_so(name):
     X = _counts()
     make = _convergence_estimators()[name]
     with pytest.warns(ConvergenceWarning, match=r"stopped at max_iter=2 .*tol="):
-        est = make(max_iter=2, tol=0.0).fit(X)
+        est = make(max_iter=2, tol=1e-300).fit(X)
     assert est.converged_ is False and est.stop_reason_ == "max_iter"
     assert est.n_iter_ >= 2
+    # tol=0: a fixed number of iterations asked for on purpose, which does not warn
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = make(max_iter=2, tol=0.0).fit(X)
+    assert est.converged_ is False and est.stop_reason_ == "max_iter"
     # run to its own criterion: no warning, converged_
     import warnings
     with warnings.catch_warnings():
@@ -201,7 +209,7 @@ def test_stopping_at_max_iter_warns_and_says_so(name):
 def test_every_solver_warns_at_max_iter(cls, solver, device):
     """ConvergenceWarning from every solver that stops at max_iter short of its tolerance."""
     from sklearn.exceptions import ConvergenceWarning
-    kw = dict(rank=2, random_state=0, max_iter=2, tol=0.0, device=device)
+    kw = dict(rank=2, random_state=0, max_iter=2, tol=1e-300, device=device)
     if solver is not None:
         kw["solver"] = solver
     if cls.__name__ == "GCP":

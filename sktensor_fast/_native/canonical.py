@@ -10,12 +10,12 @@ import functools
 import glob
 import os
 import sys
-import warnings
 
 import numpy as np
 
 from .. import _threads
 from . import _construct
+from .._warnings import warn as _warn
 
 __all__ = ["canonical_coo", "canonical_from", "key_bits", "fresh_array", "base_pages",
            "CanonicalError", "MAX_KEY_BITS"]
@@ -187,8 +187,7 @@ def base_pages():
         return raw == "0"
     if raw != "auto" and raw not in _WARNED:
         _WARNED.add(raw)
-        warnings.warn(f"ignoring {HUGE_PAGES_ENV}={raw!r}: use 0, 1 or auto", RuntimeWarning,
-                      stacklevel=3)
+        _warn(f"ignoring {HUGE_PAGES_ENV}={raw!r}: use 0, 1 or auto", RuntimeWarning)
     return _free_page_reporting()
 
 

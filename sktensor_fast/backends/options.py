@@ -23,7 +23,8 @@ import contextlib
 import contextvars
 import dataclasses
 import os
-import warnings
+
+from .._warnings import warn as _warn
 
 __all__ = ["OpenCLOptions", "as_options", "config_context", "get_device_options",
            "resolve_options"]
@@ -207,7 +208,7 @@ _WARNED = set()
 def _warn_once(var, raw, why):
     if (var, raw) not in _WARNED:
         _WARNED.add((var, raw))
-        warnings.warn(f"ignoring {var}={raw!r}: {why}", RuntimeWarning, stacklevel=4)
+        _warn(f"ignoring {var}={raw!r}: {why}", RuntimeWarning)
 
 _CONTEXT = contextvars.ContextVar("sktensor_fast_device_options", default=None)
 

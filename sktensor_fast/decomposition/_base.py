@@ -15,7 +15,6 @@ Subclasses implement three methods:
 """
 import sys
 import time
-import warnings
 from abc import abstractmethod
 
 import numpy as np
@@ -34,6 +33,7 @@ from ..kruskal import KruskalTensor
 from ..tensor import as_sparse_tensor
 from ._init import initialize_factors
 from . import _progress
+from .._warnings import warn as _warn
 
 __all__ = ["BaseCP"]
 
@@ -273,9 +273,28 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self._warn_if_not_converged()
         return self
 
+    #: what ``stop_reason_ == "tol"`` means for this estimator (formatted with its settings)
+    _tol_reached = "the change between two iterations fell below tol={tol:g}"
+
+    def _stop_words(self):
+        """``stop_reason_`` in words, with the settings it refers to (for messages)."""
+        reason = self.stop_reason_
+        what = self._iteration_name
+        if reason == "tol":
+            return self._tol_reached.format(**self.get_params(deep=False))
+        if reason == "max_iter":
+            return (f"it ran max_iter={self.max_iter} {what} before reaching its tolerance "
+                    f"(tol={self.tol:g})")
+        if reason == "max_time":
+            return (f"it ran out of time (max_time={self.max_time:g}s) after {self.n_iter_} "
+                    f"{what}, before reaching its tolerance (tol={self.tol:g})")
+        return reason
+
     def _warn_if_not_converged(self):
-        """ConvergenceWarning when the kept fit stopped at max_iter or max_time."""
-        if self.converged_:
+        """ConvergenceWarning when the kept fit stopped at max_iter or max_time; not when it
+        ran the ``max_iter`` iterations that ``tol=0`` asks for (a tolerance no change can
+        reach: a fixed number of iterations, on purpose)."""
+        if self.converged_ or (self.stop_reason_ == "max_iter" and self.tol == 0):
             return
         name = type(self).__name__
         what = self._iteration_name
@@ -287,7 +306,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             msg = (f"{name} stopped at max_iter={self.max_iter} {what} before reaching its "
                    f"tolerance (tol={self.tol:g}); the model may be far from converged: "
                    f"increase max_iter (or loosen tol)")
-        warnings.warn(msg, ConvergenceWarning, stacklevel=3)
+        _warn(msg, ConvergenceWarning)
 
     def _fit_impl(self, X, **fit_args):
         """Run ``n_init`` fits; ``fit_args`` go to every ``_fit_model`` call (the state of
@@ -338,15 +357,37 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "factors_")
         return KruskalTensor(self.weights_, self.factors_)
 
+    def _sample_index(self, W, X):
+        """``W`` as a pandas DataFrame indexed by the mode-0 labels of ``X`` (named by its
+        mode-0 name) when ``set_output(transform="pandas")`` is in force and ``X`` carries
+        such labels; otherwise ``W`` unchanged.  scikit-learn's output wrapper then keeps the
+        index and names the columns by :meth:`get_feature_names_out`, as it keeps the index
+        of a DataFrame given as ``X``."""
+        labels = getattr(X, "labels", None)
+        if not labels or labels[0] is None:
+            return W
+        from sklearn.utils._set_output import _get_output_config
+        if _get_output_config("transform", self)["dense"] != "pandas":
+            return W
+        import pandas as pd
+        if isinstance(W, pd.DataFrame):
+            return W
+        names = getattr(X, "mode_names", None)
+        index = pd.Index(list(labels[0]), name=names[0] if names else None)
+        return pd.DataFrame(np.asarray(W), index=index)
+
     def fit_transform(self, X, y=None):
         """Fit the model and return the mode-0 loadings (factor times weights).
 
         Returns
         -------
         W : ndarray of shape (n_samples, rank)
+            With ``set_output(transform="pandas")``: a DataFrame whose columns are
+            :meth:`get_feature_names_out` and whose index is the mode-0 labels of ``X``
+            (``X.labels[0]``, named ``X.mode_names[0]``) when it carries them.
         """
         self.fit(X, y)
-        return np.asarray(self.factors_[0] * self.weights_[None, :])
+        return self._sample_index(np.asarray(self.factors_[0] * self.weights_[None, :]), X)
 
     def transform(self, X):
         """Mode-0 loadings of the slices of ``X`` with the other factors held fixed.
@@ -359,12 +400,17 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Returns
         -------
         W : ndarray of shape (n_samples, rank)
+            With ``set_output(transform="pandas")``: a DataFrame whose columns are
+            :meth:`get_feature_names_out` and whose index is the mode-0 labels of ``X``
+            (``X.labels[0]``, named ``X.mode_names[0]``) when it carries them.
         """
         check_is_fitted(self, "factors_")
+        given = X
         X = self._validate_input(X, reset=False)
         backend = self._backend(X)
         with backend.compute_scope(), prepared(backend, X, self._storage_format(backend)) as T:
-            return self._solve_mode0(backend, T, X, self.factors_)
+            W = self._solve_mode0(backend, T, X, self.factors_)
+        return self._sample_index(W, given)
 
     def score(self, X, y=None):
         """Goodness of fit of ``X`` after refitting its mode-0 loadings (greater is better)."""
@@ -386,6 +432,42 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     @property
     def rank_(self):
         return self.factors_[0].shape[1]
+
+    def get_feature_names_out(self, input_features=None):
+        """Names of the columns of ``transform``'s output: the class name in lower case and
+        the component's position, ``["cpapr0", "cpapr1", ...]`` (one per component).
+
+        Parameters
+        ----------
+        input_features : ignored
+            Accepted for scikit-learn's API (the inputs are tensor slices, not named
+            columns).
+
+        Returns
+        -------
+        ndarray of str, one name per component
+        """
+        return super().get_feature_names_out(input_features)
+
+    def set_output(self, *, transform=None):
+        """Choose the container ``transform`` and ``fit_transform`` return.
+
+        With ``transform="pandas"`` they return a DataFrame whose columns are
+        :meth:`get_feature_names_out` and whose index is the mode-0 labels of the tensor
+        transformed (``X.labels[0]``, the index named ``X.mode_names[0]``), or a range
+        without such labels; ``"polars"``: a polars DataFrame; ``"default"``: a NumPy array.
+        :func:`~sktensor_fast.save_model` keeps the choice.
+
+        Parameters
+        ----------
+        transform : {"default", "pandas", "polars"} or None, default=None
+            None leaves the configuration as it is.
+
+        Returns
+        -------
+        self
+        """
+        return super().set_output(transform=transform)
 
     @property
     def _n_features_out(self):

@@ -2,7 +2,6 @@
 import math
 import sys
 import time
-import warnings
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, Real
@@ -10,6 +9,7 @@ from sklearn.utils._param_validation import Interval, Real
 from ..kruskal import KruskalTensor
 from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
+from .._warnings import warn as _warn
 
 __all__ = ["CPALS"]
 
@@ -89,8 +89,12 @@ class CPALS(BaseCP):
 
     Parameters
     ----------
-    rank : int, default=2
-        Number of components R.
+    rank : int, default=5
+        Number of components R.  The default serves a first look, the same in every estimator
+        and on the command line: five components are enough for the main patterns of a data
+        set to come apart (two usually merge them) and few enough to read in one screen of
+        :func:`~sktensor_fast.describe_components`.  Choose the rank for real work by
+        comparing ranks (see the user guide's "Choosing the rank").
     max_iter : int, default=100
         Maximum number of outer iterations (one update of every factor).
     tol : float, default=1e-4
@@ -136,10 +140,12 @@ class CPALS(BaseCP):
     n_iter_ : int
         Iterations run (by the kept start when ``n_init > 1``).
     converged_ : bool
-        Whether the change in fit fell below ``tol`` (False: the fit stopped at ``max_iter``
-        or ``max_time``, with a ConvergenceWarning).
+        Whether the fit stopped by its own criterion, ``stop_reason_ == "tol"`` (False: it
+        stopped at ``max_iter`` or ``max_time``, with a ConvergenceWarning).
     stop_reason_ : {"tol", "max_iter", "max_time"}
-        Why the fit stopped.
+        Why the fit stopped: ``"tol"``, the fit ``1 − ‖X − M‖ / ‖X‖`` changed by less than
+        ``tol`` between two iterations (converged); ``"max_iter"``, it ran ``max_iter``
+        iterations first; ``"max_time"``, it ran out of time (``max_time`` seconds) first.
     loss_history_ : ndarray
         Fit after every iteration.
     n_features_in_ : int
@@ -166,8 +172,9 @@ class CPALS(BaseCP):
     }
 
     _objective_name = "fit"
+    _tol_reached = "the fit changed by less than tol={tol:g} between two iterations"
 
-    def __init__(self, rank=2, *, max_iter=100, tol=1e-4, init="random", random_state=None,
+    def __init__(self, rank=5, *, max_iter=100, tol=1e-4, init="random", random_state=None,
                  n_init=1, device="cpu", format="auto", verbose=0, max_time=None, device_options=None):
         self.rank = rank
         self.max_iter = max_iter
@@ -198,9 +205,8 @@ class CPALS(BaseCP):
         for k, f in enumerate(out[1:], start=1):  # mode 0 is solved for first, whatever it is
             dead = np.flatnonzero(~np.any(f != 0, axis=0)) if f.shape[0] else []
             if len(dead):
-                warnings.warn(f"init: column(s) {list(map(int, dead))} of factor {k} are zero; "
-                              f"CP-ALS keeps such components at zero", UserWarning,
-                              stacklevel=5)
+                _warn(f"init: column(s) {list(map(int, dead))} of factor {k} are zero; "
+                      f"CP-ALS keeps such components at zero", UserWarning)
         return out
 
     def _fit_impl(self, X, **fit_args):

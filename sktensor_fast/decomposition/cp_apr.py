@@ -1,12 +1,12 @@
 """CP decomposition of count data by alternating Poisson regression (CP-APR)."""
 import time
-import warnings
 
 import numpy as np
 from sklearn.utils._param_validation import Integral, Interval, Real, StrOptions
 
 from .._prepared import value_stats
 from ._base import BaseCP, _InitConstraint
+from .._warnings import warn as _warn
 
 __all__ = ["CPAPR"]
 
@@ -73,8 +73,12 @@ class CPAPR(BaseCP):
 
     Parameters
     ----------
-    rank : int, default=2
-        Number of components R.
+    rank : int, default=5
+        Number of components R.  The default serves a first look, the same in every estimator
+        and on the command line: five components are enough for the main patterns of a data
+        set to come apart (two usually merge them) and few enough to read in one screen of
+        :func:`~sktensor_fast.describe_components`.  Choose the rank for real work by
+        comparing ranks (see the user guide's "Choosing the rank").
     solver : {"mu", "pdnr", "pqnr"}, default="mu"
         Inner solver: multiplicative updates, row-wise projected damped Newton, or row-wise
         projected quasi-Newton (L-BFGS).  The command line uses the same default.
@@ -151,10 +155,13 @@ class CPAPR(BaseCP):
     n_iter_ : int
         Outer iterations run (by the kept start when ``n_init > 1``).
     converged_ : bool
-        Whether the fit stopped because every KKT violation fell below ``tol`` (False: it
+        Whether the fit stopped by its own criterion, ``stop_reason_ == "tol"`` (False: it
         stopped at ``max_iter`` or ``max_time``, with a ConvergenceWarning).
     stop_reason_ : {"tol", "max_iter", "max_time"}
-        Why the fit stopped.
+        Why the fit stopped: ``"tol"``, every KKT violation (how far each factor is from
+        the optimum of its subproblem) fell below ``tol`` (converged); ``"max_iter"``, it ran
+        ``max_iter`` outer iterations first; ``"max_time"``, it ran out of time
+        (``max_time`` seconds) first.
     n_inner_iter_ : int
         Inner iterations run in total (``mu``: Φ evaluations; ``pdnr``/``pqnr``: summed over
         rows).
@@ -224,8 +231,10 @@ class CPAPR(BaseCP):
     }
 
     _objective_name = "log-likelihood"
+    _tol_reached = ("every KKT violation (the distance of a factor from the optimum of its "
+                    "subproblem) fell below tol={tol:g}")
 
-    def __init__(self, rank=2, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
+    def __init__(self, rank=5, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
                  kappa=0.01, kappa_tol=1e-10, eps_div_zero=None, eps_active=1e-8, mu0=1e-5,
                  lbfgs_mem=3, inexact=True, init="random", random_state=None, n_init=1,
                  device="cpu", format="auto", verbose=0, max_time=None, device_options=None):
@@ -266,8 +275,8 @@ class CPAPR(BaseCP):
                     f"{st['negative']} negative value(s), the smallest being "
                     f"{float(X.vals.min()):g}")
             if st["nonint"]:
-                warnings.warn(f"{type(self).__name__}: the data hold non-integer values; the "
-                              f"model assumes counts", UserWarning, stacklevel=3)
+                _warn(f"{type(self).__name__}: the data hold non-integer values; the "
+                      f"model assumes counts", UserWarning)
         return X
 
     def _result_key(self, result):
@@ -351,14 +360,14 @@ class CPAPR(BaseCP):
     def _fit_impl(self, X):
         best = super()._fit_impl(X)
         if best["n_model_zero"]:
-            warnings.warn(
+            _warn(
                 f"{type(self).__name__}: the fitted model is zero at {best['n_model_zero']} "
                 f"nonzero(s) of X, so its log-likelihood is -inf: every component vanished "
                 f"there. The shift that revives such entries is off when kappa_tol=0 "
                 f"(kappa_tol={self.kappa_tol:g}), and a guard eps_div_zero above the model "
                 f"values drives them to zero (eps_div_zero={self.eps_div_zero!r}; None is the "
                 f"safe default).",
-                UserWarning, stacklevel=3)
+                UserWarning)
         return best
 
     def _finish_outer(self, backend, T, A, weights, it, kkt, n_inner, t0, history):

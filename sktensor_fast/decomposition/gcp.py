@@ -192,8 +192,12 @@ class GCP(BaseCP):
 
     Parameters
     ----------
-    rank : int, default=2
-        Number of components R.
+    rank : int, default=5
+        Number of components R.  The default serves a first look, the same in every estimator
+        and on the command line: five components are enough for the main patterns of a data
+        set to come apart (two usually merge them) and few enough to read in one screen of
+        :func:`~sktensor_fast.describe_components`.  Choose the rank for real work by
+        comparing ranks (see the user guide's "Choosing the rank").
     loss : str or object, default="gaussian"
         ``"gaussian"``, ``"poisson"``, ``"poisson_log"``, ``"bernoulli_odds"``,
         ``"bernoulli_logit"``, ``"gamma"``, ``"rayleigh"``, ``"negative_binomial"``,
@@ -295,13 +299,24 @@ class GCP(BaseCP):
         Epochs (stochastic, failed ones included) or L-BFGS-B iterations run by the kept
         start.
     converged_ : bool
-        Whether the fit stopped by its own criterion: the relative change of the estimated
-        loss over an epoch below ``tol`` or more than ``max_fails`` failed epochs (stochastic
-        solvers), scipy's ``ftol`` / ``gtol`` or a line search that finds no decrease
-        (L-BFGS-B).  False when it stopped at ``max_iter`` or ``max_time`` (with a
-        ConvergenceWarning).
+        Whether the fit stopped by its own criterion: ``stop_reason_`` is ``"tol"``,
+        ``"fails"`` or ``"linesearch"``.  False when it stopped at ``max_iter`` or
+        ``max_time`` (with a ConvergenceWarning).
     stop_reason_ : {"tol", "fails", "linesearch", "max_iter", "max_time"}
-        Why the fit stopped.
+        Why the fit stopped:
+
+        - ``"tol"``: the loss stopped changing: the relative change of the estimated loss
+          over an epoch fell below ``tol`` (stochastic solvers), or scipy's test on the
+          relative decrease of the loss (``ftol = tol * 1e-4``) or on the projected gradient
+          passed (L-BFGS-B).  Converged.
+        - ``"fails"`` (stochastic solvers): the loss stopped improving: ``max_fails + 1``
+          epochs failed to lower the estimated loss (each was undone and the learning rate
+          lowered by ``decay``).  This is how GCP's stochastic fits normally end (as in pyttb
+          and GenTen): converged, up to the noise of the estimate.
+        - ``"linesearch"`` (L-BFGS-B): the line search found no point with a lower loss, the
+          usual end at the limit of floating-point precision.  Converged.
+        - ``"max_iter"``: it ran ``max_iter`` epochs (L-BFGS-B: iterations) first.
+        - ``"max_time"``: it ran out of time (``max_time`` seconds) first.
     n_features_in_ : int
     tensor_shape_ : tuple
 
@@ -356,7 +371,7 @@ class GCP(BaseCP):
         "epsilon": [Interval(Real, 0, None, closed="neither")],
     }
 
-    def __init__(self, rank=2, *, loss="gaussian", loss_param=None, solver="adam",
+    def __init__(self, rank=5, *, loss="gaussian", loss_param=None, solver="adam",
                  sampler="stratified", n_samples_grad=None, n_samples_loss=None,
                  learning_rate=2e-3, decay=0.1, max_fails=1, epoch_iters=1000, max_iter=1000,
                  tol=1e-4, mask=None, init="random", random_state=None, n_init=1,
@@ -391,6 +406,25 @@ class GCP(BaseCP):
     @property
     def _iteration_name(self):
         return getattr(OPTIMIZERS.get(self.solver), "iteration_name", "epochs")
+
+    def _stop_words(self):
+        stochastic = getattr(OPTIMIZERS.get(self.solver), "stochastic", True)
+        reason = self.stop_reason_
+        if reason == "tol":
+            if stochastic:
+                return (f"the loss stopped changing: the estimated loss changed by less than "
+                        f"tol={self.tol:g} (relative) over an epoch")
+            return (f"the loss stopped changing: L-BFGS-B's convergence test passed "
+                    f"(relative decrease below tol * 1e-4 = {self.tol * 1e-4:g}, or a "
+                    f"projected gradient near zero)")
+        if reason == "fails":
+            return (f"the loss stopped improving: {self.max_fails + 1} epoch(s) failed to "
+                    f"lower the estimated loss (max_fails={self.max_fails}; each was undone "
+                    f"and the learning rate lowered)")
+        if reason == "linesearch":
+            return ("the loss stopped improving: L-BFGS-B's line search found no lower loss "
+                    "(the limit of floating-point precision)")
+        return super()._stop_words()
 
     # ------------------------------------------------------------------ validation
     def _make_loss(self):
@@ -551,7 +585,7 @@ class GCP(BaseCP):
         """
         self.fit(X, y)
         if self.mask is not None:
-            return np.asarray(self.factors_[0] * self.weights_[None, :])
+            return self._sample_index(np.asarray(self.factors_[0] * self.weights_[None, :]), X)
         return self.transform(X)
 
     # ------------------------------------------------------------------ solvers

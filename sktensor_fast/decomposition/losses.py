@@ -73,11 +73,11 @@ array([1.])
 """
 import math
 import numbers
-import warnings
 
 import numpy as np
 
 from .._loss_table import EPS, LOSS_TABLE, PARAM_RULES
+from .._warnings import warn as _warn
 
 __all__ = ["Loss", "CustomLoss", "LOSSES", "EPS", "get_loss", "is_loss_object"]
 
@@ -191,8 +191,8 @@ class Loss:
         stats = _stats(vals) if vals.size else None   # one pass for both checks
         self._require_nonneg(vals, "non-negative counts", stats)
         if vals.size and stats["nonint"]:
-            warnings.warn(f"loss {self.name!r}: the data hold non-integer values; the model "
-                          f"assumes counts", UserWarning, stacklevel=4)
+            _warn(f"loss {self.name!r}: the data hold non-integer values; the model "
+                  f"assumes counts", UserWarning)
 
 
 def _loss_class(name, code, lower, data, zero_in_domain, param):

@@ -12,6 +12,8 @@ import warnings
 
 import numpy as np
 
+from .._warnings import warn as _warn
+
 __all__ = ["require_mpi", "get_comm", "agree_on_errors", "Channel", "install_abort_hook",
            "launched_in_a_job"]
 
@@ -148,7 +150,7 @@ def agree_on_errors(comm, catch_warnings=True):
         for cat, msg in ws:
             if (cat, msg) not in seen:
                 seen.add((cat, msg))
-                warnings.warn(msg, cat, stacklevel=3)
+                _warn(msg, cat)
     for r, (out, _) in enumerate(outcomes):
         if out is None:
             continue

@@ -8,8 +8,10 @@ reduce runs of equal output rows in registers.  Factor matrices live on the devi
 ``pyopencl.array.Array``; only R x R matrices, length-R vectors and scalars cross to the host
 during a fit.
 """
+import contextlib
 import os
-import warnings
+import sys
+import tempfile
 
 import numpy as np
 
@@ -17,8 +19,9 @@ from ..base import AprKernels, Backend
 from ..options import OpenCLOptions
 from . import cpapr_rows, gcp_ops, streamed
 from .program import (WHAT_TO_DO, KernelBuildError, _compiler_message, _device_label, build_program,
-                      kernel_source)
+                      kernel_source, logger)
 from .tensor import INSTALL_HINT, OpenCLTensor, import_cl
+from ..._warnings import warn as _warn
 
 __all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError", "DeviceUnusableError",
            "KernelBuildError", "probe_device", "build_program"]
@@ -85,13 +88,40 @@ def _device_key(dev):
         return id(dev)
 
 
+@contextlib.contextmanager
+def _stderr_collected():
+    """Collect what is written to the process's standard error (file descriptor 2) inside the
+    block: some OpenCL compilers (PoCL's clang) print their diagnostics there themselves, in
+    addition to the build log that the error message quotes.  Yields a dict whose ``"text"``
+    holds it after the block; where descriptor 2 cannot be redirected, nothing is collected."""
+    out = {"text": ""}
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield out
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            out["text"] = tmp.read().decode("utf-8", "replace")
+
+
 def probe_device(dev):
     """Whether the OpenCL device ``dev`` can compile kernels: ``None`` when a small test
     program builds, else the compiler's message.
 
     The test program is built once per device and process (the result is cached), so that
     :func:`sktensor_fast.list_devices` and device selection can tell a working device from one
-    whose compiler fails (for example PoCL with an LLVM that does not know the host CPU).
+    whose compiler fails (for example PoCL with an LLVM that does not know the host CPU).  What
+    the compiler prints to the process's standard error meanwhile (PoCL's "1 error
+    generated.") is kept off the terminal and logged at DEBUG level on the
+    ``sktensor_fast.opencl`` logger: the message returned quotes the build log.
 
     Parameters
     ----------
@@ -107,15 +137,19 @@ def probe_device(dev):
     if key in _PROBED:
         return _PROBED[key]
     cl = import_cl()
-    try:
-        ctx = cl.Context([dev])
-        prog = build_program(ctx, _PROBE_SRC, what="a test program")
-        cl.Kernel(prog, "sktensor_fast_probe")
-        err = None
-    except KernelBuildError as exc:
-        err = _compiler_message(exc.__cause__)
-    except cl.Error as exc:
-        err = f"{type(exc).__name__}: {exc}".strip()
+    with _stderr_collected() as printed:
+        try:
+            ctx = cl.Context([dev])
+            prog = build_program(ctx, _PROBE_SRC, what="a test program")
+            cl.Kernel(prog, "sktensor_fast_probe")
+            err = None
+        except KernelBuildError as exc:
+            err = _compiler_message(exc.__cause__)
+        except cl.Error as exc:
+            err = f"{type(exc).__name__}: {exc}".strip()
+    if printed["text"].strip():
+        logger.debug("the compiler of %s printed while building the test program:\n%s",
+                     _device_label(dev), printed["text"])
     _PROBED[key] = err
     return err
 
@@ -176,10 +210,10 @@ def select_device(selector):
             err = probe_device(dev)
             if err is None:
                 if broken:
-                    warnings.warn(
+                    _warn(
                         f"device={selector!r}: skipped the OpenCL device(s) "
                         f"{', '.join(_device_label(b) for b, _ in broken)} whose compiler cannot "
-                        f"build kernels; using {_device_label(dev)}", RuntimeWarning, stacklevel=3)
+                        f"build kernels; using {_device_label(dev)}", RuntimeWarning)
                 return dev
             broken.append((dev, err))
     if len(broken) == 1:
