@@ -1,4 +1,8 @@
-"""Plain NumPy references and random test tensors shared by the kernel tests."""
+"""Plain NumPy references and random test tensors shared by the kernel tests, and the
+environment of a subprocess that imports this checkout."""
+import os
+from pathlib import Path
+
 import numpy as np
 
 from sktensor_fast.tensor import SparseTensor
@@ -77,3 +81,18 @@ def _short_reason(exc, limit=160):
     if len(text) > limit:
         text = text[:limit - 3] + "..."
     return f"OpenCL unavailable: {text}"
+
+
+#: the repository root: ``import sktensor_fast`` in a subprocess finds this checkout there
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def checkout_env(base=None, **extra):
+    """``base`` (default: this process's environment) with the checkout put first on
+    PYTHONPATH, ahead of whatever was there (packages that only PYTHONPATH makes visible, such
+    as wheels unpacked into a folder, stay visible), and ``extra`` set."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.update(extra)
+    return env

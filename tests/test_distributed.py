@@ -37,11 +37,8 @@ pytestmark = pytest.mark.slow      # MPI jobs in subprocesses
 
 
 def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "1"
-    env["OPENBLAS_NUM_THREADS"] = "1"
-    return env
+    from _reference import checkout_env
+    return checkout_env(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
 
 def _run(args, timeout):

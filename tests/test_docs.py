@@ -7,7 +7,6 @@ The build runs in a subprocess on a copy of doc/ and examples/ in a temporary fo
 the generated files of a previous build cannot hide a problem), with this checkout's package
 first on the path.
 """
-import os
 import re
 import shutil
 import subprocess
@@ -29,12 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in
-                                                       env.get("PYTHONPATH", "").split(os.pathsep)
-                                                       if p])
-    env["MPLBACKEND"] = "agg"
-    return env
+    from _reference import checkout_env
+    return checkout_env(MPLBACKEND="agg")
 
 
 def _copy_sources(dest):

@@ -173,10 +173,10 @@ sys.meta_path.insert(0, _Hide())
 
 
 def _run_without_cpu_kernels(code):
-    import os
     import subprocess
     import sys
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    from _reference import checkout_env
+    env = checkout_env()
     return subprocess.run([sys.executable, "-c", _HIDE_CPU_KERNELS + code], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 

@@ -49,9 +49,8 @@ def _env(**extra):
     env.pop("PYOPENCL_COMPILER_OUTPUT", None)
     env.pop("POCL_EXTRA_BUILD_FLAGS", None)
     # no cached binaries: every program goes through the (failing) compiler
-    env.update(POCL_KERNEL_CACHE="0", PYOPENCL_NO_CACHE="1", PYTHONPATH=str(ROOT))
-    env.update(extra)
-    return env
+    from _reference import checkout_env
+    return checkout_env(env, POCL_KERNEL_CACHE="0", PYOPENCL_NO_CACHE="1", **extra)
 
 
 BROKEN = {"POCL_EXTRA_BUILD_FLAGS": "-D__kernel=int"}

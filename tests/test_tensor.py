@@ -409,15 +409,14 @@ print("fit ok", X.shape, X.nnz)
 @pytest.mark.parametrize("method", ["cpals", "cpapr", "gcp"])
 def test_changing_a_tensor_cannot_crash_a_fit(method):
     """Writing an out-of-range coordinate or a wrong shape once segfaulted the kernels."""
-    import os
     import subprocess
     import sys
     from pathlib import Path
 
     import sktensor_fast
     root = str(Path(sktensor_fast.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    from _reference import checkout_env
+    env = checkout_env()
     r = subprocess.run([sys.executable, "-c", CRASH_SCRIPT, method], capture_output=True,
                        text=True, timeout=300, cwd=root, env=env)
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)

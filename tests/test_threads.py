@@ -25,7 +25,8 @@ def _python(code, env=None, timeout=600):
     for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):
         full.pop(k, None)
     full.update(env or {})
-    full["PYTHONPATH"] = str(ROOT) + os.pathsep + full.get("PYTHONPATH", "")
+    from _reference import checkout_env
+    full = checkout_env(full)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=str(ROOT), env=full,
                           capture_output=True, text=True, timeout=timeout)
 
