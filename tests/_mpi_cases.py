@@ -432,8 +432,12 @@ def opencl_device_same_model():
     # each process's share streamed through its device in blocks (its memory capped)
     from sktensor_fast.backends import get_backend
     be = get_backend("opencl")
+    from sktensor_fast.backends.opencl import streamed
     old = be.max_tensor_bytes
-    be.max_tensor_bytes = 4096
+    # the smallest cap the device's chunk allows (two blocks of one chunk), at least 4 KiB:
+    # far below each process's resident share, whatever the driver's chunk
+    row = X.ndim * 4 + X.vals.itemsize
+    be.max_tensor_bytes = max(4096, 2 * max(streamed._chunk_of(be), 1) * row)
     try:
         Xs = scatter(X if RANK == 0 else None)
         c = CPAPR(**est.get_params()).fit(Xs)
