@@ -116,6 +116,28 @@ def test_killed_process_ends_the_job():
     assert "KILLED" in log.upper(), log
 
 
+@needs_mpi
+@pytest.mark.parametrize("var", ["OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"])
+def test_a_launcher_of_another_mpi_is_named(var):
+    """A process that the environment says is one of 2 but whose MPI.COMM_WORLD has one (mpi4py
+    on another MPI than the launcher's) refuses to compute alone, naming the cause; started
+    alone, the same script runs."""
+    code = ("import numpy as np\n"
+            "from sktensor_fast import SparseTensor\n"
+            "from sktensor_fast.distributed import scatter\n"
+            "X = SparseTensor([[0, 0], [1, 1]], [1.0, 2.0])\n"
+            "print('nnz', scatter(X).nnz)\n")
+    from _reference import checkout_env
+    alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, env=checkout_env())
+    assert alone.returncode == 0 and "nnz 2" in alone.stdout, alone.stdout + alone.stderr
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=checkout_env(**{var: "2"}))
+    assert proc.returncode != 0
+    assert "RuntimeError" in proc.stderr and f"{var}=2" in proc.stderr, proc.stderr
+    assert "another MPI library" in proc.stderr and "mpiexec" in proc.stderr, proc.stderr
+
+
 def test_missing_mpi4py_names_the_extra(monkeypatch):
     from sktensor_fast import distributed
     monkeypatch.setitem(sys.modules, "mpi4py", None)

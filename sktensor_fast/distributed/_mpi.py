@@ -5,6 +5,7 @@ Everything here is SPMD: a function that communicates must be called by every pr
 communicator, in the same order.
 """
 import contextlib
+import os
 import pickle
 import sys
 import time
@@ -15,7 +16,7 @@ import numpy as np
 from .._warnings import warn as _warn
 
 __all__ = ["require_mpi", "get_comm", "agree_on_errors", "Channel", "install_abort_hook",
-           "launched_in_a_job"]
+           "launched_in_a_job", "launcher_size", "check_world_size"]
 
 #: up to this many processes the rows of a factor are exchanged point to point (every
 #: process sends its block to every other); above, with MPI_Allgatherv
@@ -42,6 +43,7 @@ def get_comm(comm=None):
     Every collective entry point starts here, so the abort hook is in place before the first
     collective call."""
     MPI = require_mpi()
+    check_world_size(MPI)
     install_abort_hook()
     if comm is None:
         return MPI.COMM_WORLD
@@ -63,14 +65,44 @@ def launched_in_a_job():
     ``mpi4py.MPI`` already (without initialising MPI for a process started alone)."""
     if "mpi4py.MPI" in sys.modules:
         return True
+    size = launcher_size()[1]
+    return size is not None and size > 1
+
+
+def launcher_size():
+    """``(variable, N)``: the size of the job that an MPI launcher gave this process in its
+    environment, or ``(None, None)`` when none did."""
     import os
     for var in _LAUNCHER_SIZE:
         try:
-            if int(os.environ.get(var, "1")) > 1:
-                return True
-        except ValueError:
+            return var, int(os.environ[var])
+        except (KeyError, ValueError):
             continue
-    return False
+    return None, None
+
+
+def check_world_size(MPI):
+    """A RuntimeError when the launcher started this process as one of N > 1 but
+    ``MPI.COMM_WORLD`` has one process: mpi4py then runs on another MPI library than the
+    ``mpiexec`` that started the job (a common mismatch: mpi4py built against or installed
+    beside one MPI, the job started by another), and every process would compute alone, each
+    believing it holds the whole tensor."""
+    var, size = launcher_size()
+    world = MPI.COMM_WORLD.Get_size()
+    if size is not None and size > 1 and world == 1:
+        try:
+            library = MPI.Get_library_version().strip().splitlines()[0]
+        except Exception:  # pragma: no cover - every MPI-3 library answers
+            library = "unknown"
+        raise RuntimeError(
+            f"this process was started by an MPI launcher as one of {size} ({var}={size}), but "
+            f"MPI.COMM_WORLD has 1 process: mpi4py is linked to another MPI library "
+            f"({library!r}) than the mpiexec that started the job.  Check with `mpiexec -n 2 "
+            f"python -c \"from mpi4py import MPI; print(MPI.COMM_WORLD.size)\"` (it must print "
+            f"2 twice), and start the job with the mpiexec of the MPI that mpi4py loads (with "
+            f"`pip install 'sktensor_fast[mpi]'`, the mpiexec next to this interpreter: "
+            f"{os.path.join(os.path.dirname(sys.executable), 'mpiexec')}); install mpi4py and "
+            f"mpich into the interpreter's own site-packages, not into a --target folder")
 
 
 def install_abort_hook():
