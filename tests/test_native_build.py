@@ -283,10 +283,30 @@ def test_value_stats():
     st = _construct.value_stats(v, 2)
     assert (st["nonint"], st["negative"], st["nonbinary"]) == (1, 1, 2)
     assert (st["first_nonint"], st["first_negative"], st["first_nonbinary"]) == (1, 2, 1)
-    assert st["sum"] == 3.5 and st["sum_sq"] == 9.25
-    big = np.random.default_rng(3).random(300_000)
+    assert st["sum"] == 3.5 and st["sum_sq"] == 9.25 and st["max_abs"] == 2.5
+    assert _construct.value_stats(np.zeros(0), 2)["max_abs"] == 0.0
+    big = np.random.default_rng(3).random(300_000) - 0.5
+    big[200_000] = -7.0            # in a later block than the first, negative
     sums = {(_construct.value_stats(big, t)["sum"]) for t in (1, 2, 4)}
     assert len(sums) == 1          # blocks of a fixed size: the same sum for any thread count
+    for t in (1, 2, 4):
+        assert _construct.value_stats(big, t)["max_abs"] == 7.0
+        assert _construct.value_stats(big.astype(np.float32), t)["max_abs"] == 7.0
+
+
+def test_cp_als_reads_the_values_once_per_tensor(monkeypatch):
+    """The largest magnitude that CP-ALS's scaling needs comes from the pass over the values
+    kept with the tensor: a second fit (and a score) make no pass of their own."""
+    from sktensor_fast import CPALS, SparseTensor
+    from sktensor_fast._native import _construct as construct
+    calls = []
+    real = construct.value_stats
+    monkeypatch.setattr(construct, "value_stats", lambda *a: calls.append(1) or real(*a))
+    X = SparseTensor([[0, 0], [1, 1], [1, 0]], [1.0, 2.0, 3.0])
+    est = CPALS(rank=1, random_state=0, max_iter=3).fit(X)
+    CPALS(rank=1, random_state=1, max_iter=3).fit(X)
+    est.score(X)
+    assert len(calls) == 1
 
 
 def test_check_canonical():

@@ -32,7 +32,7 @@ cimport cython
 from cython.parallel cimport prange, threadid
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy, memmove
-from libc.math cimport floor
+from libc.math cimport fabs, floor
 from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
                           uint64_t)
 
@@ -940,13 +940,15 @@ DEF S_SLOTS = 6
 cdef void _stats_block(const value_t* v, Py_ssize_t lo, Py_ssize_t hi, int64_t* rep,
                        double* sums) noexcept nogil:
     cdef Py_ssize_t i
-    cdef double x, s = 0, s2 = 0
+    cdef double x, s = 0, s2 = 0, amax = 0
     cdef int64_t nonint = 0, neg = 0, nonbin = 0
     cdef int64_t fi = -1, fn = -1, fb = -1
     for i in range(lo, hi):
         x = v[i]
         s += x
         s2 += x * x
+        if fabs(x) > amax:
+            amax = fabs(x)
         if x != floor(x):
             nonint += 1
             if fi < 0:
@@ -967,21 +969,24 @@ cdef void _stats_block(const value_t* v, Py_ssize_t lo, Py_ssize_t hi, int64_t* 
     rep[S_FIRST_NONBIN] = fb
     sums[0] = s
     sums[1] = s2
+    sums[2] = amax
 
 
 def value_stats(const value_t[::1] vals, int num_threads=1):
     """One pass over finite values: how many are not integers, negative, not 0 or 1 (and the
-    first position of each, or -1), their sum and sum of squares in float64."""
+    first position of each, or -1), their sum and sum of squares in float64, and their largest
+    magnitude (``max_abs``)."""
     cdef Py_ssize_t n = vals.shape[0]
     cdef Py_ssize_t nblk = max(1, (n + STATS_BLOCK_C - 1) // STATS_BLOCK_C)
     cdef Py_ssize_t b
     cdef int nt = max(1, min(num_threads, n // MIN_BLOCK_C))
     cdef int64_t[:, ::1] rep = np.zeros((nblk, S_SLOTS), dtype=np.int64)
-    cdef double[:, ::1] sums = np.zeros((nblk, 2), dtype=np.float64)
-    cdef double s = 0, s2 = 0
+    cdef double[:, ::1] sums = np.zeros((nblk, 3), dtype=np.float64)
+    cdef double s = 0, s2 = 0, amax = 0
     if n == 0:
         return {"nonint": 0, "negative": 0, "nonbinary": 0, "first_nonint": -1,
-                "first_negative": -1, "first_nonbinary": -1, "sum": 0.0, "sum_sq": 0.0}
+                "first_negative": -1, "first_nonbinary": -1, "sum": 0.0, "sum_sq": 0.0,
+                "max_abs": 0.0}
     cdef const value_t* pv = &vals[0]
     for b in prange(nblk, nogil=True, schedule="static", num_threads=nt):
         _stats_block(pv, b * STATS_BLOCK_C, min((b + 1) * STATS_BLOCK_C, n), &rep[b, 0],
@@ -991,6 +996,8 @@ def value_stats(const value_t[::1] vals, int num_threads=1):
     for b in range(nblk):
         s += sums[b, 0]
         s2 += sums[b, 1]
+        if sums[b, 2] > amax:
+            amax = sums[b, 2]
         for name, slot, first in (("nonint", S_NONINT, S_FIRST_NONINT),
                                   ("negative", S_NEG, S_FIRST_NEG),
                                   ("nonbinary", S_NONBIN, S_FIRST_NONBIN)):
@@ -999,6 +1006,7 @@ def value_stats(const value_t[::1] vals, int num_threads=1):
                 out["first_" + name] = int(rep[b, first])
     out["sum"] = s
     out["sum_sq"] = s2
+    out["max_abs"] = amax
     return out
 
 

@@ -9,6 +9,7 @@ from sklearn.utils._param_validation import Interval, Real
 from ..kruskal import KruskalTensor
 from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
+from .._prepared import value_stats
 from .._warnings import warn as _warn
 
 __all__ = ["CPALS"]
@@ -52,9 +53,12 @@ def _scaled(X, s):
 
 
 def _max_abs(X):
+    """The largest magnitude of the values: from the one compiled pass over them kept with the
+    tensor (:func:`~sktensor_fast._prepared.value_stats`), so that a fit, a refit or a score
+    reads no value again (and copies none)."""
     if hasattr(X, "max_abs"):         # a tensor that knows it (spread over processes)
         return X.max_abs()
-    return float(np.max(np.abs(X.vals))) if X.vals.size else 0.0
+    return float(value_stats(X)["max_abs"])
 
 
 def _inverse_gram(Y):
