@@ -423,3 +423,27 @@ def test_als_fixed_script_runs(tmp_path, capsys):
     assert all(np.isfinite(r["s_per_iter"]) for r in ours)
     assert _strict_json(tmp_path / "als.json") is not None
     assert "| library | variant |" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ tuning decisions
+def test_code_cites_tuning_entries_that_exist():
+    """The package cites doc/guide/tuning.rst by an entry's title, not the benchmarks' README;
+    every title cited is the start of a section title of that page."""
+    import re
+    page = (ROOT / "doc" / "guide" / "tuning.rst").read_text(encoding="utf-8").splitlines()
+    titles = [page[i - 1].strip() for i in range(1, len(page))
+              if page[i] and set(page[i]) == {"~"} and len(page[i]) >= len(page[i - 1].strip())]
+    assert "ALTO: buffers or compact path" in titles and len(titles) >= 10
+    cited, readme = [], []
+    for path in sorted((ROOT / "sktensor_fast").rglob("*")):
+        if path.suffix not in (".py", ".pyx", ".h", ".cl"):
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        text = " ".join(re.sub(r"^\s*(#:?|//|/?\*)?\s*", "", ln) for ln in lines)
+        readme += [path.name] * text.count("benchmarks/README")
+        cited += [(path.name, t) for t in re.findall(r'tuning\.rst(?:``)?[,;]?\s*"([^"]+)"',
+                                                      text)]
+    assert not readme, f"code cites benchmarks/README.md: {readme}"
+    assert len(cited) >= 10, cited
+    unknown = [(f, t) for f, t in cited if not any(x.startswith(t) for x in titles)]
+    assert not unknown, f"no such entry in doc/guide/tuning.rst: {unknown}"
