@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import cpu_model, fmt_num, md_table, plain
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The busy loop: pure Python arithmetic until the deadline or until its parent is gone.
@@ -296,7 +298,6 @@ def summarize(runs, settings, conditions, tensors, fits):
 
 
 def table(rows, settings):
-    from benchmarks.run import fmt_num, md_table
     others = [s for s, *_ in settings[1:]]
     head = ["condition", "tensor", "fit", "1 thread s"]
     for s in others:
@@ -379,18 +380,12 @@ def main(argv=None):
         print(f"- note: {note}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    from benchmarks.run import _plain
     res.update(command="python -m benchmarks.contention " + " ".join(argv if argv is not None
                                                                       else sys.argv[1:]),
-               date=time.strftime("%Y-%m-%d %H:%M:%S"), cpu=_cpu())
-    out.write_text(json.dumps(_plain(res), indent=1))
+               date=time.strftime("%Y-%m-%d %H:%M:%S"), cpu=cpu_model())
+    out.write_text(json.dumps(plain(res), indent=1))
     print(f"wrote {out}")
     return res
-
-
-def _cpu():
-    from benchmarks.common import cpu_model
-    return cpu_model()
 
 
 if __name__ == "__main__":

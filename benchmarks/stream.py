@@ -7,13 +7,17 @@ in turn ``trials`` times on three arrays (``a = 1, b = 2, c = 0`` at the start, 
 ``q = 3``), the first round is dropped, the best time of each operation gives its bandwidth,
 and the arrays are checked against the scalar recurrence at the end.  Bytes: copy and scale
 read one array and write one, add and triad read two and write one (no write-allocate traffic).
+:func:`section_stream` is the ``stream`` section of the suite (``benchmarks/run.py``).
 """
 import time
 from importlib import resources
 
 import numpy as np
 
-__all__ = ["OPS", "STREAM_ARRAYS", "cpu_stream", "opencl_stream", "expected_values"]
+from .common import MB, fmt_num, last_level_cache_bytes, md_table
+
+__all__ = ["OPS", "STREAM_ARRAYS", "cpu_stream", "opencl_stream", "expected_values",
+           "section_stream"]
 
 #: operations in the order they run
 OPS = ("copy", "scale", "add", "triad")
@@ -129,3 +133,48 @@ def opencl_stream(backend, n, trials=5):
     res = _summary(times, n, dtype.itemsize, _check((a.get(), b.get(), c.get()), rounds))
     res["dtype"] = dtype.name
     return res
+
+
+def section_stream(cfg, threads, devices):
+    from sktensor_fast.backends import get_backend as _get_backend
+    n = cfg["stream_n"]
+    if n is None:
+        llc = last_level_cache_bytes() or 32 * MB
+        n = max(1 << (26 if cfg["mode"] == "full" else 24), 4 * llc // 8)
+    rows = []
+    for th in threads:
+        r = cpu_stream(n, th, cfg["stream_trials"])
+        for op, v in r["ops"].items():
+            rows.append({"device": "cpu", "threads": th, "op": op, "n": n, "dtype": "float64",
+                         "max_rel_err": r["max_rel_err"], **v})
+    for d in devices:
+        if d["device"] == "cpu" or not d.get("ok"):
+            continue
+        try:
+            r = opencl_stream(_get_backend(d["device"]), n, cfg["stream_trials"])
+        except Exception as exc:   # e.g. the arrays do not fit the device
+            rows.append({"device": d["device"], "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        for op, v in r["ops"].items():
+            rows.append({"device": d["device"], "threads": None, "op": op, "n": n,
+                         "dtype": r["dtype"], "max_rel_err": r["max_rel_err"], **v})
+    ok = [r for r in rows if "GBs" in r]
+    table = md_table(["device", "threads", "copy GB/s", "scale GB/s", "add GB/s", "triad GB/s",
+                      "max rel err"],
+                     [[dev, th if th is not None else "–"]
+                      + [fmt_num(next(r["GBs"] for r in ok if r["device"] == dev
+                                      and r["threads"] == th and r["op"] == op))
+                         for op in OPS]
+                      + [fmt_num(next(r["max_rel_err"] for r in ok if r["device"] == dev
+                                      and r["threads"] == th))]
+                      for dev, th in dict.fromkeys((r["device"], r["threads"]) for r in ok)])
+    notes = []
+    llc = last_level_cache_bytes()
+    if llc and n * 8 < 4 * llc:
+        notes.append(f"arrays of {n * 8 / MB:.1f} MiB are smaller than 4x the last-level cache "
+                     f"({llc / MB:.0f} MiB): these are cache bandwidths, not memory bandwidths")
+    return {"array_elements": n, "array_bytes": n * 8, "trials": cfg["stream_trials"],
+            "notes": notes,
+            "bytes_counted": {op: f"{k} arrays x element size"
+                              for op, k in STREAM_ARRAYS.items()},
+            "rows": rows}, table

@@ -42,7 +42,7 @@ def _openmp_env_enter():
     OpenMP's default (GNU: spin about 3 ms at every barrier before sleeping) makes each
     parallel region of a kernel cost a scheduler tick on a machine whose cores are busy with
     other programs: a thread that waits spins on the core that the thread it waits for needs.
-    Passive threads sleep at once; see ``benchmarks/README.md`` (contention) for the costs.
+    Passive threads sleep at once; see ``doc/guide/tuning.rst``, "Passive waiting".
     """
     user = {k: os.environ[k] for k in OPENMP_WAIT_VARIABLES if k in os.environ}
     loaded = not user and _openmp_runtime_loaded()

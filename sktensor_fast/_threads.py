@@ -220,8 +220,8 @@ def load_adapted():
     the default, decided once on entry.  A count set by the user is used as given.
 
     Results do not depend on the thread count, so a fit on a busy machine gives the model it
-    gives on a quiet one; measurements in ``benchmarks/README.md`` ("Threads on a busy
-    machine").
+    gives on a quiet one; see ``doc/guide/tuning.rst``, "Threads on a busy
+    machine".
     """
     old = getattr(_local, "adapted", None)
     if not _chosen_by_user() and getattr(_local, "adapted", None) is None:

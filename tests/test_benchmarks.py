@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import run  # noqa: E402
+from benchmarks import kernels, run  # noqa: E402
 from benchmarks.byte_models import genten_mttkrp_bytes, mttkrp_bytes, phi_bytes  # noqa: E402
 from benchmarks.stream import OPS, cpu_stream, expected_values, opencl_stream  # noqa: E402
 from sktensor_fast.formats import FORMATS  # noqa: E402
@@ -154,10 +154,10 @@ def test_layout_bytes_of_formats():
     X = synthetic_tensor((20, 30, 40), 500, seed=0)
     be = get_backend("cpu")
     T = be.prepare(X, "coo")
-    assert run.layout_bytes(T, 0)[0] == dict(idx_bytes=8, val_bytes=8, perm_bytes=0)
-    assert run.layout_bytes(T, 1)[0] == dict(idx_bytes=8, val_bytes=8, perm_bytes=8)
+    assert kernels.layout_bytes(T, 0)[0] == dict(idx_bytes=8, val_bytes=8, perm_bytes=0)
+    assert kernels.layout_bytes(T, 1)[0] == dict(idx_bytes=8, val_bytes=8, perm_bytes=8)
     if "alto" in FORMATS:
-        params = run.layout_bytes(be.prepare(X, "alto"), 2)[0]
+        params = kernels.layout_bytes(be.prepare(X, "alto"), 2)[0]
         assert params["index_bytes"] == 8 and params["perm_bytes"] == 0
 
 
@@ -206,13 +206,32 @@ def test_module_entry_points_exist():
     assert os.access(ROOT / "benchmarks" / "run.py", os.R_OK)
 
 
+def test_no_import_cycle_among_benchmarks(monkeypatch):
+    """The suite's modules import each other without a circle (the package's own checker,
+    pointed at benchmarks/), and the one-off experiments stay out of the suite."""
+    import test_import_graph as graph
+    monkeypatch.setattr(graph, "PKG", "benchmarks")
+    known = graph.modules()
+    assert "benchmarks.contention" in known and "benchmarks.experiments.bench_defaults" in known
+    full = {}
+    for name, (path, is_pkg) in known.items():
+        top, lazy = graph.imports(name, path, is_pkg, known)
+        full[name] = graph.expand(name, top | lazy, known)
+    assert graph.cycles(full) == []
+    assert "benchmarks.common" in full["benchmarks.contention"]
+    suite = {"benchmarks.run"}
+    for _ in range(len(known)):
+        suite |= {m for s in suite for m in full[s]}
+    assert not [m for m in suite if m.startswith("benchmarks.experiments")]
+
+
 def test_opencl_variants_script_runs(capsys):
     """The kernel-variant benchmark edits the shipped kernel source: its edits must still
     apply (it asserts the text it replaces is there) and every variant must build and run."""
     pytest.importorskip("pyopencl")
     from _reference import opencl_backend_or_skip
     opencl_backend_or_skip()
-    from benchmarks import bench_opencl_variants
+    from benchmarks.experiments import bench_opencl_variants
     bench_opencl_variants.main(["--device", "opencl", "--nnz", "3000", "--shape", "40", "30",
                                 "20", "--groups", "64", "--vecs", "1", "4",
                                 "--level-chunks", "16", "--repeat", "1"])
@@ -260,7 +279,7 @@ def test_construct_script_runs(tmp_path, capsys):
     """bench_construct times a first call in a fresh process and the compiled passes one by
     one, next to NumPy's argsort, and writes JSON."""
     import json
-    from benchmarks import bench_construct
+    from benchmarks.experiments import bench_construct
     out = tmp_path / "construct.json"
     bench_construct.main(["--nnz", "3000", "--threads", "1", "2", "--repeat", "1", "--fresh",
                           "1", "--out", str(out)])
@@ -352,7 +371,7 @@ def test_defaults_script_runs(tmp_path, capsys):
     """bench_defaults fits estimators with their defaults on the embedded data, gives each
     one's CPU time as a multiple of CPAPR pdnr's and writes JSON."""
     import json
-    from benchmarks import bench_defaults
+    from benchmarks.experiments import bench_defaults
     med = bench_defaults.main(["--cases", 'CPAPR(solver="pdnr")', "CPALS()", "--seeds", "0",
                                "--out", str(tmp_path / "d.json")])
     out = capsys.readouterr().out
@@ -363,7 +382,7 @@ def test_defaults_script_runs(tmp_path, capsys):
 
 
 def test_cpapr_seeds_script_runs(capsys):
-    from benchmarks import bench_cpapr_seeds
+    from benchmarks.experiments import bench_cpapr_seeds
     n_inf = bench_cpapr_seeds.main(["--solvers", "mu", "--ranks", "5", "--seeds", "0",
                                     "--max-iter", "10"])
     out = capsys.readouterr().out
@@ -374,7 +393,7 @@ def test_gcp_threads_script_runs(tmp_path, capsys):
     """bench_gcp_threads times Adam steps and whole GCP fits at 1 and 2 threads, checks that
     they give the same bits and writes JSON."""
     import json
-    from benchmarks import bench_gcp_threads
+    from benchmarks.experiments import bench_gcp_threads
     from sktensor_fast.backends import get_backend
     rows = bench_gcp_threads.main(["--nnz", "3000", "--shape", "40", "30", "20", "--rank", "3",
                                    "--steps", "5", "--rounds", "1", "--phases",
@@ -396,7 +415,7 @@ def test_gcp_threads_script_runs(tmp_path, capsys):
 
 
 def test_als_fixed_script_runs(tmp_path, capsys):
-    from benchmarks import bench_als_fixed
+    from benchmarks.experiments import bench_als_fixed
     rows = bench_als_fixed.main(["--threads", "1", "--iters", "3", "--repeat", "1",
                                  "--json", str(tmp_path / "als.json")])
     ours = [r for r in rows if r["library"] == "sktensor_fast"]
@@ -404,3 +423,27 @@ def test_als_fixed_script_runs(tmp_path, capsys):
     assert all(np.isfinite(r["s_per_iter"]) for r in ours)
     assert _strict_json(tmp_path / "als.json") is not None
     assert "| library | variant |" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ tuning decisions
+def test_code_cites_tuning_entries_that_exist():
+    """The package cites doc/guide/tuning.rst by an entry's title, not the benchmarks' README;
+    every title cited is the start of a section title of that page."""
+    import re
+    page = (ROOT / "doc" / "guide" / "tuning.rst").read_text(encoding="utf-8").splitlines()
+    titles = [page[i - 1].strip() for i in range(1, len(page))
+              if page[i] and set(page[i]) == {"~"} and len(page[i]) >= len(page[i - 1].strip())]
+    assert "ALTO: buffers or compact path" in titles and len(titles) >= 10
+    cited, readme = [], []
+    for path in sorted((ROOT / "sktensor_fast").rglob("*")):
+        if path.suffix not in (".py", ".pyx", ".h", ".cl"):
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        text = " ".join(re.sub(r"^\s*(#:?|//|/?\*)?\s*", "", ln) for ln in lines)
+        readme += [path.name] * text.count("benchmarks/README")
+        cited += [(path.name, t) for t in re.findall(r'tuning\.rst(?:``)?[,;]?\s*"([^"]+)"',
+                                                      text)]
+    assert not readme, f"code cites benchmarks/README.md: {readme}"
+    assert len(cited) >= 10, cited
+    unknown = [(f, t) for f, t in cited if not any(x.startswith(t) for x in titles)]
+    assert not unknown, f"no such entry in doc/guide/tuning.rst: {unknown}"

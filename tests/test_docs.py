@@ -84,7 +84,8 @@ def test_gallery_made_figures(built_site):
 def test_guide_pages_and_home(built_site):
     for page in ("index", "guide/index", "guide/choosing", "guide/solvers", "guide/rank",
                  "guide/sklearn", "guide/devices", "guide/performance", "guide/kernels",
-                 "guide/install", "guide/references", "benchmarks", "api/index",
+                 "guide/install", "guide/references", "guide/tuning", "guide/developer",
+                 "benchmarks", "api/index",
                  "auto_examples/index"):
         assert (built_site / f"{page}.html").is_file(), page
     home = (built_site / "index.html").read_text()

@@ -179,8 +179,8 @@ def base_pages():
     either way; ``SparseTensor`` from 5M unsorted nonzeros (160 MB of result, right after
     NumPy's argsort) took 0.19-0.43 s in huge pages and 0.13-0.24 s in base pages.  Without
     such a balloon huge pages are the cheaper ones (no host takes their blocks back), so
-    NumPy's choice stands.  A bad value of the variable gives a ``RuntimeWarning`` and the
-    default.
+    NumPy's choice stands (``doc/guide/tuning.rst``, "Huge pages under a balloon").  A bad
+    value of the variable gives a ``RuntimeWarning`` and the default.
     """
     raw = os.environ.get(HUGE_PAGES_ENV, "auto").strip().lower()
     if raw in ("0", "1"):

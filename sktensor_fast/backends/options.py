@@ -55,7 +55,7 @@ class OpenCLOptions:
     """Tuning settings of the OpenCL MTTKRP / Φ kernels (``None``: the device's default).
 
     Results agree with the CPU kernels to rounding for every setting; only the speed and the
-    device memory differ (``benchmarks/README.md`` has the measurements behind the defaults).
+    device memory differ (``doc/guide/tuning.rst`` has the measurements behind the defaults).
 
     Parameters
     ----------

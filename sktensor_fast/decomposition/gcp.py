@@ -229,7 +229,7 @@ class GCP(BaseCP):
     learning_rate : float, default=2e-3
         Step size of the stochastic solvers (Adam's α).  Twice pyttb's 1e-3: on the embedded
         flights-routes data the default fit then takes half the time with the same median
-        loss (``benchmarks/bench_defaults.py``).
+        loss (``doc/guide/tuning.rst``, "GCP's learning rate").
     decay : float, default=0.1
         Factor applied to the learning rate after a failed epoch.
     max_fails : int, default=1

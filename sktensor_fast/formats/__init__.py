@@ -19,8 +19,8 @@ def build_format(X, format="auto"):
     """Build the storage format named ``format`` for the validated tensor ``X``.
 
     ``"auto"`` picks ALTO when its linear index fits in 128 bits and the tensor has at least
-    ``AUTO_ALTO_MIN_NNZ`` nonzeros, COO otherwise (rule from ``benchmarks/bench_alto.py``, see
-    :mod:`sktensor_fast.formats.alto`).  When ALTO is ruled out by its width, the COO object
+    ``AUTO_ALTO_MIN_NNZ`` nonzeros, COO otherwise (``doc/guide/tuning.rst``, "ALTO from
+    100,000 nonzeros"; see :mod:`sktensor_fast.formats.alto`).  When ALTO is ruled out by its width, the COO object
     carries the reason in ``note``.
     """
     if format not in FORMATS:

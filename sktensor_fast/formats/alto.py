@@ -45,37 +45,19 @@ In both, every output row is the sum of its partitions' contributions in partiti
 in nonzero order: the result is bitwise the same for every thread count, affinity and schedule.
 (Earlier versions resolved low-reuse modes with atomic adds, whose order varies from run to run.)
 
-The switch is at ``REUSE_THRESHOLD`` = 8 nonzeros per row, measured with
-``benchmarks/bench_alto_threshold.py`` (2 threads, R = 16, AMD EPYC Zen 3 with 2 cores shared
-with other jobs, best of 7, two runs) against the atomic path the compact one replaced: a 3-way
-tensor of 2²¹ nonzeros whose middle mode sweeps lengths 2⁶ … 2²¹.  Time of the atomic path over
-the buffer path:
-
-==================  =====  =====  =====  =====  =====  =====  =====
-reuse               32704   2048     32     16      8      4      1
-uniform, run 1       2.15   3.45   2.09   1.16   1.16   0.96   0.76
-uniform, run 2       4.26   3.13   3.01   1.26   1.04   1.14   1.05
-==================  =====  =====  =====  =====  =====  =====  =====
-
-and with Zipf(1.2) coordinates (runs 1 / 2) 7.55 / 1.40 at reuse 10580, 4.29 / 1.82 at 63,
-3.31 / 1.68 at 8.3, 1.71 / 1.52 at 2.1, 0.79 / 0.86 at 1.1, 0.66 / 0.67 at 0.5.  Atomics
-cost a compare-and-swap loop per value (R per nonzero, not vectorised), so the buffers win down
-to a few nonzeros per row and lose only when the buffers approach the nonzero count.  From 8 up
-both sweeps favour the buffers in both runs; below it the gain is small or negative and the
-buffers would take more memory than the tensor's own index.  The buffer path is also skipped
+The switch is at ``REUSE_THRESHOLD`` = 8 nonzeros per row: from there up the buffers beat the
+atomic path that the compact one replaced, on uniform and on skewed coordinates; below it the
+gain is small or negative and the buffers would take more memory than the tensor's own index
+(``doc/guide/tuning.rst``, "ALTO: buffers or compact path").  The buffer path is also skipped
 when its buffers would hold more than ``MAX_BUFFER_ROWS_PER_NNZ`` · nnz rows (memory:
 ``buffer_rows · R`` values, kept between calls).
 
 Choosing ALTO (``format="auto"``)
 ---------------------------------
 ``build_format(X, "auto")`` uses ALTO when the index fits in 128 bits and ``X`` has at least
-``AUTO_ALTO_MIN_NNZ`` = 100 000 nonzeros (``sktensor_fast.formats``).  Evidence from
-``benchmarks/bench_alto.py`` (2 threads, R = 16, same machine, three runs with the cores shared
-with other jobs) on FROSTT-shaped synthetic tensors (Uber 3.3M nonzeros, NIPS 3.1M, NELL-2's
-shape with 20M): an MTTKRP sweep over all modes is 2.6–4.4× faster than with COO, Φ 2.2–3.5×,
-a CP-ALS iteration 1.9–3.8×, while building ALTO costs 0.9–1.4 such sweeps.  On Uber's shape,
-build + 10 sweeps cost ALTO 0.25–0.7 of COO from 10⁵ nonzeros up (when the run was not
-dominated by scheduler stalls); below that both take a few milliseconds.
+``AUTO_ALTO_MIN_NNZ`` = 100 000 nonzeros (``sktensor_fast.formats``): on FROSTT-shaped tensors
+an MTTKRP sweep over all modes is 2.6–4.4× faster than with COO and building ALTO costs about
+one such sweep (``doc/guide/tuning.rst``, "ALTO from 100,000 nonzeros").
 
 Memory
 ------

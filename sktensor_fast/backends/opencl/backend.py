@@ -250,7 +250,8 @@ class OpenCLBackend(Backend):
 
     #: columns per lane of the MTTKRP / Φ kernel (kernels/cp.cl): one vector load of VEC
     #: entries per factor row and lane; the largest of 8, 4, 2, 1 that divides the rank and is
-    #: at most this.  Fastest on an H200 at R = 16 (benchmarks/README.md): 4 for both kernels
+    #: at most this.  Fastest on an H200 at R = 16 (doc/guide/tuning.rst, "OpenCL columns per
+    #: lane"): 4 for both kernels
     #: over the chunk-interleaved copies ("lanes"), 2 for the fp64 MTTKRP over the mode-sorted
     #: ones ("lanes-sorted").  The environment variable SKTENSOR_FAST_OCL_VEC (or the attribute
     #: ``vec``) sets all.
@@ -261,8 +262,9 @@ class OpenCLBackend(Backend):
     #: --prefetches 0 1`` sets these attributes on a backend).  ``off32``: 32-bit offsets where
     #: every offset fits (64-bit ones otherwise, as they must be); ``prefetch``: the next
     #: nonzero's coordinates loaded one step ahead.  On an H200 at R = 16, fp64, interleaved
-    #: copies, chunk 256 (ms per mode, benchmarks/README.md): neither 2.03 / 3.00, off32 only
-    #: 2.45 / 2.64, prefetch only 2.07-2.26 / 2.75, both 1.86-1.88 / 2.51-2.54 (MTTKRP / Φ).
+    #: copies, chunk 256 (ms per mode; doc/guide/tuning.rst, "32-bit offsets"): neither 2.03 /
+    #: 3.00, off32 only 2.45 / 2.64, prefetch only 2.07-2.26 / 2.75, both 1.86-1.88 /
+    #: 2.51-2.54 (MTTKRP / Φ).
     off32 = True
     prefetch = True
 
@@ -298,14 +300,14 @@ class OpenCLBackend(Backend):
         if not isinstance(options, OpenCLOptions):
             raise TypeError(f"options must be an OpenCLOptions, got {type(options).__name__}")
         # nonzeros per work-item; 256 was the fastest of 64/128/256 on an H200, 128 of 8..512
-        # on an H100 (benchmarks/README.md)
+        # on an H100 (doc/guide/tuning.rst, "OpenCL nonzeros per work-item")
         self.chunk = options.chunk or 256
         # columns per lane: None is the per-kernel default VEC
         self.vec = options.vec
         # how Φ forms <B[row], π>: "shuffle" (a register butterfly across the lanes of a warp,
         # NVIDIA devices: PTX shfl.sync) or "local" (lanes share π through local memory, one
         # barrier per nonzero).  A third way, every lane recomputing the whole dot (no
-        # barriers), measured slower and was removed (benchmarks/README.md, OpenCL sections)
+        # barriers), measured slower and was removed (doc/guide/tuning.rst, "Φ's dot product")
         self.phi_variant = options.phi or ("shuffle" if self.is_nvidia else "local")
         if self.phi_variant == "shuffle" and not self.is_nvidia:
             raise ValueError(f"OpenCL option phi='shuffle' needs an NVIDIA device, not "
@@ -563,7 +565,8 @@ class OpenCLBackend(Backend):
         return out
 
     #: work-items per work-group of the lanes MTTKRP / Φ kernel (RP lanes x LG chunks); on an
-    #: H200 at R = 16, 64 and 128 were 7% faster than 256-1024 (benchmarks/README.md)
+    #: H200 at R = 16, 64 and 128 were 7% faster than 256-1024 (doc/guide/tuning.rst, "OpenCL
+    #: work-group size")
     group_size = 128
 
     #: largest rank that the wide kernel serves (its registers hold 2-3 rows per work-item)

@@ -7,7 +7,7 @@ compares the cost of an iteration: ``(t(k) - t(1)) / (k - 1)`` from the same sta
 cancels), the best of ``--repeat`` rounds, the libraries alternating within a round; the whole
 fit of ``k`` iterations is reported too (its fixed costs included).
 
-    python benchmarks/bench_lbfgsb_fixed.py --threads 1 2 --iters 20 --repeat 7
+    python benchmarks/experiments/bench_lbfgsb_fixed.py --threads 1 2 --iters 20 --repeat 7
 """
 import argparse
 import json
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import peers  # noqa: E402
 from benchmarks.common import cpu_model  # noqa: E402

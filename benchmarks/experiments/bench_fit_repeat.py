@@ -8,8 +8,8 @@ the same size, then ``--repeat`` whole fits of ``--algo`` on the first tensor (t
 reuses its prepared copy and builds the fit's own programs).  Run it twice to see the program
 cache at work.
 
-    python benchmarks/bench_fit_repeat.py --device gpu --nnz 76879419 --repeat 4
-    python benchmarks/bench_fit_repeat.py --device gpu --nnz 2000000 --repeat 0   # prepare only
+    python benchmarks/experiments/bench_fit_repeat.py --device gpu --nnz 76879419 --repeat 4
+    python benchmarks/experiments/bench_fit_repeat.py --device gpu --nnz 2000000 --repeat 0   # prepare only
 """
 import argparse
 import os
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.e2e import nell2_arrays  # noqa: E402
 from benchmarks.synth import FROSTT  # noqa: E402

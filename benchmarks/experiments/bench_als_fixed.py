@@ -6,7 +6,7 @@ iteration is ``(t(k) - t(1)) / (k - 1)`` from the same start (setup cancels), th
 ``--repeat`` rounds; pygenten runs in a subprocess with ``OMP_NUM_THREADS`` set (as in the fits
 section of ``benchmarks/run.py``).
 
-    python benchmarks/bench_als_fixed.py --threads 1 2 --iters 50 --repeat 3
+    python benchmarks/experiments/bench_als_fixed.py --threads 1 2 --iters 50 --repeat 3
 """
 import argparse
 import json
@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import peers  # noqa: E402
 from benchmarks.common import cpu_model  # noqa: E402
 from sktensor_fast.formats import FORMATS  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "flights-routes" / "tensor.tns.gz"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "flights-routes" / "tensor.tns.gz"
 
 
 def main(argv=None):

@@ -1,7 +1,7 @@
 """GCP Adam steps and whole fits at 1 and at 2 (or more) threads, wall and CPU time.
 
-    python benchmarks/bench_gcp_threads.py                         # 1.6M nonzeros, R = 16
-    python benchmarks/bench_gcp_threads.py --threads 1 2 --nnz 1.6e6 --rank 16 --rounds 5 \\
+    python benchmarks/experiments/bench_gcp_threads.py                         # 1.6M nonzeros, R = 16
+    python benchmarks/experiments/bench_gcp_threads.py --threads 1 2 --nnz 1.6e6 --rank 16 --rounds 5 \\
         --out bench_out/gcp_threads.json
 
 On the synthetic tensor of ``benchmarks/contention.py`` (2000 x 300 x 400), with GCP's default
@@ -39,7 +39,7 @@ import warnings
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import sktensor_fast as sk  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402

@@ -1,6 +1,6 @@
 """Where the time of the OpenCL MTTKRP / Φ kernel goes: variants that leave one stage out.
 
-    python benchmarks/bench_opencl_variants.py --device gpu --nnz 20e6
+    python benchmarks/experiments/bench_opencl_variants.py --device gpu --nnz 20e6
 
 Times the lanes kernel of ``kernels/cp.cl`` (``accumulate``, mode 0, and Φ) as shipped and with its source edited:
 
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from sktensor_fast.backends import get_backend  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402

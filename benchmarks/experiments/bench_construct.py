@@ -14,7 +14,7 @@ process:
 
 ::
 
-    python benchmarks/bench_construct.py --nnz 5e6 --threads 1 2 --repeat 5 --fresh 3
+    python benchmarks/experiments/bench_construct.py --nnz 5e6 --threads 1 2 --repeat 5 --fresh 3
 
 The load average is printed with every line: the machine may be shared.
 """
@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 FIRST_CALL = r"""
 import json, sys, time

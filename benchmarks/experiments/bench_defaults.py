@@ -1,7 +1,7 @@
 """Every estimator with its default settings on the embedded flights-routes data, one thread.
 
-    python benchmarks/bench_defaults.py                    # seeds 0-2, best of 1 run each
-    python benchmarks/bench_defaults.py --seeds 0 1 2 3 4 --threads 1 --out bench_out/defaults.json
+    python benchmarks/experiments/bench_defaults.py                    # seeds 0-2, best of 1 run each
+    python benchmarks/experiments/bench_defaults.py --seeds 0 1 2 3 4 --threads 1 --out bench_out/defaults.json
 
 What a new user meets first: ``CPAPR(solver=...)`` for every solver, ``GCP(loss="poisson")``
 and ``GCP()`` (Gaussian), ``CPALS()``, each at rank ``--rank`` with nothing else set, on the
@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import sktensor_fast  # noqa: E402
 from sktensor_fast import CPALS, CPAPR, GCP, num_threads  # noqa: E402

@@ -1,7 +1,7 @@
 """Where ALTO's private-buffer path starts to beat the compact path: MTTKRP time versus reuse.
 
-    python benchmarks/bench_alto_threshold.py                      # defaults below
-    python benchmarks/bench_alto_threshold.py --nnz 2e6 --rank 16 --threads 2 --repeat 5 \\
+    python benchmarks/experiments/bench_alto_threshold.py                      # defaults below
+    python benchmarks/experiments/bench_alto_threshold.py --nnz 2e6 --rank 16 --threads 2 --repeat 5 \\
         --out bench_out/alto_threshold.json
 
 Builds 3-way tensors with a fixed number of nonzeros whose target mode (``--mode``) has length
@@ -19,16 +19,15 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import sktensor_fast  # noqa: E402
 from sktensor_fast import SparseTensor  # noqa: E402
 from sktensor_fast.formats import CooFormat  # noqa: E402
 from sktensor_fast.formats.alto import AltoFormat  # noqa: E402
 from sktensor_fast.backends.cpu import _alto  # noqa: E402
-from benchmarks.common import write_report  # noqa: E402
+from benchmarks.common import best_of, cpu_model, write_report  # noqa: E402
 from benchmarks.synth import zipf_indices  # noqa: E402
-from benchmarks.bench_mttkrp import best_of, cpu_model  # noqa: E402
 
 
 def make_tensor(shape, nnz, seed, a):

@@ -1,7 +1,7 @@
 """CPAPR on the embedded flights-routes data: every solver, ranks and seeds, one thread.
 
-    python benchmarks/bench_cpapr_seeds.py                       # mu/pdnr/pqnr x 2,5,10 x 0-4
-    python benchmarks/bench_cpapr_seeds.py --max-iter 10 --eps-div-zero 1e-10
+    python benchmarks/experiments/bench_cpapr_seeds.py                       # mu/pdnr/pqnr x 2,5,10 x 0-4
+    python benchmarks/experiments/bench_cpapr_seeds.py --max-iter 10 --eps-div-zero 1e-10
 
 Prints, per solver and rank, the final log-likelihood / outer iterations / seconds of every
 seed, and how many fits ended with the model exactly zero at a nonzero (log-likelihood −inf).
@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from sktensor_fast import CPAPR, num_threads  # noqa: E402
 from sktensor_fast.datasets import load_flights_routes  # noqa: E402

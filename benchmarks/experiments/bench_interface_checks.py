@@ -1,6 +1,6 @@
 """What the argument checks of the kernel interface cost per call, against the call itself.
 
-    python benchmarks/bench_interface_checks.py [--rank 8] [--samples 2000] [--threads 1]
+    python benchmarks/experiments/bench_interface_checks.py [--rank 8] [--samples 2000] [--threads 1]
 
 The GCP primitives (``backend.gcp``) and the CP-APR steps (``backend.apr``) check their
 arguments once, in ``backends/base.py``, before the backend's implementation runs.  This
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from sktensor_fast import num_threads  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402
