@@ -295,7 +295,15 @@ def run_job(P, cfg, tmp):
     print(f"  P={P} ({'weak' if cfg['weak'] else 'strong'}): {time.perf_counter() - t0:.1f}s",
           flush=True)
     with open(out) as f:
-        return json.load(f)
+        job = json.load(f)
+    got = sorted({r["P"] for r in job})
+    if len(job) != P or got != [P]:
+        # every process alone (P = 1 each): mpi4py runs on another MPI than this mpiexec
+        raise SystemExit(f"asked {_mpiexec()} for {P} processes; the job reported "
+                         f"{len(job)} process(es) in a world of {got}: mpi4py and mpiexec "
+                         f"belong to different MPI libraries (install mpi4py and mpich into "
+                         f"this interpreter's site-packages); nothing reported for P={P}")
+    return job
 
 
 def summarise(jobs, algo):
