@@ -3,10 +3,12 @@ import numpy as np
 import pytest
 
 from sktensor_fast import GCP, CPALS, KruskalTensor, SparseTensor, num_threads
-from sktensor_fast.backends import get_backend
+from sktensor_fast.backends import gcp_plan, get_backend
 from sktensor_fast.backends.cpu import _gcp, gcp_ops
 from sktensor_fast.decomposition.losses import LOSSES, get_loss
 from sktensor_fast.decomposition.optimizers import make_optimizer
+
+from _reference import sampler_param_index
 
 PARAMS = {"huber": 0.7, "negative_binomial": 3.0, "beta": 0.5}
 NONNEG_MODEL = {"poisson", "bernoulli_odds", "gamma", "rayleigh", "negative_binomial", "beta",
@@ -197,25 +199,30 @@ def test_stratified_zero_samples_are_zeros_and_uniform_looks_values_up():
             np.testing.assert_allclose(w[p:], (X.size - X.nnz) / q)
 
 
-@pytest.mark.parametrize("threshold,attempts,list_max", [
-    (0.5, 256, 1 << 24),  # dense: the explicit list of zeros
-    (0.5, 256, 0),        # dense: zeros computed from the linear indices
-    (2.0, 256, 0),        # rejection (a zero is usually found)
-    (2.0, 1, 0),          # rejection giving up at once: the zero is computed
-    (2.0, 3, 0),
+@pytest.mark.parametrize("threshold,attempts,list_max,path", [
+    (0.5, 256, 1 << 24, "list"),    # dense: the explicit list of zeros
+    (0.5, 256, 0, "computed"),      # dense: zeros computed from the linear indices
+    (2.0, 256, 0, "rejection"),     # rejection (a zero is usually found)
+    (2.0, 1, 0, "rejection"),       # rejection giving up at once: the zero is computed
+    (2.0, 3, 0, "rejection"),
 ])
 def test_stratified_zeros_are_zeros_whatever_the_path(monkeypatch, threshold, attempts,
-                                                      list_max):
+                                                      list_max, path):
     """Every zero sample of the stratified sampler is a zero, drawn uniformly among the zeros,
     whether it comes from a list, from the linear indices or from (failing) rejection."""
-    monkeypatch.setattr(gcp_ops, "_ZERO_LIST_DENSITY", threshold)
-    monkeypatch.setattr(gcp_ops, "_MAX_ATTEMPTS", attempts)
-    monkeypatch.setattr(gcp_ops, "_ZERO_LIST_MAX", list_max)
+    monkeypatch.setattr(gcp_plan, "ZERO_LIST_DENSITY", threshold)
+    monkeypatch.setattr(gcp_plan, "MAX_ATTEMPTS", attempts)
+    monkeypatch.setattr(gcp_plan, "ZERO_LIST_MAX", list_max)
     X, _ = small_problem(shape=(20, 15, 10), density=0.9)
     dense = X.to_dense()
     n_zero = X.size - X.nnz
     be = get_backend("cpu")
     state = be.gcp.setup(be.prepare(X), "stratified", (10, 60000), (10, 3000), 0)
+    # the sampler takes the path the constants ask for
+    idx, sp = sampler_param_index(), state.grad_sampler.params
+    assert (sp[idx["EXPLICIT_Z"]], sp[idx["IMPLICIT_Z"]]) == \
+        {"list": (1, 0), "computed": (1, 1), "rejection": (0, 0)}[path]
+    assert (sp[idx["ZMODE"]], sp[idx["MAX_ATTEMPTS"]]) == (2, attempts)
     subs, x, w, _ = gcp_ops.draw(state.grad_sampler, 5, 3)
     zs = subs[10:]
     assert np.all(dense[tuple(zs.T)] == 0) and np.all(x[10:] == 0)
@@ -383,13 +390,7 @@ def test_the_sampler_is_written_once():
 
 def test_sampler_parameters_are_the_headers_layout():
     """GcpSampler.params is the parameter array of sktf_gcp_sample.h (SKTF_GCP_* indices)."""
-    import re
-    import sktensor_fast
-    import os
-    with open(os.path.join(os.path.dirname(sktensor_fast.__file__), "include",
-                           "sktf_gcp_sample.h"), encoding="utf-8") as f:
-        idx = {k: int(v) for k, v in re.findall(r"^#define SKTF_GCP_(\w+) (\d+)", f.read(),
-                                                 re.M)}
+    idx = sampler_param_index()
     X, _ = small_problem(shape=(30, 20, 10), density=0.05, R=4)
     be = get_backend("cpu")
     state = be.gcp.setup(be.prepare(X), "semi-stratified", (70, 90), (5, 5), 0)
