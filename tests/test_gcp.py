@@ -434,10 +434,10 @@ def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, 
     straight into the gradient, the others' by row ranges, wherever the threads meet) gives,
     for 2, 3 and 5 threads (each run several times: the threads meet where their timing
     takes them), the bits of the serial gradient and optimiser step called one step at a
-    time, 5 steps: on blocks of 300 samples (a parallel region per block, the optimiser step
-    split among the threads after the last), and with the step's samples in one block (all
-    steps in one parallel region, the optimiser step of each row range into the other of two
-    copies of the factors, the odd last step's copied back).  17 rows in mode 0, more than
+    time, 5 steps: on blocks of 300 samples and with the step's samples in one block; all
+    steps in one parallel region (the optimiser step of each row range into the other of two
+    copies of the factors, the odd last step's copied back), or, with a deadline, one step
+    per parallel region (the optimiser step split among the threads after the last block).  17 rows in mode 0, more than
     MAX_PARTS in mode 1 (ranges of 4 rows), an inactive mode untouched."""
     rng = np.random.default_rng(8)
     shape = (17, 150, 9)
@@ -465,7 +465,7 @@ def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, 
             G, _ = be.gcp.sampled_gradient(T, state, lam, U, loss, 5, 2 + s, out=G,
                                            active=active.astype(bool))
             opt.step(be, U, G, loss.lower, active.astype(bool))
-    for threads in (2, 2, 2, 3, 3, 5):
+    for i, threads in enumerate((2, 2, 2, 3, 3, 5)):
         V = [u.copy() for u in U0]
         opt2 = optimizer(V)
         G2 = [np.full_like(u, np.nan) for u in V]
@@ -473,7 +473,8 @@ def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, 
         done, timed_out = _gcp.run_steps(
             state.grad_sampler, np.uint64(5), 2, 5, loss.code, loss.param, lam, V, G2, active,
             code, list(m[0]) if m else None, list(m[1]) if len(m) > 1 else None, 1e-2, 3,
-            0.9, 0.999, 1e-8, loss.lower, threads, work_per_thread=1, block=block)
+            0.9, 0.999, 1e-8, loss.lower, threads, work_per_thread=1, block=block,
+            deadline=None if i % 2 else 1e300, clock=lambda: 0.0)
         assert (done, timed_out) == (5, False)
         for a, b in zip(V, U):
             np.testing.assert_array_equal(a, b)
