@@ -218,6 +218,7 @@ def test_stratified_zeros_are_zeros_whatever_the_path(monkeypatch, threshold, at
     n_zero = X.size - X.nnz
     be = get_backend("cpu")
     state = be.gcp.setup(be.prepare(X), "stratified", (10, 60000), (10, 3000), 0)
+    assert isinstance(state, gcp_plan.GcpState)
     # the sampler takes the path the constants ask for
     idx, sp = sampler_param_index(), state.grad_sampler.params
     assert (sp[idx["EXPLICIT_Z"]], sp[idx["IMPLICIT_Z"]]) == \
@@ -234,6 +235,30 @@ def test_stratified_zeros_are_zeros_whatever_the_path(monkeypatch, threshold, at
     assert counts.size == n_zero and np.all(np.abs(counts - expect) < 6 * np.sqrt(expect))
     lsubs = state.loss_sample[0][10:]
     assert np.all(dense[tuple(lsubs.T)] == 0)
+
+
+def test_the_samplers_limits_are_defined_once():
+    """gcp_plan's limits have no copy elsewhere in the package (a test patching a copy would
+    change nothing): no module assigns or imports them by name."""
+    import ast
+    import pathlib
+    import sktensor_fast
+    names = {"ZERO_LIST_DENSITY", "ZERO_LIST_MAX", "MAX_ATTEMPTS", "UNIFORM_CAP"}
+    names |= {"_" + n for n in names}
+    root = pathlib.Path(sktensor_fast.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        if path.name == "gcp_plan.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                found += [(path.name, t.id) for t in targets
+                          if isinstance(t, ast.Name) and t.id in names]
+            elif isinstance(node, ast.ImportFrom):
+                found += [(path.name, a.name) for a in node.names if a.name in names]
+    assert found == []
+    assert {n for n in names if not n.startswith("_")} <= set(gcp_plan.__all__)
 
 
 @pytest.mark.slow

@@ -109,6 +109,7 @@ def test_same_zero_samples_as_cpu_on_every_path(be, cpu, monkeypatch, threshold,
     Tc, To = cpu.prepare(X), be.prepare(X)
     sc = cpu.gcp.setup(Tc, "stratified", (50, 3000), (20, 500), 3)
     so = be.gcp.setup(To, "stratified", (50, 3000), (20, 500), 3)
+    assert isinstance(so, gcp_plan.GcpState) and isinstance(sc, gcp_plan.GcpState)
     idx = sampler_param_index()
     for sp in (sc.grad_sampler.params, so.grad_sampler.sp.get()):  # the path asked for
         assert (sp[idx["EXPLICIT_Z"]], sp[idx["IMPLICIT_Z"]]) == \

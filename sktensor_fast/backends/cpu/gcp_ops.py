@@ -67,10 +67,11 @@ def _zero_list(T):
 
 
 class CpuGcpState(GcpState):
-    """The :class:`~sktensor_fast.backends.gcp_plan.GcpState` of the CPU backend.
+    """The :class:`~sktensor_fast.backends.gcp_plan.GcpState` of the CPU backend (besides its
+    attributes, those below).
 
-    Attributes (besides the common ones)
-    ------------------------------------
+    Attributes
+    ----------
     grad_sampler : _gcp.GcpSampler
         Where every gradient sample comes from (the key of a step selects the draw).
     loss_sample : tuple (subs, vals, weights, corr)
