@@ -878,6 +878,13 @@ def test_sample_counts_are_bounded(kw):
         GCP(**kw).fit(np.ones((3, 3, 3)))
 
 
+def test_epoch_iters_beyond_int64_is_refused():
+    """The kernels count an epoch's steps in int64: 2**63 steps is a parameter error, not an
+    OverflowError from inside the fit."""
+    with pytest.raises(ValueError, match="epoch_iters"):
+        GCP(epoch_iters=2 ** 63, max_iter=1).fit(np.ones((3, 3, 3)))
+
+
 def test_sample_counts_at_the_bound_pass_validation():
     from sktensor_fast.decomposition.gcp import GCP_MAX_SAMPLES
     for kw in [dict(n_samples_grad=GCP_MAX_SAMPLES, sampler="uniform"),

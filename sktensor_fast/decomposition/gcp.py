@@ -224,7 +224,7 @@ class GCP(BaseCP):
     max_fails : int, default=1
         Failed epochs tolerated.
     epoch_iters : int, default=1000
-        Steps per epoch.
+        Steps per epoch (at most 2⁶³ − 1).
     max_iter : int, default=1000
         Maximum number of epochs (stochastic solvers) or of L-BFGS-B iterations.
     tol : float, default=1e-4
@@ -353,7 +353,8 @@ class GCP(BaseCP):
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "decay": [Interval(Real, 0, 1, closed="right")],
         "max_fails": [Interval(Integral, 0, None, closed="left")],
-        "epoch_iters": [Interval(Integral, 1, None, closed="left")],
+        # the kernels count the steps of an epoch in int64
+        "epoch_iters": [Interval(Integral, 1, 2 ** 63 - 1, closed="both")],
         "mask": ["array-like", SparseTensor, None],
         "beta1": [Interval(Real, 0, 1, closed="left")],
         "beta2": [Interval(Real, 0, 1, closed="left")],
