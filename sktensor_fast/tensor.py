@@ -9,6 +9,7 @@ import numbers
 import numpy as np
 
 from ._prepared import register_selection
+from .backends.gcp_plan import linear_index
 from ._warnings import warn as _warn
 
 __all__ = ["SparseTensor", "as_sparse_tensor", "DENSE_SIZE_LIMIT"]
@@ -549,10 +550,7 @@ def _lexsort(subs, shape):
     for s in shape:
         total *= s
     if total < 2 ** 62:
-        lin = np.zeros(nnz, dtype=np.int64)
-        for k in range(ndim):
-            lin *= shape[k]
-            lin += subs[:, k]
+        lin = linear_index(subs, shape)
         if np.all(lin[1:] >= lin[:-1]):
             return np.arange(nnz)
         return np.argsort(lin, kind="stable")

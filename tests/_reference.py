@@ -1,10 +1,12 @@
 """Plain NumPy references and random test tensors shared by the kernel tests, and the
 environment of a subprocess that imports this checkout."""
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 
+import sktensor_fast
 from sktensor_fast.tensor import SparseTensor
 
 
@@ -50,6 +52,14 @@ def phi_ref(X, factors, mode, B, eps):
     out = np.zeros((X.shape[mode], R))
     np.add.at(out, X.subs[:, mode], w[:, None] * pi)
     return out
+
+
+def sampler_param_index():
+    """The SKTF_GCP_* indices of the sampler's parameter array (sktf_gcp_sample.h)."""
+    with open(os.path.join(os.path.dirname(sktensor_fast.__file__), "include",
+                           "sktf_gcp_sample.h"), encoding="utf-8") as f:
+        return {k: int(v) for k, v in re.findall(r"^#define SKTF_GCP_(\w+) (\d+)", f.read(),
+                                                  re.M)}
 
 
 def opencl_backend_or_skip():

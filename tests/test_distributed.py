@@ -179,7 +179,7 @@ def test_gcp_draws_replicate_the_cpu_sampler():
 
     class OneProcess:
         size = 1
-    from sktensor_fast.distributed import _sampling
+    from sktensor_fast.backends import gcp_plan
 
     def check(X, T, kinds, zero_list=False):
         lin = gcp_ops._linear_index(T)
@@ -189,7 +189,7 @@ def test_gcp_draws_replicate_the_cpu_sampler():
             sampler, _ = gcp_ops._make_sampler(T, kind, 50, 70, listed, lin, T.vals)
             key = step_key(42, 3)
             ref = gcp_ops.draw(sampler, key, 3)
-            plan = gcp_ops.sampler_plan(kind, X.nnz, X.size - X.nnz, 50, 70)
+            plan = gcp_plan.sampler_plan(kind, X.nnz, X.size - X.nnz, 50, 70)
             j, subs, x, w, c = draw_owned(OneProcess, share, key, plan, zero_list=zero_list)
             assert j.tolist() == list(range(120))
             for got, want in zip((subs, x, w, c), ref):
@@ -197,12 +197,12 @@ def test_gcp_draws_replicate_the_cpu_sampler():
 
     check(X, T, ("stratified", "semi-stratified", "uniform"))
     # rejection giving up: the zero of a uniform rank (forced after one attempt here)
-    old = (gcp_ops._MAX_ATTEMPTS, _sampling.MAX_ATTEMPTS)
-    gcp_ops._MAX_ATTEMPTS = _sampling.MAX_ATTEMPTS = 1
+    old = gcp_plan.MAX_ATTEMPTS
+    gcp_plan.MAX_ATTEMPTS = 1
     try:
         check(X, T, ("stratified",))
     finally:
-        gcp_ops._MAX_ATTEMPTS, _sampling.MAX_ATTEMPTS = old
+        gcp_plan.MAX_ATTEMPTS = old
     # a dense tensor (density 0.7): zeros from the list of all zeros
     D = SparseTensor.from_dense((rng.random(shape) < 0.7) * 2.0)
     check(D, CooFormat(D), ("stratified",), zero_list=True)

@@ -3,10 +3,12 @@ import numpy as np
 import pytest
 
 from sktensor_fast import GCP, CPALS, KruskalTensor, SparseTensor, num_threads
-from sktensor_fast.backends import get_backend
+from sktensor_fast.backends import gcp_plan, get_backend
 from sktensor_fast.backends.cpu import _gcp, gcp_ops
 from sktensor_fast.decomposition.losses import LOSSES, get_loss
 from sktensor_fast.decomposition.optimizers import make_optimizer
+
+from _reference import sampler_param_index
 
 PARAMS = {"huber": 0.7, "negative_binomial": 3.0, "beta": 0.5}
 NONNEG_MODEL = {"poisson", "bernoulli_odds", "gamma", "rayleigh", "negative_binomial", "beta",
@@ -197,25 +199,31 @@ def test_stratified_zero_samples_are_zeros_and_uniform_looks_values_up():
             np.testing.assert_allclose(w[p:], (X.size - X.nnz) / q)
 
 
-@pytest.mark.parametrize("threshold,attempts,list_max", [
-    (0.5, 256, 1 << 24),  # dense: the explicit list of zeros
-    (0.5, 256, 0),        # dense: zeros computed from the linear indices
-    (2.0, 256, 0),        # rejection (a zero is usually found)
-    (2.0, 1, 0),          # rejection giving up at once: the zero is computed
-    (2.0, 3, 0),
+@pytest.mark.parametrize("threshold,attempts,list_max,path", [
+    (0.5, 256, 1 << 24, "list"),    # dense: the explicit list of zeros
+    (0.5, 256, 0, "computed"),      # dense: zeros computed from the linear indices
+    (2.0, 256, 0, "rejection"),     # rejection (a zero is usually found)
+    (2.0, 1, 0, "rejection"),       # rejection giving up at once: the zero is computed
+    (2.0, 3, 0, "rejection"),
 ])
 def test_stratified_zeros_are_zeros_whatever_the_path(monkeypatch, threshold, attempts,
-                                                      list_max):
+                                                      list_max, path):
     """Every zero sample of the stratified sampler is a zero, drawn uniformly among the zeros,
     whether it comes from a list, from the linear indices or from (failing) rejection."""
-    monkeypatch.setattr(gcp_ops, "_ZERO_LIST_DENSITY", threshold)
-    monkeypatch.setattr(gcp_ops, "_MAX_ATTEMPTS", attempts)
-    monkeypatch.setattr(gcp_ops, "_ZERO_LIST_MAX", list_max)
+    monkeypatch.setattr(gcp_plan, "ZERO_LIST_DENSITY", threshold)
+    monkeypatch.setattr(gcp_plan, "MAX_ATTEMPTS", attempts)
+    monkeypatch.setattr(gcp_plan, "ZERO_LIST_MAX", list_max)
     X, _ = small_problem(shape=(20, 15, 10), density=0.9)
     dense = X.to_dense()
     n_zero = X.size - X.nnz
     be = get_backend("cpu")
     state = be.gcp.setup(be.prepare(X), "stratified", (10, 60000), (10, 3000), 0)
+    assert isinstance(state, gcp_plan.GcpState)
+    # the sampler takes the path the constants ask for
+    idx, sp = sampler_param_index(), state.grad_sampler.params
+    assert (sp[idx["EXPLICIT_Z"]], sp[idx["IMPLICIT_Z"]]) == \
+        {"list": (1, 0), "computed": (1, 1), "rejection": (0, 0)}[path]
+    assert (sp[idx["ZMODE"]], sp[idx["MAX_ATTEMPTS"]]) == (2, attempts)
     subs, x, w, _ = gcp_ops.draw(state.grad_sampler, 5, 3)
     zs = subs[10:]
     assert np.all(dense[tuple(zs.T)] == 0) and np.all(x[10:] == 0)
@@ -227,6 +235,30 @@ def test_stratified_zeros_are_zeros_whatever_the_path(monkeypatch, threshold, at
     assert counts.size == n_zero and np.all(np.abs(counts - expect) < 6 * np.sqrt(expect))
     lsubs = state.loss_sample[0][10:]
     assert np.all(dense[tuple(lsubs.T)] == 0)
+
+
+def test_the_samplers_limits_are_defined_once():
+    """gcp_plan's limits have no copy elsewhere in the package (a test patching a copy would
+    change nothing): no module assigns or imports them by name."""
+    import ast
+    import pathlib
+    import sktensor_fast
+    names = {"ZERO_LIST_DENSITY", "ZERO_LIST_MAX", "MAX_ATTEMPTS", "UNIFORM_CAP"}
+    names |= {"_" + n for n in names}
+    root = pathlib.Path(sktensor_fast.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        if path.name == "gcp_plan.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                found += [(path.name, t.id) for t in targets
+                          if isinstance(t, ast.Name) and t.id in names]
+            elif isinstance(node, ast.ImportFrom):
+                found += [(path.name, a.name) for a in node.names if a.name in names]
+    assert found == []
+    assert {n for n in names if not n.startswith("_")} <= set(gcp_plan.__all__)
 
 
 @pytest.mark.slow
@@ -383,13 +415,7 @@ def test_the_sampler_is_written_once():
 
 def test_sampler_parameters_are_the_headers_layout():
     """GcpSampler.params is the parameter array of sktf_gcp_sample.h (SKTF_GCP_* indices)."""
-    import re
-    import sktensor_fast
-    import os
-    with open(os.path.join(os.path.dirname(sktensor_fast.__file__), "include",
-                           "sktf_gcp_sample.h"), encoding="utf-8") as f:
-        idx = {k: int(v) for k, v in re.findall(r"^#define SKTF_GCP_(\w+) (\d+)", f.read(),
-                                                 re.M)}
+    idx = sampler_param_index()
     X, _ = small_problem(shape=(30, 20, 10), density=0.05, R=4)
     be = get_backend("cpu")
     state = be.gcp.setup(be.prepare(X), "semi-stratified", (70, 90), (5, 5), 0)
@@ -433,10 +459,10 @@ def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, 
     straight into the gradient, the others' by row ranges, wherever the threads meet) gives,
     for 2, 3 and 5 threads (each run several times: the threads meet where their timing
     takes them), the bits of the serial gradient and optimiser step called one step at a
-    time, 5 steps: on blocks of 300 samples (a parallel region per block, the optimiser step
-    split among the threads after the last), and with the step's samples in one block (all
-    steps in one parallel region, the optimiser step of each row range into the other of two
-    copies of the factors, the odd last step's copied back).  17 rows in mode 0, more than
+    time, 5 steps: on blocks of 300 samples and with the step's samples in one block; all
+    steps in one parallel region (the optimiser step of each row range into the other of two
+    copies of the factors, the odd last step's copied back), or, with a deadline, one step
+    per parallel region (the optimiser step split among the threads after the last block).  17 rows in mode 0, more than
     MAX_PARTS in mode 1 (ranges of 4 rows), an inactive mode untouched."""
     rng = np.random.default_rng(8)
     shape = (17, 150, 9)
@@ -464,7 +490,7 @@ def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, 
             G, _ = be.gcp.sampled_gradient(T, state, lam, U, loss, 5, 2 + s, out=G,
                                            active=active.astype(bool))
             opt.step(be, U, G, loss.lower, active.astype(bool))
-    for threads in (2, 2, 2, 3, 3, 5):
+    for i, threads in enumerate((2, 2, 2, 3, 3, 5)):
         V = [u.copy() for u in U0]
         opt2 = optimizer(V)
         G2 = [np.full_like(u, np.nan) for u in V]
@@ -472,7 +498,8 @@ def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, 
         done, timed_out = _gcp.run_steps(
             state.grad_sampler, np.uint64(5), 2, 5, loss.code, loss.param, lam, V, G2, active,
             code, list(m[0]) if m else None, list(m[1]) if len(m) > 1 else None, 1e-2, 3,
-            0.9, 0.999, 1e-8, loss.lower, threads, work_per_thread=1, block=block)
+            0.9, 0.999, 1e-8, loss.lower, threads, work_per_thread=1, block=block,
+            deadline=None if i % 2 else 1e300, clock=lambda: 0.0)
         assert (done, timed_out) == (5, False)
         for a, b in zip(V, U):
             np.testing.assert_array_equal(a, b)
@@ -849,6 +876,13 @@ def test_lbfgsb_refuses_large_tensors():
 def test_sample_counts_are_bounded(kw):
     with pytest.raises(ValueError, match="GCP_MAX_SAMPLES = 2\\*\\*31 - 1"):
         GCP(**kw).fit(np.ones((3, 3, 3)))
+
+
+def test_epoch_iters_beyond_int64_is_refused():
+    """The kernels count an epoch's steps in int64: 2**63 steps is a parameter error, not an
+    OverflowError from inside the fit."""
+    with pytest.raises(ValueError, match="epoch_iters"):
+        GCP(epoch_iters=2 ** 63, max_iter=1).fit(np.ones((3, 3, 3)))
 
 
 def test_sample_counts_at_the_bound_pass_validation():

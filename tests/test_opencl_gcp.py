@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from sktensor_fast import GCP, SparseTensor
-from sktensor_fast.backends import get_backend
+from sktensor_fast.backends import get_backend, gcp_plan
 from sktensor_fast.backends.cpu import _gcp
 from sktensor_fast.backends.cpu import gcp_ops as cpu_ops
 from sktensor_fast.decomposition.losses import LOSSES, get_loss
 from sktensor_fast.decomposition.optimizers import make_optimizer
 
-from _reference import opencl_backend_or_skip
+from _reference import opencl_backend_or_skip, sampler_param_index
 
 cl = pytest.importorskip("pyopencl")
 from sktensor_fast.backends.opencl import gcp_ops as ocl_ops  # noqa: E402
@@ -102,13 +102,19 @@ def test_same_samples_as_cpu(be, cpu, sampler, density):
 def test_same_zero_samples_as_cpu_on_every_path(be, cpu, monkeypatch, threshold, attempts):
     """Dense tensor: zeros from the list of zeros (CPU: computed from the linear indices, as on
     the device) or by rejection that gives up after ``attempts`` draws and computes the zero."""
-    monkeypatch.setattr(cpu_ops, "_ZERO_LIST_DENSITY", threshold)
-    monkeypatch.setattr(cpu_ops, "_MAX_ATTEMPTS", attempts)
-    monkeypatch.setattr(cpu_ops, "_ZERO_LIST_MAX", 0)
+    monkeypatch.setattr(gcp_plan, "ZERO_LIST_DENSITY", threshold)
+    monkeypatch.setattr(gcp_plan, "MAX_ATTEMPTS", attempts)
+    monkeypatch.setattr(gcp_plan, "ZERO_LIST_MAX", 0)
     X, _ = sparse_problem(shape=(20, 15, 10), density=0.9)
     Tc, To = cpu.prepare(X), be.prepare(X)
     sc = cpu.gcp.setup(Tc, "stratified", (50, 3000), (20, 500), 3)
     so = be.gcp.setup(To, "stratified", (50, 3000), (20, 500), 3)
+    assert isinstance(so, gcp_plan.GcpState) and isinstance(sc, gcp_plan.GcpState)
+    idx = sampler_param_index()
+    for sp in (sc.grad_sampler.params, so.grad_sampler.sp.get()):  # the path asked for
+        assert (sp[idx["EXPLICIT_Z"]], sp[idx["IMPLICIT_Z"]]) == \
+            ((0, 0) if threshold > 1 else (1, 1))
+        assert sp[idx["MAX_ATTEMPTS"]] == attempts
     key = int(_gcp.step_key(np.uint64(9), np.uint64(1)))
     _same_draw(be, To, so, sc, key, 3)
     subs = cpu_ops.draw(sc.grad_sampler, key, 3)[0][50:]

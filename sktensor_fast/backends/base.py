@@ -21,6 +21,8 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from .gcp_plan import SAMPLERS, UPDATE_RULES, check_loss
+
 __all__ = ["Backend", "AprKernels", "GcpKernels"]
 
 
@@ -359,19 +361,6 @@ class AprKernels:
 
 
 # ---------------------------------------------------------------------- GCP primitives
-#: the samplers of the GCP primitives
-GCP_SAMPLERS = ("stratified", "semi-stratified", "uniform")
-#: the element-wise updates of the stochastic optimisers that the kernels implement
-#: (:meth:`GcpKernels.optimizer_update`): rule -> (names of the moments kept per factor,
-#: names of the coefficients of a step).  The optimiser objects of
-#: decomposition/optimizers.py compute the coefficients of each step.
-GCP_UPDATE_RULES = {
-    "sgd": ((), ("lr",)),
-    "adagrad": (("s",), ("lr", "epsilon")),
-    "adam": (("m", "v"), ("beta1", "beta2", "step", "guard")),
-}
-
-
 def _int(value, name, lo=0, hi=None):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
             or isinstance(value, np.bool_):
@@ -410,21 +399,6 @@ def _active(active, N):
     if len(act) != N:
         raise ValueError(f"active has {len(act)} entries for {N} modes")
     return act
-
-
-def _check_loss(loss, exact=False):
-    """A loss object of decomposition/losses.py (integer ``code``, ``param``) or a user's
-    object with ``value(x, m)`` and ``deriv(x, m)``."""
-    has_fns = callable(getattr(loss, "value", None)) and callable(getattr(loss, "deriv", None))
-    code = getattr(loss, "code", None)
-    if code is None and has_fns:
-        return loss
-    if isinstance(code, (bool, np.bool_)) or not isinstance(code, (int, np.integer)):
-        raise TypeError(f"loss must be a loss object of decomposition.losses (with an integer "
-                        f"code), got {type(loss).__name__}")
-    if (code < 0 or exact) and not has_fns:
-        raise TypeError("loss needs methods value(x, m) and deriv(x, m)")
-    return loss
 
 
 def _check_zero_subs(zero_subs, shape):
@@ -491,7 +465,7 @@ def _sample_factors(sample, weights, factors):
 def _moments(rule, moments, shapes, active, name="moments"):
     """Checks of the moments of update ``rule`` against the factors' shapes (the active
     modes); returns them as a tuple of lists."""
-    names = GCP_UPDATE_RULES[rule][0]
+    names = UPDATE_RULES[rule][0]
     if not isinstance(moments, (list, tuple)) or len(moments) != len(names):
         raise ValueError(f"{name} must hold the {len(names)} moment(s) of the {rule!r} update "
                          f"({', '.join(names) or 'none'}), one list of arrays per moment")
@@ -536,12 +510,13 @@ class GcpKernels:
         is drawn from all entries); ``n_loss`` the same for the fixed stratified sample of the
         loss estimate, drawn here from ``loss_seed``.  ``zero_subs`` (host int array) lists the
         observed zero entries when only some entries are observed (a mask); by default every
-        entry outside the nonzeros of ``T`` is an observed zero.  The state exposes ``n_grad``,
-        ``n_loss`` (counts actually used), ``n_entries`` (entries the loss sums over) and
-        ``dtype`` (of the factor matrices the stochastic primitives work on).
+        entry outside the nonzeros of ``T`` is an observed zero.  The state is a
+        :class:`~sktensor_fast.backends.gcp_plan.GcpState`: it exposes ``n_grad``, ``n_loss``
+        (counts actually used), ``n_entries`` (entries the loss sums over) and ``dtype`` (of
+        the factor matrices the stochastic primitives work on).
         """
-        if sampler not in GCP_SAMPLERS:
-            raise ValueError(f"unknown sampler {sampler!r}; use one of {sorted(GCP_SAMPLERS)}")
+        if sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}; use one of {sorted(SAMPLERS)}")
         n_grad = _pair(n_grad, "n_grad")
         n_loss = _pair(n_loss, "n_loss")
         loss_seed = _int(loss_seed, "loss_seed", 0, 2 ** 64)
@@ -560,7 +535,7 @@ class GcpKernels:
         """
         _matrices(factors, "factors")
         self.backend.check_factors(T, factors, weights=weights)
-        loss = _check_loss(loss)
+        loss = check_loss(loss)
         seed = _int(seed, "seed", 0, 2 ** 64)
         step = _int(step, "step", 0, 2 ** 64 - 1)
         act = _active(active, T.ndim)
@@ -573,7 +548,7 @@ class GcpKernels:
         """Estimate of Σ f(x, m) over all (observed) entries from the state's fixed sample."""
         _matrices(factors, "factors")
         self.backend.check_factors(T, factors, weights=weights)
-        return self._loss_estimate(T, state, weights, factors, _check_loss(loss))
+        return self._loss_estimate(T, state, weights, factors, check_loss(loss))
 
     def full_loss_grad(self, T, weights, factors, loss, mask=None, modes=None,
                        need_grad=True):
@@ -583,7 +558,7 @@ class GcpKernels:
         dense (the estimator checks the size first)."""
         _matrices(factors, "factors")
         self.backend.check_factors(T, factors, weights=weights)
-        loss = _check_loss(loss, exact=True)
+        loss = check_loss(loss, exact=True)
         if mask is not None:
             mask = np.asarray(mask)
             if mask.shape != tuple(T.shape):
@@ -605,21 +580,21 @@ class GcpKernels:
         act = _active(active, len(factors))
         if out is not None and len(out) != len(factors):
             raise ValueError(f"out has {len(out)} arrays for {len(factors)} modes")
-        return self._sample_gradient(sample, weights, factors, _check_loss(loss), out, act,
+        return self._sample_gradient(sample, weights, factors, check_loss(loss), out, act,
                                      bool(with_loss))
 
     def sample_loss(self, sample, weights, factors, loss):
         """Σ_j w_j (f(x_j, m_j) − corr_j f(0, m_j)) over an explicit ``sample`` (see
         :meth:`sample_gradient`)."""
         _sample_factors(sample, weights, factors)
-        return self._sample_loss(sample, weights, factors, _check_loss(loss))
+        return self._sample_loss(sample, weights, factors, check_loss(loss))
 
     def optimizer_update(self, rule, factors, grads, moments, coefficients, lower,
                          active=None):
         """One step of a stochastic optimiser in place on ``factors`` and ``moments``, every
         factor entry clipped to ``lower`` (modes with ``active[k]`` false untouched).
 
-        ``rule`` is a key of :data:`GCP_UPDATE_RULES`; ``moments[j][k]`` is moment j of
+        ``rule`` is a key of :data:`~sktensor_fast.backends.gcp_plan.UPDATE_RULES`; ``moments[j][k]`` is moment j of
         factor k (shaped like it), ``coefficients`` the scalars of this step:
 
         - ``"sgd"``, ``(lr,)``: ``U ← max(U − lr G, lower)``;
@@ -631,10 +606,10 @@ class GcpKernels:
 
         The optimiser objects (decomposition/optimizers.py) compute the coefficients of each
         step (Adam's bias corrections are folded into ``step`` and ``guard``)."""
-        if not isinstance(rule, str) or rule not in GCP_UPDATE_RULES:
+        if not isinstance(rule, str) or rule not in UPDATE_RULES:
             raise ValueError(f"unknown update rule {rule!r}; use one of "
-                             f"{', '.join(GCP_UPDATE_RULES)}")
-        coef_names = GCP_UPDATE_RULES[rule][1]
+                             f"{', '.join(UPDATE_RULES)}")
+        coef_names = UPDATE_RULES[rule][1]
         shapes = _matrices(factors, "factors")
         N = len(factors)
         if not isinstance(grads, (list, tuple)) or len(grads) != N:
@@ -670,12 +645,12 @@ class GcpKernels:
         optimiser's step counter advanced by the steps done)."""
         shapes = _matrices(factors, "factors")
         self.backend.check_factors(T, factors, weights=weights)
-        loss = _check_loss(loss)
+        loss = check_loss(loss)
         seed = _int(seed, "seed", 0, 2 ** 64)
         first_draw = _int(first_draw, "first_draw", 0, 2 ** 64 - 1)
         n_steps = _int(n_steps, "n_steps", 0)
         rule = getattr(optimizer, "rule", None)
-        if not (isinstance(rule, str) and rule in GCP_UPDATE_RULES
+        if not (isinstance(rule, str) and rule in UPDATE_RULES
                 and callable(getattr(optimizer, "step", None))):
             raise TypeError(f"optimizer must be a stochastic optimiser of "
                             f"decomposition.optimizers (e.g. make_optimizer('adam')), got "

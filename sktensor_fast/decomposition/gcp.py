@@ -7,6 +7,7 @@ from scipy.optimize import Bounds
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Integral, Interval, Real, StrOptions
 
+from ..backends.gcp_plan import SAMPLERS, default_counts, linear_index
 from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
 from .cp_als import _arrange, _inverse_gram
@@ -20,24 +21,12 @@ __all__ = ["GCP", "GCP_DENSE_LIMIT", "GCP_MAX_SAMPLES"]
 #: the stochastic solver and a sampled loss estimate above it.
 GCP_DENSE_LIMIT = 10_000_000
 
-#: Cap of the default number of samples per step of the uniform sampler.
-_UNIFORM_CAP = 100_000
-
 #: Most samples one draw may hold (nonzeros and other entries together), for ``n_samples_grad``
 #: per step and ``n_samples_loss``: the OpenCL kernels number the samples of a draw in 31 bits.
 GCP_MAX_SAMPLES = 2 ** 31 - 1
 
 
 _SOLVERS = tuple(OPTIMIZERS)
-_SAMPLERS = ("stratified", "semi-stratified", "uniform")
-
-
-def _linear(subs, shape):
-    lin = np.zeros(subs.shape[0], dtype=np.int64)
-    for k, s in enumerate(shape):
-        lin *= s
-        lin += subs[:, k]
-    return lin
 
 
 def _rows_in(a, b, shape):
@@ -45,7 +34,7 @@ def _rows_in(a, b, shape):
     if a.shape[0] == 0 or b.shape[0] == 0:
         return np.zeros(a.shape[0], dtype=bool)
     if math.prod(shape) < 2 ** 63:
-        return np.isin(_linear(a, shape), _linear(b, shape))
+        return np.isin(linear_index(a, shape), linear_index(b, shape))
     rows = set(map(tuple, b.tolist()))
     return np.fromiter((tuple(r) in rows for r in a.tolist()), dtype=bool, count=a.shape[0])
 
@@ -235,7 +224,7 @@ class GCP(BaseCP):
     max_fails : int, default=1
         Failed epochs tolerated.
     epoch_iters : int, default=1000
-        Steps per epoch.
+        Steps per epoch (at most 2⁶³ − 1).
     max_iter : int, default=1000
         Maximum number of epochs (stochastic solvers) or of L-BFGS-B iterations.
     tol : float, default=1e-4
@@ -358,13 +347,14 @@ class GCP(BaseCP):
         "loss": [StrOptions(set(LOSSES)), HasMethods(["value", "deriv"])],
         "loss_param": [Real, None],
         "solver": [StrOptions(set(_SOLVERS))],
-        "sampler": [StrOptions(set(_SAMPLERS))],
+        "sampler": [StrOptions(set(SAMPLERS))],
         "n_samples_grad": [Interval(Integral, 1, None, closed="left"), tuple, None],
         "n_samples_loss": [Interval(Integral, 1, None, closed="left"), tuple, None],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "decay": [Interval(Real, 0, 1, closed="right")],
         "max_fails": [Interval(Integral, 0, None, closed="left")],
-        "epoch_iters": [Interval(Integral, 1, None, closed="left")],
+        # the kernels count the steps of an epoch in int64
+        "epoch_iters": [Interval(Integral, 1, 2 ** 63 - 1, closed="both")],
         "mask": ["array-like", SparseTensor, None],
         "beta1": [Interval(Real, 0, 1, closed="left")],
         "beta2": [Interval(Real, 0, 1, closed="left")],
@@ -480,24 +470,8 @@ class GCP(BaseCP):
 
     def _sample_counts(self, n_nz, n_zero):
         """(p, q) per gradient step and for the loss sample; pyttb's defaults."""
-        n_obs = n_nz + n_zero
-        ng = self.n_samples_grad
-        if self.sampler == "uniform":
-            if ng is None:
-                ng = min(n_obs, max(1000, math.ceil(10 * n_obs / 1000)), _UNIFORM_CAP)
-            grad = (0, int(ng))
-        elif ng is None:
-            g = max(math.ceil(3 * n_nz / 1000), min(1000, max(100, math.ceil(n_nz / 100))))
-            grad = (min(g, n_nz), min(g, n_zero, n_nz if n_nz else g))
-        else:
-            grad = tuple(int(v) for v in ng) if isinstance(ng, tuple) else (int(ng), int(ng))
-        nl = self.n_samples_loss
-        if nl is None:
-            f = max(100_000, math.ceil(n_nz / 100))
-            loss = (min(f, n_nz), min(f, n_zero, n_nz if n_nz else f))
-        else:
-            loss = tuple(int(v) for v in nl) if isinstance(nl, tuple) else (int(nl), int(nl))
-        return grad, loss
+        return default_counts(self.sampler, n_nz, n_zero, self.n_samples_grad,
+                              self.n_samples_loss)
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y=None):

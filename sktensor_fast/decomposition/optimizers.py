@@ -6,7 +6,7 @@ backend arrays shaped like the factors, its step counter (Adam's bias correction
 count of failed epochs (the learning rate decays with it).  It is written once against the
 kernel interface: a step is one call of the backend's element-wise primitive
 ``backend.gcp.optimizer_update`` with the coefficients of that step (its update rule is a key
-of :data:`~sktensor_fast.backends.base.GCP_UPDATE_RULES`), and ``backend.gcp.steps`` runs an
+of :data:`~sktensor_fast.backends.gcp_plan.UPDATE_RULES`), and ``backend.gcp.steps`` runs an
 epoch of steps from the object (the CPU backend in one compiled loop, from the object's
 :meth:`~StochasticOptimizer.parameters`).  :class:`LBFGSB` holds the settings of the
 quasi-Newton solver on the exact loss (``scipy.optimize.minimize``).
@@ -44,7 +44,8 @@ import math
 
 from scipy.optimize import minimize
 
-from ..backends.base import GCP_UPDATE_RULES, _real
+from ..backends.base import _real
+from ..backends.gcp_plan import UPDATE_RULES
 
 __all__ = ["StochasticOptimizer", "SGD", "Adagrad", "Adam", "LBFGSB", "OPTIMIZERS",
            "make_optimizer"]
@@ -79,7 +80,7 @@ class StochasticOptimizer:
     schedule for a built-in rule must be run step by step (:meth:`step`).
     """
 
-    #: the key of GCP_UPDATE_RULES: the element-wise update the kernels apply
+    #: the key of UPDATE_RULES: the element-wise update the kernels apply
     rule = None
     stochastic = True
     #: what the fit loop counts in ``n_iter_``
@@ -107,7 +108,7 @@ class StochasticOptimizer:
     @property
     def moment_names(self):
         """The names of the moments this optimiser keeps per factor."""
-        return GCP_UPDATE_RULES[self.rule][0]
+        return UPDATE_RULES[self.rule][0]
 
     @property
     def rate(self):
@@ -122,7 +123,7 @@ class StochasticOptimizer:
 
     def coefficients(self, t):
         """The coefficients of step ``t`` (from 1) for ``backend.gcp.optimizer_update``, in
-        the order of ``GCP_UPDATE_RULES[rule][1]``."""
+        the order of ``UPDATE_RULES[rule][1]``."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the fit loop

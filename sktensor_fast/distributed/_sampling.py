@@ -12,11 +12,13 @@ the samples of a one-process fit, whatever their number.
 """
 import numpy as np
 
+from ..backends import gcp_plan
+from ..backends.gcp_plan import linear_index
+
 __all__ = ["step_key", "LocalShare", "draw_owned"]
 
-#: rejections of a stratified zero sample in a row before the zero of a uniform rank is taken
-#: instead (``backends.cpu.gcp_ops._MAX_ATTEMPTS``, as the kernels)
-MAX_ATTEMPTS = 256
+# rejections of a stratified zero sample in a row before the zero of a uniform rank is taken
+# instead: ``gcp_plan.MAX_ATTEMPTS``, as the kernels (read at every draw)
 
 
 # the generator is the kernels' own (sktensor_fast/include/sktf_rng.h), through _numerics
@@ -61,7 +63,7 @@ class LocalShare:
         if self.linear:
             self.strides = np.array([int(np.prod(self.shape[k + 1:], dtype=object))
                                      for k in range(len(self.shape))], dtype=np.int64)
-            self.lin = subs @ self.strides if subs.shape[0] else np.zeros(0, np.int64)
+            self.lin = linear_index(subs, self.shape)
             self.first_entry = self.lo0 * int(self.strides[0])
             self.my_zeros = (self.hi0 - self.lo0) * int(self.strides[0]) - subs.shape[0]
             # zeros before local nonzero j, counted from this process's first entry
@@ -86,7 +88,7 @@ class LocalShare:
         if idx.shape[0] == 0 or self.subs.shape[0] == 0:
             return out
         if self.linear:
-            key = idx @ self.strides
+            key = linear_index(idx, self.shape)
             pos = np.searchsorted(self.lin, key)
             pos = np.minimum(pos, self.lin.shape[0] - 1)
             hit = self.lin[pos] == key
@@ -169,7 +171,7 @@ def draw_owned(chan, share, key, plan, zero_list=False):
                 break
             back = np.searchsorted(pending, rejected)
             pending, skey = rejected, skey[back]
-            if attempt + 1 >= MAX_ATTEMPTS and share.linear:
+            if attempt + 1 >= gcp_plan.MAX_ATTEMPTS and share.linear:
                 # rejection keeps failing: the zero of a uniform rank, as the kernels do
                 add_zeros(pending, _rand_below(skey, (attempt + 1) * N, share.nzero))
                 break

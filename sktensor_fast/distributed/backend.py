@@ -27,6 +27,7 @@ import zlib
 import numpy as np
 
 from ..backends.base import AprKernels, Backend, GcpKernels
+from ..backends.gcp_plan import GcpState, sampler_plan, zero_list_mode
 
 __all__ = ["DistributedBackend", "DArray", "PreparedDistributed"]
 
@@ -135,26 +136,19 @@ def _crc(a):
     return zlib.crc32(a.view(np.uint8).reshape(-1)) if a.size else 0
 
 
-class _DistGcpState:
-    """The GCP state of one process: its share for drawing, the sampler plans, its part of
-    the fixed loss sample."""
+class DistributedGcpState(GcpState):
+    """The :class:`~sktensor_fast.backends.gcp_plan.GcpState` of one process: its share for
+    drawing, the sampler plans, its part of the fixed loss sample."""
 
-    dtype = np.dtype(np.float64)
-
-    def __init__(self, share, plan_grad, plan_loss, loss_sample, n_entries, sampler):
+    def __init__(self, share, plan_grad, plan_loss, loss_sample, n_entries, sampler,
+                 zero_list):
+        super().__init__(sampler, (plan_grad[0], plan_grad[1]), (plan_loss[0], plan_loss[1]),
+                         n_entries, loss_sample, np.float64)
         self.share = share
         self.plan_grad = plan_grad
         self.plan_loss = plan_loss
-        self.loss_sample = loss_sample
-        self.n_grad = (plan_grad[0], plan_grad[1])
-        self.n_loss = (plan_loss[0], plan_loss[1])
-        self.n_entries = n_entries
-        self.sampler = sampler
+        self.zero_list = zero_list
         self.work = None
-
-    def __repr__(self):
-        return (f"DistributedGcpState(sampler={self.sampler!r}, n_grad={self.n_grad}, "
-                f"n_loss={self.n_loss}, n_entries={self.n_entries})")
 
 
 class DistributedBackend(Backend):
@@ -567,7 +561,6 @@ class _DistGcpKernels(GcpKernels):
     optimiser steps are the same on every process."""
 
     def _setup(self, T, sampler, n_grad, n_loss, loss_seed, zero_subs):
-        from ..backends import gcp_common
         from ._sampling import LocalShare, draw_owned, step_key
         if zero_subs is not None:
             raise NotImplementedError("GCP on a DistributedTensor samples every entry; a mask "
@@ -588,15 +581,14 @@ class _DistGcpKernels(GcpKernels):
             share.zeros_before = sum(int(Xd.bounds[0][r + 1] - Xd.bounds[0][r]) * stride0
                                      - counts[r] for r in range(rank))
         # dense tensors: the stratified sampler takes its zeros from the list of all zeros
-        zero_list = gcp_common.zero_list_mode(n_entries, T.nnz, share.linear)
+        zero_list = zero_list_mode(n_entries, T.nnz, share.linear)
         n_zero = n_entries - T.nnz
-        plan_g = gcp_common.sampler_plan(sampler, T.nnz, n_zero, n_grad[0], n_grad[1])
-        plan_l = gcp_common.sampler_plan("stratified", T.nnz, n_zero, n_loss[0], n_loss[1])
+        plan_g = sampler_plan(sampler, T.nnz, n_zero, n_grad[0], n_grad[1])
+        plan_l = sampler_plan("stratified", T.nnz, n_zero, n_loss[0], n_loss[1])
         loss_sample = draw_owned(chan, share, step_key(loss_seed, 0), plan_l,
                                  zero_list=zero_list)[1:]
-        state = _DistGcpState(share, plan_g, plan_l, loss_sample, n_entries, sampler)
-        state.zero_list = zero_list
-        return state
+        return DistributedGcpState(share, plan_g, plan_l, loss_sample, n_entries, sampler,
+                                   zero_list)
 
     def _whole(self, arrays):
         be = self.backend

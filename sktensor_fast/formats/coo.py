@@ -9,6 +9,7 @@ import numpy as np
 
 from .._native import _construct
 from .._threads import get_num_threads
+from ..backends.gcp_plan import linear_index
 
 try:
     from ..backends.cpu import _kernels
@@ -113,16 +114,7 @@ class CooFormat:
         GCP's samplers to decide whether a coordinate is a nonzero.  Built on first use and
         cached."""
         if "_linear_index" not in self.__dict__:
-            size = 1
-            for s in self.shape:
-                size *= int(s)
-            lin = None
-            if size < 2 ** 63:
-                lin = np.zeros(self.nnz, dtype=np.int64)
-                for k in range(self.ndim):
-                    lin *= self.shape[k]
-                    lin += self.subs[:, k]
-            self._linear_index = lin
+            self._linear_index = linear_index(self.subs, self.shape)
         return self._linear_index
 
     @property

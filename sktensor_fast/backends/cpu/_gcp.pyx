@@ -27,8 +27,13 @@ region per block (one block per step at the default sample counts):
    the gradient are needed.  (Storing the N contribution rows of every sample instead would
    write and read back N·R words per sample, most of them cache misses; forming them again
    reads factor rows, which stay in cache far more often.)
-3. (:func:`run_steps` only) after a barrier every thread applies the optimiser step to its
-   share of the rows of every mode.
+3. (:func:`run_steps` only) the optimiser step: in the same tasks, on each range's rows
+   (written into a second copy of the factors, so that the other ranges still read the
+   step's factors), or, for a single step, after a barrier by every thread on its share of
+   the rows.
+
+One parallel driver (``_fused_parallel``) runs both: a gradient is its one step without an
+optimiser, an epoch of :func:`run_steps` its steps in one parallel region.
 
 Storing, sorting and re-forming the contributions costs about half as much as drawing the
 samples; the first thread's chunks are spared it, and a thread that the operating system holds
@@ -586,8 +591,17 @@ cdef inline void _opt_chunk_to(int solver, double* out, const double* u, const d
         sktf_sgd_chunk_to(out, u, g, n, lr, lower)
 
 
+cdef struct OptRule:
+    # the optimiser of the fused steps (see _fused_parallel): its rule, moments, settings
+    int solver
+    double** m1                # Adam's first moments / AdaGrad's sums, per mode
+    double** m2                # Adam's second moments, per mode
+    double lr, beta1, beta2, eps, lower
+    int64_t t_first            # the step counter of the first step
+
+
 cdef struct OptStep:
-    # an optimiser step fused into the multi-threaded gradient (see _gradient_parallel)
+    # one optimiser step fused into the multi-threaded gradient (see _fused_parallel)
     int solver
     double** m1                # Adam's first moments / AdaGrad's sums, per mode
     double** m2                # Adam's second moments, per mode
@@ -596,25 +610,24 @@ cdef struct OptStep:
     double lower
 
 
-cdef inline void _opt_set(OptStep* o, int solver, double** m1, double** m2, double lr,
-                          double beta1, double beta2, double eps, double t,
-                          double lower) noexcept nogil:
-    """The constants of step ``t`` of ``solver``, as :func:`_opt_apply` computes them."""
+cdef inline void _opt_set(OptStep* o, const OptRule* r, double t) noexcept nogil:
+    """The constants of step ``t`` of the optimiser ``r``, as :func:`_opt_apply` computes
+    them."""
     cdef double bc1, bc2
-    o.solver = solver
-    o.m1 = m1
-    o.m2 = m2
-    o.lr = lr
-    o.beta1 = beta1
-    o.beta2 = beta2
-    o.a = lr
-    o.e = eps
-    o.lower = lower
-    if solver == SOLVER_ADAM:
-        bc1 = 1.0 - pow(beta1, t)
-        bc2 = 1.0 - pow(beta2, t)
-        o.a = lr * sqrt(bc2) / bc1
-        o.e = eps * sqrt(bc2)
+    o.solver = r.solver
+    o.m1 = r.m1
+    o.m2 = r.m2
+    o.lr = r.lr
+    o.beta1 = r.beta1
+    o.beta2 = r.beta2
+    o.a = r.lr
+    o.e = r.eps
+    o.lower = r.lower
+    if r.solver == SOLVER_ADAM:
+        bc1 = 1.0 - pow(r.beta1, t)
+        bc2 = 1.0 - pow(r.beta2, t)
+        o.a = r.lr * sqrt(bc2) / bc1
+        o.e = r.eps * sqrt(bc2)
 
 
 cdef inline int64_t _part_start(int64_t p, int64_t rows) noexcept nogil:
@@ -631,7 +644,7 @@ cdef void _stored_chunk(const Src* S, int64_t b0, int64_t c0, int64_t c1, int64_
                         int64_t* keys, int64_t* srows, double* sy, int64_t* boff,
                         int64_t* ring, double* ring_x, int* ring_c, double* suf,
                         const double** rows, int64_t* cnt) noexcept nogil:
-    """Step 1 of :func:`_gradient_parallel` on the block's samples ``c0 .. c1 - 1`` (chunk
+    """Step 1 of :func:`_fused_parallel` on the block's samples ``c0 .. c1 - 1`` (chunk
     ``ci``): draw them (``LOOKAHEAD`` ahead, their factor rows prefetched), form model values,
     weighted derivatives (``yval``) and loss terms (``fval``), and for every active mode store
     the samples' rows and derivatives sorted by row range (a stable counting sort) from
@@ -709,18 +722,36 @@ cdef inline void _add_stored_range(int k, int64_t p, int64_t front, int64_t nchu
                             lam, R)
 
 
-cdef double _gradient_parallel(const Src* S, int code, double param, const double* lam,
-                               double** fac, double** grad, const int8_t* active,
-                               const int64_t* shape, Py_ssize_t R, int64_t block,
-                               bint want_loss, int num_threads, double* work,
-                               const OptStep* opt=NULL) except? -1.0:
-    """Blocks of samples, one parallel region per block; the block's samples in chunks of
-    PHASE1_CHUNK (the last one shorter):
+cdef inline void _add_loss_terms(double* total, const double* fval,
+                                 int64_t n) noexcept nogil:
+    """``total[0] += fval[j]`` for j = 0 .. n - 1, in order."""
+    cdef int64_t j
+    for j in range(n):
+        total[0] += fval[j]
+
+
+cdef int64_t _fused_parallel(const Src* S0, const uint64_t* seed, int64_t first_draw,
+                             int64_t n_steps, int code, double param, const double* lam,
+                             double** fac, double** grad, const int8_t* active,
+                             const int64_t* shape, Py_ssize_t R, int64_t block,
+                             bint want_loss, double* total, int num_threads, double* work,
+                             const OptRule* rule, bint in_place,
+                             bint* interrupted) except -1:
+    """The multi-threaded gradient of every active mode, and with ``rule`` the optimiser
+    step after it, for ``n_steps`` steps in one parallel region: the one parallel driver of
+    :func:`gradient` and :func:`run_steps`.
+
+    Step ``s`` draws its samples at key ``step_key(seed[0], first_draw + s + 1)``, or, when
+    ``seed`` is NULL, at ``S0``'s own key (the single step of :func:`gradient`).  A step's
+    samples go in blocks of ``block`` (``work`` holds ``workspace_size(N, R, block)`` words,
+    kept by the caller between calls: fresh pages would fault on every step; the gradient
+    arrays need not be zeroed), and each block's samples in chunks of PHASE1_CHUNK (the last
+    one shorter):
 
     1. the first thread takes chunks from the front (sktf_gcp_claim_front, larger pieces
        while many are left) and adds their samples' contributions straight into the gradient
-       rows, in sample order, as the serial version does (in the first block it zeroes the
-       gradient first), while the other threads take chunks from the back
+       rows, in sample order, as the serial version does (in the first block of a step it
+       zeroes the gradient first), while the other threads take chunks from the back
        (sktf_gcp_claim_back), one at a time, until they meet, and store them
        (:func:`_stored_chunk`: rows and weighted derivatives sorted by row range);
     2. after a barrier, one task per (mode, row range) forms the contributions of the stored
@@ -729,21 +760,28 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
        in sample order within each, after the first thread's.  Every gradient row is thus the
        sum of its contributions in increasing sample order, as in the serial version,
        wherever the threads met (a row belongs to one range: no conflicts, no atomics, the
-       same bits for any thread count);
-    3. with ``opt`` (after the last block): after a barrier every thread applies the
-       optimiser step to its share of the rows of every active mode.
+       same bits for any thread count).  After the last block of a step, with ``rule``, the
+       same task applies the optimiser step to the range's rows, written into the other of
+       two copies of the factors: step s reads copy s % 2 and writes copy (s + 1) % 2 (the
+       user's arrays are copy 0; at the end the last step's factors are copied there), so a
+       range's rows can be updated while other ranges still read the factors of the step;
+    3. with ``rule`` and ``in_place`` instead (one step: no second copy to allocate), after
+       a barrier every thread applies the optimiser step to its share of the rows of every
+       active mode, in place.
 
     The first thread's chunks cost what the serial version costs; the others pay for storing,
     sorting and re-forming their contributions.  A thread that the operating system holds
-    back delays only the chunk it holds: the others take the rest, from either end.
-
-    ``work`` holds ``workspace_size(N, R, block)`` words (kept by the caller between calls:
-    fresh pages would fault on every step).  The gradient arrays need not be zeroed."""
-    cdef int N = S.nmodes
-    cdef int64_t ns = _n_samples(S)
-    cdef int64_t nblocks, bi, b0, nb, jj, since = 0
-    cdef int k
-    cdef double total = 0.0
+    back delays only the chunk it holds: the others take the rest, from either end.  Two
+    barriers per block (after the samples, after the ranges) and no wake-up of sleeping
+    threads between blocks or steps.  Unless ``total`` is NULL the first thread adds the
+    samples' loss terms (``want_loss``: computed, else 0) into ``total[0]`` in sample order.  Pending signals are handled by the first
+    thread after each step of :func:`run_steps` and every ``SIGNAL_EVERY`` samples
+    (``interrupted[0]`` says that a handler raised; its exception is left set).  Returns the
+    steps done."""
+    cdef int N = S0.nmodes
+    cdef int64_t ns = _n_samples(S0)
+    cdef int64_t nblocks = (ns + block - 1) // block
+    cdef bint two_copies = rule != NULL and not in_place
     cdef double* yval = work                       # weighted derivative of each sample
     cdef double* fval = yval + block               # loss term of each sample
     cdef int64_t* keys = <int64_t*> (fval + block)  # rows of each sample
@@ -753,11 +791,22 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef double* sy = <double*> (srows + block * N * N)
     cdef int64_t* boff = <int64_t*> (sy + block * N)  # where each range starts, per chunk, mode
     cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
+    cdef double** copy1 = <double**> calloc(N, sizeof(double*))
+    cdef double*** copies = <double***> malloc(2 * sizeof(double**))
+    # shared between the threads: claims of blocks r % 2 (r counting the blocks of every
+    # step), [steps done, interrupted, samples since the last check for signals]
+    cdef sktf_gcp_claims* claims = <sktf_gcp_claims*> malloc(2 * sizeof(sktf_gcp_claims))
+    cdef int64_t* shared = <int64_t*> calloc(3, sizeof(int64_t))
     # (variables of the parallel block are initialised here: Cython copies them in)
-    cdef int64_t ntasks, t, p, pos0, nchunks, cj, c = 0, nc = 0
-    cdef int me = 0, nteam = 1, k1 = 0
-    cdef bint stopped = False, first, last
-    cdef sktf_gcp_claims claims
+    cdef int64_t ntasks, t, p, nc = 0, c = 0, lo, hi, step = 0, bi = 0, b0 = 0, nb = 0
+    cdef int64_t nchunks = 0, nb_next = 0, done, lo3 = 0, hi3 = 0
+    cdef int k, me = 0, nteam = 1, k1 = 0
+    cdef bint last = False
+    cdef Src Sl
+    cdef OptStep o
+    cdef double** cur = NULL
+    cdef double** nxt = NULL
+    cdef sktf_gcp_claims* cl = NULL
     # thread scratch
     cdef int64_t* ring = NULL
     cdef double* ring_x = NULL
@@ -765,150 +814,6 @@ cdef double _gradient_parallel(const Src* S, int code, double param, const doubl
     cdef int64_t* cnt = NULL
     cdef double* suf = NULL
     cdef const double** rows = NULL
-    cdef int64_t* off
-    cdef int64_t lo3 = 0, hi3 = 0
-    if task_off == NULL:
-        raise MemoryError()
-    ntasks = 0
-    for k in range(N):
-        task_off[k] = ntasks
-        if active[k]:
-            ntasks += _n_parts(shape[k])
-    task_off[N] = ntasks
-    with nogil:
-        nblocks = (ns + block - 1) // block
-        for bi in range(nblocks):
-            b0 = bi * block
-            nb = min(block, ns - b0)
-            nchunks = (nb + PHASE1_CHUNK - 1) // PHASE1_CHUNK
-            claims.front = 0
-            claims.back = nchunks
-            first = bi == 0
-            last = bi == nblocks - 1
-            with parallel(num_threads=num_threads):
-                me = threadid()
-                nteam = sktf_omp_team_size()
-                ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
-                ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
-                ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
-                suf = <double*> malloc((N * R + R + 1) * sizeof(double))
-                rows = <const double**> malloc(N * sizeof(double*))
-                cnt = <int64_t*> malloc((MAX_PARTS + 1) * sizeof(int64_t))
-                # 1. the first thread from the front, straight into the gradient; the others
-                #    from the back, stored
-                if me == 0:
-                    if first:
-                        for k1 in range(N):
-                            if active[k1] and shape[k1] > 0:
-                                memset(grad[k1], 0, shape[k1] * R * sizeof(double))
-                    while True:
-                        nc = sktf_gcp_claim_front(&claims, 2 * nteam, &c)
-                        if nc == 0:
-                            break
-                        _serial_range(S, b0 + c * PHASE1_CHUNK,
-                                      b0 + min(nb, (c + nc) * PHASE1_CHUNK), code, param, lam,
-                                      fac, grad, active, R, want_loss, NULL,
-                                      fval + c * PHASE1_CHUNK, ring, ring_x, ring_c, suf, rows)
-                else:
-                    while True:
-                        c = sktf_gcp_claim_back(&claims)
-                        if c < 0:
-                            break
-                        _stored_chunk(S, b0, c * PHASE1_CHUNK, min(nb, (c + 1) * PHASE1_CHUNK),
-                                      c, code, param, lam, fac, active, shape, R, want_loss,
-                                      block, yval, fval, keys, srows, sy, boff, ring, ring_x,
-                                      ring_c, suf, rows, cnt)
-                sktf_omp_barrier()
-                # 2. one task per (mode, row range): the contributions of the stored samples
-                #    of its rows, chunk by chunk, each formed again from y and the factor rows
-                #    with the products of the serial version
-                for t in prange(ntasks, schedule='dynamic'):
-                    k = _task_mode(t, task_off)
-                    p = t - task_off[k]
-                    _add_stored_range(k, p, claims.front, nchunks, boff, N, block, grad, fac,
-                                      srows, sy, lam, R)
-                if opt != NULL and last:
-                    # 3. the optimiser step, every thread on its share of each mode's rows
-                    sktf_omp_barrier()
-                    for k1 in range(N):
-                        if not active[k1] or shape[k1] == 0:
-                            continue
-                        lo3 = (shape[k1] * me) // nteam * R
-                        hi3 = (shape[k1] * (me + 1)) // nteam * R
-                        _opt_chunk(opt.solver, fac[k1] + lo3, grad[k1] + lo3,
-                                   opt.m1[k1] + lo3 if opt.m1[k1] != NULL else NULL,
-                                   opt.m2[k1] + lo3 if opt.m2[k1] != NULL else NULL,
-                                   hi3 - lo3, opt.lr, opt.beta1, opt.beta2, opt.a, opt.e,
-                                   opt.lower)
-                free(ring)
-                free(ring_x)
-                free(ring_c)
-                free(suf)
-                free(<void*> rows)
-                free(cnt)
-            for jj in range(nb):
-                total += fval[jj]
-            since = since + nb
-            if since >= SIGNAL_EVERY and bi + 1 < nblocks:
-                since = 0
-                if _interrupted():
-                    stopped = True
-                    break
-    free(task_off)
-    if stopped:
-        _reraise()
-    return total
-
-
-cdef int64_t _steps_parallel(const Src* S0, uint64_t seed, int64_t first_draw,
-                            int64_t n_steps, int code, double param, const double* lam,
-                            double** fac, double** grad, const int8_t* active,
-                            const int64_t* shape, Py_ssize_t R, int num_threads, double* work,
-                            int solver, double** m1, double** m2, double lr, int64_t t_first,
-                            double beta1, double beta2, double eps, double lower,
-                            bint* interrupted) except -1:
-    """``n_steps`` steps of :func:`run_steps` on several threads in one parallel region, each
-    step's samples one block (``work`` holds ``workspace_size(N, R, ns)`` words).
-
-    A step is the gradient of :func:`_gradient_parallel` (the first thread's chunks from the
-    front, the others' from the back, stored) and then, in the same tasks as the row ranges'
-    contributions, the optimiser step on those rows, written into the other of two copies of
-    the factors: step s reads copy s % 2 and writes copy (s + 1) % 2 (the user's arrays are
-    copy 0; at the end the last step's factors are copied there), so a range's rows can be
-    updated while other ranges still read the factors of the step.  Two barriers per step
-    (after the samples, after the step) and no wake-up of sleeping threads between steps.
-    Pending signals are handled by the first thread after each step (``interrupted[0]``
-    says that a handler raised; its exception is left set).  Returns the steps done."""
-    cdef int N = S0.nmodes
-    cdef int64_t ns = _n_samples(S0), block = ns
-    cdef int64_t nchunks = (ns + PHASE1_CHUNK - 1) // PHASE1_CHUNK
-    cdef double* yval = work
-    cdef double* fval = yval + block
-    cdef int64_t* keys = <int64_t*> (fval + block)
-    cdef int64_t* srows = keys + block * N
-    cdef double* sy = <double*> (srows + block * N * N)
-    cdef int64_t* boff = <int64_t*> (sy + block * N)
-    cdef int64_t* task_off = <int64_t*> malloc((N + 1) * sizeof(int64_t))
-    cdef double** copy1 = <double**> calloc(N, sizeof(double*))
-    cdef double*** copies = <double***> malloc(2 * sizeof(double**))
-    # shared between the threads: claims of steps s % 2, [steps done, interrupted]
-    cdef sktf_gcp_claims* claims = <sktf_gcp_claims*> malloc(2 * sizeof(sktf_gcp_claims))
-    cdef int64_t* shared = <int64_t*> calloc(2, sizeof(int64_t))
-    # (variables of the parallel block are initialised here: Cython copies them in)
-    cdef int64_t ntasks, t, p, nc = 0, c = 0, lo, hi, cj, pos0, step = 0, done
-    cdef int k, me = 0, nteam = 1, k1 = 0
-    cdef Src Sl
-    cdef OptStep o
-    cdef double** cur = NULL
-    cdef double** nxt = NULL
-    cdef sktf_gcp_claims* cl = NULL
-    cdef int64_t* ring = NULL
-    cdef double* ring_x = NULL
-    cdef int* ring_c = NULL
-    cdef int64_t* cnt = NULL
-    cdef double* suf = NULL
-    cdef const double** rows = NULL
-    cdef int64_t* off
     try:
         if (task_off == NULL or copy1 == NULL or copies == NULL or claims == NULL
                 or shared == NULL):
@@ -919,15 +824,15 @@ cdef int64_t _steps_parallel(const Src* S0, uint64_t seed, int64_t first_draw,
             copy1[k] = fac[k]
             if active[k] and shape[k] > 0:
                 ntasks += _n_parts(shape[k])
-                copy1[k] = <double*> malloc(shape[k] * R * sizeof(double))
-                if copy1[k] == NULL:
-                    raise MemoryError()
+                if two_copies:
+                    copy1[k] = <double*> malloc(shape[k] * R * sizeof(double))
+                    if copy1[k] == NULL:
+                        raise MemoryError()
         task_off[N] = ntasks
         copies[0] = fac
         copies[1] = copy1
-        for k in range(2):
-            claims[k].front = 0
-            claims[k].back = nchunks
+        claims[0].front = 0
+        claims[0].back = (min(block, ns) + PHASE1_CHUNK - 1) // PHASE1_CHUNK
         with nogil, parallel(num_threads=num_threads):
             me = threadid()
             nteam = sktf_omp_team_size()
@@ -940,56 +845,92 @@ cdef int64_t _steps_parallel(const Src* S0, uint64_t seed, int64_t first_draw,
             for step in range(n_steps):
                 cur = copies[step % 2]
                 nxt = copies[(step + 1) % 2]
-                cl = claims + step % 2
                 Sl = S0[0]
-                Sl.key = sktf_mix_seed(seed, <uint64_t> (first_draw + step + 1))
-                _opt_set(&o, solver, m1, m2, lr, beta1, beta2, eps, <double> (t_first + step),
-                         lower)
-                # 1. the first thread from the front, straight into the zeroed gradient; the
-                #    others from the back, stored
-                if me == 0:
-                    for k1 in range(N):
-                        if active[k1] and shape[k1] > 0:
-                            memset(grad[k1], 0, shape[k1] * R * sizeof(double))
-                    while True:
-                        nc = sktf_gcp_claim_front(cl, 2 * nteam, &c)
-                        if nc == 0:
-                            break
-                        _serial_range(&Sl, c * PHASE1_CHUNK, min(ns, (c + nc) * PHASE1_CHUNK),
-                                      code, param, lam, cur, grad, active, R, False, NULL,
-                                      fval + c * PHASE1_CHUNK, ring, ring_x, ring_c, suf, rows)
-                else:
-                    while True:
-                        c = sktf_gcp_claim_back(cl)
-                        if c < 0:
-                            break
-                        _stored_chunk(&Sl, 0, c * PHASE1_CHUNK, min(ns, (c + 1) * PHASE1_CHUNK),
-                                      c, code, param, lam, cur, active, shape, R, False, block,
-                                      yval, fval, keys, srows, sy, boff, ring, ring_x, ring_c,
-                                      suf, rows, cnt)
-                sktf_omp_barrier()
-                if me == 0:  # the claims of the next step (this step's other copy is done)
-                    claims[(step + 1) % 2].front = 0
-                    claims[(step + 1) % 2].back = nchunks
-                # 2. per (mode, row range): the stored samples' contributions, then the
-                #    optimiser step on the range's rows, into the other copy
-                for t in prange(ntasks, schedule='dynamic'):
-                    k = _task_mode(t, task_off)
-                    p = t - task_off[k]
-                    _add_stored_range(k, p, cl.front, nchunks, boff, N, block, grad, cur,
-                                      srows, sy, lam, R)
-                    lo = _part_start(p, shape[k]) * R
-                    hi = _part_start(p + 1, shape[k]) * R
-                    _opt_chunk_to(o.solver, nxt[k] + lo, cur[k] + lo, grad[k] + lo,
-                                  m1[k] + lo if m1[k] != NULL else NULL,
-                                  m2[k] + lo if m2[k] != NULL else NULL, hi - lo, o.lr,
-                                  o.beta1, o.beta2, o.a, o.e, o.lower)
-                if me == 0:
-                    shared[0] = step + 1
-                    with gil:
-                        if _check_signals() != 0:
-                            shared[1] = 1
-                sktf_omp_barrier()
+                if seed != NULL:
+                    Sl.key = sktf_mix_seed(seed[0], <uint64_t> (first_draw + step + 1))
+                if rule != NULL:
+                    _opt_set(&o, rule, <double> (rule.t_first + step))
+                for bi in range(nblocks):
+                    b0 = bi * block
+                    nb = min(block, ns - b0)
+                    nchunks = (nb + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+                    last = bi == nblocks - 1
+                    cl = claims + (step * nblocks + bi) % 2
+                    # 1. the first thread from the front, straight into the gradient; the
+                    #    others from the back, stored
+                    if me == 0:
+                        if bi == 0:
+                            for k1 in range(N):
+                                if active[k1] and shape[k1] > 0:
+                                    memset(grad[k1], 0, shape[k1] * R * sizeof(double))
+                        while True:
+                            nc = sktf_gcp_claim_front(cl, 2 * nteam, &c)
+                            if nc == 0:
+                                break
+                            _serial_range(&Sl, b0 + c * PHASE1_CHUNK,
+                                          b0 + min(nb, (c + nc) * PHASE1_CHUNK), code, param,
+                                          lam, cur, grad, active, R, want_loss, NULL,
+                                          fval + c * PHASE1_CHUNK, ring, ring_x, ring_c, suf,
+                                          rows)
+                    else:
+                        while True:
+                            c = sktf_gcp_claim_back(cl)
+                            if c < 0:
+                                break
+                            _stored_chunk(&Sl, b0, c * PHASE1_CHUNK,
+                                          min(nb, (c + 1) * PHASE1_CHUNK), c, code, param, lam,
+                                          cur, active, shape, R, want_loss, block, yval, fval,
+                                          keys, srows, sy, boff, ring, ring_x, ring_c, suf,
+                                          rows, cnt)
+                    sktf_omp_barrier()
+                    if me == 0:  # the claims of the next block (this block's other copy)
+                        nb_next = min(block, ns) if last else min(block, ns - b0 - block)
+                        claims[(step * nblocks + bi + 1) % 2].front = 0
+                        claims[(step * nblocks + bi + 1) % 2].back = \
+                            (nb_next + PHASE1_CHUNK - 1) // PHASE1_CHUNK
+                    # 2. one task per (mode, row range): the contributions of the stored
+                    #    samples of its rows, chunk by chunk, each formed again from y and
+                    #    the factor rows with the products of the serial version; after the
+                    #    step's last block, the optimiser step on the range's rows
+                    for t in prange(ntasks, schedule='dynamic'):
+                        k = _task_mode(t, task_off)
+                        p = t - task_off[k]
+                        _add_stored_range(k, p, cl.front, nchunks, boff, N, block, grad, cur,
+                                          srows, sy, lam, R)
+                        if two_copies and last:
+                            lo = _part_start(p, shape[k]) * R
+                            hi = _part_start(p + 1, shape[k]) * R
+                            _opt_chunk_to(o.solver, nxt[k] + lo, cur[k] + lo, grad[k] + lo,
+                                          o.m1[k] + lo if o.m1[k] != NULL else NULL,
+                                          o.m2[k] + lo if o.m2[k] != NULL else NULL, hi - lo,
+                                          o.lr, o.beta1, o.beta2, o.a, o.e, o.lower)
+                    if rule != NULL and in_place and last:
+                        # 3. the optimiser step, every thread on its share of each mode's rows
+                        sktf_omp_barrier()
+                        for k1 in range(N):
+                            if not active[k1] or shape[k1] == 0:
+                                continue
+                            lo3 = (shape[k1] * me) // nteam * R
+                            hi3 = (shape[k1] * (me + 1)) // nteam * R
+                            _opt_chunk(o.solver, cur[k1] + lo3, grad[k1] + lo3,
+                                       o.m1[k1] + lo3 if o.m1[k1] != NULL else NULL,
+                                       o.m2[k1] + lo3 if o.m2[k1] != NULL else NULL,
+                                       hi3 - lo3, o.lr, o.beta1, o.beta2, o.a, o.e, o.lower)
+                    if me == 0:
+                        if total != NULL:
+                            _add_loss_terms(total, fval, nb)
+                        if last:
+                            shared[0] = step + 1
+                        shared[2] += nb
+                        if ((seed != NULL and last) or (shared[2] >= SIGNAL_EVERY
+                                                         and not (last and step + 1 == n_steps))):
+                            shared[2] = 0
+                            with gil:
+                                if _check_signals() != 0:
+                                    shared[1] = 1
+                    sktf_omp_barrier()
+                    if shared[1]:
+                        break
                 if shared[1]:
                     break
             free(ring)
@@ -1000,7 +941,7 @@ cdef int64_t _steps_parallel(const Src* S0, uint64_t seed, int64_t first_draw,
             free(cnt)
         done = shared[0]
         interrupted[0] = shared[1] != 0
-        if done % 2 == 1:  # the last step's factors are in copy 1
+        if two_copies and done % 2 == 1:  # the last step's factors are in copy 1
             for k in range(N):
                 if copy1[k] != fac[k]:
                     memcpy(fac[k], copy1[k], shape[k] * R * sizeof(double))
@@ -1069,6 +1010,8 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
     cdef int64_t* shape = <int64_t*> malloc(N * sizeof(int64_t))
     cdef int k
     cdef double[::1] wv
+    cdef double total = 0.0
+    cdef bint interrupted = False
     if fac == NULL or grad == NULL or shape == NULL:
         free(fac); free(grad); free(shape)
         raise MemoryError()
@@ -1104,8 +1047,12 @@ def gradient(GcpSampler sampler, uint64_t key, int code, double param,
         if work is None or (<object> work).shape[0] < need:
             work = np.empty(need)
         wv = work
-        return _gradient_parallel(&S, code, param, &weights[0], fac, grad, &active[0], shape,
-                                  R, block, want_loss and S.xy == NULL, num_threads, &wv[0])
+        _fused_parallel(&S, NULL, 0, 1, code, param, &weights[0], fac, grad, &active[0], shape,
+                        R, block, want_loss and S.xy == NULL, &total, num_threads, &wv[0],
+                        NULL, False, &interrupted)
+        if interrupted:
+            _reraise()
+        return total
     finally:
         free(fac); free(grad); free(shape)
 
@@ -1332,7 +1279,7 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
     cdef int64_t* shape = <int64_t*> malloc(N * sizeof(int64_t))
     cdef double[::1] wv
     cdef double* wp = NULL
-    cdef OptStep opt
+    cdef OptRule rule
     if fac == NULL or grad == NULL or m1 == NULL or m2 == NULL or shape == NULL:
         free(fac); free(grad); free(m1); free(m2); free(shape)
         raise MemoryError()
@@ -1357,24 +1304,34 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
                 work = np.empty(need)
             wv = work
             wp = &wv[0]
-        if (R > 0 and ns > 0 and nt > 1 and block >= ns and deadline is None
-                and n_steps > 0):
+        rule.solver = solver
+        rule.m1 = m1
+        rule.m2 = m2
+        rule.lr = lr
+        rule.beta1 = beta1
+        rule.beta2 = beta2
+        rule.eps = eps
+        rule.lower = lower
+        rule.t_first = t_first
+        if R > 0 and ns > 0 and nt > 1 and deadline is None and n_steps > 0:
             # every step in one parallel region (no deadline to check between steps)
-            done = _steps_parallel(&S, seed, first_draw, n_steps, code, param, &weights[0],
-                                   fac, grad, &active[0], shape, R, nt, wp, solver, m1, m2,
-                                   lr, t_first, beta1, beta2, eps, lower, &interrupted)
+            done = _fused_parallel(&S, &seed, first_draw, n_steps, code, param, &weights[0],
+                                   fac, grad, &active[0], shape, R, block, False, NULL, nt, wp,
+                                   &rule, False, &interrupted)
             if interrupted:
                 _reraise()
             return done, False
         for s in range(n_steps):
             S.key = sktf_mix_seed(seed, <uint64_t> (first_draw + s + 1))
             if R > 0 and ns > 0 and nt > 1:
-                # the gradient zeroed, summed and the optimiser step applied by the threads
-                # that own its rows (one parallel region per step)
-                _opt_set(&opt, solver, m1, m2, lr, beta1, beta2, eps, <double> (t_first + s),
-                         lower)
-                _gradient_parallel(&S, code, param, &weights[0], fac, grad, &active[0],
-                                   shape, R, block, False, nt, wp, &opt)
+                # one step: the gradient zeroed, summed and the optimiser step applied in
+                # place by the threads that own its rows
+                rule.t_first = t_first + s
+                _fused_parallel(&S, &seed, first_draw + s, 1, code, param, &weights[0], fac,
+                                grad, &active[0], shape, R, block, False, NULL, nt, wp, &rule,
+                                True, &interrupted)
+                if interrupted:
+                    _reraise()
             else:
                 for k in range(N):
                     if active[k] and shape[k] > 0 and R > 0:

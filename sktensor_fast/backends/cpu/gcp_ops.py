@@ -12,17 +12,14 @@ for tensors of at most ``GCP_DENSE_LIMIT`` entries (checked by the estimator).
 import numpy as np
 
 from ..._threads import get_num_threads, threads_for_load
+from .. import gcp_plan
 from ..base import GcpKernels
+from ..gcp_dense import dense_model, dense_mttkrp, full_loss_grad
+from ..gcp_plan import GcpState, bucket_layout, linear_index, loss_code, sampler_plan
 from . import _gcp, _kernels
-# the backend-neutral parts (sampler plans, dense exact loss) are shared with the other
-# backends; their names stay importable from here
-from ..gcp_common import (_MAX_ATTEMPTS, _SAMPLERS, _ZERO_LIST_DENSITY,  # noqa: F401
-                          _ZERO_LIST_MAX, dense_model, dense_mttkrp, full_loss_grad,
-                          sampler_plan, zero_list_mode)
 
-__all__ = ["CpuGcpKernels", "GcpState", "sampler_plan", "setup", "sampled_gradient",
-           "loss_estimate", "full_loss_grad", "optimizer_update", "run_steps",
-           "dense_mttkrp", "dense_model"]
+__all__ = ["CpuGcpKernels", "CpuGcpState", "setup", "sampled_gradient", "loss_estimate",
+           "full_loss_grad", "optimizer_update", "run_steps", "dense_mttkrp", "dense_model"]
 
 #: below this much work a host-side kernel call runs on one thread (as in _gcp.pyx)
 _SERIAL_WORK = 131072
@@ -36,16 +33,11 @@ def _size(shape):
 
 
 def _linear_index(T):
+    """The format's cached linear index of the nonzeros (None where it does not fit)."""
     lin = getattr(T, "linear_index", None)
     if callable(lin):
         return lin()
-    if _size(T.shape) >= 2 ** 63:
-        return None
-    out = np.zeros(T.nnz, dtype=np.int64)
-    for k, s in enumerate(T.shape):
-        out *= s
-        out += T.subs[:, k]
-    return out
+    return linear_index(T.subs, T.shape)
 
 
 def _bucket_index(T, lin):
@@ -56,11 +48,9 @@ def _bucket_index(T, lin):
     if "bucket" not in cache:
         nnz = int(lin.shape[0])
         bucket, shift = None, 0
-        if nnz >= 64:
-            top = _size(T.shape) - 1
-            nbits = max(1, min(26, (nnz - 1).bit_length()))
-            shift = max(0, top.bit_length() - nbits)
-            nb = (top >> shift) + 1
+        layout = bucket_layout(_size(T.shape), nnz)
+        if layout is not None:
+            shift, nb = layout
             counts = np.bincount(lin >> shift, minlength=nb)
             bucket = np.zeros(nb + 1, dtype=np.int64)
             np.cumsum(counts, out=bucket[1:])
@@ -76,8 +66,9 @@ def _zero_list(T):
     return np.ascontiguousarray(np.argwhere(full), dtype=np.int64).reshape(-1, len(T.shape))
 
 
-class GcpState:
-    """What the CPU backend keeps for the stochastic GCP solvers of one tensor.
+class CpuGcpState(GcpState):
+    """The :class:`~sktensor_fast.backends.gcp_plan.GcpState` of the CPU backend (besides its
+    attributes, those below).
 
     Attributes
     ----------
@@ -85,28 +76,14 @@ class GcpState:
         Where every gradient sample comes from (the key of a step selects the draw).
     loss_sample : tuple (subs, vals, weights, corr)
         The fixed stratified sample on which the loss is estimated.
-    n_grad, n_loss : (int, int)
-        Samples of nonzeros and of other entries per gradient step / in the loss sample.
-    n_entries : int
-        Entries the loss sums over (the tensor's size, or the observed entries).
-    dtype : numpy.dtype
-        The dtype of the factor matrices the primitives work on (float64).
+    work : ndarray or None
+        Workspace of the multi-threaded gradient kernel, kept between steps.
     """
 
-    dtype = np.dtype(np.float64)
-
     def __init__(self, grad_sampler, loss_sample, n_grad, n_loss, n_entries, sampler):
+        super().__init__(sampler, n_grad, n_loss, n_entries, loss_sample, np.float64)
         self.grad_sampler = grad_sampler
-        self.loss_sample = loss_sample
-        self.n_grad = n_grad
-        self.n_loss = n_loss
-        self.n_entries = n_entries
-        self.sampler = sampler
-        self.work = None  # workspace of the multi-threaded gradient kernel, kept between steps
-
-    def __repr__(self):
-        return (f"GcpState(sampler={self.sampler!r}, n_grad={self.n_grad}, "
-                f"n_loss={self.n_loss}, n_entries={self.n_entries})")
+        self.work = None
 
 
 def _make_sampler(T, kind, p, q, zero_subs, lin, vals, implicit=False):
@@ -129,7 +106,7 @@ def _make_sampler(T, kind, p, q, zero_subs, lin, vals, implicit=False):
     return _gcp.GcpSampler(shape, subs, vals, lin, zs, explicit, int(p), int(q), float(wp),
                            float(wq), zmode, include_nz, correct, bucket,
                            int(shift), implicit_z=bool(implicit),
-                           max_attempts=int(_MAX_ATTEMPTS)), (int(p), int(q))
+                           max_attempts=int(gcp_plan.MAX_ATTEMPTS)), (int(p), int(q))
 
 
 def setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs=None, num_threads=1):
@@ -144,9 +121,9 @@ def setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs=None, num_threads=1):
         n_entries = int(T.nnz) + int(zero_subs.shape[0])
     else:
         n_entries = _size(T.shape)
-        if zero_list_mode(n_entries, int(T.nnz), lin is not None):
+        if gcp_plan.zero_list_mode(n_entries, int(T.nnz), lin is not None):
             # rejection would waste most draws: take the zeros from the list of all zeros
-            if n_entries <= _ZERO_LIST_MAX:
+            if n_entries <= gcp_plan.ZERO_LIST_MAX:
                 listed = _zero_list(T)
             else:
                 implicit = True
@@ -161,7 +138,7 @@ def setup(T, sampler, n_grad, n_loss, loss_seed, zero_subs=None, num_threads=1):
                                          vals, implicit=implicit)
     sample = draw(loss_sampler, _gcp.step_key(np.uint64(loss_seed), 0), len(T.shape),
                   num_threads)
-    return GcpState(grad_sampler, sample, n_grad, n_loss, n_entries, sampler)
+    return CpuGcpState(grad_sampler, sample, n_grad, n_loss, n_entries, sampler)
 
 
 def draw(sampler, key, N, num_threads=1):
@@ -211,9 +188,10 @@ def sampled_gradient(T, state, weights, factors, loss, seed, step, out=None, act
     N = len(factors)
     facs, lam, act, out = _gradient_args(weights, factors, active, out)
     key = _gcp.step_key(np.uint64(seed), np.uint64(step + 1))
-    if loss.code >= 0:
-        f = _gcp.gradient(state.grad_sampler, key, int(loss.code), float(loss.param), lam, facs,
-                          out, act, bool(with_loss), num_threads, work=_workspace(state, N, lam))
+    code, param = loss_code(loss)
+    if code >= 0:
+        f = _gcp.gradient(state.grad_sampler, key, code, param, lam, facs, out, act,
+                          bool(with_loss), num_threads, work=_workspace(state, N, lam))
         return out, (float(f) if with_loss else None)
     # a user-defined loss: kernel -> model values -> NumPy derivative -> fused MTTKRP
     subs, x, w, corr = draw(state.grad_sampler, key, N, num_threads)
@@ -243,9 +221,10 @@ def run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps, optim
     _check_float64(out, "the gradients (out)")
     lam = np.ascontiguousarray(weights, dtype=np.float64)
     p = optimizer.parameters()
+    code, param = loss_code(loss)
     done, timed_out = _gcp.run_steps(
-        state.grad_sampler, np.uint64(seed), int(first_draw), int(n_steps), int(loss.code),
-        float(loss.param), lam, list(factors), list(out), act,
+        state.grad_sampler, np.uint64(seed), int(first_draw), int(n_steps), code, param, lam,
+        list(factors), list(out), act,
         _gcp.SOLVER_CODES[optimizer.rule], list(moments[0]) if moments else None,
         list(moments[1]) if len(moments) > 1 else None, float(p["lr"]),
         int(optimizer.t) + 1, float(p.get("beta1", 0.0)), float(p.get("beta2", 0.0)),
@@ -275,8 +254,9 @@ def explicit_gradient(sample, weights, factors, loss, out=None, active=None, wit
             if act[k]:
                 out[k][...] = 0
         return out, (0.0 if with_loss else None)
-    if loss.code >= 0:
-        f = _gcp.gradient(None, 0, int(loss.code), float(loss.param), lam, facs, out, act,
+    code, param = loss_code(loss)
+    if code >= 0:
+        f = _gcp.gradient(None, 0, code, param, lam, facs, out, act,
                           bool(with_loss), num_threads, xsubs=subs, xvals=x, xw=w, xcorr=corr)
         return out, (float(f) if with_loss else None)
     m = _model_values(subs, lam, facs, num_threads)
@@ -304,8 +284,9 @@ def sample_loss(subs, x, w, corr, weights, factors, loss, num_threads=1):
         return 0.0
     facs = [np.ascontiguousarray(f, dtype=np.float64) for f in factors]
     lam = np.ascontiguousarray(weights, dtype=np.float64)
-    if loss.code >= 0:
-        return float(_gcp.loss_sum(None, 0, int(loss.code), float(loss.param), lam, facs,
+    code, param = loss_code(loss)
+    if code >= 0:
+        return float(_gcp.loss_sum(None, 0, code, param, lam, facs,
                                    num_threads, xsubs=subs, xvals=x, xw=w, xcorr=corr))
     m = _model_values(subs, lam, facs, num_threads)
     return float(np.sum(_custom_weights(loss, x, w, corr, m, deriv=False)))
@@ -317,7 +298,7 @@ def loss_estimate(T, state, weights, factors, loss, num_threads=1):
 
 
 # ------------------------------------------------------------------ optimiser steps
-#: the compiled element-wise update of each rule of GCP_UPDATE_RULES, called with the flat
+#: the compiled element-wise update of each rule of gcp_plan.UPDATE_RULES, called with the flat
 #: factor, gradient and moments, the coefficients of the step, ``lower`` and the threads
 #: (Adam's step and guard are passed as its rate with bias corrections 1: the same bits)
 _UPDATES = {
@@ -373,7 +354,7 @@ class CpuGcpKernels(GcpKernels):
 
     def _steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer,
                lower, active, out, deadline, clock):
-        if getattr(loss, "code", -1) < 0:   # a user-defined loss: NumPy at every step
+        if loss_code(loss)[0] < 0:   # a user-defined loss: NumPy at every step
             return self._stepwise(T, state, weights, factors, loss, seed, first_draw,
                                   n_steps, optimizer, lower, active, out, deadline, clock)
         # one call runs many steps with two barriers each: the CPUs other programs leave free

@@ -27,24 +27,24 @@ computed on the device, the derivative is evaluated by NumPy on the host (the sa
 to the host and the weighted derivatives back, per step), and steps 2-4 run as above.
 
 ``full_loss_grad`` (exact loss and gradient for L-BFGS-B, only for tensors small enough to be
-dense) runs on the host, with the NumPy code of ../gcp_common.py: the nonzeros are downloaded once
-per tensor and cached.
+dense) runs on the host, with the NumPy code of ../gcp_dense.py: the nonzeros are downloaded
+once per tensor and cached.
 """
 
 import numpy as np
 
-from ..._loss_table import N_LOSSES
-from .. import gcp_common
-from ..base import GCP_UPDATE_RULES, GcpKernels
-from ..gcp_common import sampler_plan, zero_list_mode
+from .. import gcp_plan
+from ..base import GcpKernels
+from ..gcp_dense import full_loss_grad as _host_full_loss_grad
+from ..gcp_plan import GcpState, bucket_layout, check_loss, loss_code, sampler_plan
 from .tensor import OpenCLTensor
 
-__all__ = ["OpenCLGcpKernels", "GcpState", "step_key", "setup", "sampled_gradient", "loss_estimate",
-           "full_loss_grad", "optimizer_update", "draw"]
+__all__ = ["OpenCLGcpKernels", "OpenCLGcpState", "step_key", "setup", "sampled_gradient",
+           "loss_estimate", "full_loss_grad", "optimizer_update", "draw"]
 
 # where the stratified sampler's zeros come from (the list of all zeros, computed from the
 # linear indices, or rejection) and how many rejections it tries is decided as on the CPU
-# (``zero_list_mode`` and ``_MAX_ATTEMPTS`` of backends/gcp_common.py), so that both draw the
+# (``zero_list_mode`` and ``MAX_ATTEMPTS`` of backends/gcp_plan.py), so that both draw the
 # same entries
 #: samples per partial sum of a loss (the CPU's LOSS_CHUNK: the same order of additions)
 _LOSS_CHUNK = 1024
@@ -72,30 +72,13 @@ def _check_tensor(be, T):
 
 
 def _check_state(be, T, state):
-    if not isinstance(state, GcpState):
+    if not isinstance(state, OpenCLGcpState):
         raise TypeError(f"expected the state returned by backend.gcp.setup, got {type(state).__name__}")
     if state.T is not T:
         raise ValueError("the GCP state was set up for another tensor (call backend.gcp.setup with "
                          "this tensor)")
     if state.backend is not be:
         raise ValueError("the GCP state was set up by another backend")
-
-
-def _check_loss(loss):
-    code = getattr(loss, "code", None)
-    if code is None and callable(getattr(loss, "value", None)):
-        code = -1  # a bare user-defined loss object (the estimator wraps it in CustomLoss)
-    if isinstance(code, bool) or not isinstance(code, (int, np.integer)):
-        raise TypeError(f"loss must be a loss object of decomposition.losses (with an integer "
-                        f"code), got {type(loss).__name__}")
-    code = int(code)
-    if code >= N_LOSSES:
-        raise ValueError(f"unknown loss code {code}")
-    if code < 0 and not (callable(getattr(loss, "value", None))
-                         and callable(getattr(loss, "deriv", None))):
-        raise TypeError("a user-defined loss needs methods value(x, m) and deriv(x, m)")
-    param = float(getattr(loss, "param", float("nan")))
-    return code, param
 
 
 def _weights(weights, R):
@@ -189,7 +172,7 @@ class _Sampler:
         sp = np.array([nnz, nz if explicit else 0, int(explicit), self.p, self.q, zmode,
                        int(include_nz), int(correct), int(src.lin is not None),
                        int(src.bucket is not None), src.bshift, int(implicit),
-                       int(gcp_common._MAX_ATTEMPTS), nzero], dtype=np.int64)
+                       int(gcp_plan.MAX_ATTEMPTS), nzero], dtype=np.int64)
         self.sp = _to_device(src.be, sp)
         self.zsubs = zsubs
 
@@ -235,11 +218,9 @@ class _Source:
             _kernel(be, T.dtype, N, "gcp_linear_index")(
                 be.queue, (nnz,), None, np.int64(nnz), T.subs[0].data, self.strides.data,
                 self.lin.data)
-            if nnz >= 64:  # as the CPU's bucket table: about one nonzero per bucket
-                top = size - 1
-                nbits = max(1, min(26, (nnz - 1).bit_length()))
-                shift = max(0, top.bit_length() - nbits)
-                nb = (top >> shift) + 1
+            layout = bucket_layout(size, nnz)   # as the CPU's: about one nonzero per bucket
+            if layout is not None:
+                shift, nb = layout
                 self.bucket = cla.empty(be.queue, (nb + 1,), np.int64)
                 self.bshift = shift
                 _kernel(be, T.dtype, N, "gcp_bucket")(
@@ -247,35 +228,22 @@ class _Source:
                     self.lin.data, self.bucket.data)
 
 
-class GcpState:
-    """What the OpenCL backend keeps for the stochastic GCP solvers of one tensor.
-
-    Attributes
-    ----------
-    n_grad, n_loss : (int, int)
-        Samples of nonzeros and of other entries per gradient step / in the loss sample.
-    n_entries : int
-        Entries the loss sums over (the tensor's size, or the observed entries).
-    sampler : str
-    dtype : numpy.dtype
-        The dtype of the factor matrices the primitives work on (the tensor's).
-    """
+class OpenCLGcpState(GcpState):
+    """The :class:`~sktensor_fast.backends.gcp_plan.GcpState` of the OpenCL backend: its
+    samplers' device parameters, the device arrays of the fixed loss sample, and the buffers
+    of a step.  ``dtype`` is the tensor's."""
 
     def __init__(self, be, T, src, grad_sampler, loss_sample, n_grad, n_loss, n_entries,
                  sampler):
+        super().__init__(sampler, n_grad, n_loss, n_entries, loss_sample, T.dtype)
         self.backend, self.T, self.src = be, T, src
         self.grad_sampler = grad_sampler
-        self.loss_sample = loss_sample
-        self.n_grad, self.n_loss, self.n_entries = n_grad, n_loss, n_entries
-        self.sampler = sampler
-        self.dtype = np.dtype(T.dtype)
         self._work = None
         self._active = {}
         self._lam = (None, None)
 
     def __repr__(self):
-        return (f"GcpState(sampler={self.sampler!r}, n_grad={self.n_grad}, "
-                f"n_loss={self.n_loss}, n_entries={self.n_entries}, device)")
+        return super().__repr__()[:-1] + ", device)"
 
     def active_buffer(self, act):
         buf = self._active.get(act)
@@ -322,7 +290,7 @@ def setup(be, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
     else:
         nz = size - nnz
         n_entries = size
-        dense = zero_list_mode(size, nnz, size < 2 ** 63)
+        dense = gcp_plan.zero_list_mode(size, nnz, size < 2 ** 63)
         grad_list = (True, True) if dense and sampler == "stratified" else (False, False)
         loss_list = (True, True) if dense else (False, False)
     if n_entries == 0:
@@ -332,8 +300,8 @@ def setup(be, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
     # the loss is always estimated on a stratified sample (GenTen, pyttb)
     ls = _Sampler(src, "stratified", n_loss[0], n_loss[1], loss_list[0], loss_list[1], zdev, nz)
     sample = draw(be, T, ls, step_key(loss_seed, 0))
-    return GcpState(be, T, src, grad, sample, (grad.p, grad.q), (ls.p, ls.q), n_entries,
-                    sampler)
+    return OpenCLGcpState(be, T, src, grad, sample, (grad.p, grad.q), (ls.p, ls.q), n_entries,
+                          sampler)
 
 
 def draw(be, T, sampler, key, out=None):
@@ -410,7 +378,7 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
     _check_tensor(be, T)
     _check_state(be, T, state)
     facs, lam, R = _factors(be, T, factors, weights)
-    code, param = _check_loss(loss)
+    code, param = loss_code(check_loss(loss))
     N = T.ndim
     act = tuple(active)
     dt = state.dtype
@@ -472,7 +440,7 @@ def loss_estimate(be, T, state, weights, factors, loss):
     _check_tensor(be, T)
     _check_state(be, T, state)
     facs, lam, R = _factors(be, T, factors, weights)
-    code, param = _check_loss(loss)
+    code, param = loss_code(check_loss(loss))
     s = state.loss_sample
     ns = s["n"]
     if ns == 0:
@@ -510,7 +478,7 @@ class _HostNonzeros:
 
 
 def full_loss_grad(be, T, weights, factors, loss, mask=None, modes=None, need_grad=True):
-    """Exact loss and gradient, computed on the HOST with the NumPy code of gcp_common.
+    """Exact loss and gradient, computed on the HOST with the NumPy code of gcp_dense.
 
     Only for tensors small enough to be dense (the estimator checks ``GCP_DENSE_LIMIT``
     first): the nonzeros are downloaded once per tensor (cached on ``T``), the factors at
@@ -523,7 +491,7 @@ def full_loss_grad(be, T, weights, factors, loss, mask=None, modes=None, need_gr
         host = _HostNonzeros(T)
         T._gcp_host = host
     facs = [np.asarray(be.to_numpy(f), dtype=np.float64) for f in factors]
-    F, G = gcp_common.full_loss_grad(host, lam, facs, loss, mask, modes, need_grad)
+    F, G = _host_full_loss_grad(host, lam, facs, loss, mask, modes, need_grad)
     if G is not None:
         dt = getattr(factors[0], "dtype", np.float64)
         G = [None if g is None else be.asarray(np.ascontiguousarray(g, dtype=dt)) for g in G]
@@ -552,7 +520,7 @@ def optimizer_update(be, rule, factors, grads, moments, coefficients, lower, act
     coefficients and ``lower``."""
     _device_matrices(be, factors, "factors")
     _device_matrices(be, grads, "grads")
-    for arrs, name in zip(moments, GCP_UPDATE_RULES[rule][0]):
+    for arrs, name in zip(moments, gcp_plan.UPDATE_RULES[rule][0]):
         _device_matrices(be, arrs, f"moment {name!r}")
     N = len(factors)
     for k in range(N):

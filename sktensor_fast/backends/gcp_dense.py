@@ -1,67 +1,15 @@
-"""GCP helpers that do not depend on a device: how a sampler draws (its plan) and the exact
-loss and gradient of small tensors in NumPy.
+"""The exact GCP loss and gradient of small tensors, in NumPy, on the host (for L-BFGS-B and
+the exact ``score``): the dense model, the MTTKRP of a dense tensor and the loss over every
+entry.
 
-Every backend uses them, so that all draw the same samples with the same weights; pure NumPy
-(no compiled kernels, no PyOpenCL).
+Every backend uses them (the OpenCL and distributed backends on host copies); pure NumPy (no
+compiled kernels, no PyOpenCL).
 """
 import math
 
 import numpy as np
 
-__all__ = ["sampler_plan", "zero_list_mode", "dense_model", "dense_mttkrp", "full_loss_grad",
-           "SAMPLERS"]
-
-#: Above this density the stratified sampler draws zeros from the list of all zeros (in
-#: linear-index order) instead of by rejection: the t-th zero is computed from the sorted linear
-#: indices of the nonzeros, or, for tensors of at most ``_ZERO_LIST_MAX`` entries, read from an
-#: explicit list (the same entries; the OpenCL backend always computes them).
-_ZERO_LIST_DENSITY = 0.5
-_ZERO_LIST_MAX = 1 << 24
-#: Rejections of a stratified zero sample in a row before that zero is computed from the linear
-#: indices instead (exact either way; below the density threshold rejection fails this often
-#: with probability at most 2^-256).  Shared with the OpenCL backend.
-_MAX_ATTEMPTS = 256
-SAMPLERS = ("stratified", "semi-stratified", "uniform")
-_SAMPLERS = set(SAMPLERS)
-
-
-def sampler_plan(kind, nnz, n_zero, p, q):
-    """How a GCP sampler draws: ``(p, q, wp, wq, zmode, include_nz, correct)``.
-
-    ``p`` samples of the ``nnz`` nonzeros and ``q`` of the other entries (``n_zero`` observed
-    zeros) per draw; ``wp``/``wq`` the weights that make the sampled sum unbiased; ``zmode``
-    where the q samples come from (2: zeros only, 0: all entries with the nonzeros' values
-    looked up and corrected, 1: uniform over all entries).  Shared by every backend, so that
-    all of them draw the same samples with the same weights.
-    """
-    n_obs = nnz + n_zero
-    if nnz == 0:
-        p = 0
-    if kind == "stratified":
-        if n_zero == 0:
-            q = 0
-        wp = nnz / p if p else 0.0
-        wq = n_zero / q if q else 0.0
-        zmode, include_nz, correct = 2, False, False
-    elif kind == "semi-stratified":
-        wp = nnz / p if p else 0.0
-        wq = n_obs / q if q else 0.0
-        zmode, include_nz, correct = 0, True, True
-    else:  # uniform: every sample from all (observed) entries, values looked up
-        q = p + q
-        p = 0
-        wp = 0.0
-        wq = n_obs / q if q else 0.0
-        zmode, include_nz, correct = 1, True, False
-    return int(p), int(q), float(wp), float(wq), zmode, include_nz, correct
-
-
-def zero_list_mode(size, nnz, has_lin):
-    """Whether the stratified sampler of a tensor without a mask draws its zeros from the list
-    of all zeros (True) rather than by rejection: when the density is above
-    ``_ZERO_LIST_DENSITY`` and the linear index exists.  Shared by every backend."""
-    return bool(has_lin) and nnz > _ZERO_LIST_DENSITY * size
-
+__all__ = ["dense_model", "dense_mttkrp", "full_loss_grad"]
 
 
 # ------------------------------------------------------------------ exact loss and gradient
