@@ -18,7 +18,7 @@ stream
     ``--device``), arrays of ``--stream-size`` float64 elements (default: at least 4x the
     last-level cache), best of the rounds after the first.
 kernels
-    MTTKRP and Φ of every mode, for every storage format (``sktensor_fast.formats.FORMATS``) on
+    MTTKRP and Φ of every mode, for every storage format (``sktensor_fast.backends.FORMATS``) on
     the CPU and the device layout of every OpenCL device, on synthetic tensors with the shapes
     of FROSTT's Uber, NIPS, Chicago and NELL-2 (nonzeros capped for the run, Zipf(1.2)-skewed
     coordinates) and on the real tensors of ``../shared/data`` (skipped when absent).  Time per
@@ -68,7 +68,7 @@ if __package__ in (None, ""):   # python benchmarks/run.py
 import sktensor_fast  # noqa: E402
 from sktensor_fast import SparseTensor, load_tns, num_threads  # noqa: E402
 from sktensor_fast.backends import get_backend, parse_device  # noqa: E402
-from sktensor_fast.formats import FORMATS  # noqa: E402
+from sktensor_fast.backends import FORMATS  # noqa: E402
 from benchmarks import contention  # noqa: E402
 from benchmarks import e2e as e2e_mod  # noqa: E402
 from benchmarks import peers  # noqa: E402

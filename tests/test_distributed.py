@@ -149,7 +149,7 @@ def test_gcp_draws_replicate_the_cpu_sampler():
     from sktensor_fast import SparseTensor
     from sktensor_fast.backends.cpu import _gcp, gcp_ops
     from sktensor_fast.distributed._sampling import LocalShare, draw_owned, step_key
-    from sktensor_fast.formats import CooFormat
+    from sktensor_fast.backends.cpu.formats import CooFormat
     rng = np.random.default_rng(0)
     shape = (13, 11, 7)
     X = SparseTensor(np.stack([rng.integers(0, s, 600) for s in shape], 1),

@@ -140,9 +140,26 @@ def test_the_checker_sees_cycles():
 
 def test_known_edges_are_seen(graphs):
     top, _ = graphs
-    assert "sktensor_fast.formats" in top["sktensor_fast.backends.cpu.backend"]
+    assert "sktensor_fast.backends.cpu.formats" in top["sktensor_fast.backends.cpu.backend"]
+    assert "sktensor_fast.backends.cpu._kernels" in top["sktensor_fast.backends.cpu.formats.coo"]
     assert "sktensor_fast.backends.opencl.gcp_ops" in top["sktensor_fast.backends.opencl.backend"]
     assert "sktensor_fast.backends.opencl.tensor" in top["sktensor_fast.backends.opencl.gcp_ops"]
+
+
+def test_the_cpu_formats_are_the_cpu_backends(graphs):
+    """The CPU formats are imported inside backends/cpu only, and import neither the CPU
+    backend nor anything outside backends/cpu but the data layer: the backend calls a format,
+    a format calls the compiled kernels, nothing calls back."""
+    _, full = graphs
+    cpu, fmt = "sktensor_fast.backends.cpu", "sktensor_fast.backends.cpu.formats"
+    outside = [m for m, targets in full.items() if not m.startswith(cpu + ".")
+               and any(t == fmt or t.startswith(fmt + ".") for t in targets)]
+    assert outside == []
+    for m, targets in full.items():
+        if m == fmt or m.startswith(fmt + "."):
+            assert f"{cpu}.backend" not in targets, m
+            assert not [t for t in targets if t.startswith("sktensor_fast.decomposition")
+                        or t.startswith("sktensor_fast.backends.opencl")], m
 
 
 def test_opencl_modules_do_not_import_the_cpu_backend(graphs):

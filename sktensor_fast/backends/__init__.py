@@ -12,10 +12,10 @@ OpenCL backends take their kernel settings from :class:`~.options.OpenCLOptions`
 """
 import re
 
-from .base import Backend
+from .base import FORMATS, Backend
 from .options import OpenCLOptions, as_options, resolve_options
 
-__all__ = ["Backend", "OpenCLOptions", "get_backend", "parse_device", "list_devices"]
+__all__ = ["Backend", "FORMATS", "OpenCLOptions", "get_backend", "parse_device", "list_devices"]
 
 _DEVICE_RE = re.compile(r"^opencl:(\d+):(\d+)$")
 

@@ -21,7 +21,11 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-__all__ = ["Backend", "AprKernels", "GcpKernels"]
+__all__ = ["Backend", "AprKernels", "GcpKernels", "FORMATS"]
+
+#: Values of the estimators' ``format`` parameter: every storage format that some device
+#: accepts (a backend's ``formats`` names those it gives a meaning to).
+FORMATS = ("auto", "coo", "alto")
 
 
 class Backend(ABC):

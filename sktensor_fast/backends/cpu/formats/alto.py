@@ -69,7 +69,7 @@ when its buffers would hold more than ``MAX_BUFFER_ROWS_PER_NNZ`` · nnz rows (m
 Choosing ALTO (``format="auto"``)
 ---------------------------------
 ``build_format(X, "auto")`` uses ALTO when the index fits in 128 bits and ``X`` has at least
-``AUTO_ALTO_MIN_NNZ`` = 100 000 nonzeros (``sktensor_fast.formats``).  Evidence from
+``AUTO_ALTO_MIN_NNZ`` = 100 000 nonzeros (:mod:`sktensor_fast.backends.cpu.formats`).  Evidence from
 ``benchmarks/bench_alto.py`` (2 threads, R = 16, same machine, three runs with the cores shared
 with other jobs) on FROSTT-shaped synthetic tensors (Uber 3.3M nonzeros, NIPS 3.1M, NELL-2's
 shape with 20M): an MTTKRP sweep over all modes is 2.6–4.4× faster than with COO, Φ 2.2–3.5×,
@@ -88,11 +88,11 @@ built only when such a kernel asks for them, through a COO view sharing ``subs``
 """
 import numpy as np
 
-from .._threads import get_num_threads
+from ...._threads import get_num_threads
 from .coo import CooFormat, useful_threads
 
 try:
-    from ..backends.cpu import _alto
+    from .. import _alto
 except ImportError:  # pragma: no cover - not built: CpuBackend() says so
     _alto = None
 
@@ -257,7 +257,7 @@ class AltoFormat:
     --------
     >>> import numpy as np
     >>> from sktensor_fast import SparseTensor
-    >>> from sktensor_fast.formats import AltoFormat
+    >>> from sktensor_fast.backends.cpu.formats import AltoFormat
     >>> X = SparseTensor([[0, 1, 2], [3, 0, 1]], [1.0, 2.0], shape=(4, 2, 3))
     >>> T = AltoFormat(X)
     >>> T.bits, T.words
@@ -344,7 +344,7 @@ class AltoFormat:
 
     def threads_for(self, num_threads):
         """Threads worth running for one call: at most one per partition and one per
-        ``MIN_NNZ_PER_THREAD`` nonzeros (see :func:`~sktensor_fast.formats.coo.useful_threads`)."""
+        ``MIN_NNZ_PER_THREAD`` nonzeros (see :func:`~sktensor_fast.backends.cpu.formats.coo.useful_threads`)."""
         return max(1, min(useful_threads(self.nnz, num_threads), self.n_partitions))
 
     def shared_rows(self, mode):
@@ -360,7 +360,6 @@ class AltoFormat:
         owns the row), ``rows`` (the shared rows of every partition, sorted per partition) and
         ``roff`` (partition offsets into ``rows``)."""
         if mode not in self._plans:
-            from ..backends.cpu import get_num_threads
             self._plans[mode] = self.codec.compact_plan(
                 self.lin, self.parts, int(mode), self.shared_rows(mode),
                 int(self.mode_bits[mode]), self.threads_for(get_num_threads()))
