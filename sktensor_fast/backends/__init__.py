@@ -120,7 +120,7 @@ def list_devices(check=True):
         for d, dev in enumerate(devices):
             error = None
             if check:
-                from .opencl.backend import probe_device
+                from .opencl.device import probe_device
                 error = probe_device(dev)
             out.append({"device": f"opencl:{p}:{d}", "platform": plat.name, "name": dev.name,
                         "type": cl.device_type.to_string(dev.type),
