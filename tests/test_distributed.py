@@ -128,6 +128,22 @@ def test_missing_mpi4py_names_the_extra(monkeypatch):
         distributed.load_tns("x.tns")
 
 
+def test_the_backend_answers_the_kernel_interface_only():
+    """The distributed backend implements the interface of backends/base.py method by method
+    (nothing besides its constructor ``wrap``); the local backend's own attributes do not show
+    through."""
+    from sktensor_fast.backends import get_backend
+    from sktensor_fast.backends.base import Backend
+    from sktensor_fast.distributed.backend import DistributedBackend
+    local = get_backend("cpu")
+    be = DistributedBackend(local, channel=None)
+    public = {n for n in dir(DistributedBackend) if not n.startswith("_")}
+    assert public - set(dir(Backend)) == {"wrap"}
+    assert callable(local._factors)
+    with pytest.raises(AttributeError):
+        be._factors
+
+
 def test_balanced_blocks():
     import numpy as np
     from sktensor_fast.distributed.tensor import balanced_blocks
