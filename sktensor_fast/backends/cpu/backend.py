@@ -4,7 +4,8 @@ import sys
 
 import numpy as np
 
-from ..base import AprKernels, Backend
+from ..apr_kernels import AprKernels
+from ..base import Backend
 from ..._threads import (MAX_THREADS_PER_CPU, get_num_threads, load_adapted,  # noqa: F401
                          max_threads,
                          num_threads, set_num_threads)

@@ -1,7 +1,7 @@
 """``backend.apr`` of the OpenCL backend: CP-APR's element-wise steps and row solvers."""
 import numpy as np
 
-from ..base import AprKernels
+from ..apr_kernels import AprKernels
 from . import cpapr_rows
 
 __all__ = ["OpenCLAprKernels"]

@@ -2,8 +2,9 @@
 its compiled kernels.
 
 A format is built once per fit and reused for every mode and iteration.  The CPU backend
-(:mod:`..backend`) calls a format, a format calls the compiled kernels (``backends/cpu/_*.pyx``);
-nothing here imports the backend, and nothing outside ``backends/cpu`` imports a format.
+(``backends/cpu/backend.py``) calls a format, a format calls the compiled kernels
+(``backends/cpu/_*.pyx``); nothing here imports the backend, and nothing outside
+``backends/cpu`` imports a format.
 """
 from ...base import FORMATS
 from .coo import CooFormat, partition_pointers
@@ -21,8 +22,8 @@ def build_format(X, format="auto"):
 
     ``"auto"`` picks ALTO when its linear index fits in 128 bits and the tensor has at least
     ``AUTO_ALTO_MIN_NNZ`` nonzeros, COO otherwise (rule from ``benchmarks/bench_alto.py``, see
-    :mod:`sktensor_fast.backends.cpu.formats.alto`).  When ALTO is ruled out by its width, the COO object
-    carries the reason in ``note``.
+    :mod:`sktensor_fast.backends.cpu.formats.alto`).  When ALTO is ruled out by its width, the
+    COO object carries the reason in ``note``.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")

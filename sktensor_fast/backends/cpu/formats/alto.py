@@ -344,7 +344,7 @@ class AltoFormat:
 
     def threads_for(self, num_threads):
         """Threads worth running for one call: at most one per partition and one per
-        ``MIN_NNZ_PER_THREAD`` nonzeros (see :func:`~sktensor_fast.backends.cpu.formats.coo.useful_threads`)."""
+        ``MIN_NNZ_PER_THREAD`` nonzeros (see :func:`.coo.useful_threads`)."""
         return max(1, min(useful_threads(self.nnz, num_threads), self.n_partitions))
 
     def shared_rows(self, mode):
