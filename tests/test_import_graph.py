@@ -162,6 +162,34 @@ def test_the_cpu_formats_are_the_cpu_backends(graphs):
                         or t.startswith("sktensor_fast.backends.opencl")], m
 
 
+def test_the_kernel_interface_imports_no_device(graphs):
+    """The interface (base.py, its groups and their checks) is what every device implements:
+    it imports no device package, not even lazily."""
+    _, full = graphs
+    for m in ("base", "apr_kernels", "gcp_kernels", "checks"):
+        name = f"sktensor_fast.backends.{m}"
+        assert name in full
+        assert not [t for t in full[name] if t.startswith(("sktensor_fast.backends.cpu",
+                                                           "sktensor_fast.backends.opencl",
+                                                           "sktensor_fast.distributed"))], m
+
+
+def test_opencl_programs_are_built_in_one_place():
+    """Every OpenCL program of the package is built by program.py (the backend's program
+    cache), apart from the device probe's test program: no other module makes a program or a
+    kernel object."""
+    makers = ("build_program(", ".Program(", ".Kernel(")
+    found = []
+    for path in sorted((ROOT / PKG / "backends" / "opencl").glob("*.py")):
+        if path.name in ("program.py", "device.py"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        found += [f"{path.name}: {m}" for m in makers if m in text]
+    assert found == []
+    probe = (ROOT / PKG / "backends" / "opencl" / "device.py").read_text(encoding="utf-8")
+    assert probe.count("build_program(") == 1
+
+
 def test_opencl_modules_do_not_import_the_cpu_backend(graphs):
     """What the OpenCL backend imports at module level reaches no module of backends/cpu
     except its package (which holds only the pure-Python thread settings)."""
