@@ -11,7 +11,7 @@ import tempfile
 
 from .program import (WHAT_TO_DO, KernelBuildError, _compiler_message, _device_label,
                       build_program, logger)
-from .tensor import INSTALL_HINT, import_cl
+from ._cl import INSTALL_HINT, import_cl
 from ..._warnings import warn as _warn
 
 __all__ = ["NoDeviceError", "DeviceUnusableError", "probe_device", "select_device"]
