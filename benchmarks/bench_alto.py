@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sktensor_fast  # noqa: E402
 from sktensor_fast import CPALS, num_threads  # noqa: E402
 from sktensor_fast.backends.cpu import _alto, _stream  # noqa: E402
-from sktensor_fast.formats import AltoFormat, CooFormat  # noqa: E402
+from sktensor_fast.backends.cpu.formats import AltoFormat, CooFormat  # noqa: E402
 from benchmarks.common import write_report  # noqa: E402
 from benchmarks.synth import FROSTT, synthetic_tensor  # noqa: E402
 from benchmarks.bench_mttkrp import best_of, cpu_model  # noqa: E402

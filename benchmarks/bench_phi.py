@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sktensor_fast  # noqa: E402
 from sktensor_fast import num_threads  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402
-from sktensor_fast.formats import AltoFormat, CooFormat  # noqa: E402
+from sktensor_fast.backends.cpu.formats import AltoFormat, CooFormat  # noqa: E402
 from benchmarks.common import best_of, cpu_model, write_report  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from sktensor_fast import SparseTensor, load_tns, num_threads
 from sktensor_fast.backends import get_backend
-from sktensor_fast.formats import FORMATS
+from sktensor_fast.backends import FORMATS
 
 from .byte_models import genten_mttkrp_bytes, mttkrp_bytes, phi_bytes
 from .common import DATA_DIR, MB, best_time, fmt_num, last_level_cache_bytes, md_table, meminfo

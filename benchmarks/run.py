@@ -18,7 +18,7 @@ stream
     ``--device``), arrays of ``--stream-size`` float64 elements (default: at least 4x the
     last-level cache), best of the rounds after the first.
 kernels
-    MTTKRP and Φ of every mode, for every storage format (``sktensor_fast.formats.FORMATS``) on
+    MTTKRP and Φ of every mode, for every storage format (``sktensor_fast.backends.FORMATS``) on
     the CPU and the device layout of every OpenCL device, on synthetic tensors with the shapes
     of FROSTT's Uber, NIPS, Chicago and NELL-2 (nonzeros capped for the run, Zipf(1.2)-skewed
     coordinates) and on the real tensors of ``../shared/data`` (skipped when absent).  Time per

@@ -57,6 +57,9 @@ def _raise_build_error(exc):
 # for) unless the user chose a policy.  The environment is restored right after.
 _config._openmp_env_enter()
 try:
+    # the compiled CPU kernels, and with them the OpenMP runtime, load here (they may be
+    # missing: the OpenCL backend runs without them, and the CPU backend says so when asked)
+    from .backends.cpu import backend as _cpu_backend  # noqa: F401
     from .tensor import SparseTensor
     from .kruskal import KruskalTensor
     from .io import load_tns, save_tns

@@ -99,7 +99,6 @@ def get_config():
     from . import __version__
     from .backends import list_devices
     from .backends.cpu import backend as cpu
-    from .formats import FORMATS
     cfg = {
         "version": __version__,
         "python": sys.version.split()[0],
@@ -110,11 +109,10 @@ def get_config():
         "threads": cpu.get_num_threads() if cpu._kernels is not None else 0,
         "max_threads": cpu.max_threads(),
         "openmp_wait_policy": _WAIT["policy"],
-        "formats": [f for f in FORMATS if f != "auto"],
+        "formats": [f for f in cpu.CpuBackend.formats if f != "auto"],
     }
-    if "alto" in FORMATS:
-        from .formats.alto import MAX_BITS
-        cfg["alto_max_bits"] = MAX_BITS
+    if "alto" in cpu.CpuBackend.formats:
+        cfg["alto_max_bits"] = cpu.ALTO_MAX_BITS
         try:
             from .backends.cpu import _alto
             cfg["alto_decoder"] = _alto.get_decoder()

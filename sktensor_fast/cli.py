@@ -660,7 +660,7 @@ def _main(argv):
     except BrokenPipeError:
         raise
     except Exception as exc:
-        from .backends.opencl.backend import NoDeviceError
+        from .backends.opencl.device import NoDeviceError
         expected = (CliError, ValueError, TypeError, OSError, ImportError, NoDeviceError,
                     MemoryError)
         if args.debug or not isinstance(exc, expected):

@@ -71,6 +71,11 @@ class SparseTensor:
     """
 
     __array_priority__ = 10
+    #: names of the indices of every mode (one list, or None, per mode), set by
+    #: :meth:`from_dataframe`, ``load_tns`` with label maps and the data sets; None otherwise
+    labels = None
+    #: names of the modes (one str per mode), or None
+    mode_names = None
     #: coordinates, values and shape cannot change once built: what a backend prepares from
     #: the tensor may be kept with it (``_prepared.prepared``)
     _immutable = True
@@ -470,6 +475,167 @@ class SparseTensor:
         register_selection(out, self, idx)
         return out
 
+    # ------------------------------------------------------------------ mode order, labels
+    def transpose(self, axes=None):
+        """The tensor with its modes permuted, as :func:`numpy.transpose`.
+
+        ``X.transpose((1, 0, 2))`` makes mode 1 the first mode, so that its slices become the
+        samples of an estimator; ``X.T`` reverses the modes.  Labels and mode names, where the
+        tensor carries them, are permuted with the modes.
+
+        Parameters
+        ----------
+        axes : sequence of int, optional
+            A permutation of ``range(ndim)``: mode ``k`` of the result is mode ``axes[k]`` of
+            this tensor.  Default: the modes reversed.
+
+        Returns
+        -------
+        SparseTensor
+
+        Examples
+        --------
+        >>> from sktensor_fast import SparseTensor
+        >>> X = SparseTensor([[0, 1, 2], [1, 0, 0]], [3.0, 4.0], shape=(2, 2, 3))
+        >>> X.transpose((2, 0, 1)).shape, X.T.shape
+        ((3, 2, 2), (3, 2, 2))
+        >>> X.transpose((2, 0, 1)).subs.tolist()
+        [[0, 1, 0], [2, 0, 1]]
+        """
+        if axes is None:
+            axes = tuple(range(self.ndim))[::-1]
+        try:
+            axes = tuple(operator_index(a) for a in axes)
+        except TypeError:
+            raise TypeError(f"axes must be a sequence of integers, got {axes!r}") from None
+        axes = tuple(a + self.ndim if a < 0 else a for a in axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"axes {axes} is not a permutation of the {self.ndim} modes "
+                             f"(0 to {self.ndim - 1})")
+        out = SparseTensor(self.subs[:, list(axes)], self.vals,
+                           tuple(self.shape[a] for a in axes), dtype=self.dtype)
+        labels, names = self.labels, self.mode_names
+        return _attach_labels(out, None if labels is None else [labels[a] for a in axes],
+                              None if names is None else [names[a] for a in axes])
+
+    @property
+    def T(self):
+        """The tensor with its modes reversed (see :meth:`transpose`)."""
+        return self.transpose()
+
+    # ------------------------------------------------------------------ tables of events
+    @classmethod
+    def from_dataframe(cls, df, columns, values=None, dtype=None):
+        """Count tensor of a table of events (a pandas DataFrame): one mode per column.
+
+        Every row of ``df`` is one event at the coordinates given by its values in ``columns``;
+        entry ``(i_0, …, i_{N-1})`` of the result counts the rows with those values (or, with
+        ``values``, sums that column over them).  The indices of each mode follow the natural
+        order of the column's values: the category order of a categorical column (so an ordered
+        ``Monday … Sunday`` stays so), otherwise sorted (numbers numerically, dates
+        chronologically, strings alphabetically).  Needs pandas (``pip install
+        sktensor_fast[pandas]``).
+
+        Parameters
+        ----------
+        df : pandas.DataFrame
+            The events, one a row.
+        columns : sequence of str
+            The columns that give the modes, in mode order.  Rows with a missing value in one of
+            them are dropped with a warning.
+        values : str, optional
+            A numeric column to sum instead of counting rows.
+        dtype : {None, np.float32, np.float64}
+            Value dtype of the tensor (float64 by default).
+
+        Returns
+        -------
+        X : SparseTensor
+            With ``X.labels`` (one list per mode: index ``j`` of mode ``k`` is ``labels[k][j]``)
+            and ``X.mode_names`` (the column names) set.
+        labels : list of list
+            ``X.labels``.
+
+        Examples
+        --------
+        >>> import pandas as pd
+        >>> from sktensor_fast import SparseTensor
+        >>> df = pd.DataFrame({"user": ["ann", "bob", "ann", "ann"],
+        ...                    "item": ["tea", "tea", "tea", "jam"],
+        ...                    "day": [2, 1, 2, 1]})
+        >>> X, labels = SparseTensor.from_dataframe(df, ["user", "item", "day"])
+        >>> X.shape, labels
+        ((2, 2, 2), [['ann', 'bob'], ['jam', 'tea'], [1, 2]])
+        >>> X.to_dense()[0, 1].tolist()          # ann bought tea twice on day 2
+        [0.0, 2.0]
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - pandas is an optional dependency
+            raise ImportError("SparseTensor.from_dataframe needs pandas: pip install "
+                              "'sktensor_fast[pandas]'") from exc
+        if not isinstance(df, pd.DataFrame):
+            raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
+        if isinstance(columns, str):
+            columns = [columns]
+        columns = list(columns)
+        if not columns:
+            raise ValueError("columns must name at least one column")
+        missing = [c for c in columns + ([values] if values is not None else []) if c not in df]
+        if missing:
+            raise ValueError(f"df has no column(s) {missing}; its columns are {list(df.columns)}")
+        if len(set(columns)) != len(columns):
+            raise ValueError(f"columns {columns} names a column twice")
+        if values is not None and values in columns:
+            raise ValueError(f"values={values!r} is also one of the mode columns")
+        for c in columns + ([values] if values is not None else []):
+            if not isinstance(df.columns.get_loc(c), (int, np.integer)):
+                n = int(np.sum(df.columns.get_indexer_for([c]) >= 0))
+                raise ValueError(f"df has {n} columns named {c!r}; a mode or values column must "
+                                 f"be one column (rename the others)")
+        keep = df[columns].notna().all(axis=1).to_numpy()
+        if not keep.any():
+            raise ValueError("from_dataframe: df has no rows" if len(df) == 0 else
+                             f"from_dataframe: every one of the {len(df)} row(s) of df has a "
+                             f"missing value in {columns}: no event to count")
+        if not keep.all():
+            _warn(f"from_dataframe: {int((~keep).sum())} row(s) with a missing value in "
+                  f"{columns} were dropped", UserWarning)
+        subs, labels = [], []
+        for c in columns:
+            col = df[c][keep]
+            if isinstance(col.dtype, pd.CategoricalDtype):
+                cats = list(col.cat.categories)
+                codes = col.cat.codes.to_numpy()
+            else:
+                try:
+                    codes, uniques = pd.factorize(col, sort=True)
+                except TypeError as exc:
+                    raise TypeError(f"from_dataframe: column {c!r} holds values that cannot be "
+                                    f"labels of a mode (hashable values of one kind, such as "
+                                    f"strings or numbers): {exc}") from None
+                cats = list(uniques)
+            cats = [v.item() if isinstance(v, np.generic) else v for v in cats]
+            subs.append(np.asarray(codes, dtype=np.int64))
+            labels.append(cats)
+        subs = np.stack(subs, axis=1) if subs else np.zeros((0, 0), np.int64)
+        if values is None:
+            vals = np.ones(subs.shape[0])
+        else:
+            v = df[values][keep]
+            if pd.api.types.is_complex_dtype(v):
+                raise ValueError(f"Complex data not supported: values column {values!r} holds "
+                                 f"complex values")
+            if not pd.api.types.is_numeric_dtype(v):
+                raise ValueError(f"values column {values!r} must be numeric, got dtype {v.dtype}")
+            vals = v.to_numpy(dtype=np.float64, na_value=np.nan)
+            if not np.all(np.isfinite(vals)):
+                raise ValueError(f"values column {values!r} holds missing, NaN or infinite values")
+        shape = tuple(max(1, len(lab)) for lab in labels)
+        X = cls(subs, vals, shape, dtype=dtype)
+        _attach_labels(X, labels, columns)
+        return X, X.labels
+
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -629,8 +795,8 @@ def _warn_nonint(vals, what):
 
 
 # ---------------------------------------------------------------------------------------------
-# Mode order, labels and tables of events.  Kept as one block: every result is built through
-# the public constructor.
+# Labels and mode names, checked against the tensor's shape: set through here by
+# SparseTensor.transpose and .from_dataframe, the readers and the data sets.
 def _attach_labels(X, labels, mode_names):
     """Set the optional ``labels`` / ``mode_names`` of ``X`` (checked against its shape)."""
     if labels is not None:
@@ -652,172 +818,9 @@ def _attach_labels(X, labels, mode_names):
     return X
 
 
-def _transpose(self, axes=None):
-    """The tensor with its modes permuted, as :func:`numpy.transpose`.
-
-    ``X.transpose((1, 0, 2))`` makes mode 1 the first mode, so that its slices become the
-    samples of an estimator; ``X.T`` reverses the modes.  Labels and mode names, where the
-    tensor carries them, are permuted with the modes.
-
-    Parameters
-    ----------
-    axes : sequence of int, optional
-        A permutation of ``range(ndim)``: mode ``k`` of the result is mode ``axes[k]`` of
-        this tensor.  Default: the modes reversed.
-
-    Returns
-    -------
-    SparseTensor
-
-    Examples
-    --------
-    >>> from sktensor_fast import SparseTensor
-    >>> X = SparseTensor([[0, 1, 2], [1, 0, 0]], [3.0, 4.0], shape=(2, 2, 3))
-    >>> X.transpose((2, 0, 1)).shape, X.T.shape
-    ((3, 2, 2), (3, 2, 2))
-    >>> X.transpose((2, 0, 1)).subs.tolist()
-    [[0, 1, 0], [2, 0, 1]]
-    """
-    if axes is None:
-        axes = tuple(range(self.ndim))[::-1]
-    try:
-        axes = tuple(operator_index(a) for a in axes)
-    except TypeError:
-        raise TypeError(f"axes must be a sequence of integers, got {axes!r}") from None
-    axes = tuple(a + self.ndim if a < 0 else a for a in axes)
-    if sorted(axes) != list(range(self.ndim)):
-        raise ValueError(f"axes {axes} is not a permutation of the {self.ndim} modes "
-                         f"(0 to {self.ndim - 1})")
-    out = SparseTensor(self.subs[:, list(axes)], self.vals,
-                       tuple(self.shape[a] for a in axes), dtype=self.dtype)
-    labels = getattr(self, "labels", None)
-    names = getattr(self, "mode_names", None)
-    return _attach_labels(out, None if labels is None else [labels[a] for a in axes],
-                          None if names is None else [names[a] for a in axes])
-
-
-def _from_dataframe(cls, df, columns, values=None, dtype=None):
-    """Count tensor of a table of events (a pandas DataFrame): one mode per column.
-
-    Every row of ``df`` is one event at the coordinates given by its values in ``columns``;
-    entry ``(i_0, …, i_{N-1})`` of the result counts the rows with those values (or, with
-    ``values``, sums that column over them).  The indices of each mode follow the natural
-    order of the column's values: the category order of a categorical column (so an ordered
-    ``Monday … Sunday`` stays so), otherwise sorted (numbers numerically, dates
-    chronologically, strings alphabetically).  Needs pandas (``pip install
-    sktensor_fast[pandas]``).
-
-    Parameters
-    ----------
-    df : pandas.DataFrame
-        The events, one a row.
-    columns : sequence of str
-        The columns that give the modes, in mode order.  Rows with a missing value in one of
-        them are dropped with a warning.
-    values : str, optional
-        A numeric column to sum instead of counting rows.
-    dtype : {None, np.float32, np.float64}
-        Value dtype of the tensor (float64 by default).
-
-    Returns
-    -------
-    X : SparseTensor
-        With ``X.labels`` (one list per mode: index ``j`` of mode ``k`` is ``labels[k][j]``)
-        and ``X.mode_names`` (the column names) set.
-    labels : list of list
-        ``X.labels``.
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> from sktensor_fast import SparseTensor
-    >>> df = pd.DataFrame({"user": ["ann", "bob", "ann", "ann"],
-    ...                    "item": ["tea", "tea", "tea", "jam"],
-    ...                    "day": [2, 1, 2, 1]})
-    >>> X, labels = SparseTensor.from_dataframe(df, ["user", "item", "day"])
-    >>> X.shape, labels
-    ((2, 2, 2), [['ann', 'bob'], ['jam', 'tea'], [1, 2]])
-    >>> X.to_dense()[0, 1].tolist()          # ann bought tea twice on day 2
-    [0.0, 2.0]
-    """
-    try:
-        import pandas as pd
-    except ImportError as exc:  # pragma: no cover - pandas is an optional dependency
-        raise ImportError("SparseTensor.from_dataframe needs pandas: pip install "
-                          "'sktensor_fast[pandas]'") from exc
-    if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
-    if isinstance(columns, str):
-        columns = [columns]
-    columns = list(columns)
-    if not columns:
-        raise ValueError("columns must name at least one column")
-    missing = [c for c in columns + ([values] if values is not None else []) if c not in df]
-    if missing:
-        raise ValueError(f"df has no column(s) {missing}; its columns are {list(df.columns)}")
-    if len(set(columns)) != len(columns):
-        raise ValueError(f"columns {columns} names a column twice")
-    if values is not None and values in columns:
-        raise ValueError(f"values={values!r} is also one of the mode columns")
-    for c in columns + ([values] if values is not None else []):
-        if not isinstance(df.columns.get_loc(c), (int, np.integer)):
-            n = int(np.sum(df.columns.get_indexer_for([c]) >= 0))
-            raise ValueError(f"df has {n} columns named {c!r}; a mode or values column must "
-                             f"be one column (rename the others)")
-    keep = df[columns].notna().all(axis=1).to_numpy()
-    if not keep.any():
-        raise ValueError("from_dataframe: df has no rows" if len(df) == 0 else
-                         f"from_dataframe: every one of the {len(df)} row(s) of df has a "
-                         f"missing value in {columns}: no event to count")
-    if not keep.all():
-        _warn(f"from_dataframe: {int((~keep).sum())} row(s) with a missing value in "
-              f"{columns} were dropped", UserWarning)
-    subs, labels = [], []
-    for c in columns:
-        col = df[c][keep]
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            cats = list(col.cat.categories)
-            codes = col.cat.codes.to_numpy()
-        else:
-            try:
-                codes, uniques = pd.factorize(col, sort=True)
-            except TypeError as exc:
-                raise TypeError(f"from_dataframe: column {c!r} holds values that cannot be "
-                                f"labels of a mode (hashable values of one kind, such as "
-                                f"strings or numbers): {exc}") from None
-            cats = list(uniques)
-        cats = [v.item() if isinstance(v, np.generic) else v for v in cats]
-        subs.append(np.asarray(codes, dtype=np.int64))
-        labels.append(cats)
-    subs = np.stack(subs, axis=1) if subs else np.zeros((0, 0), np.int64)
-    if values is None:
-        vals = np.ones(subs.shape[0])
-    else:
-        v = df[values][keep]
-        if pd.api.types.is_complex_dtype(v):
-            raise ValueError(f"Complex data not supported: values column {values!r} holds "
-                             f"complex values")
-        if not pd.api.types.is_numeric_dtype(v):
-            raise ValueError(f"values column {values!r} must be numeric, got dtype {v.dtype}")
-        vals = v.to_numpy(dtype=np.float64, na_value=np.nan)
-        if not np.all(np.isfinite(vals)):
-            raise ValueError(f"values column {values!r} holds missing, NaN or infinite values")
-    shape = tuple(max(1, len(lab)) for lab in labels)
-    X = cls(subs, vals, shape, dtype=dtype)
-    _attach_labels(X, labels, columns)
-    return X, X.labels
-
-
 def operator_index(a):
     import operator
     if isinstance(a, (bool, np.bool_)):
         raise TypeError("a mode index must be an integer, got a bool")
     return operator.index(a)
 
-
-SparseTensor.labels = None
-SparseTensor.mode_names = None
-SparseTensor.transpose = _transpose
-SparseTensor.T = property(lambda self: self.transpose(),
-                          doc="The tensor with its modes reversed (see :meth:`transpose`).")
-SparseTensor.from_dataframe = classmethod(_from_dataframe)

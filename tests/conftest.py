@@ -21,7 +21,7 @@ def shared_data():
 def _parallel_even_when_small(monkeypatch):
     """The kernels use fewer threads on small tensors; the tests' tensors are small, so let
     them run with every thread asked for, to exercise the parallel paths."""
-    from sktensor_fast.formats import coo
+    from sktensor_fast.backends.cpu.formats import coo
     monkeypatch.setattr(coo, "MIN_NNZ_PER_THREAD", 1)
 
 

@@ -5,9 +5,9 @@ import pytest
 from sktensor_fast import SparseTensor, num_threads
 from sktensor_fast.backends import get_backend
 from sktensor_fast.backends.cpu import _alto
-from sktensor_fast.formats import (AltoFormat, CooFormat, FORMATS, build_format)
-from sktensor_fast.formats import alto as alto_mod
-from sktensor_fast.formats.alto import alto_bits, alto_layout, make_codec
+from sktensor_fast.backends.cpu.formats import (AltoFormat, CooFormat, FORMATS, build_format)
+from sktensor_fast.backends.cpu.formats import alto as alto_mod
+from sktensor_fast.backends.cpu.formats.alto import alto_bits, alto_layout, make_codec
 
 from _reference import mttkrp_ref, phi_ref, random_sparse
 
@@ -400,7 +400,7 @@ def test_too_many_bits():
 
 
 def test_auto_rule(monkeypatch):
-    import sktensor_fast.formats as formats
+    import sktensor_fast.backends.cpu.formats as formats
     assert "alto" in FORMATS
     rng = np.random.default_rng(2)
     X = random_sparse((30, 20, 10), 500, rng)

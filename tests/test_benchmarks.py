@@ -14,7 +14,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import kernels, run  # noqa: E402
 from benchmarks.byte_models import genten_mttkrp_bytes, mttkrp_bytes, phi_bytes  # noqa: E402
 from benchmarks.stream import OPS, cpu_stream, expected_values, opencl_stream  # noqa: E402
-from sktensor_fast.formats import FORMATS  # noqa: E402
+from sktensor_fast.backends import FORMATS  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -7,7 +7,7 @@ import pytest
 
 from sktensor_fast import CPAPR, KruskalTensor, SparseTensor, num_threads
 from sktensor_fast.backends import get_backend
-from sktensor_fast.formats import CooFormat
+from sktensor_fast.backends.cpu.formats import CooFormat
 
 from _apr_reference import row_solve_ref
 from _reference import random_sparse

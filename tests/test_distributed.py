@@ -147,6 +147,22 @@ def test_missing_mpi4py_names_the_extra(monkeypatch):
         distributed.load_tns("x.tns")
 
 
+def test_the_backend_answers_the_kernel_interface_only():
+    """The distributed backend implements the interface of backends/base.py method by method
+    (nothing besides its constructor ``wrap``); the local backend's own attributes do not show
+    through."""
+    from sktensor_fast.backends import get_backend
+    from sktensor_fast.backends.base import Backend
+    from sktensor_fast.distributed.backend import DistributedBackend
+    local = get_backend("cpu")
+    be = DistributedBackend(local, channel=None)
+    public = {n for n in dir(DistributedBackend) if not n.startswith("_")}
+    assert public - set(dir(Backend)) == {"wrap"}
+    assert callable(local._factors)
+    with pytest.raises(AttributeError):
+        be._factors
+
+
 def test_balanced_blocks():
     import numpy as np
     from sktensor_fast.distributed.tensor import balanced_blocks
@@ -168,7 +184,7 @@ def test_gcp_draws_replicate_the_cpu_sampler():
     from sktensor_fast import SparseTensor
     from sktensor_fast.backends.cpu import _gcp, gcp_ops
     from sktensor_fast.distributed._sampling import LocalShare, draw_owned, step_key
-    from sktensor_fast.formats import CooFormat
+    from sktensor_fast.backends.cpu.formats import CooFormat
     rng = np.random.default_rng(0)
     shape = (13, 11, 7)
     X = SparseTensor(np.stack([rng.integers(0, s, 600) for s in shape], 1),

@@ -140,9 +140,54 @@ def test_the_checker_sees_cycles():
 
 def test_known_edges_are_seen(graphs):
     top, _ = graphs
-    assert "sktensor_fast.formats" in top["sktensor_fast.backends.cpu.backend"]
+    assert "sktensor_fast.backends.cpu.formats" in top["sktensor_fast.backends.cpu.backend"]
+    assert "sktensor_fast.backends.cpu._kernels" in top["sktensor_fast.backends.cpu.formats.coo"]
     assert "sktensor_fast.backends.opencl.gcp_ops" in top["sktensor_fast.backends.opencl.backend"]
     assert "sktensor_fast.backends.opencl.tensor" in top["sktensor_fast.backends.opencl.gcp_ops"]
+
+
+def test_the_cpu_formats_are_the_cpu_backends(graphs):
+    """The CPU formats are imported inside backends/cpu only, and import neither the CPU
+    backend nor anything outside backends/cpu but the data layer: the backend calls a format,
+    a format calls the compiled kernels, nothing calls back."""
+    _, full = graphs
+    cpu, fmt = "sktensor_fast.backends.cpu", "sktensor_fast.backends.cpu.formats"
+    outside = [m for m, targets in full.items() if not m.startswith(cpu + ".")
+               and any(t == fmt or t.startswith(fmt + ".") for t in targets)]
+    assert outside == []
+    for m, targets in full.items():
+        if m == fmt or m.startswith(fmt + "."):
+            assert f"{cpu}.backend" not in targets, m
+            assert not [t for t in targets if t.startswith("sktensor_fast.decomposition")
+                        or t.startswith("sktensor_fast.backends.opencl")], m
+
+
+def test_the_kernel_interface_imports_no_device(graphs):
+    """The interface (base.py, its groups and their checks) is what every device implements:
+    it imports no device package, not even lazily."""
+    _, full = graphs
+    for m in ("base", "apr_kernels", "gcp_kernels", "checks"):
+        name = f"sktensor_fast.backends.{m}"
+        assert name in full
+        assert not [t for t in full[name] if t.startswith(("sktensor_fast.backends.cpu",
+                                                           "sktensor_fast.backends.opencl",
+                                                           "sktensor_fast.distributed"))], m
+
+
+def test_opencl_programs_are_built_in_one_place():
+    """Every OpenCL program of the package is built by program.py (the backend's program
+    cache), apart from the device probe's test program: no other module makes a program or a
+    kernel object."""
+    makers = ("build_program(", ".Program(", ".Kernel(")
+    found = []
+    for path in sorted((ROOT / PKG / "backends" / "opencl").glob("*.py")):
+        if path.name in ("program.py", "device.py"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        found += [f"{path.name}: {m}" for m in makers if m in text]
+    assert found == []
+    probe = (ROOT / PKG / "backends" / "opencl" / "device.py").read_text(encoding="utf-8")
+    assert probe.count("build_program(") == 1
 
 
 def test_opencl_modules_do_not_import_the_cpu_backend(graphs):

@@ -4,7 +4,7 @@ import pytest
 
 from sktensor_fast.backends import get_backend
 from sktensor_fast.backends.cpu import num_threads
-from sktensor_fast.formats import CooFormat, partition_pointers
+from sktensor_fast.backends.cpu.formats import CooFormat, partition_pointers
 
 from _reference import mttkrp_ref, phi_ref, random_sparse
 
@@ -112,7 +112,7 @@ def test_partition_pointers():
 
 
 def test_useful_threads(monkeypatch):
-    from sktensor_fast.formats import coo
+    from sktensor_fast.backends.cpu.formats import coo
     monkeypatch.setattr(coo, "MIN_NNZ_PER_THREAD", 16384)
     assert coo.useful_threads(10, 8) == 1
     assert coo.useful_threads(10**7, 8) == 8
@@ -152,7 +152,7 @@ def test_bad_kernel_arguments_raise_before_compiled_code(device):
 def test_mode_order_is_the_stable_order(threads, n, length):
     """The parallel counting sort gives NumPy's stable argsort, for any thread count, from a
     strided column of the coordinates as well."""
-    from sktensor_fast.formats.coo import mode_order
+    from sktensor_fast.backends.cpu.formats.coo import mode_order
     rng = np.random.default_rng(n + length)
     subs = rng.zipf(1.3, size=(n, 3)) % length
     ref = np.argsort(subs[:, 1], kind="stable")

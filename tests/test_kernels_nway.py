@@ -6,7 +6,7 @@ import pytest
 from sktensor_fast import SparseTensor, num_threads
 from sktensor_fast.backends import get_backend
 from sktensor_fast.backends.cpu import _alto
-from sktensor_fast.formats import AltoFormat, CooFormat
+from sktensor_fast.backends.cpu.formats import AltoFormat, CooFormat
 
 from _reference import mttkrp_ref, phi_ref, random_sparse
 

@@ -157,6 +157,22 @@ def test_what_streaming_does_not_serve(be):
         be.prepare(_fresh(X))
 
 
+def test_resident_and_streamed_tensors_share_one_base(be):
+    """Both kinds are DeviceTensors; what differs is their methods, not a flag the kernels
+    test."""
+    from sktensor_fast.backends.opencl.tensor import DeviceTensor, OpenCLTensor
+    X = _heavy_tensor(seed=4, nnz=500)
+    R = be.prepare(_fresh(X))
+    be.max_tensor_bytes = streamed.resident_bytes(be, X) // 4
+    S = be.prepare(_fresh(X))
+    assert isinstance(R, OpenCLTensor) and isinstance(S, streamed.StreamedTensor)
+    assert isinstance(R, DeviceTensor) and isinstance(S, DeviceTensor)
+    assert (R.streamed, S.streamed) == (False, True)
+    assert R.require_resident("a row solver") is None
+    with pytest.raises(NotImplementedError, match="a row solver on a tensor streamed"):
+        S.require_resident("a row solver")
+
+
 def test_parse_max_bytes(monkeypatch):
     assert streamed.parse_max_bytes(None) is None
     assert streamed.parse_max_bytes(1000) == 1000

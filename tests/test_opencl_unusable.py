@@ -225,7 +225,7 @@ def test_selection_skips_devices_that_cannot_compile(monkeypatch):
     """'opencl' / 'gpu' take the first device whose test program builds (with a warning naming
     the skipped ones); 'opencl:P:D' on a broken device and a host with only broken devices
     raise DeviceUnusableError with every compiler message."""
-    from sktensor_fast.backends.opencl import DeviceUnusableError, backend as ob
+    from sktensor_fast.backends.opencl import DeviceUnusableError, device as ob
     plats = [_FakePlatform("Vendor A", [("gpu0", True), ("cpu0", False)]),
              _FakePlatform("Vendor B", [("gpu1", True)])]
     broken = {"gpu0": "error: unknown target CPU 'generic'", "cpu0": None, "gpu1": None}
@@ -251,7 +251,7 @@ def test_selection_skips_devices_that_cannot_compile(monkeypatch):
 
 
 def test_probe_result_is_cached(monkeypatch):
-    from sktensor_fast.backends.opencl import backend as ob
+    from sktensor_fast.backends.opencl import device as ob
     from _reference import opencl_backend_or_skip
     be = opencl_backend_or_skip()
     assert ob.probe_device(be.device) is None

@@ -193,7 +193,7 @@ def test_concurrent_fits_restore_the_blas_limits():
 REPRO = """
     import hashlib, json, os, sys, numpy as np
     import sktensor_fast as sk
-    from sktensor_fast.formats import alto, coo
+    from sktensor_fast.backends.cpu.formats import alto, coo
     from benchmarks.synth import synthetic_tensor
     coo.MIN_NNZ_PER_THREAD = 1       # small tensors: run every thread asked for
     alto.PART_NNZ = 1024             # ... and cut ALTO into many partitions

@@ -21,7 +21,7 @@ if __package__ in (None, ""):
 
 from benchmarks import peers  # noqa: E402
 from benchmarks.common import cpu_model  # noqa: E402
-from sktensor_fast.formats import FORMATS  # noqa: E402
+from sktensor_fast.backends import FORMATS  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "flights-routes" / "tensor.tns.gz"
 

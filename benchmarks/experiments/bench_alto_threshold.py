@@ -23,8 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import sktensor_fast  # noqa: E402
 from sktensor_fast import SparseTensor  # noqa: E402
-from sktensor_fast.formats import CooFormat  # noqa: E402
-from sktensor_fast.formats.alto import AltoFormat  # noqa: E402
+from sktensor_fast.backends.cpu.formats import CooFormat  # noqa: E402
+from sktensor_fast.backends.cpu.formats.alto import AltoFormat  # noqa: E402
 from sktensor_fast.backends.cpu import _alto  # noqa: E402
 from benchmarks.common import best_of, cpu_model, write_report  # noqa: E402
 from benchmarks.synth import zipf_indices  # noqa: E402

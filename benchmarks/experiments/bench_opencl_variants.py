@@ -75,8 +75,7 @@ def main(argv=None):
                 src = src.replace(*edit)
             return src
         be._source = source
-        be._knls.clear()
-        be._progs.clear()
+        be.programs.clear()
         for g, vec in [(g, v) for v in args.vecs for g in args.groups]:
             be.group_size, be.vec = g, vec
             res = [best_ms(lambda: be.mttkrp(T, dfac, 0, out=out)),
@@ -84,8 +83,7 @@ def main(argv=None):
             print(f"{name:10s} vec {vec} group {g:4d}: MTTKRP {res[0]:7.3f}  Φ {res[1]:7.3f}",
                   flush=True)
     be._source = original
-    be._knls.clear()
-    be._progs.clear()
+    be.programs.clear()
 
 
     be.group_size, be.vec = 256, 4

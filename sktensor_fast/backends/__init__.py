@@ -12,10 +12,10 @@ OpenCL backends take their kernel settings from :class:`~.options.OpenCLOptions`
 """
 import re
 
-from .base import Backend
+from .base import FORMATS, Backend
 from .options import OpenCLOptions, as_options, resolve_options
 
-__all__ = ["Backend", "OpenCLOptions", "get_backend", "parse_device", "list_devices"]
+__all__ = ["Backend", "FORMATS", "OpenCLOptions", "get_backend", "parse_device", "list_devices"]
 
 _DEVICE_RE = re.compile(r"^opencl:(\d+):(\d+)$")
 
@@ -120,7 +120,7 @@ def list_devices(check=True):
         for d, dev in enumerate(devices):
             error = None
             if check:
-                from .opencl.backend import probe_device
+                from .opencl.device import probe_device
                 error = probe_device(dev)
             out.append({"device": f"opencl:{p}:{d}", "platform": plat.name, "name": dev.name,
                         "type": cl.device_type.to_string(dev.type),

@@ -26,9 +26,8 @@ from sklearn.utils._param_validation import (Integral, Interval, InvalidParamete
 from sklearn.utils.validation import check_is_fitted
 
 from .._prepared import prepared
-from ..backends import get_backend, parse_device
+from ..backends import FORMATS, get_backend, parse_device
 from ..backends.options import OpenCLOptions, as_options
-from ..formats import FORMATS
 from ..kruskal import KruskalTensor
 from ..tensor import as_sparse_tensor
 from ._init import initialize_factors

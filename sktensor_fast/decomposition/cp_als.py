@@ -122,7 +122,7 @@ class CPALS(BaseCP):
     format : {"auto", "coo", "alto"}, default="auto"
         Storage format of the tensor for the kernels: COO with per-mode permutations, or ALTO
         (one bit-interleaved linear index per nonzero; needs Σ⌈log₂ I_n⌉ ≤ 128).  ``"auto"``
-        picks ALTO for large tensors it fits (see :func:`sktensor_fast.formats.build_format`).
+        picks ALTO for large tensors it fits (see :func:`sktensor_fast.backends.cpu.formats.build_format`).
     verbose : int, default=0
         Print progress (iteration, fit, change, time) to stderr.
     max_time : float or None, default=None

@@ -44,7 +44,7 @@ import math
 
 from scipy.optimize import minimize
 
-from ..backends.base import _real
+from ..backends.checks import check_real
 from ..backends.gcp_plan import UPDATE_RULES
 
 __all__ = ["StochasticOptimizer", "SGD", "Adagrad", "Adam", "LBFGSB", "OPTIMIZERS",
@@ -88,8 +88,8 @@ class StochasticOptimizer:
 
     def __init__(self, learning_rate=2e-3, decay=0.1):
         # kept as given (checked), so that the rate is computed from the user's numbers
-        _real(learning_rate, "learning_rate", 0.0, strict=True)
-        if not 0 < _real(decay, "decay") <= 1:
+        check_real(learning_rate, "learning_rate", 0.0, strict=True)
+        if not 0 < check_real(decay, "decay") <= 1:
             raise ValueError(f"decay must be in (0, 1], got {decay!r}")
         self.learning_rate = learning_rate
         self.decay = decay
@@ -195,7 +195,7 @@ class Adagrad(StochasticOptimizer):
 
     def __init__(self, learning_rate=2e-3, decay=0.1, epsilon=1e-8):
         super().__init__(learning_rate, decay)
-        self.epsilon = _real(epsilon, "epsilon", 0.0, strict=True)
+        self.epsilon = check_real(epsilon, "epsilon", 0.0, strict=True)
 
     def _hyperparameters(self):
         return dict(super()._hyperparameters(), epsilon=self.epsilon)
@@ -227,12 +227,12 @@ class Adam(StochasticOptimizer):
 
     def __init__(self, learning_rate=2e-3, decay=0.1, beta1=0.9, beta2=0.999, epsilon=1e-8):
         super().__init__(learning_rate, decay)
-        self.beta1 = _real(beta1, "beta1", 0.0)
-        self.beta2 = _real(beta2, "beta2", 0.0)
+        self.beta1 = check_real(beta1, "beta1", 0.0)
+        self.beta2 = check_real(beta2, "beta2", 0.0)
         for name, b in (("beta1", self.beta1), ("beta2", self.beta2)):
             if b >= 1:
                 raise ValueError(f"{name} must be < 1, got {b!r}")
-        self.epsilon = _real(epsilon, "epsilon", 0.0, strict=True)
+        self.epsilon = check_real(epsilon, "epsilon", 0.0, strict=True)
 
     def _hyperparameters(self):
         return dict(super()._hyperparameters(), beta1=self.beta1, beta2=self.beta2,
@@ -266,7 +266,7 @@ class LBFGSB:
 
     def __init__(self, max_iter=1000, tol=1e-4):
         self.max_iter = int(max_iter)
-        self.tol = _real(tol, "tol", 0.0)
+        self.tol = check_real(tol, "tol", 0.0)
 
     def __repr__(self):
         return f"LBFGSB(max_iter={self.max_iter!r}, tol={self.tol!r})"

@@ -62,7 +62,7 @@ def _local_device(Xd, device):
         from ..backends import list_devices
         gpus = [d for d in list_devices() if "GPU" in d["type"].upper()]
         if not gpus:
-            from ..backends.opencl.backend import NoDeviceError
+            from ..backends.opencl.device import NoDeviceError
             raise NoDeviceError("device='gpu': PyOpenCL sees no GPU on this host")
         return gpus[Xd._local_rank() % len(gpus)]["device"]
     return device

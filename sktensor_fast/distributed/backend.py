@@ -19,8 +19,10 @@ answer:
   partial sums in rank order, so all processes get the same bits; maxima and counts are
   exact.
 
-The process's own backend does the arithmetic (``local``); attributes this class does not
-define are looked up there.
+The process's own backend does the arithmetic (``local``).  The algorithms see only the
+kernel interface of :mod:`sktensor_fast.backends.base` (with ``backend.apr`` and
+``backend.gcp``), which this class implements method by method; nothing else of the local
+backend shows through.
 """
 import zlib
 
@@ -68,7 +70,7 @@ class PreparedDistributed:
         self.dtype = Xd.dtype
         self.norm_sq = Xd.norm_sq
         self.layouts = [_Layout(b, Xd.rank) for b in Xd.bounds]
-        if format == "auto" and "coo" in getattr(local_backend, "formats", ()):
+        if format == "auto" and "coo" in local_backend.formats:
             format = "coo"
         self.local = []
         for n, t in enumerate(Xd.local):
@@ -164,7 +166,7 @@ class DistributedBackend(Backend):
     def __init__(self, local, channel):
         self.local = local
         self.channel = channel
-        self.host = getattr(local, "name", "") == "cpu"
+        self.host = local.name == "cpu"
 
     @classmethod
     def wrap(cls, local, Xd):
@@ -173,25 +175,6 @@ class DistributedBackend(Backend):
         if key not in cache:
             cache[key] = (local, cls(local, Xd._chan))
         return cache[key][1]
-
-    def __getattr__(self, attr):
-        # only called for attributes not defined here: look them up on the local backend;
-        # a method gets every DArray argument as the whole local array (it runs the same on
-        # every process) and may not be given a prepared distributed tensor
-        if attr.startswith("__") or attr in ("local", "channel", "host"):
-            raise AttributeError(attr)
-        value = getattr(self.local, attr)
-        if not callable(value):
-            return value
-
-        def forwarded(*args, **kwargs):
-            conv = [self._full(a) if isinstance(a, DArray) else a for a in args]
-            kw = {k: self._full(v) if isinstance(v, DArray) else v for k, v in kwargs.items()}
-            if any(isinstance(a, PreparedDistributed) for a in list(conv) + list(kw.values())):
-                raise NotImplementedError(f"the distributed backend does not implement "
-                                          f"{attr!r} on a distributed tensor")
-            return value(*conv, **kw)
-        return forwarded
 
     # ------------------------------------------------------------------ array states
     def _new(self, shape, dtype, full=None, part=None, layout=None):

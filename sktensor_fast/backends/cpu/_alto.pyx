@@ -2,7 +2,7 @@
 # cython: initializedcheck=False
 """Compiled CPU kernels over the ALTO format (Cython, OpenMP).
 
-See :mod:`sktensor_fast.formats.alto` for the layout.  A nonzero is stored as one linear index
+See :mod:`sktensor_fast.backends.cpu.formats.alto` for the layout.  A nonzero is stored as one linear index
 (one or two 64-bit words) whose bits interleave the bits of its coordinates, plus its value; the
 nonzeros are sorted by that index and cut into partitions of equal nonzero counts.
 

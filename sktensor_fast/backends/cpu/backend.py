@@ -4,11 +4,14 @@ import sys
 
 import numpy as np
 
-from ..base import AprKernels, Backend
+from ..apr_kernels import AprKernels
+from ..base import Backend
 from ..._threads import (MAX_THREADS_PER_CPU, get_num_threads, load_adapted,  # noqa: F401
                          max_threads,
                          num_threads, set_num_threads)
-from ...formats.coo import useful_threads
+from .formats import build_format
+from .formats.alto import MAX_BITS as ALTO_MAX_BITS  # noqa: F401 - reported by show_config
+from .formats.coo import useful_threads
 
 try:
     from . import _dense, _kernels
@@ -102,7 +105,7 @@ class CpuBackend(Backend):
             yield
 
     # ------------------------------------------------------------------ data placement
-    #: COO with per-mode orders, or ALTO (see :func:`sktensor_fast.formats.build_format`)
+    #: COO with per-mode orders, or ALTO (see :func:`.formats.build_format`)
     formats = ("auto", "coo", "alto")
 
     def storage_format(self, format="auto", needs=()):
@@ -115,7 +118,6 @@ class CpuBackend(Backend):
         return format
 
     def prepare(self, X, format="auto"):
-        from ...formats import build_format
         return build_format(X, format)
 
     def asarray(self, a, dtype=None):

@@ -17,7 +17,7 @@ ones here, before a kernel runs.  ``backend.apr`` of :class:`OpenCLBackend` dele
 
 import numpy as np
 
-from .tensor import OpenCLTensor
+from .tensor import DeviceTensor, OpenCLTensor
 
 __all__ = ["row_solve", "mu_rows", "MAX_RANK", "METHODS"]
 
@@ -37,36 +37,21 @@ _RED_WG = 256
 _LAUNCH_WG = 64
 
 
-def _real(backend):
+def _real_dtype(backend):
+    """The dtype of the row solvers' arithmetic: float64 where the device has it."""
     return np.float64 if backend.fp64 else np.float32
 
 
-def _program(backend, dtype, nmodes):
-    """The compiled cpapr_rows.cl for the data type and number of modes (None: only the
-    mode-independent kernels), cached on the backend."""
-    cache = backend.__dict__.setdefault("_apr_rows_progs", {})
-    key = (np.dtype(dtype).str, nmodes)
-    prog = cache.get(key)
-    if prog is None:
+def _kernel(backend, dtype, nmodes, name):
+    """Kernel ``name`` of cpapr_rows.cl for the data type and number of modes (None: only the
+    mode-independent kernels), from the backend's program cache."""
+    def source():
         extra = ["#define REAL_T double", "#define REAL_FP64 1"] if backend.fp64 else \
             ["#define REAL_T float"]
-        src = backend._header(dtype, nmodes, extra=extra) + backend._source("cpapr_rows.cl")
-        options = [] if backend.fp64 else ["-cl-single-precision-constant"]
-        from .program import build_program
-        prog = build_program(backend.ctx, src, options, what="the CP-APR row solvers")
-        cache[key] = prog
-    return prog
-
-
-def _kernel(backend, dtype, nmodes, name):
-    """Kernel ``name`` of :func:`_program`, cached (a retrieval creates a new kernel object)."""
-    cache = backend.__dict__.setdefault("_apr_rows_knls", {})
-    key = (np.dtype(dtype).str, nmodes, name)
-    knl = cache.get(key)
-    if knl is None:
-        knl = backend.cl.Kernel(_program(backend, dtype, nmodes), name)
-        cache[key] = knl
-    return knl
+        return backend._header(dtype, nmodes, extra=extra) + backend._source("cpapr_rows.cl")
+    options = [] if backend.fp64 else ["-cl-single-precision-constant"]
+    return backend.kernel(("cpapr_rows", np.dtype(dtype).str, nmodes), name, source, options,
+                          what="the CP-APR row solvers")
 
 
 def _launch(backend, knl, n, *args):
@@ -135,8 +120,8 @@ def _reduce(backend, dtype, nmodes, n, use_kkt, kkt, inner, changed):
 
 # ---------------------------------------------------------------------- argument checks
 def _check_tensor(backend, T):
-    if getattr(T, "streamed", False):
-        T._unsupported("CPAPR's Newton row solvers (pdnr, pqnr)")
+    if isinstance(T, DeviceTensor):
+        T.require_resident("CPAPR's Newton row solvers (pdnr, pqnr)")
     if not isinstance(T, OpenCLTensor):
         raise TypeError(f"the OpenCL CP-APR row solver needs a tensor prepared by this backend "
                         f"(backend.prepare(X)), got {type(T).__name__}")
@@ -183,7 +168,7 @@ def row_solve(backend, T, factors, mode, B, method, params):
     work = _device_array(backend, B, dtype, "B")
     facs = [work if k == mode else _device_array(backend, f, dtype, f"factor {k}")
             for k, f in enumerate(factors)]
-    real = _real(backend)
+    real = _real_dtype(backend)
     rsize = np.dtype(real).itemsize
     mem = p["lbfgs_mem"]
     pdnr = METHODS[method] == 0

@@ -37,7 +37,7 @@ from .. import gcp_plan
 from ..base import GcpKernels
 from ..gcp_dense import full_loss_grad as _host_full_loss_grad
 from ..gcp_plan import GcpState, bucket_layout, check_loss, loss_code, sampler_plan
-from .tensor import OpenCLTensor
+from .tensor import DeviceTensor, OpenCLTensor
 
 __all__ = ["OpenCLGcpKernels", "OpenCLGcpState", "step_key", "setup", "sampled_gradient",
            "loss_estimate", "full_loss_grad", "optimizer_update", "draw"]
@@ -62,8 +62,8 @@ def step_key(seed, step):
 
 # ------------------------------------------------------------------ device-side checks
 def _check_tensor(be, T):
-    if getattr(T, "streamed", False):
-        T._unsupported("GCP")
+    if isinstance(T, DeviceTensor):
+        T.require_resident("GCP")
     if not isinstance(T, OpenCLTensor):
         raise TypeError(f"expected a tensor prepared by this OpenCL backend "
                         f"(backend.prepare(X)), got {type(T).__name__}")
@@ -112,24 +112,14 @@ def _factors(be, T, factors, weights):
 
 # ------------------------------------------------------------------ programs
 def _kernel(be, dtype, N, name):
-    key = ("gcp", np.dtype(dtype).str, N, name)
-    knl = be._knls.get(key)
-    if knl is None:
-        pkey = ("gcp", np.dtype(dtype).str, N)
-        prog = be._progs.get(pkey)
-        if prog is None:
-            params = ", ".join(f"__global VAL_T* G{k}" for k in range(N))
-            names = ", ".join(f"G{k}" for k in range(N))
-            extra = [f"#define GRAD_PARAMS {params}",
-                     f"#define GRAD_ARRAY __global VAL_T* G[NMODES] = {{{names}}};"]
-            src = be._header(dtype, N, extra=extra) + be._source("gcp.cl")
-            opts = [] if np.dtype(dtype) == np.float64 else ["-cl-single-precision-constant"]
-            from .program import build_program
-            prog = build_program(be.ctx, src, opts, what="the GCP kernels")
-            be._progs[pkey] = prog
-        knl = be.cl.Kernel(prog, name)
-        be._knls[key] = knl
-    return knl
+    def source():
+        params = ", ".join(f"__global VAL_T* G{k}" for k in range(N))
+        names = ", ".join(f"G{k}" for k in range(N))
+        extra = [f"#define GRAD_PARAMS {params}",
+                 f"#define GRAD_ARRAY __global VAL_T* G[NMODES] = {{{names}}};"]
+        return be._header(dtype, N, extra=extra) + be._source("gcp.cl")
+    opts = [] if np.dtype(dtype) == np.float64 else ["-cl-single-precision-constant"]
+    return be.kernel(("gcp", np.dtype(dtype).str, N), name, source, opts, what="the GCP kernels")
 
 
 def _buf(be, a):

@@ -1,16 +1,22 @@
 """Building OpenCL programs: compiler output hidden unless asked for, failures as clear errors.
 
 Every OpenCL program of the package (the backend's kernels, the CP-APR row solvers, the GCP
-kernels, the device probe) is built through :func:`build_program`.
+kernels, the radix sort, the device probe) is built through :func:`build_program`, and every
+program a backend runs is kept in its :class:`ProgramCache` (``backend.kernel(...)``), built
+on first use.  :func:`header` writes the ``#define`` lines that set a kernel file's data types
+and number of modes.
 """
 import logging
 import os
 import re
 import warnings
 
+import numpy as np
+
 from ._cl import import_cl
 
-__all__ = ["build_program", "kernel_source", "KernelBuildError", "WHAT_TO_DO", "logger"]
+__all__ = ["build_program", "kernel_source", "header", "ProgramCache", "KernelBuildError",
+           "WHAT_TO_DO", "logger"]
 
 #: the OpenCL sources of the package
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
@@ -159,3 +165,65 @@ def build_program(ctx, src, options=(), what="kernels"):
                 logger.debug("OpenCL compiler output for %s on %s:\n%s", what,
                              _device_label(dev), log.strip())
     return prog
+
+
+def header(dtype, nmodes=None, idx="int", extra=()):
+    """The ``#define`` lines that precede a kernel file: ``VAL_T`` (and ``USE_FP64``) for
+    ``dtype``, ``IDX_T``, and for a kernel over the factors of ``nmodes`` modes ``NMODES``,
+    ``FACTOR_PARAMS`` and ``FACTOR_ARRAY``; then the lines of ``extra``."""
+    lines = []
+    if np.dtype(dtype) == np.float64:
+        lines += ["#define USE_FP64 1", "#define VAL_T double"]
+    else:
+        lines += ["#define VAL_T float"]
+    lines.append(f"#define IDX_T {idx}")
+    if nmodes is not None:
+        lines.append(f"#define NMODES {nmodes}")
+        params = ", ".join(f"__global const VAL_T* F{k}" for k in range(nmodes))
+        names = ", ".join(f"F{k}" for k in range(nmodes))
+        lines.append(f"#define FACTOR_PARAMS {params}")
+        lines.append(f"#define FACTOR_ARRAY __global const VAL_T* F[NMODES] = {{{names}}};")
+    lines += list(extra)
+    return "\n".join(lines) + "\n"
+
+
+class ProgramCache:
+    """The compiled programs and kernels of one OpenCL context, each built on first use.
+
+    A program is named by a key: a tuple whose first entry names the kernel file (``"cp"``,
+    ``"dense"``, ``"cpapr_rows"``, ``"gcp"``, ``"sort"``) and whose others are the settings its
+    source is built with.  Its source is given as a callable, called only when the program is
+    built.  A kernel object is made once per program and kernel name (retrieving a kernel from
+    a program makes a new object each time, and a launch sets its arguments on the object).
+
+    Parameters
+    ----------
+    ctx : pyopencl.Context
+        The context whose devices build the programs.
+    """
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._programs = {}
+        self._kernels = {}
+
+    def program(self, key, source, options=(), what="kernels"):
+        """The program named ``key``, built from ``source()`` with build ``options`` on first
+        use (``what`` names it in a build error)."""
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self._programs[key] = build_program(self.ctx, source(), options, what)
+        return prog
+
+    def kernel(self, key, name, source, options=(), what="kernels"):
+        """Kernel ``name`` of the program named ``key`` (see :meth:`program`)."""
+        knl = self._kernels.get((key, name))
+        if knl is None:
+            knl = import_cl().Kernel(self.program(key, source, options, what), name)
+            self._kernels[(key, name)] = knl
+        return knl
+
+    def clear(self):
+        """Forget every program and kernel (the next use builds them again)."""
+        self._programs.clear()
+        self._kernels.clear()

@@ -86,19 +86,16 @@ def usable(backend, shape, max_bits=None):
 
 
 def _program(backend, bits, wg, per_item):
-    cache = backend.__dict__.setdefault("_sort_progs", {})
-    key = (bits, wg, per_item)
-    got = cache.get(key)
-    if got is None:
-        from .program import build_program, kernel_source
-        src = (f"#define RADIX_BITS {bits}\n#define WG {wg}\n#define PER_ITEM {per_item}\n"
-               + kernel_source("sort.cl"))
-        prog = build_program(backend.ctx, src, what="the radix sort (sort.cl)")
-        cl = backend.cl
-        got = cache[key] = {name: cl.Kernel(prog, name) for name in
-                            ("radix_count", "scan_blocks", "scan_add", "radix_scatter",
-                             "order_iota")}
-    return got
+    """The kernels of sort.cl for the digit width, work-group size and items per work-item,
+    by name, from the backend's program cache."""
+    def source():
+        from .program import kernel_source
+        return (f"#define RADIX_BITS {bits}\n#define WG {wg}\n#define PER_ITEM {per_item}\n"
+                + kernel_source("sort.cl"))
+    return {name: backend.kernel(("sort", bits, wg, per_item), name, source,
+                                 what="the radix sort (sort.cl)")
+            for name in ("radix_count", "scan_blocks", "scan_add", "radix_scatter",
+                         "order_iota")}
 
 
 def _enqueue_scan(cl, q, knl, data, n, tile, wg, scratch, wait_for):

@@ -40,7 +40,7 @@ import os
 import numpy as np
 
 from ... import _threads
-from .tensor import describe, host_orders, import_cl, narrow_subs
+from .tensor import DeviceTensor, describe, host_orders, import_cl, narrow_subs
 
 __all__ = ["StreamedTensor", "ENV_MAX_TENSOR_BYTES", "parse_max_bytes", "resident_bytes",
            "plan_streaming"]
@@ -129,12 +129,13 @@ class _Rows:
         return self.arr
 
 
-class _BlockView:
+class _BlockView(DeviceTensor):
     """One uploaded block presented as a tensor of ``T``'s shape whose nonzeros are the
     block's (what the backend's MTTKRP / Φ / model-value kernels read; they write only the
     rows ``r0:r1`` the block holds)."""
 
     def __init__(self, T, blk, slot, nnz):
+        self.backend = T.backend
         self.shape = T.shape
         self.ndim = T.ndim
         self.nnz = nnz
@@ -188,7 +189,7 @@ def _interleave_positions(n, chunk):
     return (j % chunk) * nchunks + j // chunk, nchunks * chunk
 
 
-class StreamedTensor:
+class StreamedTensor(DeviceTensor):
     """A sparse tensor kept on the host and streamed through an OpenCL device in blocks.
 
     Built by ``OpenCLBackend.prepare`` when the resident copies would need more than the
@@ -335,7 +336,7 @@ class StreamedTensor:
     def host_nbytes(self):
         return sum(b.subs.nbytes + b.vals.nbytes for bl in self.blocks for b in bl)
 
-    def _unsupported(self, what):
+    def require_resident(self, what):
         raise NotImplementedError(
             f"{what} on a tensor streamed through the OpenCL device (its resident copies need "
             f"more than max_tensor_bytes={self.cap}): streaming serves CPALS and CPAPR with "
@@ -344,18 +345,18 @@ class StreamedTensor:
 
     @property
     def subs(self):
-        self._unsupported("reading the nonzeros by mode (CPAPR's Newton solvers, GCP)")
+        self.require_resident("reading the nonzeros by mode (CPAPR's Newton solvers, GCP)")
 
     @property
     def vals(self):
-        self._unsupported("reading the nonzeros by mode (CPAPR's Newton solvers, GCP)")
+        self.require_resident("reading the nonzeros by mode (CPAPR's Newton solvers, GCP)")
 
     @property
     def orders(self):
-        self._unsupported("reading the nonzeros by mode (CPAPR's Newton solvers, GCP)")
+        self.require_resident("reading the nonzeros by mode (CPAPR's Newton solvers, GCP)")
 
     def interleaved_copy(self, mode, chunk):
-        self._unsupported("a resident copy of the nonzeros")
+        self.require_resident("a resident copy of the nonzeros")
 
     sorted_copy = interleaved_copy
 
@@ -467,7 +468,7 @@ class StreamedTensor:
         if R == 0:
             return out
         Bd = None if B is None else be.asarray(B, dtype=self.dtype)
-        add = be._kernel(self.dtype, None, False, "add_into")
+        add = be.dense_kernel(self.dtype, "add_into")
         for blk, view in self._stream(mode):
             # the kernels write the rows of the block's nonzeros straight into ``out``; a row
             # the block shares with the one before gets that block's partial sum added back

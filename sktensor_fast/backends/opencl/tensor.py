@@ -27,7 +27,7 @@ from ..._native import _construct, _hostcopy
 from ..._prepared import value_stats
 from ._cl import INSTALL_HINT, import_cl
 
-__all__ = ["OpenCLTensor", "Staging", "import_cl", "host_orders", "describe", "narrow_subs",
+__all__ = ["DeviceTensor", "OpenCLTensor", "Staging", "import_cl", "host_orders", "describe", "narrow_subs",
            "upload_queue", "staging"]
 
 #: Counting sorts keep one count per key and block: at most this many counts in all.
@@ -212,7 +212,40 @@ class _ModeCopies:
         return self._T.ndim
 
 
-class OpenCLTensor:
+class DeviceTensor:
+    """What the OpenCL backend's kernels run over: a tensor resident on the device
+    (:class:`OpenCLTensor`) or one streamed through it in blocks
+    (:class:`~.streamed.StreamedTensor`).
+
+    The backend's MTTKRP / Φ, model values and Poisson data term call the methods below: a
+    resident tensor runs the backend's kernels over all its nonzeros at once, a streamed one
+    runs them block by block.  Kernels that read the nonzeros in other ways (CP-APR's row
+    solvers, GCP) call :meth:`require_resident` first.  Set by :func:`describe`: ``backend``,
+    ``shape``, ``ndim``, ``nnz``, ``dtype``, ``idx_dtype``, ``norm_sq``.
+    """
+
+    #: whether the nonzeros stay on the host and pass through the device in blocks
+    streamed = False
+
+    def require_resident(self, what):
+        """Raise ``NotImplementedError`` naming ``what`` when it cannot run on this tensor
+        (one streamed through the device); nothing on a resident tensor."""
+
+    def accumulate(self, factors, mode, B, eps, out):
+        """MTTKRP (``B`` None) or Φ of ``mode`` into ``out`` (None: a new array); ``factors``
+        and ``B`` device arrays of the tensor's dtype, checked by the backend."""
+        return self.backend._launch_accumulate(self, factors, mode, B, eps, out)
+
+    def model_values(self, weights, factors):
+        """The model's values at the nonzeros, in the order of ``subs[0]``."""
+        return self.backend._launch_model_values(self, weights, factors)
+
+    def poisson_data_term(self, weights, factors, eps=0.0):
+        """Σ x log(max(m, eps)) over the nonzeros."""
+        return self.backend._launch_poisson_data_term(self, weights, factors, eps)
+
+
+class OpenCLTensor(DeviceTensor):
     """A sparse tensor uploaded to an OpenCL device.
 
     Attributes
@@ -359,7 +392,7 @@ class OpenCLTensor:
                 f"chunk-interleaved copies") from exc
         if self.nnz:
             order = self.orders[mode]
-            knl = be._kernel(self.dtype, None, False, "gather_interleave")
+            knl = be.dense_kernel(self.dtype, "gather_interleave")
             knl(q, (self.nnz,), None, np.int64(self.nnz), np.int64(nchunks), np.int32(chunk),
                 np.int32(self.ndim), np.int32(order is not None),
                 (order if order is not None else self._subs0).data, self._subs0.data,

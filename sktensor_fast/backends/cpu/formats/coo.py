@@ -7,12 +7,12 @@ accumulate each row's run privately.  Mode 0 needs no permutation because
 """
 import numpy as np
 
-from .._native import _construct
-from .._threads import get_num_threads
-from ..backends.gcp_plan import linear_index
+from ...._native import _construct
+from ...._threads import get_num_threads
+from ...gcp_plan import linear_index
 
 try:
-    from ..backends.cpu import _kernels
+    from .. import _kernels
 except ImportError:  # pragma: no cover - not built: CpuBackend() says so
     _kernels = None
 

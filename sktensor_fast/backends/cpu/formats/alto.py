@@ -55,7 +55,7 @@ when its buffers would hold more than ``MAX_BUFFER_ROWS_PER_NNZ`` · nnz rows (m
 Choosing ALTO (``format="auto"``)
 ---------------------------------
 ``build_format(X, "auto")`` uses ALTO when the index fits in 128 bits and ``X`` has at least
-``AUTO_ALTO_MIN_NNZ`` = 100 000 nonzeros (``sktensor_fast.formats``): on FROSTT-shaped tensors
+``AUTO_ALTO_MIN_NNZ`` = 100 000 nonzeros (:mod:`sktensor_fast.backends.cpu.formats`): on FROSTT-shaped tensors
 an MTTKRP sweep over all modes is 2.6–4.4× faster than with COO and building ALTO costs about
 one such sweep (``doc/guide/tuning.rst``, "ALTO from 100,000 nonzeros").
 
@@ -70,11 +70,11 @@ built only when such a kernel asks for them, through a COO view sharing ``subs``
 """
 import numpy as np
 
-from .._threads import get_num_threads
+from ...._threads import get_num_threads
 from .coo import CooFormat, useful_threads
 
 try:
-    from ..backends.cpu import _alto
+    from .. import _alto
 except ImportError:  # pragma: no cover - not built: CpuBackend() says so
     _alto = None
 
@@ -239,7 +239,7 @@ class AltoFormat:
     --------
     >>> import numpy as np
     >>> from sktensor_fast import SparseTensor
-    >>> from sktensor_fast.formats import AltoFormat
+    >>> from sktensor_fast.backends.cpu.formats import AltoFormat
     >>> X = SparseTensor([[0, 1, 2], [3, 0, 1]], [1.0, 2.0], shape=(4, 2, 3))
     >>> T = AltoFormat(X)
     >>> T.bits, T.words
@@ -326,7 +326,7 @@ class AltoFormat:
 
     def threads_for(self, num_threads):
         """Threads worth running for one call: at most one per partition and one per
-        ``MIN_NNZ_PER_THREAD`` nonzeros (see :func:`~sktensor_fast.formats.coo.useful_threads`)."""
+        ``MIN_NNZ_PER_THREAD`` nonzeros (see :func:`.coo.useful_threads`)."""
         return max(1, min(useful_threads(self.nnz, num_threads), self.n_partitions))
 
     def shared_rows(self, mode):
@@ -342,7 +342,6 @@ class AltoFormat:
         owns the row), ``rows`` (the shared rows of every partition, sorted per partition) and
         ``roff`` (partition offsets into ``rows``)."""
         if mode not in self._plans:
-            from ..backends.cpu import get_num_threads
             self._plans[mode] = self.codec.compact_plan(
                 self.lin, self.parts, int(mode), self.shared_rows(mode),
                 int(self.mode_bits[mode]), self.threads_for(get_num_threads()))

@@ -1,0 +1,227 @@
+"""The OpenCL backend's sparse kernels (kernels/cp.cl): MTTKRP, Φ and the model values.
+
+:class:`SparseKernels` is a part of :class:`~.backend.OpenCLBackend`: it chooses the launch
+geometry of cp.cl's kernels (lanes per nonzero, columns per lane, work-group sizes, 32-bit
+offsets where they fit), launches them over a device tensor's copies, and folds the partial
+sums of rows cut between chunks of nonzeros (the boundary list) into the output.  A
+:class:`~.tensor.DeviceTensor` decides how a call runs over it: a resident tensor comes back
+here once (``_launch_*``), a streamed one once per block.
+"""
+import numpy as np
+
+__all__ = ["SparseKernels", "CP_CL"]
+
+#: the kernel file of MTTKRP, Φ and the model values
+CP_CL = "cp.cl"
+
+
+class SparseKernels:
+    """Sparse kernels of the OpenCL backend (mixed into :class:`~.backend.OpenCLBackend`,
+    whose device, settings, ``kernel`` and dense steps they use)."""
+
+    #: columns per lane of the MTTKRP / Φ kernel (kernels/cp.cl): one vector load of VEC
+    #: entries per factor row and lane; the largest of 8, 4, 2, 1 that divides the rank and is
+    #: at most this.  Fastest on an H200 at R = 16 (doc/guide/tuning.rst, "OpenCL columns per
+    #: lane"): 4 for both kernels
+    #: over the chunk-interleaved copies ("lanes"), 2 for the fp64 MTTKRP over the mode-sorted
+    #: ones ("lanes-sorted").  The environment variable SKTENSOR_FAST_OCL_VEC (or the attribute
+    #: ``vec``) sets all.
+    VEC = {"mttkrp": 4, "mttkrp_fp32": 4, "phi": 4, "mttkrp_sorted": 2}
+
+    #: Experimental switches of the lanes MTTKRP / Φ kernel, not options: no default turns
+    #: them off, and only the benchmarks do (``benchmarks/bench_opencl.py --off32s 0 1
+    #: --prefetches 0 1`` sets these attributes on a backend).  ``off32``: 32-bit offsets where
+    #: every offset fits (64-bit ones otherwise, as they must be); ``prefetch``: the next
+    #: nonzero's coordinates loaded one step ahead.  On an H200 at R = 16, fp64, interleaved
+    #: copies, chunk 256 (ms per mode; doc/guide/tuning.rst, "32-bit offsets"): neither 2.03 / 3.00, off32 only
+    #: 2.45 / 2.64, prefetch only 2.07-2.26 / 2.75, both 1.86-1.88 / 2.51-2.54 (MTTKRP / Φ).
+    off32 = True
+    prefetch = True
+
+    #: work-items per work-group of the lanes MTTKRP / Φ kernel (RP lanes x LG chunks); on an
+    #: H200 at R = 16, 64 and 128 were 7% faster than 256-1024 (doc/guide/tuning.rst, "OpenCL
+    #: work-group size")
+    group_size = 128
+
+    #: largest rank that the wide kernel serves (its registers hold 2-3 rows per work-item)
+    WIDE_MAX_RANK = 16
+
+    #: entries of the boundary list per work-item at the reduction levels
+    LEVEL_CHUNK = 16
+
+    def cp_kernel(self, dtype, nmodes, name, phi=False, vec=1, rank=None, interleaved=False,
+                  off32=False, prefetch=False):
+        """Kernel ``name`` of cp.cl for ``nmodes`` factors of ``dtype``, from the backend's
+        program cache.  ``phi``: the Φ variant (False: MTTKRP; ``"local"``, ``"shuffle"`` or
+        ``"wide"``); ``vec`` columns per lane in accumulate (per vector in accumulate_wide,
+        which needs the compile-time ``rank``); ``interleaved``: accumulate reads the
+        chunk-interleaved copy; ``off32``: accumulate's offsets fit in int; ``prefetch``:
+        accumulate loads a step's coordinates during the step before."""
+        def source():
+            extra = []
+            if phi:
+                extra.append("#define PHI 1")
+            if phi == "shuffle":
+                extra.append("#define PHI_SHUFFLE_NV 1")
+            if vec > 1:
+                vt = "double" if np.dtype(dtype) == np.float64 else "float"
+                extra += [f"#define VEC {vec}", f"#define VEC_T {vt}{vec}"]
+            if rank is not None:
+                extra.append(f"#define RANK {rank}")
+            if interleaved:
+                extra.append("#define INTERLEAVED 1")
+            if off32:
+                extra.append("#define OFF_T int")
+            if prefetch:
+                extra.append("#define PREFETCH 1")
+            return self._header(dtype, nmodes, extra=extra) + self._source(CP_CL)
+        key = ("cp", np.dtype(dtype).str, nmodes, phi, vec, rank, interleaved, off32, prefetch)
+        return self.kernel(key, name, source, what=f"{CP_CL} (for {name})")
+
+    # ------------------------------------------------------------------ what the backend calls
+    def _mttkrp(self, T, factors, mode, out):
+        return T.accumulate(factors, mode, None, 0.0, out)
+
+    def _phi(self, T, factors, mode, B, eps, out):
+        return T.accumulate(factors, mode, B, eps, out)
+
+    def _model_values(self, T, weights, factors):
+        return T.model_values(weights, factors)
+
+    def _poisson_data_term(self, T, weights, factors, eps):
+        return T.poisson_data_term(weights, factors, eps)
+
+    # ------------------------------------------------------------------ launches
+    def _launch_accumulate(self, T, factors, mode, B, eps, out, zero=True):
+        """MTTKRP (``B`` None) or Φ of ``mode`` into ``out``; the kernels write the rows of
+        ``T``'s nonzeros only, the others are zeroed first unless ``zero`` is False."""
+        facs = [self.asarray(f, dtype=T.dtype) for f in factors]
+        R = int(facs[0].shape[1])
+        I = T.shape[mode]
+        if out is None:
+            out = self.zeros((I, R), T.dtype)
+        elif zero:
+            self.fill_zero(out)
+        if T.nnz == 0 or R == 0:
+            return out
+        RP = 1                      # lanes per row in the boundary reduction: one per column
+        while RP < R:
+            RP *= 2
+        RP = min(RP, self.max_wg)
+        if RP < R:
+            raise ValueError(f"rank {R} exceeds the device's work-group size {self.max_wg}")
+        if self.layout == "wide" and R <= self.WIDE_MAX_RANK:
+            return self._launch_wide(T, facs, mode, B, eps, out, R, RP)
+        kind = "phi" if B is not None else (
+            "mttkrp_fp32" if np.dtype(T.dtype) == np.float32 else "mttkrp")
+        sorted_kind = kind + "_sorted"
+        vec = self.vec or self.VEC[sorted_kind if self.layout == "lanes-sorted"
+                                   and sorted_kind in self.VEC else kind]
+        while R % vec:
+            vec //= 2
+        RV = 1                      # lanes per nonzero in the kernel: vec columns each
+        while RV < R // vec:
+            RV *= 2
+        variant = False
+        if B is not None:
+            # the butterfly stays inside one warp of 32 lanes
+            variant = "local" if self.phi_variant == "shuffle" and RV > 32 else self.phi_variant
+        interleaved = self.layout == "lanes"
+        if interleaved:
+            subs, vals = self._interleaved(T, mode, self.chunk)
+        else:
+            subs, vals = T.subs[mode], T.vals[mode]
+        LG = max(1, min(self.group_size, self.max_wg) // RV)
+        nchunks = -(-T.nnz // self.chunk)
+        # 32-bit offsets where every one fits: positions x modes, factor and output rows x R,
+        # boundary slots x R
+        limit = 2 ** 31 - 1
+        off32 = self.off32 and max(nchunks * self.chunk * T.ndim, max(T.shape) * R,
+                                   (2 * nchunks + 2) * R) < limit
+        knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
+                             interleaved=interleaved, off32=off32, prefetch=self.prefetch)
+        ngroups = -(-nchunks // LG)
+        gsize = (RV, ngroups * LG)
+        lsize = (RV, LG)
+        dt = np.dtype(T.dtype).type
+        bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype)
+        args = [np.int64(T.nnz), np.int32(R), np.int32(mode), np.int32(self.chunk),
+                np.int64(nchunks), subs.data, vals.data] + [f.data for f in facs]
+        if B is not None:
+            Bd = self.asarray(B, dtype=T.dtype)
+            args += [Bd.data, dt(eps), out.data, bnd_row, bnd_val,
+                     self.cl.LocalMemory(2 * RV * LG * np.dtype(T.dtype).itemsize)]
+        else:
+            args += [out.data, dt(0), out.data, bnd_row, bnd_val]  # B unused
+        knl(self.queue, gsize, lsize, *args)
+        self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out)
+        return out
+
+    def _interleaved(self, T, mode, chunk):
+        """The chunk-interleaved copy of the nonzeros sorted by ``mode`` (kept on ``T``)."""
+        return T.interleaved_copy(mode, chunk)
+
+    def _launch_wide(self, T, facs, mode, B, eps, out, R, RP):
+        """MTTKRP / Φ by cp.cl's accumulate_wide: one work-item per chunk of nonzeros, whole
+        rows in registers, over the chunk-interleaved copy of the mode."""
+        vec = self.vec or 4
+        while R % vec:
+            vec //= 2
+        chunk = self.wide_chunk
+        phi = "wide" if B is not None else False
+        subs, vals = self._interleaved(T, mode, chunk)
+        knl = self.cp_kernel(T.dtype, T.ndim, "accumulate_wide", phi, vec, rank=R)
+        nchunks = -(-T.nnz // chunk)
+        LG = min(self.wide_group, self.max_wg)
+        bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype)
+        dt = np.dtype(T.dtype).type
+        Bd = out if B is None else self.asarray(B, dtype=T.dtype)  # B unused by MTTKRP
+        knl(self.queue, (-(-nchunks // LG) * LG,), (LG,), np.int64(T.nnz), np.int64(nchunks),
+            np.int32(mode), np.int32(chunk), subs.data, vals.data, *[f.data for f in facs],
+            Bd.data, dt(eps), out.data, bnd_row, bnd_val)
+        self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out)
+        return out
+
+    def _boundary_buffers(self, nchunks, R, dtype):
+        """Raw pooled buffers for a boundary list of 2 * nchunks (row, R values) entries (no
+        Array objects: their bookkeeping costs more host time than the small kernels)."""
+        n = max(2 * nchunks, 1)
+        return (self.allocator(8 * n), self.allocator(n * R * np.dtype(dtype).itemsize))
+
+    def _reduce_boundaries(self, rows, vals, n, R, RP, dtype, out):
+        """Fold the sorted (row, partial sum) boundary list into ``out``, level by level."""
+        knl = self.dense_kernel(dtype, "reduce_level")
+        while True:
+            chunk = self.LEVEL_CHUNK
+            nch = -(-n // chunk)
+            final = nch == 1
+            LG = max(1, min(256, self.max_wg) // RP)
+            ngroups = -(-nch // LG)
+            if final:
+                nrows, nvals = rows, vals  # unused
+            else:
+                nrows, nvals = self._boundary_buffers(nch, R, dtype)
+            knl(self.queue, (RP, ngroups * LG), (RP, LG), np.int64(n), np.int32(R),
+                np.int32(chunk), np.int32(final), rows, vals, out.data, nrows, nvals)
+            if final:
+                return out
+            rows, vals, n = nrows, nvals, 2 * nch
+
+    def _launch_model_values(self, T, weights, factors):
+        """The model's values at the nonzeros of a resident tensor (or a block's)."""
+        facs = [self.asarray(f, dtype=T.dtype) for f in factors]
+        w = self.asarray(np.asarray(weights), dtype=T.dtype)
+        out = self.zeros((T.nnz,), T.dtype)
+        if T.nnz:
+            knl = self.cp_kernel(T.dtype, T.ndim, "kruskal_values")
+            knl(self.queue, (T.nnz,), None, np.int64(T.nnz), np.int32(w.shape[0]),
+                T.subs[0].data, w.data, *[f.data for f in facs], out.data)
+        return out
+
+    def _launch_poisson_data_term(self, T, weights, factors, eps):
+        """Σ x log(max(m, eps)) over the nonzeros of a resident tensor (or a block's)."""
+        if T.nnz == 0:
+            return 0.0
+        m = self._launch_model_values(T, weights, factors)
+        # T.vals[0] is in the order of T.subs[0], the order model_values uses
+        return self._vec_reduce(0, T.vals[0], m, eps, T.nnz)

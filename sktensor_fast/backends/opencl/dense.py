@@ -1,0 +1,110 @@
+"""The OpenCL backend's small dense steps and element-wise reductions (kernels/dense.cl).
+
+:class:`DenseSteps` is a part of :class:`~.backend.OpenCLBackend`: the Gram matrices, the
+products with R x R matrices, column norms and inner products over factor matrices, and the
+reductions of CP-APR's element-wise steps.  Each reduction runs in blocks on the device and
+returns its few partial results to the host, which adds them in a fixed order.
+"""
+import numpy as np
+
+__all__ = ["DenseSteps", "DENSE_CL"]
+
+#: the kernel file of the element-wise steps and reductions
+DENSE_CL = "dense.cl"
+
+
+class DenseSteps:
+    """Dense steps of the OpenCL backend (mixed into :class:`~.backend.OpenCLBackend`, whose
+    ``queue``, ``allocator``, ``kernel`` and ``zeros`` they use)."""
+
+    def dense_kernel(self, dtype, name):
+        """Kernel ``name`` of dense.cl for ``dtype``, from the backend's program cache."""
+        return self.kernel(("dense", np.dtype(dtype).str), name,
+                           lambda: self._header(dtype) + self._source(DENSE_CL),
+                           what=f"{DENSE_CL} (for {name})")
+
+    def fill_zero(self, a):
+        """a[...] = 0 for a backend array, enqueued without pyopencl.array's event bookkeeping
+        (``Array.fill`` records an event per call and waits on old ones every few calls)."""
+        if a.nbytes:
+            self.cl.enqueue_fill_buffer(self.queue, a.data, np.zeros(1, dtype=a.dtype), 0,
+                                        a.nbytes)
+        return a
+
+    def _blocks(self, I):
+        nblocks = int(min(max(1, I // 64), 256))
+        return nblocks, -(-I // nblocks)
+
+    def _finish(self, partial, nblocks, K, op, dtype):
+        out = self.zeros((K,), dtype)
+        self.dense_kernel(dtype, "finish_partial")(
+            self.queue, (K,), None, np.int32(nblocks), np.int32(K), np.int32(op), partial.data,
+            out.data)
+        return out.get().astype(np.float64)
+
+    def _cross(self, A, C):
+        I, R = A.shape
+        nblocks, rpb = self._blocks(I)
+        partial = self.zeros((nblocks, R * R), A.dtype)
+        if I:
+            self.dense_kernel(A.dtype, "cross_partial")(
+                self.queue, (R * R, nblocks), None, np.int64(I), np.int32(R), np.int64(rpb),
+                A.data, C.data, partial.data)
+        return self._finish(partial, nblocks, R * R, 0, A.dtype).reshape(R, R)
+
+    def gram(self, A):
+        return self._cross(A, A)
+
+    def _column(self, A, C, op):
+        I, R = A.shape
+        nblocks, rpb = self._blocks(I)
+        partial = self.zeros((nblocks, R), A.dtype)
+        if I:
+            self.dense_kernel(A.dtype, "column_partial")(
+                self.queue, (R, nblocks), None, np.int64(I), np.int32(R), np.int64(rpb),
+                np.int32(op), A.data, C.data, partial.data)
+        return self._finish(partial, nblocks, R, op, A.dtype)
+
+    def column_norms(self, A, ord=2):
+        if ord == 2:
+            return np.sqrt(self._column(A, A, 0))
+        if ord == np.inf:
+            return self._column(A, A, 1)
+        if ord == 1:
+            return self._column(A, A, 2)
+        raise ValueError(f"unsupported norm order {ord!r} (1, 2 or inf)")
+
+    def inner(self, A, B):
+        return self._column(A, B, 0)
+
+    def matmul_small(self, A, M):
+        I, R = A.shape
+        M = np.ascontiguousarray(M, dtype=A.dtype)
+        Q = M.shape[1]
+        out = self.zeros((I, Q), A.dtype)
+        if I:
+            Md = self.asarray(M)
+            self.dense_kernel(A.dtype, "matmul_small")(
+                self.queue, (Q, I), None, np.int64(I), np.int32(R), np.int32(Q), A.data, Md.data,
+                out.data)
+        return out
+
+    def scale_columns(self, A, s):
+        I, R = A.shape
+        if I:
+            sd = self.asarray(np.asarray(s), dtype=A.dtype)
+            self.dense_kernel(A.dtype, "scale_columns")(
+                self.queue, (R, I), None, np.int64(I), np.int32(R), A.data, sd.data)
+        return A
+
+    # --- CP-APR primitives ------------------------------------------------------------
+    def _vec_reduce(self, op, A, C, p, n):
+        """Reduce ``n`` entries with kernel ``vec_partial`` (sum for ops 0/2, max for 1)."""
+        G = int(min(max(1, n), 16384 if self.is_gpu else 256))
+        partial = self.zeros((G,), A.dtype)
+        self.dense_kernel(A.dtype, "vec_partial")(
+            self.queue, (G,), None, np.int64(n), np.int32(op), A.data, C.data,
+            A.dtype.type(p), partial.data)
+        part = partial.get().astype(np.float64)
+        return float(part.max() if op == 1 else part.sum())
+
