@@ -102,7 +102,7 @@ html_sidebars = {"index": [], "auto_examples/index": [], "benchmarks": []}
 # ---------------------------------------------------------------- linkcheck
 # `python -m sphinx -b linkcheck doc OUT` runs offline: addresses outside the site are not
 # fetched, and the links between the site's pages and files are what it checks (as does
-# tests/test_docs.py, on every href and src of the built HTML)
+# tests/docs/test_docs.py, on every href and src of the built HTML)
 linkcheck_ignore = [r"^https?://", r"^mailto:"]
 
 # ---------------------------------------------------------------- the home page's navigation

@@ -6,7 +6,7 @@ Every other place that knows the losses reads this table or is checked against i
 - the formulas (value and derivative of each loss) are written once, in C, in
   ``sktensor_fast/include/sktf_losses.h``, which the CPU kernels include and the OpenCL
   programs get pasted in; its ``SKTF_LOSS_<NAME>`` codes and ``SKTF_N_LOSSES`` are checked
-  against this table by the test suite (``tests/test_loss_table.py``);
+  against this table by the test suite (``tests/estimators/test_loss_table.py``);
 - the backends take the number of codes from :data:`N_LOSSES`.
 
 Columns of :data:`LOSS_TABLE` (one row per loss, in code order):

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ import pytest
 import sktensor_fast as sk
 from sktensor_fast.backends.cpu import backend as cpu_backend
 
-ROOT = Path(__file__).resolve().parents[1]
+from _reference import ROOT  # noqa: E402 - the repository root
 
 
 def _python(code, env=None, timeout=600):

@@ -930,7 +930,7 @@ except KeyboardInterrupt:
     print("interrupted steps", time.perf_counter() - t - 0.5)
 '''
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+                         timeout=120, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
     lines = [ln.split() for ln in out.stdout.splitlines()]
     assert [ln[:2] for ln in lines] == [["interrupted", "1"], ["interrupted", "2"],
                                         ["interrupted", "steps"]], out.stdout + out.stderr

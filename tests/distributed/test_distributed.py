@@ -13,7 +13,7 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 CASES = os.path.join(HERE, "_mpi_cases.py")
 NPROCS = 2
 JOB_TIMEOUT = 240

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 from html.parser import HTMLParser
-from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
@@ -24,7 +23,7 @@ for mod in ("sphinx", "sphinx_gallery", "numpydoc", "pydata_sphinx_theme", "myst
 
 pytestmark = pytest.mark.slow    # a Sphinx build in a subprocess
 
-ROOT = Path(__file__).resolve().parents[1]
+from _reference import ROOT  # noqa: E402 - the repository root
 
 
 def _env():

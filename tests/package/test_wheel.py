@@ -30,7 +30,8 @@ import pytest
 
 pytestmark = pytest.mark.slow    # pip in subprocesses
 
-ROOT = Path(__file__).resolve().parents[1]
+from _reference import ROOT  # noqa: E402 - the repository root
+
 PKG = ROOT / "sktensor_fast"
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 #: what a wheel is not built from, at the top of the repository: version control,

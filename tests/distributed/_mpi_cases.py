@@ -1,6 +1,6 @@
-"""Cases of the distributed tests, run under ``mpiexec -n P python tests/_mpi_cases.py``.
+"""Cases of the distributed tests, run under ``mpiexec -n P python tests/distributed/_mpi_cases.py``.
 
-Run by tests/test_distributed.py.  ``python _mpi_cases.py OUT.json [case ...]`` runs the named
+Run by tests/distributed/test_distributed.py.  ``python _mpi_cases.py OUT.json [case ...]`` runs the named
 cases (all by default) on every process; each case does its collective work first and its
 assertions last, so that a failed assertion on one process cannot leave the others waiting.
 Process 0 writes {case: {"ok": bool, "errors": [per-process traceback or None], "seconds"}}
@@ -18,6 +18,9 @@ import warnings
 import numpy as np
 
 from mpi4py import MPI
+
+# the tests' shared helpers (``_container``) live one folder up
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor, save_tns
 from sktensor_fast import load_tns as load_tns_serial

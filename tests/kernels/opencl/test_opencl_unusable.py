@@ -14,14 +14,13 @@ import subprocess
 import sys
 import uuid
 import warnings
-from pathlib import Path
 
 import pytest
 
 cl = pytest.importorskip("pyopencl")
 pytestmark = pytest.mark.slow      # every test starts Python subprocesses
 
-ROOT = Path(__file__).resolve().parents[1]
+from _reference import ROOT  # noqa: E402 - the repository root
 
 
 def _first_platform_is_pocl():
@@ -103,7 +102,7 @@ def test_skips_for_a_broken_compiler_are_one_short_line(working_pocl):
     """Every OpenCL test skipped for a compiler that cannot build kernels gives one short
     reason, folded into one line by ``pytest -ra``."""
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider",
-                        "tests/test_opencl_cpapr.py"], cwd=ROOT, env=_env(**BROKEN),
+                        "tests/kernels/opencl/test_opencl_cpapr.py"], cwd=ROOT, env=_env(**BROKEN),
                        capture_output=True, text=True, timeout=300)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("SKIPPED")]
     assert len(lines) == 1, r.stdout[-3000:]
@@ -126,7 +125,7 @@ def test_info_marks_the_device_unusable(working_pocl):
 
 
 def test_opencl_tests_skip_with_the_reason(working_pocl):
-    files = ["tests/test_opencl.py", "tests/test_opencl_cpapr.py", "tests/test_opencl_gcp.py"]
+    files = ["tests/kernels/opencl/test_opencl.py", "tests/kernels/opencl/test_opencl_cpapr.py", "tests/kernels/opencl/test_opencl_gcp.py"]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                         *files], cwd=ROOT, env=_env(**BROKEN), capture_output=True, text=True,
                        timeout=600)

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from _reference import ROOT  # noqa: E402 - the repository root
+
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

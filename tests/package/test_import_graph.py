@@ -8,11 +8,11 @@ registry (``sktensor_fast/backends/__init__.py``), which imports the backend a d
 names when it is asked for one.
 """
 import ast
-import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from _reference import ROOT  # noqa: E402 - the repository root
+
 PKG = "sktensor_fast"
 #: modules whose function-level imports may point back into what imports them
 DISPATCH = {"sktensor_fast.backends"}
