@@ -106,3 +106,23 @@ def checkout_env(base=None, **extra):
         [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.update(extra)
     return env
+
+
+def fits_to_compare(make, X, device):
+    """``(reference, model)``: ``make(**kw).fit(X)`` on the CPU over COO, and on ``device``
+    (the ``device`` fixture): over ALTO for ``"cpu"``, over the device's own storage for the
+    others.  Every device and storage must give the reference model (the agreement tests of
+    the estimators, written once for every device)."""
+    ref = make(device="cpu", format="coo").fit(X)
+    model = make(device=device, format="alto" if device == "cpu" else "auto").fit(X)
+    return ref, model
+
+
+def sparse_problem(shape=(30, 20, 10), density=0.05, R=4, seed=0, dtype=np.float64):
+    """A sparse count tensor of the given density (values 1 + Poisson(3)) and R-column
+    factors of its shape, uniform in [0.1, 1)."""
+    rng = np.random.default_rng(seed)
+    dense = np.where(rng.random(shape) < density, rng.poisson(3.0, shape) + 1.0, 0.0)
+    X = SparseTensor.from_dense(dense.astype(dtype))
+    U = [rng.uniform(0.1, 1.0, (s, R)) for s in shape]
+    return X, U

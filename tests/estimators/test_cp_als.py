@@ -4,7 +4,7 @@ import pytest
 
 from sktensor_fast import CPALS, KruskalTensor, SparseTensor, num_threads
 
-from _reference import random_sparse
+from _reference import fits_to_compare, random_sparse
 
 
 def planted(shape, rank, rng):
@@ -203,3 +203,16 @@ def test_weights_past_the_float64_range_are_refused():
     with pytest.raises(ValueError, match="exceed the largest float64"):
         m.fit(X)
     assert not hasattr(m, "weights_") and not hasattr(m, "factors_")
+
+
+def test_same_model_on_every_device(device):
+    rng = np.random.default_rng(3)
+    X = random_sparse((40, 30, 20), 5000, rng)
+    init = [rng.random((s, 4)) for s in X.shape]
+    a, b = fits_to_compare(lambda **kw: CPALS(rank=4, max_iter=15, tol=0,
+                                              init=[f.copy() for f in init], **kw), X, device)
+    assert b.fit_ == pytest.approx(a.fit_, rel=1e-9)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-9 * np.abs(fa).max())
+    np.testing.assert_allclose(b.transform(X[:5]), a.transform(X[:5]), rtol=1e-8, atol=1e-10)
+    assert b.score(X) == pytest.approx(a.score(X), rel=1e-9)

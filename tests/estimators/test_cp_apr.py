@@ -10,7 +10,7 @@ from sktensor_fast.backends import get_backend
 from sktensor_fast.backends.cpu.formats import CooFormat
 
 from _apr_reference import row_solve_ref
-from _reference import random_sparse
+from _reference import fits_to_compare, random_sparse
 
 @pytest.fixture(autouse=True)
 def _one_thread_by_default():
@@ -483,3 +483,29 @@ def test_bad_input_messages():
     bad[0, 0, 0] = -1
     with pytest.raises(ValueError, match="negative"):
         est.transform(bad)
+
+
+@pytest.mark.parametrize("solver", ["mu", "pdnr", "pqnr"])
+def test_same_model_on_every_device(device, solver):
+    rng = np.random.default_rng(12)
+    X = random_sparse((25, 20, 15), 1500, rng, counts=True)
+    a, b = fits_to_compare(lambda **kw: CPAPR(rank=3, solver=solver, random_state=0,
+                                              max_iter=5, **kw), X, device)
+    assert b.n_iter_ == a.n_iter_ and b.n_inner_iter_ == a.n_inner_iter_
+    assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-8)
+    np.testing.assert_allclose(b.weights_, a.weights_, rtol=1e-8)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-8, atol=1e-8 * np.abs(fa).max())
+    np.testing.assert_allclose(b.transform(X[:6]), a.transform(X[:6]), rtol=1e-8,
+                               atol=1e-10)
+
+
+def test_same_float32_model_on_every_device(device):
+    rng = np.random.default_rng(13)
+    X = random_sparse((20, 15, 12), 1000, rng, counts=True, dtype=np.float32)
+    init = [rng.random((s, 3)) for s in X.shape]
+    a, b = fits_to_compare(lambda **kw: CPAPR(rank=3, solver="pdnr", max_iter=4,
+                                              init=[f.copy() for f in init], **kw), X, device)
+    assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-4)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-3, atol=1e-4 * np.abs(fa).max())

@@ -8,7 +8,7 @@ from sktensor_fast.backends.cpu import _gcp, gcp_ops
 from sktensor_fast.decomposition.losses import LOSSES, get_loss
 from sktensor_fast.decomposition.optimizers import make_optimizer
 
-from _reference import sampler_param_index
+from _reference import fits_to_compare, sampler_param_index, sparse_problem
 
 PARAMS = {"huber": 0.7, "negative_binomial": 3.0, "beta": 0.5}
 NONNEG_MODEL = {"poisson", "bernoulli_odds", "gamma", "rayleigh", "negative_binomial", "beta",
@@ -1116,3 +1116,56 @@ def test_non_finite_initial_loss_is_a_value_error(solver):
         GCP(loss="poisson_log", init=init, **kw).fit(X)
     with pytest.raises(ValueError, match="loss of the initial guess .*gaussian"):
         GCP(**kw).fit(X * 1e300)
+
+
+# ------------------------------------------------------------------ every device, one model
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_same_model_on_every_device(device, name):
+    X, _ = sparse_problem(shape=(20, 15, 12), density=0.08, seed=4)
+    if LOSSES[name].data == "binary":
+        X = SparseTensor(X.subs, np.ones(X.nnz), X.shape)
+    loss = get_loss(name, PARAMS.get(name))
+    # losses of positive data fit the observed nonzeros only
+    mask = None if loss.zero_in_domain else X.to_dense() != 0
+    a, b = fits_to_compare(lambda **kw: GCP(
+        rank=3, loss=name, loss_param=PARAMS.get(name), mask=mask, solver="adam",
+        sampler="stratified", epoch_iters=25, max_iter=4, tol=0, random_state=7,
+        n_samples_grad=200, n_samples_loss=(300, 300), learning_rate=1e-2, **kw), X, device)
+    assert b.n_iter_ == a.n_iter_ == 4
+    np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-9)
+    assert b.loss_ == pytest.approx(a.loss_, rel=1e-9)
+    # the final loadings of mode 0 come from an L-BFGS-B solve (on the host for both); with
+    # beta < 1 its gradient near the zero bound is (m + eps)^(beta - 2) ~ 1e15, which
+    # amplifies the last-bit differences of a device's pow in the stochastic phase
+    rtol = 1e-6 if name == "beta" else 1e-9
+    np.testing.assert_allclose(b.weights_, a.weights_, rtol=rtol)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=rtol, atol=rtol * np.abs(fa).max())
+    # the fit did something: the estimated loss went down
+    assert a.loss_history_[-1] < a.loss_history_[0]
+
+
+@pytest.mark.parametrize("sampler,solver", [("semi-stratified", "adagrad"),
+                                            ("uniform", "sgd")])
+def test_same_masked_model_on_every_device(device, sampler, solver):
+    rng = np.random.default_rng(5)
+    X, _ = sparse_problem(shape=(12, 10, 8), density=0.3, seed=5)
+    mask = rng.random(X.shape) < 0.7
+    a, b = fits_to_compare(lambda **kw: GCP(
+        rank=2, loss="poisson", solver=solver, sampler=sampler, epoch_iters=20, max_iter=3,
+        tol=0, random_state=3, mask=mask, n_samples_loss=(100, 100),
+        learning_rate=1e-2 if solver == "adagrad" else 1e-4, **kw), X, device)
+    np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-9)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-9 * np.abs(fa).max())
+
+
+def test_same_lbfgsb_model_transform_and_score_on_every_device(device):
+    X, _ = sparse_problem(shape=(8, 6, 5), density=0.4, seed=6)
+    a, b = fits_to_compare(lambda **kw: GCP(rank=2, loss="poisson", solver="lbfgsb",
+                                            max_iter=30, random_state=0, **kw), X, device)
+    assert b.loss_ == pytest.approx(a.loss_, rel=1e-12)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_allclose(fb, fa, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(b.transform(X[:3]), a.transform(X[:3]), rtol=1e-8, atol=1e-10)
+    assert b.score(X) == pytest.approx(a.score(X), rel=1e-9)

@@ -260,20 +260,6 @@ def test_dense_steps(be):
     np.testing.assert_allclose(be.to_numpy(be.scale_columns(Ad, s)), A * s, rtol=1e-15)
 
 
-def test_cpals_same_model_as_cpu():
-    _opencl_backend()
-    rng = np.random.default_rng(3)
-    X = random_sparse((40, 30, 20), 5000, rng)
-    init = [rng.random((s, 4)) for s in X.shape]
-    a = CPALS(rank=4, max_iter=15, tol=0, init=[f.copy() for f in init]).fit(X)
-    b = CPALS(rank=4, max_iter=15, tol=0, init=[f.copy() for f in init], device="opencl").fit(X)
-    assert b.fit_ == pytest.approx(a.fit_, rel=1e-9)
-    for fa, fb in zip(a.factors_, b.factors_):
-        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-9 * np.abs(fa).max())
-    np.testing.assert_allclose(b.transform(X[:5]), a.transform(X[:5]), rtol=1e-8, atol=1e-10)
-    assert b.score(X) == pytest.approx(a.score(X), rel=1e-9)
-
-
 def test_device_errors():
     from sktensor_fast.backends.opencl import NoDeviceError
     has_gpu = any("GPU" in d["type"] for d in list_devices())
@@ -299,21 +285,6 @@ def test_too_large_for_device_is_a_clear_error(be):
     X = SparseTensor([[0, 0, 0]], [1.0], (2 ** 31, 2, 2))
     with pytest.raises(ValueError, match="32-bit"):
         be.prepare(X)
-
-
-def test_cpapr_mu_same_model_as_cpu():
-    _opencl_backend()
-    from sktensor_fast import CPAPR
-    rng = np.random.default_rng(5)
-    X = random_sparse((30, 25, 20), 3000, rng, counts=True)
-    init = [rng.random((s, 3)) for s in X.shape]
-    a = CPAPR(rank=3, max_iter=8, init=[f.copy() for f in init]).fit(X)
-    b = CPAPR(rank=3, max_iter=8, init=[f.copy() for f in init], device="opencl").fit(X)
-    assert b.n_iter_ == a.n_iter_ and b.n_inner_iter_ == a.n_inner_iter_
-    assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-9)
-    for fa, fb in zip(a.factors_, b.factors_):
-        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(b.transform(X[:4]), a.transform(X[:4]), rtol=1e-8, atol=1e-10)
 
 
 def test_phi_variant_and_chunk_settings(be):

@@ -149,35 +149,6 @@ def test_row_solve_host_arrays_and_other_dtype(be, cpu):
     np.testing.assert_allclose(be.to_numpy(B32), Bc, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("solver", ["pdnr", "pqnr"])
-def test_estimator_same_model_as_cpu(solver):
-    _opencl_backend()
-    rng = np.random.default_rng(12)
-    X = random_sparse((25, 20, 15), 1500, rng, counts=True)
-    a = CPAPR(rank=3, solver=solver, random_state=0, max_iter=5).fit(X)
-    b = CPAPR(rank=3, solver=solver, device="opencl", random_state=0, max_iter=5).fit(X)
-    assert b.n_iter_ == a.n_iter_ and b.n_inner_iter_ == a.n_inner_iter_
-    assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-8)
-    np.testing.assert_allclose(b.weights_, a.weights_, rtol=1e-8)
-    for fa, fb in zip(a.factors_, b.factors_):
-        np.testing.assert_allclose(fb, fa, rtol=1e-8, atol=1e-8 * np.abs(fa).max())
-    np.testing.assert_allclose(b.transform(X[:6]), a.transform(X[:6]), rtol=1e-8,
-                               atol=1e-10)
-
-
-def test_estimator_float32():
-    _opencl_backend()
-    rng = np.random.default_rng(13)
-    X = random_sparse((20, 15, 12), 1000, rng, counts=True, dtype=np.float32)
-    init = [rng.random((s, 3)) for s in X.shape]
-    a = CPAPR(rank=3, solver="pdnr", max_iter=4, init=[f.copy() for f in init]).fit(X)
-    b = CPAPR(rank=3, solver="pdnr", max_iter=4, init=[f.copy() for f in init],
-              device="opencl").fit(X)
-    assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-4)
-    for fa, fb in zip(a.factors_, b.factors_):
-        np.testing.assert_allclose(fb, fa, rtol=1e-3, atol=1e-4 * np.abs(fa).max())
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_mu_rows_matches_cpu(be, cpu, dtype):
     rng = np.random.default_rng(14)

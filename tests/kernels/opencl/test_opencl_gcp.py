@@ -19,7 +19,7 @@ from sktensor_fast.backends.cpu import gcp_ops as cpu_ops
 from sktensor_fast.decomposition.losses import LOSSES, get_loss
 from sktensor_fast.decomposition.optimizers import make_optimizer
 
-from _reference import opencl_backend_or_skip, sampler_param_index
+from _reference import opencl_backend_or_skip, sampler_param_index, sparse_problem
 
 cl = pytest.importorskip("pyopencl")
 from sktensor_fast.backends.opencl import gcp_ops as ocl_ops  # noqa: E402
@@ -38,14 +38,6 @@ def be():
 @pytest.fixture(scope="module")
 def cpu():
     return get_backend("cpu")
-
-
-def sparse_problem(shape=(30, 20, 10), density=0.05, R=4, seed=0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    dense = np.where(rng.random(shape) < density, rng.poisson(3.0, shape) + 1.0, 0.0)
-    X = SparseTensor.from_dense(dense.astype(dtype))
-    U = [rng.uniform(0.1, 1.0, (s, R)) for s in shape]
-    return X, U
 
 
 def host(be, arrays):
@@ -302,65 +294,6 @@ def test_full_loss_and_gradient_equal_cpu(be, cpu):
     assert Fo == Fc and Go[1] is None
     for k in (0, 2):
         np.testing.assert_array_equal(be.to_numpy(Go[k]), Gc[k])
-
-
-# ---------------------------------------------------------------------------- fits
-@pytest.mark.parametrize("name", sorted(LOSSES))
-def test_gcp_fit_same_model_as_cpu(name):
-    _opencl_backend()
-    X, _ = sparse_problem(shape=(20, 15, 12), density=0.08, seed=4)
-    if LOSSES[name].data == "binary":
-        X = SparseTensor(X.subs, np.ones(X.nnz), X.shape)
-    loss = get_loss(name, PARAMS.get(name))
-    # losses of positive data fit the observed nonzeros only
-    mask = None if loss.zero_in_domain else X.to_dense() != 0
-    kw = dict(rank=3, loss=name, loss_param=PARAMS.get(name), mask=mask, solver="adam",
-              sampler="stratified", epoch_iters=25, max_iter=4, tol=0, random_state=7,
-              n_samples_grad=200, n_samples_loss=(300, 300), learning_rate=1e-2)
-    a = GCP(**kw).fit(X)
-    b = GCP(device="opencl", **kw).fit(X)
-    assert b.n_iter_ == a.n_iter_ == 4
-    np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-9)
-    assert b.loss_ == pytest.approx(a.loss_, rel=1e-9)
-    # the final loadings of mode 0 come from an L-BFGS-B solve (on the host for both); with
-    # beta < 1 its gradient near the zero bound is (m + eps)^(beta - 2) ~ 1e15, which
-    # amplifies the last-bit differences of the device's pow in the stochastic phase
-    rtol = 1e-6 if name == "beta" else 1e-9
-    np.testing.assert_allclose(b.weights_, a.weights_, rtol=rtol)
-    for fa, fb in zip(a.factors_, b.factors_):
-        np.testing.assert_allclose(fb, fa, rtol=rtol, atol=rtol * np.abs(fa).max())
-    # the fit did something: the estimated loss went down
-    assert a.loss_history_[-1] < a.loss_history_[0]
-
-
-@pytest.mark.parametrize("sampler,solver", [("semi-stratified", "adagrad"),
-                                            ("uniform", "sgd")])
-def test_gcp_fit_with_mask_same_model_as_cpu(sampler, solver):
-    _opencl_backend()
-    rng = np.random.default_rng(5)
-    X, _ = sparse_problem(shape=(12, 10, 8), density=0.3, seed=5)
-    mask = rng.random(X.shape) < 0.7
-    kw = dict(rank=2, loss="poisson", solver=solver, sampler=sampler, epoch_iters=20,
-              max_iter=3, tol=0, random_state=3, mask=mask, n_samples_loss=(100, 100),
-              learning_rate=1e-2 if solver == "adagrad" else 1e-4)
-    a = GCP(**kw).fit(X)
-    b = GCP(device="opencl", **kw).fit(X)
-    np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-9)
-    for fa, fb in zip(a.factors_, b.factors_):
-        np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-9 * np.abs(fa).max())
-
-
-def test_gcp_lbfgsb_transform_and_score_on_opencl():
-    _opencl_backend()
-    X, _ = sparse_problem(shape=(8, 6, 5), density=0.4, seed=6)
-    kw = dict(rank=2, loss="poisson", solver="lbfgsb", max_iter=30, random_state=0)
-    a = GCP(**kw).fit(X)
-    b = GCP(device="opencl", **kw).fit(X)
-    assert b.loss_ == pytest.approx(a.loss_, rel=1e-12)
-    for fa, fb in zip(a.factors_, b.factors_):
-        np.testing.assert_allclose(fb, fa, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(b.transform(X[:3]), a.transform(X[:3]), rtol=1e-8, atol=1e-10)
-    assert b.score(X) == pytest.approx(a.score(X), rel=1e-9)
 
 
 def test_gcp_fp32_on_opencl():
