@@ -126,3 +126,18 @@ def sparse_problem(shape=(30, 20, 10), density=0.05, R=4, seed=0, dtype=np.float
     X = SparseTensor.from_dense(dense.astype(dtype))
     U = [rng.uniform(0.1, 1.0, (s, R)) for s in shape]
     return X, U
+
+
+class ScaledSquares:
+    """A user-defined GCP loss, s (x - m)^2: an object with ``value`` and ``deriv`` and no
+    loss code, as a user writes one."""
+    lower = -np.inf
+
+    def __init__(self, s=1.0):
+        self.s = s
+
+    def value(self, x, m):
+        return self.s * (x - m) ** 2
+
+    def deriv(self, x, m):
+        return 2 * self.s * (m - x)

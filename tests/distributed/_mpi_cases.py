@@ -19,8 +19,9 @@ import numpy as np
 
 from mpi4py import MPI
 
-# the tests' shared helpers (``_container``) live one folder up
+# the tests' shared helpers (``_container``, ``_reference``) live one folder up
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _reference import ScaledSquares  # noqa: E402
 
 from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor, save_tns
 from sktensor_fast import load_tns as load_tns_serial
@@ -506,20 +507,6 @@ def disagreeing_processes_fail_together():
     CPALS(rank=2, random_state=0, max_iter=2, verbose=0).fit(Xd)
 
 
-class _ScaledSquares:
-    """A user-defined loss: s (x - m)^2."""
-    lower = -np.inf
-
-    def __init__(self, s):
-        self.s = s
-
-    def value(self, x, m):
-        return self.s * (x - m) ** 2
-
-    def deriv(self, x, m):
-        return 2 * self.s * (m - x)
-
-
 def _loss_of_code(power):
     """A loss of the same class name and attributes everywhere; only its code differs."""
     class Loss:
@@ -536,19 +523,19 @@ def different_user_losses_fail_together():
     Xd = scatter(X if RANK == 0 else None)
     kw = dict(rank=2, random_state=0, max_iter=1, epoch_iters=5)
     # the same class with a default repr: told apart by its attributes, by its code
-    expect_error_everywhere(lambda: GCP(loss=_ScaledSquares(1.0 + RANK), **kw).fit(Xd),
+    expect_error_everywhere(lambda: GCP(loss=ScaledSquares(1.0 + RANK), **kw).fit(Xd),
                             ValueError, "different parameters", "loss")
     expect_error_everywhere(lambda: GCP(loss=_loss_of_code(2 + 2 * RANK), **kw).fit(Xd),
                             ValueError, "different parameters", "loss")
     expect_error_everywhere(lambda: GCP(loss=lambda_loss(RANK), **kw).fit(Xd),
                             ValueError, "different parameters", "loss")
     # an attribute that cannot be compared: refused, on every process
-    opaque = _ScaledSquares(1.0)
+    opaque = ScaledSquares(1.0)
     opaque.lock = threading.Lock()
     expect_error_everywhere(lambda: GCP(loss=opaque, **kw).fit(Xd), ValueError,
                             "cannot check that they fit with the same loss", "lock")
     # the same loss everywhere (separate but equal objects) fits
-    dist = GCP(loss=_ScaledSquares(2.0), **kw).fit(Xd)
+    dist = GCP(loss=ScaledSquares(2.0), **kw).fit(Xd)
     GCP(loss=_loss_of_code(2), **kw).fit(Xd)
     assert_same_everywhere([dist.weights_, *dist.factors_])
 

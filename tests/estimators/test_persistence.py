@@ -8,6 +8,8 @@ import pytest
 from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor, load_model, save_model
 from sktensor_fast.datasets import load_flights_routes
 
+from _reference import ScaledSquares
+
 
 @pytest.mark.parametrize("make", [
     lambda: CPAPR(rank=2, solver="pqnr", random_state=0, max_iter=20, kappa=0.02),
@@ -67,20 +69,6 @@ def test_errors(tmp_path):
 
 
 # ---------------------------------------------------------------------- settings not plain
-class ScaledSquares:
-    """A user-defined loss: s (x - m)^2."""
-    lower = -np.inf
-
-    def __init__(self, s=1.0):
-        self.s = s
-
-    def value(self, x, m):
-        return self.s * (x - m) ** 2
-
-    def deriv(self, x, m):
-        return 2 * self.s * (m - x)
-
-
 class OtherLoss(ScaledSquares):
     pass
 

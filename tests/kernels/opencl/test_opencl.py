@@ -13,11 +13,6 @@ cl = pytest.importorskip("pyopencl")
 _opencl_backend = opencl_backend_or_skip
 
 
-@pytest.fixture(scope="module")
-def be():
-    return _opencl_backend()
-
-
 LAYOUTS = ("lanes", "lanes-sorted", "wide")
 
 

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from sktensor_fast import CPAPR, SparseTensor
-from sktensor_fast.backends import get_backend
 
 from _reference import opencl_backend_or_skip, random_sparse
 
@@ -12,16 +11,6 @@ cl = pytest.importorskip("pyopencl")
 
 
 _opencl_backend = opencl_backend_or_skip
-
-
-@pytest.fixture(scope="module")
-def be():
-    return _opencl_backend()
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    return get_backend("cpu")
 
 
 def _params(max_inner=10, lbfgs_mem=3, tol=1e-4):

@@ -30,16 +30,6 @@ PARAMS = {"huber": 0.7, "negative_binomial": 3.0, "beta": 0.5}
 _opencl_backend = opencl_backend_or_skip
 
 
-@pytest.fixture(scope="module")
-def be():
-    return _opencl_backend()
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    return get_backend("cpu")
-
-
 def host(be, arrays):
     return [np.asarray(be.to_numpy(a)) for a in arrays]
 

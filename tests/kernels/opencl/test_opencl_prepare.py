@@ -8,14 +8,9 @@ import pytest
 
 from sktensor_fast import CPALS, CPAPR, SparseTensor
 
-from _reference import opencl_backend_or_skip, random_sparse
+from _reference import random_sparse
 
 cl = pytest.importorskip("pyopencl")
-
-
-@pytest.fixture(scope="module")
-def be():
-    return opencl_backend_or_skip()
 
 
 @pytest.fixture
