@@ -5,12 +5,9 @@ import pytest
 
 from sktensor_fast import CPAPR, SparseTensor
 
-from _reference import opencl_backend_or_skip, random_sparse
+from _reference import random_sparse
 
 cl = pytest.importorskip("pyopencl")
-
-
-_opencl_backend = opencl_backend_or_skip
 
 
 def _params(max_inner=10, lbfgs_mem=3, tol=1e-4):
