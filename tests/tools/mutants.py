@@ -64,7 +64,7 @@ Killed by new or strengthened tests:
   ``linear_index`` at 2**63 entries, weights of ``sampler_plan`` without samples,
   ``zero_list_mode`` at density 0.5, ``bucket_layout``, pyttb's ``default_counts``,
   ``check_loss`` at ``N_LOSSES``, ``loss_code`` of a user loss): the plan tests of
-  tests/test_gcp.py (``test_sampler_plan_counts_and_weights`` and the five next to it).
+  tests/test_gcp.py (``test_sampler_plan_counts_and_weights`` and the six next to it).
 - gcp_sample_h 44 (zero rank search starting right of nonzero 0): zeros before the first
   nonzero in ``test_stratified_zeros_are_zeros_whatever_the_path`` (test_gcp.py) and
   ``test_same_zero_samples_as_cpu_on_every_path`` (test_opencl_gcp.py).  35, 55, 59
@@ -80,8 +80,8 @@ Killed by new or strengthened tests:
   large_eps_active``.  apr_rows_py 61 (device factor of integers accepted): two cases more
   in ``test_bad_inputs_are_clear_errors``.
 - io 19 (a file object read past its first 64 KiB): ``test_stream_longer_than_one_read``;
-  97 (FIFO / character device refused), 145 (mode names): test_writing.py and
-  ``test_write_labels_refuses_names_unfit_for_a_file_name``.
+  145 (mode names): ``test_write_labels_refuses_names_unfit_for_a_file_name``; 97 (FIFOs
+  and character devices refused) by test_writing.py.
 - binary 20 (``_chunks``), 72 (short ``pwrite``), 267 (identity), 272 (``read_rows``
   default), 303 (``mmap``): five tests in tests/test_binary.py; 69 (FIFO padding) by
   test_writing.py.  The short-write test also found the header written by one unchecked
