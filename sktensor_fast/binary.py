@@ -172,7 +172,7 @@ def save_tensor(path, X, *, labels=None, mode_names=None):
         if stat.S_ISREG(os.fstat(fd).st_mode):
             # a regular file: sized once, the arrays written by parallel positioned writes
             os.ftruncate(fd, meta["file_bytes"])
-            os.pwrite(fd, head, 0)
+            _pwrite_all(fd, head, 0)
             jobs = []
             for key, raw in raws.items():
                 for off, n in _chunks(0, len(raw)):

@@ -190,6 +190,75 @@ def test_every_bit_of_the_arrays_is_checked(tmp_path, section):
     assert load_tensor(path, mmap=True, verify=False).nnz == X.nnz
 
 
+def test_mmap_maps_and_the_default_reads(tmp_path):
+    """mmap=True maps the file's arrays; the default reads them into memory."""
+    def mapped(a):
+        while a is not None:
+            if isinstance(a, np.memmap):
+                return True
+            a = a.base
+        return False
+
+    X = tensor(seed=4)
+    save_tensor(tmp_path / "x.sktf", X)
+    Y, Z = load_tensor(tmp_path / "x.sktf", mmap=True), load_tensor(tmp_path / "x.sktf")
+    assert Y == X == Z
+    assert mapped(Y.vals) and mapped(Y.subs)
+    assert not mapped(Z.vals) and not mapped(Z.subs)
+
+
+def test_read_rows_reads_every_row_by_default(tmp_path):
+    from sktensor_fast.binary import read_rows
+    X = tensor(seed=2)
+    save_tensor(tmp_path / "x.sktf", X)
+    shape, nnz, subs, vals, _ = read_rows(tmp_path / "x.sktf")
+    assert (shape, nnz) == (X.shape, X.nnz)
+    assert np.array_equal(subs, X.subs) and np.array_equal(vals, X.vals)
+
+
+def test_identity_of_a_rewritten_file(tmp_path):
+    """Format 2: the identity is the header (its checksums cover the data), so the same
+    tensor saved again (a new inode) reads as the same file; other data as another."""
+    from sktensor_fast.binary import read_rows
+    path = tmp_path / "x.sktf"
+    save_tensor(path, tensor(seed=1))
+    before = read_rows(path)[4]
+    ino = path.stat().st_ino
+    save_tensor(path, tensor(seed=1))
+    assert path.stat().st_ino != ino
+    assert read_rows(path)[4] == before
+    save_tensor(path, tensor(seed=2))
+    assert read_rows(path)[4] != before
+
+
+def test_copies_cover_a_section_exactly_once():
+    from sktensor_fast.binary import _chunks
+    assert _chunks(10, 25, 8) == [(10, 8), (18, 8), (26, 8), (34, 1)]
+    assert _chunks(0, 16, 8) == [(0, 8), (8, 8)] and _chunks(5, 0, 8) == []
+
+
+def test_short_writes_and_reads_are_resumed(tmp_path, monkeypatch):
+    """os.pwrite / os.preadv may move fewer bytes than asked (above 2 GiB on Linux, on some
+    file systems): the rest is written / read where they stopped."""
+    import os
+    pwrite, preadv = os.pwrite, os.preadv
+
+    def short_pwrite(fd, data, offset):
+        return pwrite(fd, bytes(data[:100]), offset)
+
+    def short_preadv(fd, buffers, offset):
+        return preadv(fd, [memoryview(buffers[0])[:100]], offset)
+
+    X = tensor(seed=5)
+    monkeypatch.setattr(os, "pwrite", short_pwrite)
+    save_tensor(tmp_path / "x.sktf", X)
+    save_tensor(tmp_path / "ref.sktf", X)
+    monkeypatch.setattr(os, "preadv", short_preadv)
+    assert load_tensor(tmp_path / "x.sktf") == X
+    monkeypatch.undo()
+    assert load_tensor(tmp_path / "x.sktf") == X
+
+
 def test_shares_check_the_blocks_they_read(tmp_path, monkeypatch):
     # small checksum blocks: a share reads the parts of its first and last block outside it
     from sktensor_fast import binary

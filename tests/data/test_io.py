@@ -63,6 +63,46 @@ def test_roundtrip_str_path_and_stream(tmp_path):
     assert load_tns(io.BytesIO(buf.getvalue()), shape=X.shape) == X
 
 
+def test_open_text_of_a_file_object_inflates_what_is_compressed():
+    import bz2
+    import lzma
+    from sktensor_fast._native import text
+    data = b"1 2 3 1.5\n2 2 2 2.5\n"
+    for packer in (bytes, gzip.compress, bz2.compress, lzma.compress):
+        stream, name, size, exact = text.open_text(io.BytesIO(packer(data)))
+        assert stream.read() == data and (size, exact) == (len(data), True)
+
+
+def test_utf8_bom_of_a_file_skipped(tmp_path):
+    """A byte-order mark opening a file is skipped, not the first coordinate's digits."""
+    path = tmp_path / "bom.tns"
+    path.write_bytes(b"\xef\xbb\xbf12 1 1 1.5\n3 2 2 2.5\n")
+    for src in (path, str(path), io.BytesIO(path.read_bytes())):
+        X = load_tns(src)
+        assert X.subs.tolist() == [[2, 1, 1], [11, 0, 0]] and X.vals.tolist() == [2.5, 1.5]
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "a\\b", "a\nb", " a", "a "])
+def test_write_labels_refuses_names_unfit_for_a_file_name(tmp_path, name):
+    with pytest.raises(ValueError, match="cannot be used in a file name"):
+        write_labels(tmp_path, [["x"]], names=[name])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stream_longer_than_one_read(monkeypatch):
+    """A file object read in many blocks, more than its first read ahead (64 KiB; binary and
+    text): every line is read."""
+    monkeypatch.setattr(tns_io, "_BLOCK_BYTES", 1 << 12)
+    rng = np.random.default_rng(2)
+    subs = np.unique(rng.integers(0, 300, (12000, 3)), axis=0)
+    X = SparseTensor(subs, rng.integers(1, 9, subs.shape[0]).astype(float), (300, 300, 300))
+    buf = io.BytesIO()
+    save_tns(buf, X)
+    assert len(buf.getvalue()) > 2 * (1 << 16)
+    assert load_tns(io.BytesIO(buf.getvalue()), shape=X.shape) == X
+    assert load_tns(io.StringIO(buf.getvalue().decode()), shape=X.shape) == X
+
+
 def test_saved_text_format(tmp_path):
     X = SparseTensor([[0, 2, 1], [3, 0, 0]], [2.0, -7.0], shape=(4, 3, 2))
     save_tns(tmp_path / "i.tns", X)

@@ -215,6 +215,8 @@ def test_stratified_zeros_are_zeros_whatever_the_path(monkeypatch, threshold, at
     monkeypatch.setattr(gcp_plan, "ZERO_LIST_MAX", list_max)
     X, _ = small_problem(shape=(20, 15, 10), density=0.9)
     dense = X.to_dense()
+    dense.flat[:7] = 0      # zeros before the first nonzero: the search for a zero's rank
+    X = SparseTensor.from_dense(dense)      # starts left of every nonzero
     n_zero = X.size - X.nnz
     be = get_backend("cpu")
     state = be.gcp.setup(be.prepare(X), "stratified", (10, 60000), (10, 3000), 0)
@@ -259,6 +261,117 @@ def test_the_samplers_limits_are_defined_once():
                 found += [(path.name, a.name) for a in node.names if a.name in names]
     assert found == []
     assert {n for n in names if not n.startswith("_")} <= set(gcp_plan.__all__)
+
+
+# ------------------------------------------------------------------ the sampling plan itself
+
+def test_linear_index_is_c_order_and_refuses_2_63_entries():
+    rng = np.random.default_rng(0)
+    shape = (3, 4, 5)
+    subs = np.stack([rng.integers(0, s, 50) for s in shape], axis=1)
+    lin = gcp_plan.linear_index(subs, shape)
+    assert lin.dtype == np.int64
+    np.testing.assert_array_equal(lin, np.ravel_multi_index(tuple(subs.T), shape))
+    # 2**63 entries exactly: no int64 index; one row fewer: the largest index still fits
+    assert gcp_plan.linear_index(np.zeros((1, 2), np.int64), (2 ** 32, 2 ** 31)) is None
+    last = np.array([[2 ** 32 - 1, 2 ** 31 - 2]], np.int64)
+    assert gcp_plan.linear_index(last, (2 ** 32, 2 ** 31 - 1))[0] == 2 ** 63 - 2 ** 32 - 1
+
+
+@pytest.mark.parametrize("kind,nnz,n_zero,p,q,expect", [
+    ("stratified", 30, 90, 6, 9, (6, 9, 5.0, 10.0, 2, False, False)),
+    ("stratified", 0, 10, 5, 5, (0, 5, 0.0, 2.0, 2, False, False)),      # no nonzeros
+    ("stratified", 10, 0, 5, 5, (5, 0, 2.0, 0.0, 2, False, False)),      # no zeros
+    ("semi-stratified", 30, 90, 6, 9, (6, 9, 5.0, 120 / 9, 0, True, True)),
+    ("semi-stratified", 0, 90, 6, 0, (0, 0, 0.0, 0.0, 0, True, True)),
+    ("uniform", 30, 90, 6, 9, (0, 15, 0.0, 8.0, 1, True, False)),
+    ("uniform", 30, 90, 0, 0, (0, 0, 0.0, 0.0, 1, True, False)),
+])
+def test_sampler_plan_counts_and_weights(kind, nnz, n_zero, p, q, expect):
+    """Counts, unbiasing weights (population / samples, 0 without samples) and mode."""
+    got = gcp_plan.sampler_plan(kind, nnz, n_zero, p, q)
+    assert got[:2] == expect[:2] and got[4:] == expect[4:]
+    assert got[2:4] == pytest.approx(expect[2:4], rel=1e-15, abs=0)
+
+
+def test_zero_list_mode_above_the_density_threshold_only():
+    d = gcp_plan.ZERO_LIST_DENSITY
+    assert d == 0.5
+    assert not gcp_plan.zero_list_mode(100, 50, True)     # density 0.5: not above
+    assert gcp_plan.zero_list_mode(100, 51, True)
+    assert not gcp_plan.zero_list_mode(100, 51, False)    # no linear index
+    assert not gcp_plan.zero_list_mode(100, 10, True)
+
+
+@pytest.mark.parametrize("size,nnz,expect", [
+    (1000, 63, None), (1000, 64, (4, 63)), (64, 64, (0, 64)), (10, 64, (0, 10)),
+    (2 ** 40, 2 ** 27, (14, 2 ** 26)),                     # at most 2**26 buckets
+])
+def test_bucket_layout(size, nnz, expect):
+    got = gcp_plan.bucket_layout(size, nnz)
+    assert got == expect
+    if got is not None:   # every index of the tensor falls in a bucket, the last one used
+        shift, n = got
+        assert (size - 1) >> shift == n - 1
+
+
+@pytest.mark.parametrize("sampler,n_nz,n_zero,expect", [
+    # pyttb's defaults: g = max(ceil(3 nnz / 1000), min(1000, max(100, ceil(nnz / 100))))
+    ("stratified", 10 ** 6, 10 ** 9, ((3000, 3000), (100000, 100000))),
+    ("stratified", 10 ** 6 + 1, 10 ** 9, ((3001, 3001), (100000, 100000))),
+    ("stratified", 200000, 10 ** 9, ((1000, 1000), (100000, 100000))),
+    ("stratified", 50000, 10 ** 7, ((500, 500), (50000, 50000))),
+    ("stratified", 5000, 40, ((100, 40), (5000, 40))),
+    ("stratified", 0, 500, ((0, 100), (0, 500))),
+    ("semi-stratified", 2 * 10 ** 7 + 1, 10 ** 9, ((60001, 60001), (200001, 200001))),
+    # uniform: min(n_obs, max(1000, ceil(n_obs / 100)), 100000) entries
+    ("uniform", 10 ** 6, 0, ((0, 10000), (100000, 0))),
+    ("uniform", 10 ** 6 + 1, 0, ((0, 10001), (100000, 0))),
+    ("uniform", 50000, 0, ((0, 1000), (50000, 0))),
+    ("uniform", 300, 200, ((0, 500), (300, 200))),
+    ("uniform", 10 ** 8, 0, ((0, 100000), (1000000, 0))),
+])
+def test_default_counts_are_pyttbs(sampler, n_nz, n_zero, expect):
+    assert gcp_plan.default_counts(sampler, n_nz, n_zero) == expect
+
+
+def test_default_counts_given():
+    assert gcp_plan.default_counts("stratified", 10, 10, 7, (3, 4)) == ((7, 7), (3, 4))
+    assert gcp_plan.default_counts("semi-stratified", 10, 10, (5, 6), 8) == ((5, 6), (8, 8))
+    assert gcp_plan.default_counts("uniform", 10, 10, 7) == ((0, 7), (10, 10))
+
+
+def test_check_loss_and_loss_code():
+    from sktensor_fast._loss_table import N_LOSSES
+
+    class Coded:
+        def __init__(self, code):
+            self.code = code
+
+    class Fns:
+        def value(self, x, m):
+            return x
+
+        def deriv(self, x, m):
+            return m
+
+    last, user = Coded(N_LOSSES - 1), Fns()
+    assert gcp_plan.check_loss(last) is last
+    assert gcp_plan.check_loss(user) is user and gcp_plan.check_loss(user, exact=True) is user
+    huber = get_loss("huber", 0.7)
+    assert gcp_plan.check_loss(huber, exact=True) is huber
+    with pytest.raises(ValueError, match=f"unknown loss code {N_LOSSES}"):
+        gcp_plan.check_loss(Coded(N_LOSSES))
+    for bad in (Coded(True), Coded("0"), Coded(1.0), object()):
+        with pytest.raises(TypeError, match="integer code"):
+            gcp_plan.check_loss(bad)
+    with pytest.raises(TypeError, match="needs methods"):
+        gcp_plan.check_loss(Coded(-1))              # a user code without the functions
+    with pytest.raises(TypeError, match="needs methods"):
+        gcp_plan.check_loss(Coded(0), exact=True)   # the exact loss calls the functions
+    assert gcp_plan.loss_code(huber) == (7, 0.7)
+    code, param = gcp_plan.loss_code(user)
+    assert code == -1 and np.isnan(param)
 
 
 @pytest.mark.slow

@@ -53,8 +53,9 @@ def test_loss_classes_are_built_from_the_table(row):
     else:
         with pytest.raises(ValueError, match="needs loss_param"):
             get_loss(name)
-        with pytest.raises(ValueError, match="invalid loss_param"):
-            get_loss(name, 1.0 if param[1] == "not 0 or 1" else -1.0)
+        for bad in {"positive": (0.0, -1.0), "not 0 or 1": (0.0, 1.0)}[param[1]]:
+            with pytest.raises(ValueError, match="invalid loss_param"):
+                get_loss(name, bad)
         loss = get_loss(name, 2.5)
         assert loss.param == 2.5
     if zero == "param > 0":
@@ -74,6 +75,92 @@ def test_loss_classes_are_built_from_the_table(row):
             loss.check_data(np.array([0.5, 1.0]))
     if data == "real":
         loss.check_data(np.array([-1.5, 2.0]))
+
+
+def test_table_is_the_documented_table():
+    """The table's data domains and lower bounds are those that the losses module documents
+    with the formulas (written apart from the table: a wrong bound in either shows here)."""
+    from sktensor_fast.decomposition import losses
+    data = {"real": "real", "counts ≥ 0": "counts", "{0, 1}": "binary", "≥ 0": "nonneg"}
+    doc = {}
+    for line in losses.__doc__.splitlines():
+        m = re.match(r"``(\w+)``.*?\s{2,}(real|counts ≥ 0|\{0, 1\}|≥ 0)\s+(−inf|0)\s*$", line)
+        if m:
+            doc[m.group(1)] = (data[m.group(2)], -math.inf if m.group(3) == "−inf" else 0.0)
+    assert doc == {name: (dom, lower) for name, _, lower, dom, _, _ in LOSS_TABLE}
+
+
+def test_data_checks_of_integer_and_empty_data():
+    """Integer counts pass without a warning (any dtype); empty data passes; the domain is
+    checked on integer arrays too."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for dtype in (np.int64, np.int32, np.float32, np.float64):
+            get_loss("poisson").check_data(np.array([0, 1, 5], dtype=dtype))
+            get_loss("bernoulli_odds").check_data(np.array([0, 1, 1], dtype=dtype))
+        for name in ("poisson", "bernoulli_odds", "gamma"):
+            get_loss(name).check_data(np.array([]))
+    with pytest.raises(ValueError, match="binary"):
+        get_loss("bernoulli_odds").check_data(np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match="negative"):
+        get_loss("poisson").check_data(np.array([3, -1], dtype=np.int32))
+
+
+def test_loss_protocol_needs_value_deriv_and_lower():
+    from sktensor_fast.decomposition.losses import is_loss_object
+
+    def make(**members):
+        return type("UserLoss", (), members)()
+
+    def f(self, x, m):
+        return x
+
+    assert is_loss_object(make(value=f, deriv=f, lower=0.0))
+    assert is_loss_object(get_loss("poisson"))
+    for members in ({"deriv": f, "lower": 0.0}, {"value": f, "lower": 0.0},
+                    {"value": f, "deriv": f}, {"value": 1.0, "deriv": f, "lower": 0.0}):
+        assert not is_loss_object(make(**members))
+
+
+def test_user_loss_results_take_the_shape_of_the_model_values():
+    class Constant:
+        lower = 0.0
+
+        def value(self, x, m):
+            return 2.0                      # a scalar: broadcast to m's shape
+
+        def deriv(self, x, m):
+            return np.ones(3)               # a shape that does not broadcast
+
+    loss = get_loss(Constant())
+    m = np.ones((2, 2))
+    np.testing.assert_array_equal(loss.value(np.zeros((2, 2)), m), np.full((2, 2), 2.0))
+    with pytest.raises(ValueError, match=r"deriv\(x, m\) returned shape \(3,\)"):
+        loss.deriv(np.zeros((2, 2)), m)
+
+
+def test_get_loss_passes_loss_objects_through_without_a_parameter():
+    class User:
+        lower = 0.0
+
+        def value(self, x, m):
+            return x
+
+        def deriv(self, x, m):
+            return m
+
+    huber = get_loss("huber", 0.5)
+    custom = get_loss(User())
+    assert get_loss(huber) is huber and get_loss(custom) is custom
+    for obj in (huber, custom, User()):
+        with pytest.raises(ValueError, match="loss_param must be None"):
+            get_loss(obj, 1.0)
+
+
+def test_loss_repr_names_loss_and_parameter():
+    assert repr(get_loss("poisson")) == "Loss('poisson')"
+    assert repr(get_loss("huber", 0.5)) == "Loss('huber', 0.5)"
 
 
 def test_loss_broadcasts_and_keeps_shapes():

@@ -81,6 +81,14 @@ def test_row_solve_inner_limits_and_memory(be, cpu, method, max_inner, mem):
         assert all(r[3]["n_inner"] == 0 and r[3]["n_changed"] == 0 for r in res)
 
 
+@pytest.mark.parametrize("method", ["pdnr", "pqnr"])
+def test_row_solve_matches_cpu_with_a_large_eps_active(be, cpu, method):
+    """eps_active above ||min(m, g)||: the active set's threshold is the latter."""
+    X, empty, factors = _problem((14, 11, 9), 5, 400, seed=3)
+    res = _compare(be, cpu, X, factors, method, dict(_params(), eps_active=100.0))
+    assert all(r[3]["n_changed"] > 0 for r in res)
+
+
 def test_row_solve_in_batches(be, cpu, monkeypatch):
     """A scratch budget of a few rows: the rows are solved batch after batch."""
     from sktensor_fast.backends.opencl import cpapr_rows
@@ -157,6 +165,7 @@ def test_mu_rows_matches_cpu(be, cpu, dtype):
 
 
 def test_bad_inputs_are_clear_errors(be):
+    import pyopencl.array as cla
     from sktensor_fast.backends.opencl.cpapr_rows import MAX_RANK
     X, _, f = _problem((8, 6, 5), 3, 100, seed=1)
     T = be.prepare(X)
@@ -169,6 +178,10 @@ def test_bad_inputs_are_clear_errors(be):
         (dict(factors=f[:2]), ValueError, "2 factor matrices"),
         (dict(T=X), TypeError, "prepared by this backend"),
         (dict(B=f[0].tolist()), TypeError, "NumPy or device array"),
+        (dict(factors=[f[0], cla.to_device(be.queue, f[1].astype(np.int64)), f[2]]),
+         TypeError, "factor 1 must hold float32 or float64"),
+        (dict(factors=[f[0], cla.to_device(be.queue, np.asfortranarray(f[1])), f[2]]),
+         ValueError, "factor 1 must be a C-contiguous"),
         (dict(params={"tol": 1e-4}), ValueError, "lack max_inner"),
         (dict(params=dict(_params(), tol=float("nan"))), ValueError, "tol"),
         (dict(params=dict(_params(), max_inner=-1)), ValueError, "max_inner"),

@@ -88,6 +88,9 @@ def test_same_zero_samples_as_cpu_on_every_path(be, cpu, monkeypatch, threshold,
     monkeypatch.setattr(gcp_plan, "MAX_ATTEMPTS", attempts)
     monkeypatch.setattr(gcp_plan, "ZERO_LIST_MAX", 0)
     X, _ = sparse_problem(shape=(20, 15, 10), density=0.9)
+    dense = X.to_dense()
+    dense.flat[:7] = 0      # zeros before the first nonzero: the search for a zero's rank
+    X = SparseTensor.from_dense(dense)      # starts left of every nonzero
     Tc, To = cpu.prepare(X), be.prepare(X)
     sc = cpu.gcp.setup(Tc, "stratified", (50, 3000), (20, 500), 3)
     so = be.gcp.setup(To, "stratified", (50, 3000), (20, 500), 3)
