@@ -36,9 +36,9 @@ Results (one run of the targets below, 2026-11; "before": with the tests as they
 Mutants per target: sampled (``-n 30``; 20 for binary, text; 15 for apr_rows_py), run with
 the target's own test files ("before"); every survivor was then run again with the tests
 strengthened ("after").  C headers ran through OpenCL (PoCL); their survivors also with the
-CPU modules rebuilt (``--cpu-tests tests/test_gcp.py``).  The "before" runs of io and binary
-used tests/test_io.py and tests/test_binary.py only; their targets now add
-tests/test_writing.py, which holds the tests of writing to FIFOs and devices.
+CPU modules rebuilt (``--cpu-tests tests/estimators/test_gcp.py``).  The "before" runs of io and binary
+used tests/data/test_io.py and tests/data/test_binary.py only; their targets now add
+tests/data/test_writing.py, which holds the tests of writing to FIFOs and devices.
 
 ==============  ====  ======  ========  ==================  ==========  ============
 target          run   killed  survived  killed after        equivalent  not killed
@@ -64,7 +64,7 @@ Killed by new or strengthened tests:
   ``linear_index`` at 2**63 entries, weights of ``sampler_plan`` without samples,
   ``zero_list_mode`` at density 0.5, ``bucket_layout``, pyttb's ``default_counts``,
   ``check_loss`` at ``N_LOSSES``, ``loss_code`` of a user loss): the plan tests of
-  tests/test_gcp.py (``test_sampler_plan_counts_and_weights`` and the six next to it).
+  tests/estimators/test_gcp.py (``test_sampler_plan_counts_and_weights`` and the six next to it).
 - gcp_sample_h 44 (zero rank search starting right of nonzero 0): zeros before the first
   nonzero in ``test_stratified_zeros_are_zeros_whatever_the_path`` (test_gcp.py) and
   ``test_same_zero_samples_as_cpu_on_every_path`` (test_opencl_gcp.py).  35, 55, 59
@@ -75,7 +75,7 @@ Killed by new or strengthened tests:
   refused parameters of ``test_loss_classes_are_built_from_the_table``.
 - losses 36, 39 (repr), 45, 50, 51 (counts warning, integer data), 60 (loss protocol),
   73, 74 (shape of a user loss's result), 80 (parameter with a loss object): five tests in
-  tests/test_loss_table.py.
+  tests/estimators/test_loss_table.py.
 - apr_row_h 33 (active threshold ``sqrt(1 + ...)``): ``test_row_solve_matches_cpu_with_a_
   large_eps_active``.  apr_rows_py 61 (device factor of integers accepted): two cases more
   in ``test_bad_inputs_are_clear_errors``.
@@ -83,12 +83,12 @@ Killed by new or strengthened tests:
   145 (mode names): ``test_write_labels_refuses_names_unfit_for_a_file_name``; 97 (FIFOs
   and character devices refused) by test_writing.py.
 - binary 20 (``_chunks``), 72 (short ``pwrite``), 267 (identity), 272 (``read_rows``
-  default), 303 (``mmap``): five tests in tests/test_binary.py; 69 (FIFO padding) by
+  default), 303 (``mmap``): five tests in tests/data/test_binary.py; 69 (FIFO padding) by
   test_writing.py.  The short-write test also found the header written by one unchecked
   ``os.pwrite``; it goes through ``_pwrite_all`` now.
 - text 134 (BOM of a mapped file), 282 (file objects inflated): two tests in
-  tests/test_io.py; 176 (``feed_bytes``) by tests/test_distributed.py
-  (``--tests tests/test_distributed.py``).
+  tests/data/test_io.py; 176 (``feed_bytes``) by tests/distributed/test_distributed.py
+  (``--tests tests/distributed/test_distributed.py``).
 
 Equivalent:
 
@@ -135,21 +135,21 @@ TARGETS = {
     "gcp_plan": (f"{PKG}/backends/gcp_plan.py", "py",
                  ["linear_index", "sampler_plan", "zero_list_mode", "bucket_layout",
                   "default_counts", "check_loss", "loss_code"],
-                 ["tests/test_gcp.py", "tests/test_opencl_gcp.py"]),
+                 ["tests/estimators/test_gcp.py", "tests/kernels/opencl/test_opencl_gcp.py"]),
     "gcp_sample_h": (f"{PKG}/include/sktf_gcp_sample.h", "c", None,
-                     ["tests/test_opencl_gcp.py"]),
+                     ["tests/kernels/opencl/test_opencl_gcp.py"]),
     "loss_table": (f"{PKG}/_loss_table.py", "py", None,
-                   ["tests/test_loss_table.py", "tests/test_gcp.py"]),
+                   ["tests/estimators/test_loss_table.py", "tests/estimators/test_gcp.py"]),
     "losses": (f"{PKG}/decomposition/losses.py", "py", None,
-               ["tests/test_loss_table.py", "tests/test_gcp.py"]),
+               ["tests/estimators/test_loss_table.py", "tests/estimators/test_gcp.py"]),
     "apr_row_h": (f"{PKG}/include/sktf_apr_row.h", "c", None,
-                  ["tests/test_opencl_cpapr.py"]),
+                  ["tests/kernels/opencl/test_opencl_cpapr.py"]),
     "apr_rows_py": (f"{PKG}/backends/opencl/cpapr_rows.py", "py", None,
-                    ["tests/test_opencl_cpapr.py"]),
-    "io": (f"{PKG}/io.py", "py", None, ["tests/test_io.py", "tests/test_writing.py"]),
-    "binary": (f"{PKG}/binary.py", "py", None, ["tests/test_binary.py",
-                                                   "tests/test_writing.py"]),
-    "text": (f"{PKG}/_native/text.py", "py", None, ["tests/test_io.py"]),
+                    ["tests/kernels/opencl/test_opencl_cpapr.py"]),
+    "io": (f"{PKG}/io.py", "py", None, ["tests/data/test_io.py", "tests/data/test_writing.py"]),
+    "binary": (f"{PKG}/binary.py", "py", None, ["tests/data/test_binary.py",
+                                                   "tests/data/test_writing.py"]),
+    "text": (f"{PKG}/_native/text.py", "py", None, ["tests/data/test_io.py"]),
 }
 
 # ---------------------------------------------------------------------------- Python mutants
