@@ -369,6 +369,13 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """A later batch of ``partial_fit``: modes 1 and up (and their labels) as the
         model's."""
         name = type(self).__name__
+        X = as_sparse_tensor(X)
+        ours = tuple(self.tensor_shape_[1:])
+        if X.ndim >= 2 and (X.ndim != len(ours) + 1 or tuple(X.shape[1:]) != ours):
+            raise ValueError(
+                f"{name}.partial_fit: the batch has shape {tuple(X.shape)}, but the model's "
+                f"modes 1 and up have shape {ours}: a batch must be (n_slices, "
+                f"{', '.join(str(n) for n in ours)}), new mode-0 slices of the same tensor")
         X = self._validate_input(X, reset=False)
         theirs, ours = getattr(X, "labels", None), getattr(self, "labels_", None)
         if theirs is not None and ours is not None:
@@ -463,7 +470,8 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         t0 = time.perf_counter()
         if start is None:
             # a fit from scratch ends the stream of partial_fit (its history goes)
-            self.__dict__.pop("_stream", None)
+            for key in ("_stream", "n_samples_seen_"):
+                self.__dict__.pop(key, None)
         with prepared(backend, X, self._storage_format(backend)) as T:
             self._log(f"tensor {X.shape}, nnz={X.nnz}, prepared for {backend.name} "
                       f"({type(T).__name__}) in {time.perf_counter() - t0:.3f}s")
