@@ -371,7 +371,9 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         name = type(self).__name__
         X = as_sparse_tensor(X)
         ours = tuple(self.tensor_shape_[1:])
-        if X.ndim >= 2 and (X.ndim != len(ours) + 1 or tuple(X.shape[1:]) != ours):
+        matrices = X.ndim == 2 and len(ours) == 1   # scikit-learn's message, from below
+        if X.ndim >= 2 and not matrices and (X.ndim != len(ours) + 1
+                                             or tuple(X.shape[1:]) != ours):
             raise ValueError(
                 f"{name}.partial_fit: the batch has shape {tuple(X.shape)}, but the model's "
                 f"modes 1 and up have shape {ours}: a batch must be (n_slices, "
