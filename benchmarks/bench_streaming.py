@@ -181,6 +181,7 @@ def main(argv=None):
     ap.add_argument("--days", type=int, default=None, help="first days only (default all)")
     ap.add_argument("--rank", type=int, default=5)
     ap.add_argument("--window", type=int, default=7)
+    ap.add_argument("--window-method", default="last", choices=["last", "reservoir"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--mem-batches", type=int, default=1000)
     ap.add_argument("--pg-days", type=int, default=30)
@@ -189,17 +190,21 @@ def main(argv=None):
     ap.add_argument("--pg-rate", type=float, default=1e-3)
     ap.add_argument("--pygenten-python", default="/tmp/pgv/bin/python")
     ap.add_argument("--no-pygenten", action="store_true")
+    ap.add_argument("--only-loss", action="store_true",
+                    help="the loss and time against the batch fit only")
     ap.add_argument("--out", default="benchmarks/results/streaming_flights.json")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     X = load_stream(args.days)
     R, win = args.rank, args.window
-    print(f"stream {X.shape}, nnz {X.nnz}; rank {R}, Poisson loss, window {win}, "
+    print(f"stream {X.shape}, nnz {X.nnz}; rank {R}, Poisson loss, window {win} "
+          f"({args.window_method}), "
           f"{sktensor_fast.get_num_threads()} threads")
     report = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
                           "threads": sktensor_fast.get_num_threads(),
                           "python": platform.python_version()},
               "shape": list(X.shape), "nnz": int(X.nnz), "rank": R, "window": win,
+              "window_method": args.window_method,
               "seeds": args.seeds}
 
     rows = []
@@ -208,6 +213,7 @@ def main(argv=None):
         batch = GCP(R, loss="poisson", random_state=seed).fit(X)
         t_batch = time.perf_counter() - t0
         streamed, times = stream(lambda: GCP(R, loss="poisson", window=win,
+                                             window_method=args.window_method,
                                              random_state=seed), X)
         rows.append({"seed": seed, "batch_seconds": t_batch,
                      "batch_loss": exact_loss(batch, X),
@@ -228,6 +234,9 @@ def main(argv=None):
           f"vs {med['batch_median_seconds'] * 1e3:.0f} ms per day: "
           f"{med['batch_seconds'] / med['batch_median_seconds']:.0f}x (median day), "
           f"{med['batch_seconds'] / med['batch_mean_seconds']:.0f}x (mean day)")
+    if args.only_loss:
+        write_report(report, args.out)
+        return report
 
     if args.mem_batches:
         peaks, kept = memory_run(X, args.mem_batches, R, win, args.seeds[0])

@@ -204,3 +204,46 @@ def test_counts_checked_in_every_batch():
     bad = SparseTensor.from_dense(-np.ones((2, 10, 8)))
     with pytest.raises(ValueError, match="Negative values"):
         est.partial_fit(bad)
+
+
+def _labelled_batches(X, size):
+    """The slices of X in batches that carry their labels (mode 0: the slice's number)."""
+    out = []
+    for s in range(0, X.shape[0], size):
+        b = X[s:s + size]
+        b.labels = [list(range(s, s + b.shape[0])), None, None]
+        out.append(b)
+    return out
+
+
+@pytest.mark.parametrize("method", ["last", "reservoir"])
+def test_history_holds_the_slices_it_names(method):
+    X = _counts(n0=30)
+    est = _cpals(window=4, window_method=method)
+    for b in _labelled_batches(X, 1):
+        est.partial_fit(b)
+    kept = est.labels_[0]
+    assert len(kept) == 5 and kept[-1] == 29 and kept == sorted(kept)
+    if method == "last":
+        assert kept == [25, 26, 27, 28, 29]
+    else:   # a sample of the whole stream, not only its end
+        assert min(kept[:-1]) < 25
+    H = est._stream["history"]
+    assert H.shape == (4, 10, 8)
+    # the history's slices are those of the tensor that the labels name (the last four of
+    # the update: the batch 29 leaves only when a newer one comes in, for "last")
+    names = [kept[i] for i in est._stream["rows"]]
+    for i, n in enumerate(names):
+        np.testing.assert_array_equal(H[i].to_dense(), X[n].to_dense())
+
+
+def test_reservoir_is_deterministic_and_bounded():
+    X = _counts(n0=30)
+    runs = [_stream(_gcp(window=3, window_method="reservoir"), X, 2) for _ in range(2)]
+    _same(*runs)
+    assert runs[0]._stream["history"].shape[0] == 3
+
+
+def test_window_method_is_checked():
+    with pytest.raises(ValueError, match="'window_method' parameter"):
+        _cpals(window_method="first").partial_fit(_counts())

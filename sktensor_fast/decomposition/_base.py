@@ -323,14 +323,15 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                              f"tensor, not spread over processes")
         if "_stream" not in self.__dict__ and hasattr(self, "factors_"):
             # continue a model fitted by fit: no history yet
-            self._stream = {"history": None, "seed": self._stream_seed(),
-                            "batches": 1, "seen": int(self.tensor_shape_[0])}
+            self._stream = {"history": None, "rows": np.zeros(0, np.int64),
+                            "seed": self._stream_seed(), "batches": 1,
+                            "seen": int(self.tensor_shape_[0])}
         if not hasattr(self, "factors_"):
             X = self._validate_input(X, reset=True)
             best = self._fit_impl(X, **self._fit_kwargs(X))
             self._keep_result(best)
-            self._stream = {"history": self._keep_window(X), "seed": self._stream_seed(),
-                            "batches": 1, "seen": int(X.shape[0])}
+            self._stream = {"seed": self._stream_seed(), "batches": 1, "seen": 0}
+            self._keep_history(X, 0)
         else:
             X = self._validate_batch(X)
             self._update(X)
@@ -352,18 +353,50 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def _keep_result(self, best):
         """Store what ``fit`` stores beyond ``_fit_impl``'s attributes (estimator-specific)."""
 
-    def _keep_window(self, X):
-        """The last ``window`` slices of ``X`` (all with ``window=None``), as a new tensor
-        that holds nothing else of ``X``."""
-        n = X.shape[0]
-        keep = n if self.window is None else min(self.window, n)
-        if keep == 0:
-            return None
-        cut = np.searchsorted(X.subs[:, 0], n - keep, side="left")
-        subs = np.array(X.subs[cut:], dtype=np.int64)
-        subs[:, 0] -= n - keep
-        return SparseTensor._from_canonical(subs, np.array(X.vals[cut:]),
-                                            (keep,) + tuple(X.shape[1:]))
+    def _history_rows(self, n_old, n_new):
+        """Which slices of an update (``n_old`` of the history, then ``n_new`` of the batch)
+        stay in the history: the last ``window`` ones, or (``window_method="reservoir"``)
+        a uniform sample of ``window`` of every slice seen so far (reservoir sampling: the
+        slice number ``k`` of the stream enters with probability ``window / (k + 1)`` in
+        place of a random one), drawn from the stream's seed and the update's number."""
+        total = n_old + n_new
+        if self.window is None:
+            return np.arange(total)
+        if self.window_method == "last":
+            return np.arange(max(0, total - self.window), total)
+        st = self._stream
+        rng = np.random.RandomState([st["seed"], st["batches"], 1])
+        slots = list(range(n_old))
+        for j in range(n_new):
+            k = st["seen"] + j
+            if len(slots) < self.window:
+                slots.append(n_old + j)
+            else:
+                r = int(rng.randint(0, k + 1))
+                if r < self.window:
+                    slots[r] = n_old + j
+        return np.array(sorted(slots), dtype=np.int64)
+
+    def _keep_history(self, X, n_old):
+        """Keep the history's slices of the update's tensor ``X`` (its first ``n_old``
+        slices were the history), copied into a new tensor that holds nothing else of
+        ``X``, and which rows of ``factors_[0]`` are their loadings; count the batch's
+        slices as seen."""
+        st = self._stream
+        rows = self._history_rows(n_old, X.shape[0] - n_old)
+        st["seen"] += X.shape[0] - n_old
+        st["rows"] = rows
+        if rows.size == 0:
+            st["history"] = None
+            return
+        where = np.full(X.shape[0], -1, dtype=np.int64)
+        where[rows] = np.arange(rows.size)
+        pick = where[X.subs[:, 0]]
+        keep = pick >= 0
+        subs = np.array(X.subs[keep], dtype=np.int64)
+        subs[:, 0] = pick[keep]    # rows ascending: the order stays canonical
+        st["history"] = SparseTensor._from_canonical(subs, np.array(X.vals[keep]),
+                                                     (rows.size,) + tuple(X.shape[1:]))
 
     def _validate_batch(self, X):
         """A later batch of ``partial_fit``: modes 1 and up (and their labels) as the
@@ -399,8 +432,8 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         st = self._stream
         H = st["history"]
         nh = 0 if H is None else H.shape[0]
-        W = np.asarray(self.factors_[0] * self.weights_[None, :], dtype=np.float64)
-        W = W[W.shape[0] - nh:]
+        rows, n_prev = st["rows"], self.factors_[0].shape[0]
+        W = np.asarray(self.factors_[0] * self.weights_[None, :], dtype=np.float64)[rows]
         backend = self._backend(X)
         with backend.compute_scope():
             with prepared(backend, X, self._storage_format(backend)) as T:
@@ -417,12 +450,11 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             # mode 0: the labels of the slices of the update, where every one has its label
             old, new = labels[0], (getattr(X, "labels", None) or [None])[0]
             lab0 = None
-            if old is not None and new is not None and len(old) >= nh:
-                lab0 = list(old[len(old) - nh:]) + list(new)
+            if old is not None and new is not None and len(old) == n_prev:
+                lab0 = [old[i] for i in rows] + list(new)
             self.labels_ = [lab0] + list(labels[1:])
-        st["history"] = self._keep_window(window)
+        self._keep_history(window, nh)
         st["batches"] += 1
-        st["seen"] += int(X.shape[0])
 
     #: what ``stop_reason_ == "tol"`` means for this estimator (formatted with its settings)
     _tol_reached = "the change between two iterations fell below tol={tol:g}"

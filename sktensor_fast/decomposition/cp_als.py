@@ -4,7 +4,7 @@ import sys
 import time
 
 import numpy as np
-from sklearn.utils._param_validation import Integral, Interval, Real
+from sklearn.utils._param_validation import Integral, Interval, Real, StrOptions
 
 from ..kruskal import KruskalTensor
 from ..tensor import SparseTensor
@@ -134,6 +134,10 @@ class CPALS(BaseCP):
         kept and refitted with each new batch.  None keeps every slice (the memory then grows
         with the stream); 0 keeps none (each update sees its batch only).  :meth:`fit`
         ignores it.
+    window_method : {"last", "reservoir"}, default="last"
+        :meth:`partial_fit` only: which past slices the history keeps: the last ``window``
+        ones, or a uniform sample of ``window`` slices of the whole stream (reservoir
+        sampling, drawn from ``random_state``), which remembers old patterns longer.
 
     Attributes
     ----------
@@ -182,6 +186,7 @@ class CPALS(BaseCP):
         **BaseCP._parameter_constraints,
         "init": [_InitConstraint({"random", "nvecs"})],
         "window": [Interval(Integral, 0, None, closed="left"), None],
+        "window_method": [StrOptions({"last", "reservoir"})],
     }
 
     _objective_name = "fit"
@@ -189,7 +194,7 @@ class CPALS(BaseCP):
 
     def __init__(self, rank=5, *, max_iter=100, tol=1e-4, init="random", random_state=None,
                  n_init=1, device="cpu", format="auto", verbose=0, max_time=None, device_options=None,
-                 window=10):
+                 window=10, window_method="last"):
         self.rank = rank
         self.max_iter = max_iter
         self.tol = tol
@@ -202,6 +207,7 @@ class CPALS(BaseCP):
         self.max_time = max_time
         self.device_options = device_options
         self.window = window
+        self.window_method = window_method
 
     def _check_init_scale(self, factors):
         """CP-ALS does not depend on the scale of the initial columns (each update solves for

@@ -144,6 +144,10 @@ class CPAPR(BaseCP):
         kept and refitted with each new batch.  None keeps every slice (the memory then grows
         with the stream); 0 keeps none (each update sees its batch only).  :meth:`fit`
         ignores it.
+    window_method : {"last", "reservoir"}, default="last"
+        :meth:`partial_fit` only: which past slices the history keeps: the last ``window``
+        ones, or a uniform sample of ``window`` slices of the whole stream (reservoir
+        sampling, drawn from ``random_state``), which remembers old patterns longer.
 
     Attributes
     ----------
@@ -237,6 +241,7 @@ class CPAPR(BaseCP):
         "inexact": ["boolean"],
         "init": [_InitConstraint({"random"})],
         "window": [Interval(Integral, 0, None, closed="left"), None],
+        "window_method": [StrOptions({"last", "reservoir"})],
     }
 
     _objective_name = "log-likelihood"
@@ -247,7 +252,7 @@ class CPAPR(BaseCP):
                  kappa=0.01, kappa_tol=1e-10, eps_div_zero=None, eps_active=1e-8, mu0=1e-5,
                  lbfgs_mem=3, inexact=True, init="random", random_state=None, n_init=1,
                  device="cpu", format="auto", verbose=0, max_time=None, device_options=None,
-                 window=10):
+                 window=10, window_method="last"):
         self.rank = rank
         self.solver = solver
         self.max_iter = max_iter
@@ -269,6 +274,7 @@ class CPAPR(BaseCP):
         self.max_time = max_time
         self.device_options = device_options
         self.window = window
+        self.window_method = window_method
 
     # ------------------------------------------------------------------ data checks
     def _kernel_needs(self):

@@ -278,6 +278,10 @@ class GCP(BaseCP):
         kept and refitted with each new batch.  None keeps every slice (the memory then grows
         with the stream); 0 keeps none (each update sees its batch only).  :meth:`fit`
         ignores it.
+    window_method : {"last", "reservoir"}, default="last"
+        :meth:`partial_fit` only: which past slices the history keeps: the last ``window``
+        ones, or a uniform sample of ``window`` slices of the whole stream (reservoir
+        sampling, drawn from ``random_state``), which remembers old patterns longer.
 
     Attributes
     ----------
@@ -368,6 +372,7 @@ class GCP(BaseCP):
         "beta2": [Interval(Real, 0, 1, closed="left")],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "window": [Interval(Integral, 0, None, closed="left"), None],
+        "window_method": [StrOptions({"last", "reservoir"})],
     }
 
     def __init__(self, rank=5, *, loss="gaussian", loss_param=None, solver="adam",
@@ -375,7 +380,7 @@ class GCP(BaseCP):
                  learning_rate=2e-3, decay=0.1, max_fails=1, epoch_iters=1000, max_iter=1000,
                  tol=1e-4, mask=None, init="random", random_state=None, n_init=1,
                  device="cpu", format="auto", verbose=0, beta1=0.9, beta2=0.999,
-                 epsilon=1e-8, max_time=None, device_options=None, window=10):
+                 epsilon=1e-8, max_time=None, device_options=None, window=10, window_method="last"):
         self.rank = rank
         self.loss = loss
         self.loss_param = loss_param
@@ -402,6 +407,7 @@ class GCP(BaseCP):
         self.max_time = max_time
         self.device_options = device_options
         self.window = window
+        self.window_method = window_method
 
     @property
     def _iteration_name(self):
