@@ -294,10 +294,11 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
         1. solves the batch's mode-0 loadings with the other factors fixed, as
            :meth:`transform` does;
-        2. refits the model to the batch together with the last ``window`` slices before it
-           (the history, kept with their loadings), starting from the current model: one
-           run of the estimator's solver with its settings (``max_iter``, ``tol``, ...),
-           every factor free.
+        2. refits the model to the batch together with the history, ``window`` slices seen
+           before it and kept with their loadings (the last ones, or a uniform sample of the
+           stream: ``window_method``), starting from the current model: one run of the
+           estimator's solver with its settings (``max_iter``, ``tol``, ...), every factor
+           free.
 
         Only the history's slices are kept between calls, so the memory stays bounded by
         ``window`` (and the batch), whatever the number of batches.  ``factors_[0]`` then
