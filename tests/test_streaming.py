@@ -247,3 +247,16 @@ def test_reservoir_is_deterministic_and_bounded():
 def test_window_method_is_checked():
     with pytest.raises(ValueError, match="'window_method' parameter"):
         _cpals(window_method="first").partial_fit(_counts())
+
+
+@pytest.mark.parametrize("window, sizes", [(0, [0, 0, 0, 0]), (None, [4, 8, 12, 16])])
+def test_window_zero_and_unbounded(window, sizes):
+    X = _counts()
+    est = _cpals(window=window)
+    seen = []
+    for s in range(0, 16, 4):
+        est.partial_fit(X[s:s + 4])
+        H = est._stream["history"]
+        seen.append(0 if H is None else H.shape[0])
+    assert seen == sizes   # no history, or every slice so far
+    assert est.factors_[0].shape[0] == (4 if window == 0 else 16)
