@@ -10,6 +10,7 @@ ORDER = [
     "plot_planted_recovery.py",
     "plot_gcp_losses.py",
     "plot_cpu_vs_opencl.py",
+    "plot_streaming.py",
 ]
 
 

@@ -29,12 +29,24 @@ from .._prepared import prepared
 from ..backends import FORMATS, get_backend, parse_device
 from ..backends.options import OpenCLOptions, as_options
 from ..kruskal import KruskalTensor
-from ..tensor import as_sparse_tensor
+from ..tensor import SparseTensor, as_sparse_tensor
 from ._init import initialize_factors
 from . import _progress
 from .._warnings import warn as _warn
 
 __all__ = ["BaseCP"]
+
+
+def _stack_slices(H, X):
+    """The slices of ``H`` (or none) followed by those of ``X``, in one tensor (both in
+    canonical order, so the result is too)."""
+    if H is None or H.shape[0] == 0:
+        return X
+    subs = np.array(X.subs, dtype=np.int64)
+    subs[:, 0] += H.shape[0]
+    return SparseTensor._from_canonical(
+        np.concatenate([H.subs, subs]), np.concatenate([H.vals, X.vals.astype(H.vals.dtype)]),
+        (H.shape[0] + X.shape[0],) + tuple(X.shape[1:]))
 
 
 class _DeviceConstraint(Options):
@@ -272,6 +284,179 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self._warn_if_not_converged()
         return self
 
+    # ------------------------------------------------------------------ streaming
+    def partial_fit(self, X, y=None):
+        """Update the model with a batch of new mode-0 slices (streaming).
+
+        Samples are mode-0 slices, so a batch is the new slices of the tensor (for a stream
+        in time: the new time steps, with the time mode first).  The first call fits the
+        model to the batch, exactly as :meth:`fit` does.  Every later call
+
+        1. solves the batch's mode-0 loadings with the other factors fixed, as
+           :meth:`transform` does;
+        2. refits the model to the batch together with the history, ``window`` slices seen
+           before it and kept with their loadings (the last ones, or a uniform sample of the
+           stream: ``window_method``), starting from the current model: one run of the
+           estimator's solver with its settings (``max_iter``, ``tol``, ...), every factor
+           free.
+
+        Only the history's slices are kept between calls, so the memory stays bounded by
+        ``window`` (and the batch), whatever the number of batches.  ``factors_[0]`` then
+        holds the loadings of the slices of the last update (history and batch, in order),
+        ``factors_[1:]`` the model so far; :meth:`transform` and :meth:`score` use them
+        between calls.  A call of :meth:`fit` starts a new stream.
+
+        Parameters
+        ----------
+        X : SparseTensor, ndarray (2 or more modes), sparse.COO, scipy.sparse matrix
+            The new slices; modes 1 and up must match the model's (and their labels, where
+            both carry them).
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        self._check_streaming()
+        if getattr(X, "_sktf_validate", None) is not None:
+            raise ValueError(f"{type(self).__name__}.partial_fit takes the batch as one "
+                             f"tensor, not spread over processes")
+        if "_stream" not in self.__dict__ and hasattr(self, "factors_"):
+            # continue a model fitted by fit: no history yet
+            self._stream = {"history": None, "rows": np.zeros(0, np.int64),
+                            "seed": self._stream_seed(), "batches": 1,
+                            "seen": int(self.tensor_shape_[0])}
+        if not hasattr(self, "factors_"):
+            X = self._validate_input(X, reset=True)
+            best = self._fit_impl(X, **self._fit_kwargs(X))
+            self._keep_result(best)
+            self._stream = {"seed": self._stream_seed(), "batches": 1, "seen": 0}
+            self._keep_history(X, 0)
+        else:
+            X = self._validate_batch(X)
+            self._update(X)
+        self.n_samples_seen_ = self._stream["seen"]
+        self._warn_if_not_converged()
+        return self
+
+    def _stream_seed(self):
+        """Seed of the updates of a stream (each update draws from it and its number)."""
+        return int(check_random_state(self.random_state).randint(0, 2 ** 31 - 1))
+
+    def _check_streaming(self):
+        """Settings that ``partial_fit`` cannot honour (estimator-specific)."""
+
+    def _fit_kwargs(self, X):
+        """Arguments of ``_fit_model`` for a fit of ``X`` (estimator-specific)."""
+        return {}
+
+    def _keep_result(self, best):
+        """Store what ``fit`` stores beyond ``_fit_impl``'s attributes (estimator-specific)."""
+
+    def _history_rows(self, n_old, n_new):
+        """Which slices of an update (``n_old`` of the history, then ``n_new`` of the batch)
+        stay in the history: the last ``window`` ones, or (``window_method="reservoir"``)
+        a uniform sample of ``window`` of every slice seen so far (reservoir sampling: the
+        slice number ``k`` of the stream enters with probability ``window / (k + 1)`` in
+        place of a random one), drawn from the stream's seed and the update's number."""
+        total = n_old + n_new
+        if self.window is None:
+            return np.arange(total)
+        if self.window_method == "last":
+            return np.arange(max(0, total - self.window), total)
+        st = self._stream
+        rng = np.random.RandomState([st["seed"], st["batches"], 1])
+        slots = list(range(n_old))
+        for j in range(n_new):
+            k = st["seen"] + j
+            if len(slots) < self.window:
+                slots.append(n_old + j)
+            else:
+                r = int(rng.randint(0, k + 1))
+                if r < self.window:
+                    slots[r] = n_old + j
+        return np.array(sorted(slots), dtype=np.int64)
+
+    def _keep_history(self, X, n_old):
+        """Keep the history's slices of the update's tensor ``X`` (its first ``n_old``
+        slices were the history), copied into a new tensor that holds nothing else of
+        ``X``, and which rows of ``factors_[0]`` are their loadings; count the batch's
+        slices as seen."""
+        st = self._stream
+        rows = self._history_rows(n_old, X.shape[0] - n_old)
+        st["seen"] += X.shape[0] - n_old
+        st["rows"] = rows
+        if rows.size == 0:
+            st["history"] = None
+            return
+        where = np.full(X.shape[0], -1, dtype=np.int64)
+        where[rows] = np.arange(rows.size)
+        pick = where[X.subs[:, 0]]
+        keep = pick >= 0
+        subs = np.array(X.subs[keep], dtype=np.int64)
+        subs[:, 0] = pick[keep]    # rows ascending: the order stays canonical
+        st["history"] = SparseTensor._from_canonical(subs, np.array(X.vals[keep]),
+                                                     (rows.size,) + tuple(X.shape[1:]))
+
+    def _validate_batch(self, X):
+        """A later batch of ``partial_fit``: modes 1 and up (and their labels) as the
+        model's."""
+        name = type(self).__name__
+        X = as_sparse_tensor(X)
+        ours = tuple(self.tensor_shape_[1:])
+        matrices = X.ndim == 2 and len(ours) == 1   # scikit-learn's message, from below
+        if X.ndim >= 2 and not matrices and (X.ndim != len(ours) + 1
+                                             or tuple(X.shape[1:]) != ours):
+            raise ValueError(
+                f"{name}.partial_fit: the batch has shape {tuple(X.shape)}, but the model's "
+                f"modes 1 and up have shape {ours}: a batch must be (n_slices, "
+                f"{', '.join(str(n) for n in ours)}), new mode-0 slices of the same tensor")
+        X = self._validate_input(X, reset=False)
+        theirs, ours = getattr(X, "labels", None), getattr(self, "labels_", None)
+        if theirs is not None and ours is not None:
+            names = getattr(self, "mode_names_", None)
+            for k in range(1, X.ndim):
+                a, b = theirs[k], ours[k]
+                if a is None or b is None or list(a) == list(b):
+                    continue
+                j = next(i for i, (u, v) in enumerate(zip(a, b)) if u != v)
+                what = f"mode {k}" + (f" ({names[k]})" if names and names[k] else "")
+                raise ValueError(
+                    f"{name}.partial_fit: the labels of {what} of X differ from the model's: "
+                    f"index {j} is {a[j]!r} in X but {b[j]!r} in the model; the batches of a "
+                    f"stream must index modes 1 and up alike")
+        return X
+
+    def _update(self, X):
+        """One update of ``partial_fit`` with the batch ``X`` (see there)."""
+        st = self._stream
+        H = st["history"]
+        nh = 0 if H is None else H.shape[0]
+        rows, n_prev = st["rows"], self.factors_[0].shape[0]
+        W = np.asarray(self.factors_[0] * self.weights_[None, :], dtype=np.float64)[rows]
+        backend = self._backend(X)
+        with backend.compute_scope():
+            with prepared(backend, X, self._storage_format(backend)) as T:
+                Wb = self._solve_mode0(backend, T, X, self.factors_)
+        window = _stack_slices(H, X)
+        start = [np.vstack([W, Wb])] + [np.array(f, dtype=np.float64)
+                                         for f in self.factors_[1:]]
+        rng = np.random.RandomState([st["seed"], st["batches"]])
+        best = self._fit_impl(window, start=(start, rng), **self._fit_kwargs(window))
+        self._keep_result(best)
+        self.tensor_shape_ = tuple(window.shape)
+        labels = getattr(self, "labels_", None)
+        if labels is not None:
+            # mode 0: the labels of the slices of the update, where every one has its label
+            old, new = labels[0], (getattr(X, "labels", None) or [None])[0]
+            lab0 = None
+            if old is not None and new is not None and len(old) == n_prev:
+                lab0 = [old[i] for i in rows] + list(new)
+            self.labels_ = [lab0] + list(labels[1:])
+        self._keep_history(window, nh)
+        st["batches"] += 1
+
     #: what ``stop_reason_ == "tol"`` means for this estimator (formatted with its settings)
     _tol_reached = "the change between two iterations fell below tol={tol:g}"
 
@@ -307,27 +492,37 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                    f"increase max_iter (or loosen tol)")
         _warn(msg, ConvergenceWarning)
 
-    def _fit_impl(self, X, **fit_args):
+    def _fit_impl(self, X, start=None, **fit_args):
         """Run ``n_init`` fits; ``fit_args`` go to every ``_fit_model`` call (the state of
-        this fit: nothing of it is stored on the estimator until the result)."""
+        this fit: nothing of it is stored on the estimator until the result).  ``start``:
+        ``(factors, rng)`` of one fit from a given model (an update of ``partial_fit``)
+        instead of the starts that ``init`` and ``n_init`` ask for."""
         backend = self._backend(X)
         with backend.compute_scope():
-            return self._fit_in_scope(backend, X, **fit_args)
+            return self._fit_in_scope(backend, X, start=start, **fit_args)
 
-    def _fit_in_scope(self, backend, X, **fit_args):
+    def _fit_in_scope(self, backend, X, start=None, **fit_args):
         t0 = time.perf_counter()
+        if start is None:
+            # a fit from scratch ends the stream of partial_fit (its history goes)
+            for key in ("_stream", "n_samples_seen_"):
+                self.__dict__.pop(key, None)
         with prepared(backend, X, self._storage_format(backend)) as T:
             self._log(f"tensor {X.shape}, nnz={X.nnz}, prepared for {backend.name} "
                       f"({type(T).__name__}) in {time.perf_counter() - t0:.3f}s")
             if getattr(T, "note", None):
                 self._log(f"note: {T.note}")
-            rng = check_random_state(self.random_state)
+            rng = check_random_state(self.random_state) if start is None else start[1]
             best = None
             init_param = self.init
-            for trial in range(self.n_init):
-                factors0 = initialize_factors(init_param, X, self.rank, rng,
-                                              self._init_options(), dtype=X.dtype)
-                if not isinstance(init_param, str):
+            for trial in range(self.n_init if start is None else 1):
+                if start is not None:
+                    factors0 = start[0]
+                    fit_args = {**fit_args, "warm": True}
+                else:
+                    factors0 = initialize_factors(init_param, X, self.rank, rng,
+                                                  self._init_options(), dtype=X.dtype)
+                if start is None and not isinstance(init_param, str):
                     factors0 = self._check_init_scale(factors0)
                 t1 = time.perf_counter()
                 with _progress.random_start(trial + 1, self.n_init):
@@ -338,7 +533,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                               f"{self._result_key(result):.6g}")
                 if best is None or self._result_key(result) > self._result_key(best):
                     best = result
-                if not isinstance(init_param, str):
+                if start is not None or not isinstance(init_param, str):
                     break  # a given start gives the same result every time
         self.weights_ = np.asarray(best["weights"], dtype=np.float64)
         self.factors_ = [np.asarray(f) for f in best["factors"]]

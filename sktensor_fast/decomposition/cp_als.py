@@ -4,7 +4,7 @@ import sys
 import time
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, Real
+from sklearn.utils._param_validation import Integral, Interval, Real, StrOptions
 
 from ..kruskal import KruskalTensor
 from ..tensor import SparseTensor
@@ -129,6 +129,15 @@ class CPALS(BaseCP):
         Stop after the iteration during which this many seconds have passed (counted for each
         of the ``n_init`` starts).  A fit that stops at ``max_iter`` or ``max_time`` before the
         change in fit falls below ``tol`` warns (``sklearn.exceptions.ConvergenceWarning``).
+    window : int or None, default=10
+        :meth:`partial_fit` only: how many past mode-0 slices (the history of the stream) are
+        kept and refitted with each new batch.  None keeps every slice (the memory then grows
+        with the stream); 0 keeps none (each update sees its batch only).  :meth:`fit`
+        ignores it.
+    window_method : {"last", "reservoir"}, default="last"
+        :meth:`partial_fit` only: which past slices the history keeps: the last ``window``
+        ones, or a uniform sample of ``window`` slices of the whole stream (reservoir
+        sampling, drawn from ``random_state``), which remembers old patterns longer.
 
     Attributes
     ----------
@@ -156,6 +165,9 @@ class CPALS(BaseCP):
         Number of entries of a mode-0 slice (I_1 ⋯ I_{N-1}).
     tensor_shape_ : tuple
         Shape of the fitted tensor.
+    n_samples_seen_ : int
+        :meth:`partial_fit` only: the mode-0 slices it was given so far (the first batch
+        included, or the tensor of :meth:`fit` when the stream continues a fitted model).
 
     Examples
     --------
@@ -173,13 +185,16 @@ class CPALS(BaseCP):
     _parameter_constraints = {
         **BaseCP._parameter_constraints,
         "init": [_InitConstraint({"random", "nvecs"})],
+        "window": [Interval(Integral, 0, None, closed="left"), None],
+        "window_method": [StrOptions({"last", "reservoir"})],
     }
 
     _objective_name = "fit"
     _tol_reached = "the fit changed by less than tol={tol:g} between two iterations"
 
     def __init__(self, rank=5, *, max_iter=100, tol=1e-4, init="random", random_state=None,
-                 n_init=1, device="cpu", format="auto", verbose=0, max_time=None, device_options=None):
+                 n_init=1, device="cpu", format="auto", verbose=0, max_time=None, device_options=None,
+                 window=10, window_method="last"):
         self.rank = rank
         self.max_iter = max_iter
         self.tol = tol
@@ -191,6 +206,8 @@ class CPALS(BaseCP):
         self.verbose = verbose
         self.max_time = max_time
         self.device_options = device_options
+        self.window = window
+        self.window_method = window_method
 
     def _check_init_scale(self, factors):
         """CP-ALS does not depend on the scale of the initial columns (each update solves for
@@ -235,7 +252,7 @@ class CPALS(BaseCP):
         best["weights"] = self.weights_
         return best
 
-    def _fit_model(self, backend, T, X, init, rng):
+    def _fit_model(self, backend, T, X, init, rng, warm=False):
         N = X.ndim
         U = [backend.asarray(f) for f in init]
         grams = [backend.gram(u) for u in U]

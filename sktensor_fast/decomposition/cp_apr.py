@@ -139,6 +139,15 @@ class CPAPR(BaseCP):
         Stop after the outer iteration during which this many seconds have passed (counted
         for each of the ``n_init`` starts).  A fit that stops at ``max_iter`` or ``max_time``
         before reaching ``tol`` warns (``sklearn.exceptions.ConvergenceWarning``).
+    window : int or None, default=10
+        :meth:`partial_fit` only: how many past mode-0 slices (the history of the stream) are
+        kept and refitted with each new batch.  None keeps every slice (the memory then grows
+        with the stream); 0 keeps none (each update sees its batch only).  :meth:`fit`
+        ignores it.
+    window_method : {"last", "reservoir"}, default="last"
+        :meth:`partial_fit` only: which past slices the history keeps: the last ``window``
+        ones, or a uniform sample of ``window`` slices of the whole stream (reservoir
+        sampling, drawn from ``random_state``), which remembers old patterns longer.
 
     Attributes
     ----------
@@ -171,6 +180,9 @@ class CPAPR(BaseCP):
         Number of entries of a mode-0 slice (I_1 ⋯ I_{N-1}).
     tensor_shape_ : tuple
         Shape of the fitted tensor.
+    n_samples_seen_ : int
+        :meth:`partial_fit` only: the mode-0 slices it was given so far (the first batch
+        included, or the tensor of :meth:`fit` when the stream continues a fitted model).
 
     Notes
     -----
@@ -228,6 +240,8 @@ class CPAPR(BaseCP):
         "lbfgs_mem": [Interval(Integral, 1, None, closed="left")],
         "inexact": ["boolean"],
         "init": [_InitConstraint({"random"})],
+        "window": [Interval(Integral, 0, None, closed="left"), None],
+        "window_method": [StrOptions({"last", "reservoir"})],
     }
 
     _objective_name = "log-likelihood"
@@ -237,7 +251,8 @@ class CPAPR(BaseCP):
     def __init__(self, rank=5, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
                  kappa=0.01, kappa_tol=1e-10, eps_div_zero=None, eps_active=1e-8, mu0=1e-5,
                  lbfgs_mem=3, inexact=True, init="random", random_state=None, n_init=1,
-                 device="cpu", format="auto", verbose=0, max_time=None, device_options=None):
+                 device="cpu", format="auto", verbose=0, max_time=None, device_options=None,
+                 window=10, window_method="last"):
         self.rank = rank
         self.solver = solver
         self.max_iter = max_iter
@@ -258,6 +273,8 @@ class CPAPR(BaseCP):
         self.verbose = verbose
         self.max_time = max_time
         self.device_options = device_options
+        self.window = window
+        self.window_method = window_method
 
     # ------------------------------------------------------------------ data checks
     def _kernel_needs(self):
@@ -307,7 +324,7 @@ class CPAPR(BaseCP):
                       f"inner {n_inner:6d}  {time.perf_counter() - t0:.2f}s")
 
     # ------------------------------------------------------------------ fit
-    def _fit_model(self, backend, T, X, init, rng):
+    def _fit_model(self, backend, T, X, init, rng, warm=False):
         for n, f in enumerate(init):
             if np.any(f < 0):
                 raise ValueError(f"init factor {n} holds negative values; CPAPR needs a "
@@ -324,7 +341,7 @@ class CPAPR(BaseCP):
         for f in A:
             weights = weights * _normalize_columns(backend, f)
         eps = self._eps(X.dtype)
-        if not isinstance(self.init, str) and \
+        if (warm or not isinstance(self.init, str)) and \
                 self._log_likelihood(backend, T, weights, A) == -np.inf:
             # a given start that is zero at some nonzero: revive it before the first update
             weights, _ = self._revive(backend, X, A, weights)
@@ -357,8 +374,8 @@ class CPAPR(BaseCP):
                 "attributes": {"log_likelihood_": float(loglik), "kkt_violation_": float(kkt),
                                "n_inner_iter_": int(n_inner)}}
 
-    def _fit_impl(self, X):
-        best = super()._fit_impl(X)
+    def _fit_impl(self, X, **fit_args):
+        best = super()._fit_impl(X, **fit_args)
         if best["n_model_zero"]:
             _warn(
                 f"{type(self).__name__}: the fitted model is zero at {best['n_model_zero']} "

@@ -273,6 +273,15 @@ class GCP(BaseCP):
         checked after every step of the stochastic solvers and every L-BFGS-B iteration).  A
         fit that stops at ``max_iter`` or ``max_time`` before its own criterion warns
         (``sklearn.exceptions.ConvergenceWarning``).
+    window : int or None, default=10
+        :meth:`partial_fit` only: how many past mode-0 slices (the history of the stream) are
+        kept and refitted with each new batch.  None keeps every slice (the memory then grows
+        with the stream); 0 keeps none (each update sees its batch only).  :meth:`fit`
+        ignores it.
+    window_method : {"last", "reservoir"}, default="last"
+        :meth:`partial_fit` only: which past slices the history keeps: the last ``window``
+        ones, or a uniform sample of ``window`` slices of the whole stream (reservoir
+        sampling, drawn from ``random_state``), which remembers old patterns longer.
 
     Attributes
     ----------
@@ -308,6 +317,9 @@ class GCP(BaseCP):
         - ``"max_time"``: it ran out of time (``max_time`` seconds) first.
     n_features_in_ : int
     tensor_shape_ : tuple
+    n_samples_seen_ : int
+        :meth:`partial_fit` only: the mode-0 slices it was given so far (the first batch
+        included, or the tensor of :meth:`fit` when the stream continues a fitted model).
 
     Notes
     -----
@@ -359,6 +371,8 @@ class GCP(BaseCP):
         "beta1": [Interval(Real, 0, 1, closed="left")],
         "beta2": [Interval(Real, 0, 1, closed="left")],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "window": [Interval(Integral, 0, None, closed="left"), None],
+        "window_method": [StrOptions({"last", "reservoir"})],
     }
 
     def __init__(self, rank=5, *, loss="gaussian", loss_param=None, solver="adam",
@@ -366,7 +380,7 @@ class GCP(BaseCP):
                  learning_rate=2e-3, decay=0.1, max_fails=1, epoch_iters=1000, max_iter=1000,
                  tol=1e-4, mask=None, init="random", random_state=None, n_init=1,
                  device="cpu", format="auto", verbose=0, beta1=0.9, beta2=0.999,
-                 epsilon=1e-8, max_time=None, device_options=None):
+                 epsilon=1e-8, max_time=None, device_options=None, window=10, window_method="last"):
         self.rank = rank
         self.loss = loss
         self.loss_param = loss_param
@@ -392,6 +406,8 @@ class GCP(BaseCP):
         self.epsilon = epsilon
         self.max_time = max_time
         self.device_options = device_options
+        self.window = window
+        self.window_method = window_method
 
     @property
     def _iteration_name(self):
@@ -510,14 +526,33 @@ class GCP(BaseCP):
     def _result_key(self, result):
         return -result["loss"]
 
-    def _fit_model(self, backend, T, X, init, rng, ctx=None):
+    # ------------------------------------------------------------------ streaming hooks
+    def _check_streaming(self):
+        if self.mask is not None:
+            raise ValueError("GCP.partial_fit cannot use a mask (it gives the observed entries "
+                             "of one tensor, not of a stream of batches); set mask=None")
+        self._make_loss()
+        self._check_counts()
+
+    def _fit_kwargs(self, X):
+        if not OPTIMIZERS[self.solver].stochastic and X.size > GCP_DENSE_LIMIT:
+            raise ValueError(
+                f"solver='lbfgsb' evaluates the loss on every entry of the dense tensor; the "
+                f"batch and its history have {X.size} entries, more than GCP_DENSE_LIMIT = "
+                f"{GCP_DENSE_LIMIT}. Use a stochastic solver or a smaller window")
+        return {"ctx": _FitContext(_Observed(X, None))}
+
+    def _keep_result(self, best):
+        self.loss_ = float(best["loss"])
+
+    def _fit_model(self, backend, T, X, init, rng, ctx=None, warm=False):
         if ctx is None:
             ctx = _FitContext(_Observed(X, None))
         obs = ctx.obs
         loss = self._make_loss()
         R = self.rank
         U = [np.array(f, dtype=np.float64) for f in init]
-        if isinstance(self.init, str):
+        if isinstance(self.init, str) and not warm:
             U = _scale_to_norm(U, obs.X.norm())
         if loss.lower > -np.inf:
             U = [np.maximum(u, loss.lower) for u in U]

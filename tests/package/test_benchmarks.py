@@ -448,3 +448,15 @@ def test_code_cites_tuning_entries_that_exist():
     assert len(cited) >= 10, cited
     unknown = [(f, t) for f, t in cited if not any(x.startswith(t) for x in titles)]
     assert not unknown, f"no such entry in doc/guide/tuning.rst: {unknown}"
+
+
+def test_bench_streaming_small(shared_data, tmp_path):
+    """bench_streaming on the first days: loss, times and memory per batch in its JSON."""
+    from benchmarks import bench_streaming
+    out = tmp_path / "s.json"
+    bench_streaming.main(["--days", "6", "--seeds", "0", "--mem-batches", "12",
+                          "--no-pygenten", "--out", str(out)])
+    rep = _strict_json(out)
+    med = rep["loss_and_time"]["median"]
+    assert med["batch_loss"] > 0 and med["stream_loss"] > 0 and med["batch_median_seconds"] > 0
+    assert rep["memory"]["batches"] == 12 and rep["memory"]["peak_max"] > 0
