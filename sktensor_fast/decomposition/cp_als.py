@@ -4,7 +4,7 @@ import sys
 import time
 
 import numpy as np
-from sklearn.utils._param_validation import Integral, Interval, Real, StrOptions
+from sklearn.utils._param_validation import Integral, Interval, StrOptions
 
 from ..kruskal import KruskalTensor
 from ..tensor import SparseTensor

@@ -4,7 +4,6 @@ import weakref
 
 import numpy as np
 import pytest
-from sklearn.exceptions import ConvergenceWarning
 
 from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor, num_threads
 
