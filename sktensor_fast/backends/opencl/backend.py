@@ -134,6 +134,32 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         comes from here."""
         return self.programs.kernel(key, name, source, options, what)
 
+    #: work-items per work-group of the element-wise and small dense kernels
+    LAUNCH_WG = 64
+
+    def geometry(self, size):
+        """(global, local) sizes for a kernel over the index space ``size`` (1 to 3 dims) whose
+        work-items outside ``size`` return at once.  The work-group size is fixed (first
+        dimension: the next power of two of its extent, up to :attr:`LAUNCH_WG`; the next one
+        takes the rest): left to the driver, it follows the global size, and a compiler that
+        specialises kernels on it (PoCL) builds each kernel again for every tensor shape."""
+        size = tuple(int(n) for n in size)
+        wg = max(1, min(self.LAUNCH_WG, self.max_wg))
+        if len(size) == 1:
+            local = (wg,)
+        else:
+            l0 = 1
+            while l0 < size[0] and 2 * l0 <= wg:
+                l0 *= 2
+            local = (l0, max(1, wg // l0)) + (1,) * (len(size) - 2)
+        glob = tuple(max(1, -(-n // l)) * l for n, l in zip(size, local))
+        return glob, local
+
+    def launch(self, knl, size, *args, queue=None, wait_for=None):
+        """Enqueue ``knl`` over ``size`` (see :meth:`geometry`) with arguments ``args``."""
+        glob, local = self.geometry(size)
+        return knl(queue or self.queue, glob, local, *args, wait_for=wait_for)
+
     # ------------------------------------------------------------------ device copies
     def _interleave_plan(self, ndim):
         """(mode, chunk) of the chunk-interleaved copies the layout reads, built at prepare."""

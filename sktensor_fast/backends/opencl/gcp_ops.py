@@ -198,23 +198,20 @@ class _Source:
         nnz = self.nnz
         if nnz > 1:
             bad = cla.zeros(be.queue, (1,), np.int32)
-            _kernel(be, T.dtype, N, "gcp_check_order")(
-                be.queue, (nnz - 1,), None, np.int64(nnz), T.subs[0].data, bad.data)
+            be.launch(_kernel(be, T.dtype, N, "gcp_check_order"), (nnz - 1,), np.int64(nnz), T.subs[0].data, bad.data)
             if int(bad.get()[0]):
                 raise ValueError("GCP needs the nonzeros in lexicographic order without "
                                  "duplicates")
         if has_lin and nnz:
             self.lin = cla.empty(be.queue, (nnz,), np.int64)
-            _kernel(be, T.dtype, N, "gcp_linear_index")(
-                be.queue, (nnz,), None, np.int64(nnz), T.subs[0].data, self.strides.data,
+            be.launch(_kernel(be, T.dtype, N, "gcp_linear_index"), (nnz,), np.int64(nnz), T.subs[0].data, self.strides.data,
                 self.lin.data)
             layout = bucket_layout(size, nnz)   # as the CPU's: about one nonzero per bucket
             if layout is not None:
                 shift, nb = layout
                 self.bucket = cla.empty(be.queue, (nb + 1,), np.int64)
                 self.bshift = shift
-                _kernel(be, T.dtype, N, "gcp_bucket")(
-                    be.queue, (nb + 1,), None, np.int64(nb), np.int64(nnz), np.int32(shift),
+                be.launch(_kernel(be, T.dtype, N, "gcp_bucket"), (nb + 1,), np.int64(nb), np.int64(nnz), np.int32(shift),
                     self.lin.data, self.bucket.data)
 
 
@@ -307,8 +304,7 @@ def draw(be, T, sampler, key, out=None):
                "w": cla.empty(q, (m,), T.dtype), "corr": cla.empty(q, (m,), np.int8)}
     out["n"] = ns
     if ns:
-        _kernel(be, T.dtype, N, "gcp_draw")(
-            be.queue, (ns,), None, *sampler.args(key, ns), out["subs"].data, out["x"].data,
+        be.launch(_kernel(be, T.dtype, N, "gcp_draw"), (ns,), *sampler.args(key, ns), out["subs"].data, out["x"].data,
             out["w"].data, out["corr"].data)
     return out
 
@@ -329,8 +325,7 @@ def _sum_chunks(be, T, f, ns, part, chunk=_LOSS_CHUNK):
     (the loss estimate sums chunks of 1024 samples, the sampled loss of a gradient step all
     samples in one sequence)."""
     nch = -(-ns // chunk)
-    _kernel(be, T.dtype, T.ndim, "gcp_chunk_sums")(
-        be.queue, (nch,), None, np.int64(ns), np.int64(chunk), f.data, part.data)
+    be.launch(_kernel(be, T.dtype, T.ndim, "gcp_chunk_sums"), (nch,), np.int64(ns), np.int64(chunk), f.data, part.data)
     total = 0.0
     for v in part.get()[:nch].tolist():
         total += v
@@ -355,8 +350,8 @@ def _sort_keys(be, T, keys, npad, act_buf):
     while k <= npad:
         j = k // 2
         while j >= B:
-            glob(be.queue, g, None, np.int64(npad), act_buf.data, keys.data, np.int64(k),
-                 np.int64(j))
+            glob(be.queue, g, (min(L, 64), 1), np.int64(npad), act_buf.data, keys.data,
+                 np.int64(k), np.int64(j))
             j //= 2
         loc(be.queue, g, (L, 1), np.int64(npad), act_buf.data, keys.data, np.int64(k), lmem)
         k *= 2
@@ -399,8 +394,7 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
     key = step_key(seed, step + 1)
     draw(be, T, gs, key, out=work)
     want = bool(with_loss) and code >= 0
-    _kernel(be, T.dtype, N, "gcp_terms")(
-        be.queue, (npad,), None, np.int64(ns), np.int64(npad), np.int32(R), np.int32(code),
+    be.launch(_kernel(be, T.dtype, N, "gcp_terms"), (npad,), np.int64(ns), np.int64(npad), np.int32(R), np.int32(code),
         dt.type(param), lam_d.data, *[_buf(be, f) for f in facs], work["subs"].data,
         work["x"].data, work["w"].data, work["corr"].data, act_buf.data, np.int32(want),
         work["m"].data, work["y"].data, work["f"].data, work["keys"].data)
@@ -418,8 +412,7 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
         f = _sum_chunks(be, T, work["f"], ns, work["part"], chunk=ns)
     if any(act):
         _sort_keys(be, T, work["keys"], npad, act_buf)
-        _kernel(be, T.dtype, N, "gcp_scatter")(
-            be.queue, (R, ns, N), None, np.int64(ns), np.int64(npad), np.int32(R), lam_d.data,
+        be.launch(_kernel(be, T.dtype, N, "gcp_scatter"), (R, ns, N), np.int64(ns), np.int64(npad), np.int32(R), lam_d.data,
             *[_buf(be, f_) for f_ in facs], work["subs"].data, work["y"].data,
             work["keys"].data, act_buf.data, *[_buf(be, g) for g in out])
     return out, f
@@ -442,8 +435,7 @@ def loss_estimate(be, T, state, weights, factors, loss):
         s["f"] = cla.empty(q, (ns,), dt)
         s["part"] = cla.empty(q, (-(-ns // _LOSS_CHUNK),), dt)
     lam_d = state.lam_buffer(lam)
-    _kernel(be, T.dtype, T.ndim, "gcp_sample_loss")(
-        be.queue, (ns,), None, np.int64(ns), np.int32(R), np.int32(code), dt.type(param),
+    be.launch(_kernel(be, T.dtype, T.ndim, "gcp_sample_loss"), (ns,), np.int64(ns), np.int32(R), np.int32(code), dt.type(param),
         _buf(be, lam_d), *[_buf(be, f) for f in facs], s["subs"].data, s["x"].data, s["w"].data,
         s["corr"].data, s["m"].data, s["f"].data)
     if code < 0:
@@ -526,8 +518,7 @@ def optimizer_update(be, rule, factors, grads, moments, coefficients, lower, act
         if not active[k] or U.size == 0:
             continue
         dt = U.dtype.type
-        _kernel(be, U.dtype, N, "gcp_" + rule)(
-            be.queue, (U.size,), None, np.int64(U.size), U.data, grads[k].data,
+        be.launch(_kernel(be, U.dtype, N, "gcp_" + rule), (U.size,), np.int64(U.size), U.data, grads[k].data,
             *[arrs[k].data for arrs in moments], *[dt(c) for c in coefficients], dt(lower))
     return factors
 

@@ -477,7 +477,7 @@ class StreamedTensor(DeviceTensor):
             view.nnz = blk.nnz
             be._launch_accumulate(view, facs, mode, Bd, eps, out, zero=False)
             if carry is not None:
-                add(be.queue, (R,), None, np.int64(R), np.int64(blk.r0 * R), out.data,
+                be.launch(add, (R,), np.int64(R), np.int64(blk.r0 * R), out.data,
                     carry.data)
         return out
 

@@ -13,9 +13,9 @@ __kernel void cross_partial(const long I, const int R, const long rows_per_block
 {
     const int rs = get_global_id(0);
     const long b = get_global_id(1);
-    if (rs >= R * R) return;
-    const int r = rs / R, s = rs % R;
     const long i0 = b * rows_per_block;
+    if (rs >= R * R || i0 >= I) return;
+    const int r = rs / R, s = rs % R;
     const long i1 = min(i0 + rows_per_block, I);
     VAL_T acc = 0;
     for (long i = i0; i < i1; ++i) acc += A[i * R + r] * C[i * R + s];
@@ -29,8 +29,8 @@ __kernel void column_partial(const long I, const int R, const long rows_per_bloc
 {
     const int r = get_global_id(0);
     const long b = get_global_id(1);
-    if (r >= R) return;
     const long i0 = b * rows_per_block;
+    if (r >= R || i0 >= I) return;
     const long i1 = min(i0 + rows_per_block, I);
     VAL_T acc = 0;
     if (op == 0) {
