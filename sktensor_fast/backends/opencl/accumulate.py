@@ -214,8 +214,8 @@ class SparseKernels:
         out = self.zeros((T.nnz,), T.dtype)
         if T.nnz:
             knl = self.cp_kernel(T.dtype, T.ndim, "kruskal_values")
-            self.launch(knl, (T.nnz,), np.int64(T.nnz), np.int32(w.shape[0]),
-                        T.subs[0].data, w.data, *[f.data for f in facs], out.data)
+            self.launch(knl, (T.nnz,), np.int64(T.nnz), np.int32(w.shape[0]), T.subs[0].data,
+                        w.data, *[f.data for f in facs], out.data)
         return out
 
     def _launch_poisson_data_term(self, T, weights, factors, eps):

@@ -18,8 +18,8 @@ class OpenCLAprKernels(AprKernels):
             return 0
         count = int(round(be._vec_reduce(2, A, Phi, kappa_tol, n)))
         if count:
-            be.launch(be.dense_kernel(A.dtype, "apr_shift"), (n,), np.int64(n), A.data, Phi.data, A.dtype.type(kappa_tol),
-                A.dtype.type(kappa))
+            be.launch(be.dense_kernel(A.dtype, "apr_shift"), (n,), np.int64(n), A.data, Phi.data,
+                      A.dtype.type(kappa_tol), A.dtype.type(kappa))
         return count
 
     def _kkt_violation(self, B, Phi):
@@ -30,8 +30,8 @@ class OpenCLAprKernels(AprKernels):
     def _multiply_(self, B, Phi):
         be = self.backend
         if B.size:
-            be.launch(be.dense_kernel(B.dtype, "multiply_inplace"), (B.size,),
-                      np.int64(B.size), B.data, Phi.data)
+            be.launch(be.dense_kernel(B.dtype, "multiply_inplace"), (B.size,), np.int64(B.size),
+                      B.data, Phi.data)
         return B
 
     def _mu_rows_(self, B, Phi, tol):

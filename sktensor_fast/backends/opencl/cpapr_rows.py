@@ -108,8 +108,9 @@ def _reduce(backend, dtype, nmodes, n, use_kkt, kkt, inner, changed):
     wg = 1
     while wg * 2 <= min(_RED_WG, backend.max_wg):
         wg *= 2
-    _kernel(backend, dtype, nmodes, "reduce_rows")(backend.queue, (wg,), (wg,), np.int64(n), np.int32(use_kkt), kkt, inner,
-                     changed, out.data)
+    _kernel(backend, dtype, nmodes, "reduce_rows")(backend.queue, (wg,), (wg,), np.int64(n),
+                                                   np.int32(use_kkt), kkt, inner, changed,
+                                                   out.data)
     h = out.get()
     if backend.fp64:
         k = float(h[:1].view(np.float64)[0])

@@ -37,8 +37,8 @@ class DenseSteps:
 
     def _finish(self, partial, nblocks, K, op, dtype):
         out = self.zeros((K,), dtype)
-        self.launch(self.dense_kernel(dtype, "finish_partial"), (K,), np.int32(nblocks), np.int32(K), np.int32(op), partial.data,
-            out.data)
+        self.launch(self.dense_kernel(dtype, "finish_partial"), (K,), np.int32(nblocks),
+                    np.int32(K), np.int32(op), partial.data, out.data)
         return out.get().astype(np.float64)
 
     def _cross(self, A, C):
@@ -46,8 +46,8 @@ class DenseSteps:
         nblocks, rpb = self._blocks(I)
         partial = self.zeros((nblocks, R * R), A.dtype)
         if I:
-            self.launch(self.dense_kernel(A.dtype, "cross_partial"), (R * R, nblocks), np.int64(I), np.int32(R), np.int64(rpb),
-                A.data, C.data, partial.data)
+            self.launch(self.dense_kernel(A.dtype, "cross_partial"), (R * R, nblocks), np.int64(I),
+                        np.int32(R), np.int64(rpb), A.data, C.data, partial.data)
         return self._finish(partial, nblocks, R * R, 0, A.dtype).reshape(R, R)
 
     def gram(self, A):
@@ -58,8 +58,8 @@ class DenseSteps:
         nblocks, rpb = self._blocks(I)
         partial = self.zeros((nblocks, R), A.dtype)
         if I:
-            self.launch(self.dense_kernel(A.dtype, "column_partial"), (R, nblocks), np.int64(I), np.int32(R), np.int64(rpb),
-                np.int32(op), A.data, C.data, partial.data)
+            self.launch(self.dense_kernel(A.dtype, "column_partial"), (R, nblocks), np.int64(I),
+                        np.int32(R), np.int64(rpb), np.int32(op), A.data, C.data, partial.data)
         return self._finish(partial, nblocks, R, op, A.dtype)
 
     def column_norms(self, A, ord=2):
@@ -81,15 +81,16 @@ class DenseSteps:
         out = self.zeros((I, Q), A.dtype)
         if I:
             Md = self.asarray(M)
-            self.launch(self.dense_kernel(A.dtype, "matmul_small"), (Q, I), np.int64(I), np.int32(R), np.int32(Q), A.data, Md.data,
-                out.data)
+            self.launch(self.dense_kernel(A.dtype, "matmul_small"), (Q, I), np.int64(I),
+                        np.int32(R), np.int32(Q), A.data, Md.data, out.data)
         return out
 
     def scale_columns(self, A, s):
         I, R = A.shape
         if I:
             sd = self.asarray(np.asarray(s), dtype=A.dtype)
-            self.launch(self.dense_kernel(A.dtype, "scale_columns"), (R, I), np.int64(I), np.int32(R), A.data, sd.data)
+            self.launch(self.dense_kernel(A.dtype, "scale_columns"), (R, I), np.int64(I),
+                        np.int32(R), A.data, sd.data)
         return A
 
     # --- CP-APR primitives ------------------------------------------------------------
@@ -98,8 +99,8 @@ class DenseSteps:
         # a whole number of work-groups (the kernel's stride is the global size)
         G = self.geometry((min(max(1, n), 16384 if self.is_gpu else 256),))[0][0]
         partial = self.zeros((G,), A.dtype)
-        self.launch(self.dense_kernel(A.dtype, "vec_partial"), (G,), np.int64(n), np.int32(op), A.data, C.data,
-            A.dtype.type(p), partial.data)
+        self.launch(self.dense_kernel(A.dtype, "vec_partial"), (G,), np.int64(n), np.int32(op),
+                    A.data, C.data, A.dtype.type(p), partial.data)
         part = partial.get().astype(np.float64)
         return float(part.max() if op == 1 else part.sum())
 

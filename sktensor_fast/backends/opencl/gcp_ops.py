@@ -198,21 +198,22 @@ class _Source:
         nnz = self.nnz
         if nnz > 1:
             bad = cla.zeros(be.queue, (1,), np.int32)
-            be.launch(_kernel(be, T.dtype, N, "gcp_check_order"), (nnz - 1,), np.int64(nnz), T.subs[0].data, bad.data)
+            be.launch(_kernel(be, T.dtype, N, "gcp_check_order"), (nnz - 1,), np.int64(nnz),
+                      T.subs[0].data, bad.data)
             if int(bad.get()[0]):
                 raise ValueError("GCP needs the nonzeros in lexicographic order without "
                                  "duplicates")
         if has_lin and nnz:
             self.lin = cla.empty(be.queue, (nnz,), np.int64)
-            be.launch(_kernel(be, T.dtype, N, "gcp_linear_index"), (nnz,), np.int64(nnz), T.subs[0].data, self.strides.data,
-                self.lin.data)
+            be.launch(_kernel(be, T.dtype, N, "gcp_linear_index"), (nnz,), np.int64(nnz),
+                      T.subs[0].data, self.strides.data, self.lin.data)
             layout = bucket_layout(size, nnz)   # as the CPU's: about one nonzero per bucket
             if layout is not None:
                 shift, nb = layout
                 self.bucket = cla.empty(be.queue, (nb + 1,), np.int64)
                 self.bshift = shift
-                be.launch(_kernel(be, T.dtype, N, "gcp_bucket"), (nb + 1,), np.int64(nb), np.int64(nnz), np.int32(shift),
-                    self.lin.data, self.bucket.data)
+                be.launch(_kernel(be, T.dtype, N, "gcp_bucket"), (nb + 1,), np.int64(nb),
+                          np.int64(nnz), np.int32(shift), self.lin.data, self.bucket.data)
 
 
 class OpenCLGcpState(GcpState):
@@ -304,8 +305,8 @@ def draw(be, T, sampler, key, out=None):
                "w": cla.empty(q, (m,), T.dtype), "corr": cla.empty(q, (m,), np.int8)}
     out["n"] = ns
     if ns:
-        be.launch(_kernel(be, T.dtype, N, "gcp_draw"), (ns,), *sampler.args(key, ns), out["subs"].data, out["x"].data,
-            out["w"].data, out["corr"].data)
+        be.launch(_kernel(be, T.dtype, N, "gcp_draw"), (ns,), *sampler.args(key, ns),
+                  out["subs"].data, out["x"].data, out["w"].data, out["corr"].data)
     return out
 
 
@@ -325,7 +326,8 @@ def _sum_chunks(be, T, f, ns, part, chunk=_LOSS_CHUNK):
     (the loss estimate sums chunks of 1024 samples, the sampled loss of a gradient step all
     samples in one sequence)."""
     nch = -(-ns // chunk)
-    be.launch(_kernel(be, T.dtype, T.ndim, "gcp_chunk_sums"), (nch,), np.int64(ns), np.int64(chunk), f.data, part.data)
+    be.launch(_kernel(be, T.dtype, T.ndim, "gcp_chunk_sums"), (nch,), np.int64(ns),
+              np.int64(chunk), f.data, part.data)
     total = 0.0
     for v in part.get()[:nch].tolist():
         total += v
@@ -394,10 +396,11 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
     key = step_key(seed, step + 1)
     draw(be, T, gs, key, out=work)
     want = bool(with_loss) and code >= 0
-    be.launch(_kernel(be, T.dtype, N, "gcp_terms"), (npad,), np.int64(ns), np.int64(npad), np.int32(R), np.int32(code),
-        dt.type(param), lam_d.data, *[_buf(be, f) for f in facs], work["subs"].data,
-        work["x"].data, work["w"].data, work["corr"].data, act_buf.data, np.int32(want),
-        work["m"].data, work["y"].data, work["f"].data, work["keys"].data)
+    be.launch(_kernel(be, T.dtype, N, "gcp_terms"), (npad,), np.int64(ns), np.int64(npad),
+              np.int32(R), np.int32(code), dt.type(param), lam_d.data,
+              *[_buf(be, f) for f in facs], work["subs"].data, work["x"].data, work["w"].data,
+              work["corr"].data, act_buf.data, np.int32(want), work["m"].data, work["y"].data,
+              work["f"].data, work["keys"].data)
     f = None
     if code < 0:  # user-defined loss: its derivative in NumPy on the host
         x = work["x"].get()[:ns].astype(np.float64)
@@ -412,9 +415,9 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
         f = _sum_chunks(be, T, work["f"], ns, work["part"], chunk=ns)
     if any(act):
         _sort_keys(be, T, work["keys"], npad, act_buf)
-        be.launch(_kernel(be, T.dtype, N, "gcp_scatter"), (R, ns, N), np.int64(ns), np.int64(npad), np.int32(R), lam_d.data,
-            *[_buf(be, f_) for f_ in facs], work["subs"].data, work["y"].data,
-            work["keys"].data, act_buf.data, *[_buf(be, g) for g in out])
+        be.launch(_kernel(be, T.dtype, N, "gcp_scatter"), (R, ns, N), np.int64(ns),
+                  np.int64(npad), np.int32(R), lam_d.data, *[_buf(be, f_) for f_ in facs],
+                  work["subs"].data, work["y"].data, work["keys"].data, act_buf.data, *[_buf(be, g) for g in out])
     return out, f
 
 
@@ -435,9 +438,9 @@ def loss_estimate(be, T, state, weights, factors, loss):
         s["f"] = cla.empty(q, (ns,), dt)
         s["part"] = cla.empty(q, (-(-ns // _LOSS_CHUNK),), dt)
     lam_d = state.lam_buffer(lam)
-    be.launch(_kernel(be, T.dtype, T.ndim, "gcp_sample_loss"), (ns,), np.int64(ns), np.int32(R), np.int32(code), dt.type(param),
-        _buf(be, lam_d), *[_buf(be, f) for f in facs], s["subs"].data, s["x"].data, s["w"].data,
-        s["corr"].data, s["m"].data, s["f"].data)
+    be.launch(_kernel(be, T.dtype, T.ndim, "gcp_sample_loss"), (ns,), np.int64(ns), np.int32(R),
+              np.int32(code), dt.type(param), _buf(be, lam_d), *[_buf(be, f) for f in facs],
+              s["subs"].data, s["x"].data, s["w"].data, s["corr"].data, s["m"].data, s["f"].data)
     if code < 0:
         x = s["x"].get()[:ns].astype(np.float64)
         w = s["w"].get()[:ns].astype(np.float64)
@@ -518,8 +521,9 @@ def optimizer_update(be, rule, factors, grads, moments, coefficients, lower, act
         if not active[k] or U.size == 0:
             continue
         dt = U.dtype.type
-        be.launch(_kernel(be, U.dtype, N, "gcp_" + rule), (U.size,), np.int64(U.size), U.data, grads[k].data,
-            *[arrs[k].data for arrs in moments], *[dt(c) for c in coefficients], dt(lower))
+        be.launch(_kernel(be, U.dtype, N, "gcp_" + rule), (U.size,), np.int64(U.size), U.data,
+                  grads[k].data, *[arrs[k].data for arrs in moments],
+                  *[dt(c) for c in coefficients], dt(lower))
     return factors
 
 

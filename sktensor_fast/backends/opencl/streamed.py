@@ -477,8 +477,7 @@ class StreamedTensor(DeviceTensor):
             view.nnz = blk.nnz
             be._launch_accumulate(view, facs, mode, Bd, eps, out, zero=False)
             if carry is not None:
-                be.launch(add, (R,), np.int64(R), np.int64(blk.r0 * R), out.data,
-                    carry.data)
+                be.launch(add, (R,), np.int64(R), np.int64(blk.r0 * R), out.data, carry.data)
         return out
 
     def _mode0_blocks(self, factors):

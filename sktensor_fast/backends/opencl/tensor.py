@@ -394,9 +394,9 @@ class OpenCLTensor(DeviceTensor):
             order = self.orders[mode]
             knl = be.dense_kernel(self.dtype, "gather_interleave")
             be.launch(knl, (self.nnz,), np.int64(self.nnz), np.int64(nchunks), np.int32(chunk),
-                np.int32(self.ndim), np.int32(order is not None),
-                (order if order is not None else self._subs0).data, self._subs0.data,
-                self._vals0.data, subs.data, vals.data)
+                      np.int32(self.ndim), np.int32(order is not None),
+                      (order if order is not None else self._subs0).data, self._subs0.data,
+                      self._vals0.data, subs.data, vals.data)
         return subs, vals
 
     def sorted_copy(self, mode):
