@@ -101,8 +101,9 @@ print("CPU", m.fit_ > 0)
 def test_skips_for_a_broken_compiler_are_one_short_line(working_pocl):
     """Every OpenCL test skipped for a compiler that cannot build kernels gives one short
     reason, folded into one line by ``pytest -ra``."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider",
-                        "tests/kernels/opencl/test_opencl_cpapr.py"], cwd=ROOT, env=_env(**BROKEN),
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-ra", "-n", "0", "-p",
+                        "no:cacheprovider", "tests/kernels/opencl/test_opencl_cpapr.py"],
+                       cwd=ROOT, env=_env(**BROKEN),
                        capture_output=True, text=True, timeout=300)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("SKIPPED")]
     assert len(lines) == 1, r.stdout[-3000:]
@@ -125,10 +126,11 @@ def test_info_marks_the_device_unusable(working_pocl):
 
 
 def test_opencl_tests_skip_with_the_reason(working_pocl):
-    files = ["tests/kernels/opencl/test_opencl.py", "tests/kernels/opencl/test_opencl_cpapr.py", "tests/kernels/opencl/test_opencl_gcp.py"]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                        *files], cwd=ROOT, env=_env(**BROKEN), capture_output=True, text=True,
-                       timeout=600)
+    files = [f"tests/kernels/opencl/{name}.py"
+             for name in ("test_opencl", "test_opencl_cpapr", "test_opencl_gcp")]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-n", "0", "-p",
+                        "no:cacheprovider", *files], cwd=ROOT, env=_env(**BROKEN),
+                       capture_output=True, text=True, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     summary = r.stdout.strip().splitlines()[-1]            # "N passed, M skipped in ..."
