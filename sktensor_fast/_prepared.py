@@ -28,7 +28,8 @@ import numpy as np
 
 from . import _threads
 
-__all__ = ["prepared", "register_selection", "value_stats", "cache_info", "SELECTION_BYTES"]
+__all__ = ["prepared", "register_selection", "value_stats", "attach", "cache_info",
+           "SELECTION_BYTES"]
 
 #: Prepared selections kept per parent tensor, in multiples of the parent's own bytes
 #: (coordinates and values): the train and test folds of a 5-fold cross-validation hold 5 times
@@ -60,12 +61,14 @@ class _Entry:
         self.clock = 0
 
 
-def _entry(X):
+def _entry(X, nbytes=None):
     key = id(X)
     with _LOCK:
         entry = _CACHE.get(key)
         if entry is None:
-            entry = _CACHE[key] = _Entry(int(X.subs.nbytes + X.vals.nbytes))
+            if nbytes is None:
+                nbytes = X.subs.nbytes + X.vals.nbytes
+            entry = _CACHE[key] = _Entry(int(nbytes))
             weakref.finalize(X, _forget, key)
         return entry
 
@@ -160,6 +163,39 @@ def prepared(backend, X, format="auto"):
         yield slot.T
     finally:
         slot.lock.release()
+
+
+def attach(X, backend, format, T, stats=None, nbytes=None):
+    """Keep ``T``, built elsewhere, as what :func:`prepared` gives for ``X`` on ``backend``
+    in ``format``, and ``stats`` as its :func:`value_stats`: for a tensor whose nonzeros are
+    not on the host (``partial_fit``'s window built on a device), whose prepared form and
+    statistics cannot be made from host arrays.
+
+    Parameters
+    ----------
+    X : object
+        The tensor (weakly referenced; what is kept leaves with it).
+    backend : Backend
+        The backend ``T`` belongs to.
+    format : str
+        The storage format, as :func:`prepared` is asked for it.
+    T : object
+        The prepared tensor.
+    stats : dict, optional
+        The value statistics, as :func:`value_stats` returns them.
+    nbytes : int, optional
+        Bytes of the tensor's nonzeros (by default those of ``X.subs`` and ``X.vals``).
+    """
+    entry = _entry(X, nbytes)
+    key = (backend, str(format), np.dtype(X.dtype).str, None)
+    with _LOCK:
+        slot = entry.slots.get(key)
+        if slot is None:
+            slot = entry.slots[key] = _Slot()
+        slot.T = T
+        slot.nbytes = int(getattr(T, "nbytes", 0) or 0)
+        if stats is not None:
+            entry.stats = dict(stats)
 
 
 def value_stats(X):

@@ -144,6 +144,35 @@ class Backend(ABC):
         m = np.asarray(self.to_numpy(self._model_values(T, weights, factors)))
         return int(np.count_nonzero(m <= 0))
 
+    #: whether :meth:`stream_window` builds the windows of ``partial_fit`` (the history kept
+    #: where the data are); False: the host builds them
+    stream_windows = False
+
+    def stream_window(self, history, X, T, format="auto"):
+        """The tensor of an update of ``partial_fit`` (the history's slices, then those of the
+        batch ``X``), built where this backend keeps the data, or None: the host builds it
+        (the default) from a host history.
+
+        Parameters
+        ----------
+        history : object or None
+            What the previous update kept: a host :class:`~sktensor_fast.SparseTensor`, or
+            what a window of this method returned kept (its ``keep(rows)``).
+        X : SparseTensor
+            The batch.
+        T : object
+            ``X`` prepared by this backend in ``format``.
+        format : str
+            The storage format the estimator prepares.
+
+        Returns
+        -------
+        object or None
+            A tensor the estimators fit as a host tensor (its prepared form kept for
+            ``format``), with ``keep(rows)``: the history of its slices ``rows``.
+        """
+        return None
+
     def decide(self, flag):
         """A host decision that every participant of the fit must take alike (e.g. a time
         limit read from a clock): returned as it is on one device; the distributed backend

@@ -332,7 +332,7 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             best = self._fit_impl(X, **self._fit_kwargs(X))
             self._keep_result(best)
             self._stream = {"seed": self._stream_seed(), "batches": 1, "seen": 0}
-            self._keep_history(X, 0)
+            self._keep_history(self._where_kept(X), 0)
         else:
             X = self._validate_batch(X)
             self._update(X)
@@ -378,26 +378,48 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                     slots[r] = n_old + j
         return np.array(sorted(slots), dtype=np.int64)
 
-    def _keep_history(self, X, n_old):
-        """Keep the history's slices of the update's tensor ``X`` (its first ``n_old``
-        slices were the history), copied into a new tensor that holds nothing else of
-        ``X``, and which rows of ``factors_[0]`` are their loadings; count the batch's
-        slices as seen."""
+    def _where_kept(self, window):
+        """``window`` (a host tensor just fitted) as the backend keeps the history of a
+        stream: on a device that builds the windows where the model lives, its handle on the
+        window's prepared device tensor (no copy, no upload: the fit prepared it); else
+        ``window`` itself."""
+        backend = self._backend(window)
+        if not backend.stream_windows:
+            return window
+        fmt = self._storage_format(backend)
+        with prepared(backend, window, fmt) as T:
+            return backend.stream_window(None, window, T, fmt) or window
+
+    def _keep_history(self, window, n_old):
+        """Keep the history's slices of the update's tensor ``window`` (its first ``n_old``
+        slices were the history) and which rows of ``factors_[0]`` are their loadings; count
+        the batch's slices as seen.  A window built on a device keeps them there (its
+        ``keep``); a host window is copied into a new tensor that holds nothing else of it."""
         st = self._stream
-        rows = self._history_rows(n_old, X.shape[0] - n_old)
-        st["seen"] += X.shape[0] - n_old
+        rows = self._history_rows(n_old, window.shape[0] - n_old)
+        st["seen"] += window.shape[0] - n_old
         st["rows"] = rows
         if rows.size == 0:
             st["history"] = None
             return
-        where = np.full(X.shape[0], -1, dtype=np.int64)
-        where[rows] = np.arange(rows.size)
-        pick = where[X.subs[:, 0]]
-        keep = pick >= 0
-        subs = np.array(X.subs[keep], dtype=np.int64)
-        subs[:, 0] = pick[keep]    # rows ascending: the order stays canonical
-        st["history"] = SparseTensor._from_canonical(subs, np.array(X.vals[keep]),
-                                                     (rows.size,) + tuple(X.shape[1:]))
+        if not isinstance(window, SparseTensor):
+            st["history"] = window.keep(rows)
+            return
+        # whole slices of a tensor in canonical order: ranges of its nonzeros, found from
+        # where each slice starts; one copy of the kept nonzeros, rows renumbered ascending
+        # (the order stays canonical)
+        cuts = np.searchsorted(window.subs[:, 0], np.arange(window.shape[0] + 1))
+        lo, hi = cuts[rows], cuts[rows + 1]
+        counts = hi - lo
+        if rows[-1] - rows[0] + 1 == rows.size:     # one run of slices: one range
+            take = slice(int(lo[0]), int(hi[-1]))
+        else:
+            starts = np.cumsum(counts) - counts
+            take = np.repeat(lo - starts, counts) + np.arange(int(counts.sum()))
+        subs = np.array(window.subs[take], dtype=np.int64)
+        subs[:, 0] = np.repeat(np.arange(rows.size), counts)
+        st["history"] = SparseTensor._from_canonical(subs, np.array(window.vals[take]),
+                                                     (rows.size,) + tuple(window.shape[1:]))
 
     def _validate_batch(self, X):
         """A later batch of ``partial_fit``: modes 1 and up (and their labels) as the
@@ -436,10 +458,17 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         rows, n_prev = st["rows"], self.factors_[0].shape[0]
         W = np.asarray(self.factors_[0] * self.weights_[None, :], dtype=np.float64)[rows]
         backend = self._backend(X)
+        fmt = self._storage_format(backend)
         with backend.compute_scope():
-            with prepared(backend, X, self._storage_format(backend)) as T:
+            with prepared(backend, X, fmt) as T:
                 Wb = self._solve_mode0(backend, T, X, self.factors_)
-        window = _stack_slices(H, X)
+                # where the backend keeps the history (a device): the window is built there
+                # from the history and the batch just uploaded
+                window = backend.stream_window(H, X, T, fmt)
+        if window is None:
+            if H is not None and not isinstance(H, SparseTensor):
+                H = H.to_host()     # kept on a device that cannot build this window
+            window = _stack_slices(H, X)
         start = [np.vstack([W, Wb])] + [np.array(f, dtype=np.float64)
                                          for f in self.factors_[1:]]
         rng = np.random.RandomState([st["seed"], st["batches"]])
@@ -454,6 +483,8 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             if old is not None and new is not None and len(old) == n_prev:
                 lab0 = [old[i] for i in rows] + list(new)
             self.labels_ = [lab0] + list(labels[1:])
+        if isinstance(window, SparseTensor):
+            window = self._where_kept(window)
         self._keep_history(window, nh)
         st["batches"] += 1
 

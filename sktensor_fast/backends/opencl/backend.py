@@ -222,6 +222,14 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
             raise MemoryError(f"out of device memory while uploading a tensor with {X.nnz} "
                               f"nonzeros to '{self.device.name}': {exc}") from exc
 
+    stream_windows = True
+
+    def stream_window(self, history, X, T, format="auto"):
+        """The window of a ``partial_fit`` update built on the device from the history kept
+        there and the uploaded batch (:mod:`.window`)."""
+        from . import window
+        return window.stream_window(self, history, X, T, self.storage_format(format))
+
     def asarray(self, a, dtype=None):
         import pyopencl.array as cla
         if isinstance(a, cla.Array):

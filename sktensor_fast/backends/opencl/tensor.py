@@ -300,6 +300,72 @@ class OpenCLTensor(DeviceTensor):
             # every later command of the backend's queue runs after the uploads
             cl.enqueue_barrier(q, wait_for=ready)
             q.flush()
+        self._build_copies(interleave)
+        if n:
+            upload_queue(backend).finish()
+
+    @classmethod
+    def from_device(cls, backend, subs, vals, shape, norm_sq, interleave=()):
+        """A tensor made of nonzeros already on the device: nothing crosses from the host.
+
+        The orders by the modes after the first are sorted on the device (:mod:`.sort`)
+        whatever :attr:`DEVICE_ORDERS` says (the host holds no coordinates to sort), then the
+        copies for the kernels are gathered as for an uploaded tensor, so that the result
+        equals ``OpenCLTensor(backend, X, interleave)`` of the host tensor ``X`` holding the
+        same nonzeros.
+
+        Parameters
+        ----------
+        backend : OpenCLBackend
+            The device the arrays live on.
+        subs : pyopencl.array.Array
+            ``(nnz, len(shape))`` int32 coordinates in canonical order (sorted by mode 0
+            first, no duplicates); kept, not copied.
+        vals : pyopencl.array.Array
+            The ``nnz`` values (float32 or float64); kept, not copied.
+        shape : tuple of int
+            The tensor's shape.
+        norm_sq : float
+            Σ x² of the values (the caller knows it without reading them again).
+        interleave : sequence of (mode, chunk)
+            The chunk-interleaved copies to build now (see :meth:`interleaved_copy`).
+
+        Returns
+        -------
+        OpenCLTensor
+        """
+        import pyopencl.array as cla
+        from . import sort
+        shape = tuple(int(s) for s in shape)
+        n = int(vals.shape[0])
+        if subs.shape != (n, len(shape)) or subs.dtype != np.int32:
+            raise ValueError(f"subs must be an ({n}, {len(shape)}) int32 device array, got "
+                             f"{subs.shape} {subs.dtype}")
+        if not sort.usable(backend, shape):
+            raise ValueError(f"the device '{backend.device.name.strip()}' cannot sort the "
+                             f"nonzeros of a tensor of shape {shape}; build it from the host")
+        T = cls.__new__(cls)
+        T.backend = backend
+        T.shape = shape
+        T.ndim = len(shape)
+        T.nnz = n
+        T.dtype = np.dtype(vals.dtype)
+        T.idx_dtype = backend.index_dtype(shape)
+        T.norm_sq = float(norm_sq)
+        T._subs0, T._vals0 = subs, vals
+        T.orders = [None] + [cla.empty(backend.queue, (n,), np.int32)
+                             for _ in range(1, T.ndim)]
+        T.upload_info = {"pinned": False, "device_orders": True, "from_device": True}
+        if n:
+            # the backend's queue is in order: the sorts run after whatever wrote subs
+            T._device_orders(None)
+            T._end_sorts()
+        T._build_copies(interleave)
+        return T
+
+    def _build_copies(self, interleave):
+        """The mode-0 copy (the nonzeros as they are), the accessors of the others and the
+        chunk-interleaved copies ``interleave``; returns when they are built."""
         self._sorted = {0: (self._subs0, self._vals0)}
         #: chunk-interleaved copies for the MTTKRP / Φ kernels of the layouts "lanes" and
         #: "wide", {(mode, chunk): (subs, vals)}
@@ -308,9 +374,7 @@ class OpenCLTensor(DeviceTensor):
         self.vals = _ModeCopies(self, 1)
         for mode, chunk in interleave:
             self.interleaved_copy(mode, chunk)
-        q.finish()
-        if n:
-            upload_queue(backend).finish()
+        self.backend.queue.finish()
 
     def _device_orders(self, wait_for):
         """Enqueue the device sorts of the modes after the first (after ``wait_for``); their
