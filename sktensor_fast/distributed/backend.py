@@ -44,6 +44,9 @@ class _Layout:
         self.lo = int(self.bounds[rank])
         self.hi = int(self.bounds[rank + 1])
         self.rows = self.hi - self.lo
+        #: one process owns every row: its rows are the whole array (decided alike on every
+        #: process, since the gathers it skips are collective)
+        self.whole = len(self.bounds) == 2
 
 
 class PreparedDistributed:
@@ -214,7 +217,10 @@ class DistributedBackend(Backend):
         if a.full_ok:
             return a.full
         L = a.layout
-        if self.host:
+        if L.whole and a.part is not None:
+            # nothing to gather: the own rows are the array (no copy through the host)
+            a.full, a.view = a.part, True
+        elif self.host:
             if a.full is None or not a.view:
                 full = np.empty(a.shape, dtype=a.dtype)
                 full[L.lo:L.hi] = a.part
@@ -238,6 +244,8 @@ class DistributedBackend(Backend):
         if self.host:
             a.part = a.full[layout.lo:layout.hi]
             a.view = True
+        elif layout.whole:
+            a.part, a.view = a.full, True
         else:
             a.part = self.local.asarray(self.local.to_numpy(a.full)[layout.lo:layout.hi])
             a.view = False
@@ -400,8 +408,8 @@ class DistributedBackend(Backend):
         return self.channel.sum(part)
 
     def _rows(self, full, L):
-        if self.host:
-            return full[L.lo:L.hi]
+        if self.host or L.whole:
+            return full[L.lo:L.hi] if self.host else full
         return self.local.asarray(self.local.to_numpy(full)[L.lo:L.hi])
 
     # ------------------------------------------------------------------ small dense steps

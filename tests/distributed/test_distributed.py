@@ -255,3 +255,46 @@ def test_gcp_sample_gradient_is_the_drawn_gradient():
     g, f = be.gcp.sample_gradient(empty, w, U, get_loss("poisson", None), with_loss=True)
     assert f == 0.0 and all(not a.any() for a in g)
     assert be.gcp.sample_loss(empty, w, U, get_loss("poisson", None)) == 0.0
+
+
+ONE_PROCESS_ON_OPENCL = """
+import numpy as np
+from sktensor_fast import CPALS, CPAPR, SparseTensor
+from sktensor_fast.distributed import scatter
+from sktensor_fast.backends.opencl.backend import OpenCLBackend
+rng = np.random.default_rng(0)
+subs = rng.integers(0, [30, 20, 10], size=(2000, 3))
+X = SparseTensor(subs, rng.integers(1, 5, 2000).astype(float), (30, 20, 10))
+downloads = [0]
+orig = OpenCLBackend.to_numpy
+def counting(self, a):
+    downloads[0] += 1
+    return orig(self, a)
+OpenCLBackend.to_numpy = counting
+Xd = scatter(X)
+for cls in (CPALS, CPAPR):
+    got = []
+    for data in (X, Xd):
+        downloads[0] = 0
+        est = cls(rank=4, random_state=0, max_iter=10, tol=0, device="opencl").fit(data)
+        got.append((est.factors_, downloads[0]))
+    (fa, na), (fb, nb) = got
+    diff = max(float(np.max(np.abs(u - v))) for u, v in zip(fa, fb))
+    print(cls.__name__, na, nb, diff)
+"""
+
+
+def test_one_process_on_a_device_gathers_nothing_through_the_host():
+    """A distributed fit of one process on an OpenCL device downloads what the plain fit
+    downloads (the final factors), not every factor at every mode, and gives its model."""
+    pytest.importorskip("mpi4py")
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    r = subprocess.run([sys.executable, "-c", ONE_PROCESS_ON_OPENCL], capture_output=True,
+                       text=True, timeout=300, env=_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("CP")]
+    assert [ln[0] for ln in lines] == ["CPALS", "CPAPR"], r.stdout
+    for name, plain, one, diff in lines:
+        assert int(one) == int(plain), (name, plain, one)
+        assert float(diff) == 0.0, (name, diff)
