@@ -197,12 +197,12 @@ def _program_parts(be, dtype, N):
 
         upd = ", ".join([params("U"), params("G", "const "), params("H"), params("MA"),
                          params("MB")])
-        upd_arrays = " ".join([array("U", "U"), array("G", "G", "const "), array("H", "H"),
-                               array("M1", "MA"), array("M2", "MB")])
+        cases = " ".join(f"case {k}: gcp_update_entry(rule, c, lower, i, U{k}, G{k}, H{k}, "
+                         f"MA{k}, MB{k}); break;" for k in range(N))
         extra = [f"#define GRAD_PARAMS {params('G')}",
                  f"#define GRAD_ARRAY {array('G', 'G')}",
                  f"#define UPDATE_PARAMS {upd}",
-                 f"#define UPDATE_ARRAYS {upd_arrays}",
+                 f"#define UPDATE_SWITCH switch (k) {{ {cases} }}",
                  f"#define GCP_SORT_BITS {bits}", f"#define GCP_SORT_WG {wg}",
                  f"#define GCP_SORT_PER {per}"]
         if atomics_supported(be, dtype):
@@ -414,13 +414,20 @@ class OpenCLGcpState(GcpState):
             self._spare = [self.backend.zeros(sh, self.dtype) for sh in shapes]
         return self._spare
 
-    def offsets(self, R):
-        """Device array of the offsets of the factors of rank ``R`` in their concatenation."""
-        buf = self._offsets.get(R)
-        if buf is None:
-            offs = np.concatenate([[0], np.cumsum([int(n) * R for n in self.T.shape])])
-            buf = self._offsets[R] = _to_device(self.backend, offs.astype(np.int64))
-        return buf
+    def offsets(self, R, align):
+        """``(offsets, sizes, total)`` of ``gcp_update_all`` for factors of rank ``R``: the
+        entries of every factor from an offset that is a multiple of ``align`` (device
+        arrays), and the work-items in all."""
+        got = self._offsets.get((R, align))
+        if got is None:
+            sizes = [int(n) * R for n in self.T.shape]
+            offs = [0]
+            for n in sizes:
+                offs.append(offs[-1] + -(-n // align) * align)
+            got = (_to_device(self.backend, np.array(offs, np.int64)),
+                   _to_device(self.backend, np.array(sizes, np.int64)), offs[-1])
+            self._offsets[(R, align)] = got
+        return got
 
     def kernels(self, name, count):
         """``count`` kernel objects ``name`` of this state's own (see :func:`_new_kernel`)."""
@@ -809,10 +816,10 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
     for b in range(2):
         scatter[b].set_args(*st.scatter(grads[b]))
     scatter_geo = be.geometry((R, ns, N))
-    offs = state.offsets(R)
-    total = sum(int(n) * R for n in T.shape)
+    update_geo = be.geometry((1,))
+    offs, sizes, total = state.offsets(R, update_geo[1][0])
     update = state.kernels("gcp_update_all", 2)
-    update_geo = be.geometry((total,))
+    update_geo = be.geometry((max(total, 1),))
     rule = optimizer.rule
     mom = list(optimizer.moments) + [[None] * N] * (2 - len(optimizer.moments))
     block = 4096
@@ -826,7 +833,7 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
             c[s, :len(coef)] = coef
         coef_d = _to_device(be, c)
         for b in range(2):
-            update[b].set_args(np.int64(total), offs.data, st.act_buf.data,
+            update[b].set_args(np.int64(total), offs.data, sizes.data, st.act_buf.data,
                                np.int32(_RULE_CODES[rule]), coef_d.data, np.int32(0),
                                dt.type(lower), *[_buf(be, u) for u in facs],
                                *[_buf(be, g) for g in grads[b]],
@@ -845,7 +852,7 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
         for knl, geo in launches:
             _enqueue(be, knl, geo)
         _enqueue(be, scatter[b], scatter_geo)
-        update[b].set_arg(5, np.int32(s % block))
+        update[b].set_arg(6, np.int32(s % block))
         _enqueue(be, update[b], update_geo)
         done = s + 1
         if deadline is not None and (done % check_every == 0 or done == n_steps):

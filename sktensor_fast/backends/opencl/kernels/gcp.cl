@@ -522,36 +522,46 @@ __kernel void gcp_sgd(const long n, __global VAL_T* u, __global const VAL_T* g,
     u[i] = sktf_sgd_entry(u[i], g[i], lr, lower);
 }
 
-/* The step of update rule `rule` (0: SGD, 1: AdaGrad, 2: Adam) on every entry of every active
- * factor in one launch: entry e of the concatenated factors (offs[k] .. offs[k + 1] - 1 are
- * those of factor k) with coefficients coef[4 s ..] (those of the rule, in the order of
- * gcp_sgd / gcp_adagrad / gcp_adam).  The gradient is read from G, and the entry of the other
- * gradient buffer H (the next step's) is zeroed. */
-__kernel void gcp_update_all(const long total, __global const long* offs,
-                             __global const int* active, const int rule,
-                             __global const VAL_T* coef, const int s, const VAL_T lower,
-                             UPDATE_PARAMS)
+/* The step of update rule `rule` (0: SGD, 1: AdaGrad, 2: Adam) on entry i of one factor u
+ * with coefficients c (those of the rule, in the order of gcp_sgd / gcp_adagrad / gcp_adam):
+ * the gradient is read from g, and the entry of the other gradient buffer h (the next step's)
+ * is zeroed. */
+inline void gcp_update_entry(const int rule, __global const VAL_T* c, const VAL_T lower,
+                             const long i, __global VAL_T* u, __global const VAL_T* g,
+                             __global VAL_T* h, __global VAL_T* m1, __global VAL_T* m2)
 {
-    UPDATE_ARRAYS
+    const VAL_T gi = g[i];
+    if (rule == 2) {
+        VAL_T mi = m1[i], vi = m2[i];
+        u[i] = sktf_adam_entry(u[i], gi, &mi, &vi, c[0], c[1], c[2], c[3], lower);
+        m1[i] = mi;
+        m2[i] = vi;
+    } else if (rule == 1) {
+        VAL_T si = m1[i];
+        u[i] = sktf_adagrad_entry(u[i], gi, &si, c[0], c[1], lower);
+        m1[i] = si;
+    } else {
+        u[i] = sktf_sgd_entry(u[i], gi, c[0], lower);
+    }
+    h[i] = 0;
+}
+
+/* gcp_update_entry on every entry of every active factor in one launch, coefficients
+ * coef[4 s ..]: factor k's entries are work-items offs[k] .. offs[k] + sizes[k] - 1, offs[k]
+ * a multiple of the work-group size, so that a work-group holds one factor (UPDATE_SWITCH
+ * calls gcp_update_entry with factor k's arrays, a branch every work-item of the group
+ * takes alike). */
+__kernel void gcp_update_all(const long total, __global const long* offs,
+                             __global const long* sizes, __global const int* active,
+                             const int rule, __global const VAL_T* coef, const int s,
+                             const VAL_T lower, UPDATE_PARAMS)
+{
     const long e = get_global_id(0);
     if (e >= total) return;
     int k = 0;
-    while (e >= offs[k + 1]) ++k;
-    if (!active[k]) return;
+    while (k + 1 < NMODES && e >= offs[k + 1]) ++k;
     const long i = e - offs[k];
+    if (!active[k] || i >= sizes[k]) return;
     __global const VAL_T* c = coef + 4 * (long) s;
-    const VAL_T g = G[k][i];
-    if (rule == 2) {
-        VAL_T mi = M1[k][i], vi = M2[k][i];
-        U[k][i] = sktf_adam_entry(U[k][i], g, &mi, &vi, c[0], c[1], c[2], c[3], lower);
-        M1[k][i] = mi;
-        M2[k][i] = vi;
-    } else if (rule == 1) {
-        VAL_T si = M1[k][i];
-        U[k][i] = sktf_adagrad_entry(U[k][i], g, &si, c[0], c[1], lower);
-        M1[k][i] = si;
-    } else {
-        U[k][i] = sktf_sgd_entry(U[k][i], g, c[0], lower);
-    }
-    H[k][i] = 0;
+    UPDATE_SWITCH
 }
