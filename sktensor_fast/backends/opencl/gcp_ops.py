@@ -101,7 +101,8 @@ def _check_tensor(be, T):
 
 def _check_state(be, T, state):
     if not isinstance(state, OpenCLGcpState):
-        raise TypeError(f"expected the state returned by backend.gcp.setup, got {type(state).__name__}")
+        raise TypeError(f"expected the state returned by backend.gcp.setup, got "
+                        f"{type(state).__name__}")
     if state.T is not T:
         raise ValueError("the GCP state was set up for another tensor (call backend.gcp.setup with "
                          "this tensor)")
