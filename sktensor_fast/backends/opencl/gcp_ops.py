@@ -222,7 +222,7 @@ def _new_kernel(be, dtype, N, name):
     """A kernel object of its own (not the backend's shared one): its arguments, set once,
     stay until they are set again."""
     key, source, opts = _program_parts(be, dtype, N)
-    return be.cl.Kernel(be.programs.program(key, source, opts, what="the GCP kernels"), name)
+    return be.programs.new_kernel(key, name, source, opts, what="the GCP kernels")
 
 
 def _buf(be, a):
