@@ -32,6 +32,8 @@ __all__ = ["OpenCLOptions", "as_options", "config_context", "get_device_options"
 #: allowed values of the string and small-integer settings
 LAYOUTS = ("lanes", "lanes-sorted", "wide")
 PHI_VARIANTS = ("shuffle", "local")
+#: how the GCP kernels add a step's contributions into the gradient rows
+GCP_REDUCTIONS = ("deterministic", "atomic")
 VECS = (1, 2, 4, 8)
 
 
@@ -79,6 +81,15 @@ class OpenCLOptions:
         Device bytes a tensor may use; one whose resident copies need more is streamed
         through the device in blocks (a number of bytes, or a string such as ``"512M"`` or
         ``"2G"``; default: stream only what does not fit the device).
+    gcp_reduction : {'deterministic', 'atomic'}, optional
+        How GCP's stochastic gradient adds the contributions of a step's samples into the
+        gradient rows.  ``'deterministic'`` (the default) sorts the samples by row and adds
+        each row's contributions in sample order, the order of the CPU kernels: the same bits
+        in every run and on every device.  ``'atomic'`` adds them with atomic
+        compare-and-swap loops (float64 needs ``cl_khr_int64_base_atomics``): fewer kernel
+        launches per step, faster on devices with fast atomics, but the order of the
+        additions follows the device's schedule, so gradients and fits are **not bitwise
+        reproducible** (they agree with the deterministic path to rounding).
 
     Examples
     --------
@@ -92,7 +103,7 @@ class OpenCLOptions:
     >>> OpenCLOptions.from_mapping({"chunks": 4})
     Traceback (most recent call last):
     ...
-    ValueError: unknown OpenCL option 'chunks'; the options are layout, chunk, vec, phi, wide_chunk, wide_group, max_tensor_bytes
+    ValueError: unknown OpenCL option 'chunks'; the options are layout, chunk, vec, phi, wide_chunk, wide_group, max_tensor_bytes, gcp_reduction
     """
 
     layout: object = None
@@ -102,6 +113,7 @@ class OpenCLOptions:
     wide_chunk: object = None
     wide_group: object = None
     max_tensor_bytes: object = None
+    gcp_reduction: object = None
 
     def __post_init__(self):
         if isinstance(self.max_tensor_bytes, str):
@@ -173,6 +185,7 @@ _CHECKS = {
     "wide_chunk": _positive_int,
     "wide_group": _positive_int,
     "max_tensor_bytes": _positive_int,
+    "gcp_reduction": lambda n, v: _choice(n, v, GCP_REDUCTIONS),
 }
 
 
@@ -199,7 +212,8 @@ def _parse_bytes(raw):
 
 
 _PARSE = {"layout": str, "chunk": _parse_int, "vec": _parse_int, "phi": str,
-          "wide_chunk": _parse_int, "wide_group": _parse_int, "max_tensor_bytes": _parse_bytes}
+          "wide_chunk": _parse_int, "wide_group": _parse_int, "max_tensor_bytes": _parse_bytes,
+          "gcp_reduction": str}
 
 #: (variable, value) pairs already warned about
 _WARNED = set()

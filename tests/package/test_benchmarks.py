@@ -390,6 +390,23 @@ def test_cpapr_seeds_script_runs(capsys):
     assert n_inf == 0 and "| mu | 5 |" in out and "0 of 1 fits" in out
 
 
+def test_gcp_steps_script_runs(tmp_path, capsys):
+    """bench_gcp_steps times GCP steps on the OpenCL device and counts the launches: the
+    fused steps take draw + terms, the sort's passes, the row sums and the update."""
+    import json
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    from benchmarks.experiments import bench_gcp_steps
+    res = bench_gcp_steps.main(["--nnz", "2000", "--shape", "40", "30", "20", "--rank", "2",
+                                "--steps", "4", "--warmup", "1", "--repeat", "1",
+                                "--out", str(tmp_path / "s.json")])
+    out = capsys.readouterr().out
+    assert "kernel launches/step" in out and "steps vs stepwise: 0" in out
+    assert res["ways"]["steps"]["kernels_per_step"] == 4.0    # one sort pass: 40 rows
+    assert res["ways"]["stepwise"]["kernels_per_step"] > 4.0
+    assert json.loads((tmp_path / "s.json").read_text())["nnz"] == 2000
+
+
 def test_gcp_threads_script_runs(tmp_path, capsys):
     """bench_gcp_threads times Adam steps and whole GCP fits at 1 and 2 threads, checks that
     they give the same bits and writes JSON."""

@@ -93,6 +93,10 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         # device bytes a tensor may use; one whose resident copies need more is streamed
         # through the device in blocks (streamed.py); None: only what does not fit
         self.max_tensor_bytes = options.max_tensor_bytes
+        # how GCP's sampled gradient adds its contributions into the rows (gcp_ops.py):
+        # "deterministic" (sorted by row, in sample order: the CPU's sums) or "atomic"
+        # (compare-and-swap loops: fewer launches, not bitwise reproducible)
+        self.gcp_reduction = options.gcp_reduction or "deterministic"
         self.requested_options = options
 
     @property
@@ -101,7 +105,8 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         in)."""
         return OpenCLOptions(layout=self.layout, chunk=self.chunk, vec=self.vec,
                              phi=self.phi_variant, wide_chunk=self.wide_chunk,
-                             wide_group=self.wide_group, max_tensor_bytes=self.max_tensor_bytes)
+                             wide_group=self.wide_group, max_tensor_bytes=self.max_tensor_bytes,
+                             gcp_reduction=self.gcp_reduction)
 
     # ------------------------------------------------------------------ helpers
     def _check_dtype(self, dtype):

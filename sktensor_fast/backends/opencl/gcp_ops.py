@@ -9,18 +9,34 @@ per 1024 samples.
 
 One gradient step (kernels of ``kernels/gcp.cl``):
 
-1. ``gcp_draw``: sample j of step key K, drawn with the CPU's counter-based generator (the same
-   64-bit integer arithmetic, ported bit for bit), so the sample of (seed, step) is the CPU's
-   sample, whatever the work-group size or the order in which work-items run;
-2. ``gcp_terms``: model value, weighted loss derivative y_j and, for every active mode k, the
-   sort key ``(i_k(j) << 32) | j``;
-3. a bitonic sort of the keys of every active mode;
-4. ``gcp_scatter``: one work-item per (column, run of equal rows) adds the run's contributions
-   in increasing sample order.  No atomics: the gradient is deterministic, and each row is the
-   sum of its contributions in the order of the CPU kernel (which adds them in sample order
-   too), with products formed in the CPU's order.  For the same (seed, step) the gradient
-   therefore equals the CPU's up to the last bits of the device's ``exp`` / ``log`` / ``pow``
-   (exactly, for losses without them, e.g. Gaussian).
+1. ``gcp_draw_terms``: sample j of step key K, drawn with the CPU's counter-based generator (the
+   same 64-bit integer arithmetic, ported bit for bit), so the sample of (seed, step) is the
+   CPU's sample, whatever the work-group size or the order in which work-items run; then its
+   model value and weighted loss derivative y_j, and the digit counts of the first pass of the
+   row sort;
+2. ``gcp_sort_pass`` (one launch per pass, all active modes at once): a stable radix sort of
+   the samples by their row of each active mode, :data:`GCP_SORT_BITS` bits of the row per
+   pass at most (one pass for modes of up to 256 rows, two up to 65536, three up to 2**24);
+   each pass counts the digits of the next one as it places the samples, so a pass is one
+   launch;
+3. ``gcp_run_sums``: one work-item per (column, run of equal rows) adds the run's
+   contributions in increasing sample order.  No atomics: the gradient is deterministic, and
+   each row is the sum of its contributions in the order of the CPU kernel (which adds them in
+   sample order too), with products formed in the CPU's order.  For the same (seed, step) the
+   gradient therefore equals the CPU's up to the last bits of the device's ``exp`` / ``log`` /
+   ``pow`` (exactly, for losses without them, e.g. Gaussian).
+
+With the backend option ``gcp_reduction='atomic'`` (:class:`~sktensor_fast.OpenCLOptions`,
+``SKTENSOR_FAST_OCL_GCP_REDUCTION=atomic``) steps 2 and 3 are replaced by
+``gcp_scatter_atomic``, which adds every contribution into its row with a compare-and-swap
+loop: fewer launches, faster on devices with fast atomics, but the order of the additions is
+the device's schedule, so gradients (and fits) are not bitwise reproducible from run to run;
+they agree with the deterministic path to rounding.
+
+:meth:`OpenCLGcpKernels.steps` (``run_steps``) runs many steps with no host round trip: per
+step, the kernels above then ``gcp_update_all`` (the optimiser's step on every active factor,
+moments on the device), each launch enqueued with its arguments set once per call (only the
+step's key and number change per step).
 
 User-defined losses (``loss.code < 0``) take a fallback: the sample and its model values are
 computed on the device, the derivative is evaluated by NumPy on the host (the sample crosses
@@ -48,8 +64,20 @@ __all__ = ["OpenCLGcpKernels", "OpenCLGcpState", "step_key", "setup", "sampled_g
 # same entries
 #: samples per partial sum of a loss (the CPU's LOSS_CHUNK: the same order of additions)
 _LOSS_CHUNK = 1024
-#: the sort keys hold the sample number in 32 bits
+#: the sort carries sample numbers in 32 bits
 _MAX_SAMPLES = 2 ** 31
+#: most bits of a row that one pass of the row sort handles (fewer where the device's local
+#: memory is too small for the digit counts of a tile)
+GCP_SORT_BITS = 8
+#: work-items of a group of the row sort, and samples per work-item (a tile of 1024 samples)
+_SORT_WG, _SORT_PER = 64, 16
+#: ``run_steps`` with a deadline compares the clock with it every this many steps (waiting for
+#: the device to finish the steps enqueued so far)
+DEADLINE_CHECK_STEPS = 16
+#: the settings of ``gcp_reduction`` (an OpenCLOptions option)
+REDUCTIONS = ("deterministic", "atomic")
+#: the optimiser's rules as gcp_update_all numbers them
+_RULE_CODES = {"sgd": 0, "adagrad": 1, "adam": 2}
 
 
 # ------------------------------------------------------------------ generator keys
@@ -73,7 +101,8 @@ def _check_tensor(be, T):
 
 def _check_state(be, T, state):
     if not isinstance(state, OpenCLGcpState):
-        raise TypeError(f"expected the state returned by backend.gcp.setup, got {type(state).__name__}")
+        raise TypeError(f"expected the state returned by backend.gcp.setup, got "
+                        f"{type(state).__name__}")
     if state.T is not T:
         raise ValueError("the GCP state was set up for another tensor (call backend.gcp.setup with "
                          "this tensor)")
@@ -111,15 +140,89 @@ def _factors(be, T, factors, weights):
 
 
 # ------------------------------------------------------------------ programs
-def _kernel(be, dtype, N, name):
+def _sort_local_bytes(bits, wg, per):
+    """Local memory of ``gcp_sort_pass``: the tile's rows and samples, the digit counts of
+    every work-item (16 bits), the group's scan and two tables of the digits."""
+    tile = wg * per
+    pad = tile + (tile - 1) // 32
+    return 2 * 4 * pad + 2 * (1 << bits) * wg + 4 * wg + 2 * 4 * (1 << bits)
+
+
+def sort_config(be):
+    """``(bits per pass, work-items per group, samples per work-item)`` of the row sort on
+    ``be``'s device: at most :data:`GCP_SORT_BITS` bits, fewer where its local memory is too
+    small."""
+    cfg = getattr(be, "_gcp_sort_config", None)
+    if cfg is None:
+        wg = _SORT_WG
+        while wg > max(1, int(be.max_wg)):
+            wg //= 2
+        local = int(be.device.local_mem_size)
+        bits = GCP_SORT_BITS
+        while bits > 1 and _sort_local_bytes(bits, wg, _SORT_PER) > local:
+            bits -= 1
+        cfg = (bits, wg, _SORT_PER)
+        be._gcp_sort_config = cfg
+    return cfg
+
+
+def atomics_supported(be, dtype):
+    """Whether ``be``'s device can run the atomic gradient scatter for ``dtype`` (float64
+    needs the extension ``cl_khr_int64_base_atomics``)."""
+    if np.dtype(dtype) != np.float64:
+        return True
+    return "cl_khr_int64_base_atomics" in be.device.extensions
+
+
+def _reduction(be, dtype):
+    """The backend's ``gcp_reduction`` setting, checked against the device."""
+    mode = getattr(be, "gcp_reduction", "deterministic")
+    if mode == "atomic" and not atomics_supported(be, dtype):
+        raise ValueError(f"gcp_reduction='atomic' needs 64-bit atomics "
+                         f"(cl_khr_int64_base_atomics) for {np.dtype(dtype)} data, which "
+                         f"'{be.device.name.strip()}' lacks; use the default "
+                         f"gcp_reduction='deterministic'")
+    return mode
+
+
+def _program_parts(be, dtype, N):
+    bits, wg, per = sort_config(be)
+
     def source():
-        params = ", ".join(f"__global VAL_T* G{k}" for k in range(N))
-        names = ", ".join(f"G{k}" for k in range(N))
-        extra = [f"#define GRAD_PARAMS {params}",
-                 f"#define GRAD_ARRAY __global VAL_T* G[NMODES] = {{{names}}};"]
+        def params(prefix, const=""):
+            return ", ".join(f"__global {const}VAL_T* {prefix}{k}" for k in range(N))
+
+        def array(name, prefix, const=""):
+            names = ", ".join(f"{prefix}{k}" for k in range(N))
+            return f"__global {const}VAL_T* {name}[NMODES] = {{{names}}};"
+
+        upd = ", ".join([params("U"), params("G", "const "), params("H"), params("MA"),
+                         params("MB")])
+        cases = " ".join(f"case {k}: gcp_update_entry(rule, c, lower, i, U{k}, G{k}, H{k}, "
+                         f"MA{k}, MB{k}); break;" for k in range(N))
+        extra = [f"#define GRAD_PARAMS {params('G')}",
+                 f"#define GRAD_ARRAY {array('G', 'G')}",
+                 f"#define UPDATE_PARAMS {upd}",
+                 f"#define UPDATE_SWITCH switch (k) {{ {cases} }}",
+                 f"#define GCP_SORT_BITS {bits}", f"#define GCP_SORT_WG {wg}",
+                 f"#define GCP_SORT_PER {per}"]
+        if atomics_supported(be, dtype):
+            extra.append("#define GCP_ATOMIC_SCATTER 1")
         return be._header(dtype, N, extra=extra) + be._source("gcp.cl")
     opts = [] if np.dtype(dtype) == np.float64 else ["-cl-single-precision-constant"]
-    return be.kernel(("gcp", np.dtype(dtype).str, N), name, source, opts, what="the GCP kernels")
+    return ("gcp", np.dtype(dtype).str, N, bits, wg, per), source, opts
+
+
+def _kernel(be, dtype, N, name):
+    key, source, opts = _program_parts(be, dtype, N)
+    return be.kernel(key, name, source, opts, what="the GCP kernels")
+
+
+def _new_kernel(be, dtype, N, name):
+    """A kernel object of its own (not the backend's shared one): its arguments, set once,
+    stay until they are set again."""
+    key, source, opts = _program_parts(be, dtype, N)
+    return be.programs.new_kernel(key, name, source, opts, what="the GCP kernels")
 
 
 def _buf(be, a):
@@ -216,6 +319,40 @@ class _Source:
                           np.int64(nnz), np.int32(shift), self.lin.data, self.bucket.data)
 
 
+class _RowSort:
+    """The row sort of one set of active modes: its passes, the digit width of every mode, the
+    ping-pong buffers of (row, sample) pairs and the digit count table (all zero between
+    steps: ``gcp_run_sums`` zeroes it).
+
+    A mode of ``I`` rows needs ``bits(I - 1)`` bits; every active mode is sorted in the same
+    number of passes, the most any of them needs, with its bits shared evenly between them."""
+
+    def __init__(self, be, T, ns, act):
+        import pyopencl.array as cla
+        q = be.queue
+        N = T.ndim
+        bits, self.wg, per = sort_config(be)
+        self.tile = self.wg * per
+        self.bins = 1 << bits
+        self.ntiles = -(-ns // self.tile)
+        need = [(int(n) - 1).bit_length() for n in T.shape]
+        self.npass = max([1] + [-(-b // bits) for b, a in zip(need, act) if a])
+        self.dbits = _to_device(be, np.array([-(-b // self.npass) for b in need], np.int32))
+        self.rows = [cla.empty(q, (N * ns,), np.int32) for _ in range(2)]
+        self.idx = [cla.empty(q, (N * ns,), np.int32) for _ in range(2)]
+        self.ncnt = self.npass * N * self.ntiles * self.bins
+        self.cnt = cla.zeros(q, (self.ncnt,), np.int32)
+        self.final = (self.npass - 1) % 2
+        #: set while counts are in the table that no gcp_run_sums has cleared yet
+        self.dirty = False
+
+    def clean(self, be):
+        """Zero the count table if a step stopped half-way (a user's loss raised)."""
+        if self.dirty:
+            be.fill_zero(self.cnt)
+            self.dirty = False
+
+
 class OpenCLGcpState(GcpState):
     """The :class:`~sktensor_fast.backends.gcp_plan.GcpState` of the OpenCL backend: its
     samplers' device parameters, the device arrays of the fixed loss sample, and the buffers
@@ -228,7 +365,11 @@ class OpenCLGcpState(GcpState):
         self.grad_sampler = grad_sampler
         self._work = None
         self._active = {}
+        self._sorts = {}
         self._lam = (None, None)
+        self._spare = None
+        self._kernels = {}
+        self._offsets = {}
 
     def __repr__(self):
         return super().__repr__()[:-1] + ", device)"
@@ -246,7 +387,7 @@ class OpenCLGcpState(GcpState):
             self._lam = (key, self.backend.asarray(lam.astype(self.dtype)))
         return self._lam[1]
 
-    def work(self, ns, npad):
+    def work(self, ns):
         """Buffers of one gradient step (kept between steps)."""
         import pyopencl.array as cla
         if self._work is None:
@@ -256,9 +397,45 @@ class OpenCLGcpState(GcpState):
                 "subs": cla.empty(q, (ns, N), np.int32), "x": cla.empty(q, (ns,), dt),
                 "w": cla.empty(q, (ns,), dt), "corr": cla.empty(q, (ns,), np.int8),
                 "m": cla.empty(q, (ns,), dt), "y": cla.empty(q, (ns,), dt),
-                "f": cla.empty(q, (ns,), dt), "keys": cla.empty(q, (N, npad), np.uint64),
-                "part": cla.empty(q, (nch,), dt)}
+                "f": cla.empty(q, (ns,), dt), "part": cla.empty(q, (nch,), dt)}
         return self._work
+
+    def row_sort(self, act):
+        """The :class:`_RowSort` of the active modes ``act`` (kept between steps)."""
+        rs = self._sorts.get(act)
+        if rs is None:
+            rs = _RowSort(self.backend, self.T, self.grad_sampler.n_samples, act)
+            self._sorts[act] = rs
+        return rs
+
+    def spare_gradients(self, R):
+        """A second set of gradient matrices (the fused steps alternate between two)."""
+        shapes = [(int(n), R) for n in self.T.shape]
+        if self._spare is None or [tuple(g.shape) for g in self._spare] != shapes:
+            self._spare = [self.backend.zeros(sh, self.dtype) for sh in shapes]
+        return self._spare
+
+    def offsets(self, R, align):
+        """``(offsets, sizes, total)`` of ``gcp_update_all`` for factors of rank ``R``: the
+        entries of every factor from an offset that is a multiple of ``align`` (device
+        arrays), and the work-items in all."""
+        got = self._offsets.get((R, align))
+        if got is None:
+            sizes = [int(n) * R for n in self.T.shape]
+            offs = [0]
+            for n in sizes:
+                offs.append(offs[-1] + -(-n // align) * align)
+            got = (_to_device(self.backend, np.array(offs, np.int64)),
+                   _to_device(self.backend, np.array(sizes, np.int64)), offs[-1])
+            self._offsets[(R, align)] = got
+        return got
+
+    def kernels(self, name, count):
+        """``count`` kernel objects ``name`` of this state's own (see :func:`_new_kernel`)."""
+        have = self._kernels.setdefault(name, [])
+        while len(have) < count:
+            have.append(_new_kernel(self.backend, self.dtype, self.T.ndim, name))
+        return have[:count]
 
 
 def setup(be, T, sampler, n_grad, n_loss, loss_seed, zero_subs=None):
@@ -335,33 +512,94 @@ def _sum_chunks(be, T, f, ns, part, chunk=_LOSS_CHUNK):
 
 
 # ------------------------------------------------------------------ primitives
-def _sort_keys(be, T, keys, npad, act_buf):
-    """Bitonic sort of every active mode's row of ``keys`` (npad a power of two >= 2)."""
+def _gradient_out(be, T, out, R, dt):
+    """The gradient matrices: ``out`` checked, or new zero ones."""
+    import pyopencl.array as cla
     N = T.ndim
-    L = 1
-    while 2 * L < min(512, 2 * be.max_wg) and 2 * L < npad:
-        L *= 2
-    L = min(L, npad // 2)
-    B = 2 * L
-    loc = _kernel(be, T.dtype, N, "gcp_sort_local")
-    glob = _kernel(be, T.dtype, N, "gcp_sort_global")
-    lmem = be.cl.LocalMemory(8 * B)
-    g = (npad // 2, N)
-    loc(be.queue, g, (L, 1), np.int64(npad), act_buf.data, keys.data, np.int64(0), lmem)
-    k = 2 * B
-    while k <= npad:
-        j = k // 2
-        while j >= B:
-            glob(be.queue, g, (min(L, 64), 1), np.int64(npad), act_buf.data, keys.data,
-                 np.int64(k), np.int64(j))
-            j //= 2
-        loc(be.queue, g, (L, 1), np.int64(npad), act_buf.data, keys.data, np.int64(k), lmem)
-        k *= 2
+    if out is None:
+        return [be.zeros((T.shape[k], R), dt) for k in range(N)]
+    if len(out) != N:
+        raise ValueError(f"out has {len(out)} arrays for {N} modes")
+    for k, g in enumerate(out):
+        if not isinstance(g, cla.Array) or g.context != be.ctx:
+            raise TypeError(f"out[{k}] must be a device array of this backend")
+        if tuple(g.shape) != (T.shape[k], R) or g.dtype != dt or not g.flags.c_contiguous:
+            raise ValueError(f"out[{k}] must be a C-contiguous {dt} array of shape "
+                             f"({T.shape[k]}, {R}), got {g.dtype} {tuple(g.shape)}")
+    return out
+
+
+class _Step:
+    """The arguments of the kernels of one gradient step (see the module's docstring), for
+    the launches of :func:`sampled_gradient` and of :func:`run_steps`."""
+
+    def __init__(self, be, T, state, facs, lam_d, act, R, code, param):
+        self.be, self.T, self.state = be, T, state
+        self.N, self.R, self.code = T.ndim, R, code
+        self.dt = state.dtype
+        self.param = self.dt.type(param)
+        self.ns = state.grad_sampler.n_samples
+        self.work = state.work(self.ns)
+        self.act = act
+        self.act_buf = state.active_buffer(act)
+        self.lam = lam_d
+        self.facs = [_buf(be, f) for f in facs]
+        self.atomic = _reduction(be, self.dt) == "atomic"
+        self.sort = None if self.atomic else state.row_sort(act)
+
+    def count_args(self):
+        rs = self.sort
+        if rs is None:
+            return [np.int32(0), _buf(self.be, None), np.int32(0), _buf(self.be, None)]
+        return [np.int32(1), rs.dbits.data, np.int32(rs.ntiles), rs.cnt.data]
+
+    def draw_terms(self, key, want):
+        w = self.work
+        return [*self.state.grad_sampler.args(key, self.ns), np.int32(self.R),
+                np.int32(self.code), self.param, self.lam.data, *self.facs, self.act_buf.data,
+                np.int32(want), w["subs"].data, w["y"].data, w["f"].data, *self.count_args()]
+
+    def terms(self, want):
+        w = self.work
+        return [np.int64(self.ns), np.int32(self.R), np.int32(self.code), self.param,
+                self.lam.data, *self.facs, w["subs"].data, w["x"].data, w["w"].data,
+                w["corr"].data, self.act_buf.data, np.int32(want), w["m"].data, w["y"].data,
+                w["f"].data, *self.count_args()]
+
+    def sort_pass(self, p):
+        rs, w = self.sort, self.work
+        src = (p - 1) % 2
+        return [np.int64(self.ns), np.int32(rs.ntiles), np.int32(p),
+                np.int32(p == rs.npass - 1), self.act_buf.data, rs.dbits.data, w["subs"].data,
+                rs.rows[src].data, rs.idx[src].data, rs.rows[p % 2].data, rs.idx[p % 2].data,
+                rs.cnt.data]
+
+    def sort_geometry(self):
+        rs = self.sort
+        return (rs.ntiles * rs.wg, self.N), (rs.wg, 1)
+
+    def scatter(self, grads):
+        """gcp_run_sums' arguments (gcp_scatter_atomic's when atomic)."""
+        w = self.work
+        head = [np.int64(self.ns), np.int32(self.R), self.lam.data, *self.facs,
+                w["subs"].data, w["y"].data]
+        gb = [_buf(self.be, g) for g in grads]
+        if self.atomic:
+            return head + [self.act_buf.data] + gb
+        rs = self.sort
+        return head + [rs.rows[rs.final].data, rs.idx[rs.final].data, self.act_buf.data,
+                       rs.cnt.data, np.int64(rs.ncnt)] + gb
+
+    def scatter_name(self):
+        return "gcp_scatter_atomic" if self.atomic else "gcp_run_sums"
+
+
+def _enqueue(be, knl, geometry):
+    return be.cl.enqueue_nd_range_kernel(be.queue, knl, *geometry)
 
 
 def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None, active=None,
                      with_loss=False):
-    import pyopencl.array as cla
     _check_tensor(be, T)
     _check_state(be, T, state)
     facs, lam, R = _factors(be, T, factors, weights)
@@ -369,40 +607,28 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
     N = T.ndim
     act = tuple(active)
     dt = state.dtype
-    if out is None:
-        out = [be.zeros((T.shape[k], R), dt) for k in range(N)]
-    else:
-        if len(out) != N:
-            raise ValueError(f"out has {len(out)} arrays for {N} modes")
-        for k, g in enumerate(out):
-            if not isinstance(g, cla.Array) or g.context != be.ctx:
-                raise TypeError(f"out[{k}] must be a device array of this backend")
-            if tuple(g.shape) != (T.shape[k], R) or g.dtype != dt or not g.flags.c_contiguous:
-                raise ValueError(f"out[{k}] must be a C-contiguous {dt} array of shape "
-                                 f"({T.shape[k]}, {R}), got {g.dtype} {tuple(g.shape)}")
+    out = _gradient_out(be, T, out, R, dt)
     for k in range(N):
         if act[k]:
             be.fill_zero(out[k])
-    gs = state.grad_sampler
-    ns = gs.n_samples
+    ns = state.grad_sampler.n_samples
     if ns == 0 or R == 0 or not any(act) and not with_loss:
         return out, (0.0 if with_loss else None)
-    npad = 2
-    while npad < ns:
-        npad *= 2
-    work = state.work(ns, npad)
-    lam_d = state.lam_buffer(lam)
-    act_buf = state.active_buffer(act)
+    st = _Step(be, T, state, facs, state.lam_buffer(lam), act, R, code, param)
+    work = st.work
+    if st.sort is not None:
+        st.sort.clean(be)
+        st.sort.dirty = True
     key = step_key(seed, step + 1)
-    draw(be, T, gs, key, out=work)
     want = bool(with_loss) and code >= 0
-    be.launch(_kernel(be, T.dtype, N, "gcp_terms"), (npad,), np.int64(ns), np.int64(npad),
-              np.int32(R), np.int32(code), dt.type(param), lam_d.data,
-              *[_buf(be, f) for f in facs], work["subs"].data, work["x"].data, work["w"].data,
-              work["corr"].data, act_buf.data, np.int32(want), work["m"].data, work["y"].data,
-              work["f"].data, work["keys"].data)
     f = None
-    if code < 0:  # user-defined loss: its derivative in NumPy on the host
+    if code >= 0:
+        be.launch(_kernel(be, dt, N, "gcp_draw_terms"), (ns,), *st.draw_terms(key, want))
+        if with_loss:
+            f = _sum_chunks(be, T, work["f"], ns, work["part"], chunk=ns)
+    else:  # user-defined loss: its derivative in NumPy on the host
+        draw(be, T, state.grad_sampler, key, out=work)
+        be.launch(_kernel(be, dt, N, "gcp_terms"), (ns,), *st.terms(False))
         x = work["x"].get()[:ns].astype(np.float64)
         w = work["w"].get()[:ns].astype(np.float64)
         corr = work["corr"].get()[:ns]
@@ -411,13 +637,13 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
         work["y"][:ns].set(np.ascontiguousarray(y, dtype=dt))
         if with_loss:
             f = float(np.sum(_host_weights(loss, x, w, corr, m, deriv=False)))
-    elif with_loss:
-        f = _sum_chunks(be, T, work["f"], ns, work["part"], chunk=ns)
-    if any(act):
-        _sort_keys(be, T, work["keys"], npad, act_buf)
-        be.launch(_kernel(be, T.dtype, N, "gcp_scatter"), (R, ns, N), np.int64(ns),
-                  np.int64(npad), np.int32(R), lam_d.data, *[_buf(be, f_) for f_ in facs],
-                  work["subs"].data, work["y"].data, work["keys"].data, act_buf.data, *[_buf(be, g) for g in out])
+    if st.sort is not None:
+        for p in range(st.sort.npass):
+            _kernel(be, dt, N, "gcp_sort_pass")(be.queue, *st.sort_geometry(),
+                                                *st.sort_pass(p))
+    be.launch(_kernel(be, dt, N, st.scatter_name()), (R, ns, N), *st.scatter(out))
+    if st.sort is not None:
+        st.sort.dirty = False
     return out, f
 
 
@@ -527,6 +753,123 @@ def optimizer_update(be, rule, factors, grads, moments, coefficients, lower, act
     return factors
 
 
+def _device_factors_of(be, arrays, dt):
+    """Whether ``arrays`` are C-contiguous device arrays of this backend of dtype ``dt``."""
+    import pyopencl.array as cla
+    return all(isinstance(a, cla.Array) and a.context == be.ctx and a.flags.c_contiguous
+               and a.dtype == dt for a in arrays)
+
+
+def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer,
+              lower, active, out=None, deadline=None, clock=None,
+              check_every=DEADLINE_CHECK_STEPS):
+    """``n_steps`` steps of :meth:`GcpKernels.steps` enqueued with no host round trip per step.
+
+    Per step: ``gcp_draw_terms``, the passes of the row sort and ``gcp_run_sums`` (or
+    ``gcp_scatter_atomic``), then ``gcp_update_all``: the optimiser's step on every active
+    factor with the moments on the device, its coefficients (``optimizer.coefficients``, those
+    of the stepwise path) uploaded for a block of steps at a time.  Each kernel object's
+    arguments are set once per call; per step only the step's key and number are set.  The
+    gradients alternate between ``out`` and a spare set kept in the state (the update of a
+    step zeroes the other set for the next one); the last step's gradient ends in ``out``.
+    The results are those of the stepwise path (the same kernels in the same order).
+
+    With ``deadline``, the clock is compared with it only every ``check_every`` steps (and
+    after the last), after waiting for the device to finish the steps enqueued so far: a fit
+    with ``max_time`` may run up to ``check_every - 1`` steps past its deadline, and
+    ``steps_done`` is then a multiple of ``check_every``.
+
+    Returns ``(grads, steps_done, timed_out)``, or None when the steps must run one by one
+    (a user-defined loss, no samples, rank 0, or factors / moments that are not this
+    backend's device arrays of the state's dtype, for which the stepwise path raises).
+    """
+    code, param = loss_code(loss)
+    dt = state.dtype
+    R = int(factors[0].shape[1]) if factors else 0
+    ns = state.grad_sampler.n_samples
+    moments = [a for arrs in optimizer.moments for a in arrs]
+    if (code < 0 or ns == 0 or R == 0 or n_steps == 0 or not any(active)
+            or not _device_factors_of(be, list(factors) + moments, dt)):
+        return None
+    facs, lam, _ = _factors(be, T, factors, weights)
+    out = _gradient_out(be, T, out, R, dt)
+    N = T.ndim
+    act = tuple(active)
+    st = _Step(be, T, state, facs, state.lam_buffer(lam), act, R, code, param)
+    if st.sort is not None:
+        st.sort.clean(be)
+    spare = state.spare_gradients(R)
+    grads = (out, spare)
+    for k in range(N):
+        if act[k]:
+            be.fill_zero(out[k])
+
+    # kernel objects of this state's own, their arguments set once here
+    draw_k = state.kernels("gcp_draw_terms", 1)[0]
+    draw_k.set_args(*st.draw_terms(0, False))
+    draw_geo = be.geometry((ns,))
+    launches = []
+    if st.sort is not None:
+        for p, knl in enumerate(state.kernels("gcp_sort_pass", st.sort.npass)):
+            knl.set_args(*st.sort_pass(p))
+            launches.append((knl, st.sort_geometry()))
+    scatter = state.kernels(st.scatter_name(), 2)
+    for b in range(2):
+        scatter[b].set_args(*st.scatter(grads[b]))
+    scatter_geo = be.geometry((R, ns, N))
+    update_geo = be.geometry((1,))
+    offs, sizes, total = state.offsets(R, update_geo[1][0])
+    update = state.kernels("gcp_update_all", 2)
+    update_geo = be.geometry((max(total, 1),))
+    rule = optimizer.rule
+    mom = list(optimizer.moments) + [[None] * N] * (2 - len(optimizer.moments))
+    block = 4096
+    t0 = int(optimizer.t)
+
+    def upload_coefficients(s0):
+        n = min(block, n_steps - s0)
+        c = np.zeros((n, 4), dtype=dt)
+        for s in range(n):
+            coef = optimizer.coefficients(t0 + s0 + s + 1)
+            c[s, :len(coef)] = coef
+        coef_d = _to_device(be, c)
+        for b in range(2):
+            update[b].set_args(np.int64(total), offs.data, sizes.data, st.act_buf.data,
+                               np.int32(_RULE_CODES[rule]), coef_d.data, np.int32(0),
+                               dt.type(lower), *[_buf(be, u) for u in facs],
+                               *[_buf(be, g) for g in grads[b]],
+                               *[_buf(be, g) for g in grads[1 - b]],
+                               *[_buf(be, a) for a in mom[0]], *[_buf(be, a) for a in mom[1]])
+        return coef_d
+
+    done, timed_out = 0, False
+    coef_d = None
+    for s in range(n_steps):
+        if s % block == 0:
+            coef_d = upload_coefficients(s)  # noqa: F841 (kept alive while the block runs)
+        b = s % 2
+        draw_k.set_arg(0, np.uint64(step_key(seed, first_draw + s + 1)))
+        _enqueue(be, draw_k, draw_geo)
+        for knl, geo in launches:
+            _enqueue(be, knl, geo)
+        _enqueue(be, scatter[b], scatter_geo)
+        update[b].set_arg(6, np.int32(s % block))
+        _enqueue(be, update[b], update_geo)
+        done = s + 1
+        if deadline is not None and (done % check_every == 0 or done == n_steps):
+            be.queue.finish()
+            if be.decide(clock() > deadline):
+                timed_out = True
+                break
+    if done % 2 == 0:   # the last gradient is in the spare set
+        for k in range(N):
+            if act[k] and out[k].nbytes:
+                be.cl.enqueue_copy(be.queue, out[k].data, spare[k].data,
+                                   byte_count=out[k].nbytes)
+    optimizer.advance(done)
+    return out, done, timed_out
+
+
 class OpenCLGcpKernels(GcpKernels):
     """``backend.gcp`` of the OpenCL backend: the functions above on its device."""
 
@@ -547,3 +890,20 @@ class OpenCLGcpKernels(GcpKernels):
     def _optimizer_update(self, rule, factors, grads, moments, coefficients, lower, active):
         return optimizer_update(self.backend, rule, factors, grads, moments, coefficients,
                                 lower, active)
+
+    def _steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer,
+               lower, active, out, deadline, clock):
+        """The steps enqueued on the device with no host round trip per step
+        (:func:`run_steps`); with a deadline the clock is read every
+        :data:`DEADLINE_CHECK_STEPS` steps only.  A user-defined loss (its derivative is
+        computed on the host) and factors that are not this backend's device arrays take
+        the stepwise path."""
+        be = self.backend
+        _check_tensor(be, T)
+        _check_state(be, T, state)
+        res = run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps,
+                        optimizer, lower, active, out, deadline, clock)
+        if res is None:
+            return self._stepwise(T, state, weights, factors, loss, seed, first_draw,
+                                  n_steps, optimizer, lower, active, out, deadline, clock)
+        return res

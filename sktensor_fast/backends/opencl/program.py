@@ -223,6 +223,12 @@ class ProgramCache:
             self._kernels[(key, name)] = knl
         return knl
 
+    def new_kernel(self, key, name, source, options=(), what="kernels"):
+        """A kernel object ``name`` of the program named ``key`` of its own, not the shared
+        one of :meth:`kernel`: for a caller that sets its arguments once and enqueues it many
+        times (the GCP steps), which no other launch may overwrite."""
+        return import_cl().Kernel(self.program(key, source, options, what), name)
+
     def clear(self):
         """Forget every program and kernel (the next use builds them again)."""
         self._programs.clear()

@@ -19,7 +19,7 @@ from sktensor_fast.backends.cpu import gcp_ops as cpu_ops
 from sktensor_fast.decomposition.losses import LOSSES, get_loss
 from sktensor_fast.decomposition.optimizers import make_optimizer
 
-from _reference import opencl_backend_or_skip, sampler_param_index, sparse_problem
+from _reference import ScaledSquares, opencl_backend_or_skip, sampler_param_index, sparse_problem
 
 cl = pytest.importorskip("pyopencl")
 from sktensor_fast.backends.opencl import gcp_ops as ocl_ops  # noqa: E402
@@ -391,3 +391,304 @@ def test_bad_inputs_raise_before_any_kernel(be, cpu):
     # and the estimator's errors are the CPU's
     with pytest.raises(ValueError, match="non-negative"):
         GCP(loss="poisson", device="opencl").fit(-np.ones((3, 3, 3)))
+
+
+# ---------------------------------------------------------------------------- row sort
+def _coo(subs, shape, seed=0):
+    """A count tensor with nonzeros at the distinct rows of ``subs``."""
+    subs = np.unique(np.asarray(subs, dtype=np.int64), axis=0)
+    vals = np.random.default_rng(seed).integers(1, 6, subs.shape[0]).astype(float)
+    return SparseTensor(subs, vals, shape)
+
+
+def _sorted_pairs(state, act):
+    """The row sort's last (rows, samples) of every mode, as host arrays."""
+    rs = state.row_sort(act)
+    ns = state.grad_sampler.n_samples
+    N = len(act)
+    return (rs.rows[rs.final].get().reshape(N, ns), rs.idx[rs.final].get().reshape(N, ns))
+
+
+def _rng_factors(shape, R, seed=1):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(0.1, 1.0, (s, R)) for s in shape]
+
+
+def _heavy_row():
+    """Mode 0 of 500 rows (two sort passes), nearly every nonzero in row 7."""
+    rng = np.random.default_rng(5)
+    shape = (500, 9, 11)
+    subs = np.column_stack([np.full(400, 7), rng.integers(0, 9, 400), rng.integers(0, 11, 400)])
+    few = np.column_stack([rng.integers(0, 500, 10), rng.integers(0, 9, 10),
+                           rng.integers(0, 11, 10)])
+    return _coo(np.vstack([subs, few]), shape), (3000, 40)
+
+
+def _length_one():
+    rng = np.random.default_rng(6)
+    shape = (1, 40, 30)
+    subs = np.column_stack([np.zeros(300, int), rng.integers(0, 40, 300),
+                            rng.integers(0, 30, 300)])
+    return _coo(subs, shape), (1500, 1500)
+
+
+def _many_modes():
+    rng = np.random.default_rng(7)
+    shape = (3, 4, 2, 5, 3, 2, 4, 300)
+    subs = np.column_stack([rng.integers(0, s, 600) for s in shape])
+    return _coo(subs, shape), (1200, 1300)
+
+
+def _long_mode():
+    """A mode of 70000 rows: three passes of 8 bits (six of 3 bits), samples over 3 tiles."""
+    rng = np.random.default_rng(8)
+    shape = (70000, 3, 2)
+    subs = np.column_stack([rng.integers(0, s, 2000) for s in shape])
+    return _coo(subs, shape), (1500, 1500)
+
+
+@pytest.mark.parametrize("bits", [None, 3])
+@pytest.mark.parametrize("case", [_heavy_row, _length_one, _many_modes, _long_mode])
+def test_row_sort_and_gradient_equal_cpu(be, cpu, monkeypatch, case, bits):
+    """The row sort is a stable sort of the samples by row (every mode, several tiles, one to
+    six passes), and the gradient the CPU's bit for bit (Gaussian: no math library)."""
+    if bits is not None:   # narrow digits: more passes on the same shapes
+        monkeypatch.setattr(be, "_gcp_sort_config", (bits, 64, 16))
+    X, n_grad = case()
+    N = X.ndim
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    U = _rng_factors(X.shape, 3)
+    loss = get_loss("gaussian")
+    sc = cpu.gcp.setup(Tc, "stratified", n_grad, (10, 10), 2)
+    so = be.gcp.setup(To, "stratified", n_grad, (10, 10), 2)
+    act = (True,) * N
+    for step in (0, 3):
+        gc, _ = cpu.gcp.sampled_gradient(Tc, sc, np.ones(3), U, loss, 4, step)
+        go, _ = be.gcp.sampled_gradient(To, so, np.ones(3), U, loss, 4, step)
+        for g, r in zip(host(be, go), gc):
+            np.testing.assert_array_equal(g, r)
+        subs = cpu_ops.draw(sc.grad_sampler, int(_gcp.step_key(np.uint64(4),
+                                                                np.uint64(step + 1))), N)[0]
+        rows, idx = _sorted_pairs(so, act)
+        for k in range(N):
+            order = np.argsort(subs[:, k], kind="stable")
+            np.testing.assert_array_equal(idx[k], order)
+            np.testing.assert_array_equal(rows[k], subs[order, k])
+    rs = so.row_sort(act)
+    assert rs.ntiles == -(-sum(so.n_grad) // 1024) and rs.ntiles >= 2
+    want_bits = bits or ocl_ops.GCP_SORT_BITS
+    assert rs.npass == max(1, -(-(max(X.shape) - 1).bit_length() // want_bits))
+    assert not rs.cnt.get().any()    # the digit counts are cleared for the next step
+
+
+def test_row_sort_counts_cleared_after_a_failing_user_loss(be, cpu):
+    """A user's loss that raises between the counts and the sort: the next step is right."""
+    class Failing:
+        def value(self, x, m):
+            return (x - m) ** 2
+
+        def deriv(self, x, m):
+            raise RuntimeError("boom")
+
+    X, U = sparse_problem(R=2)
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    sc = cpu.gcp.setup(Tc, "stratified", (300, 300), (10, 10), 1)
+    so = be.gcp.setup(To, "stratified", (300, 300), (10, 10), 1)
+    with pytest.raises(RuntimeError, match="boom"):
+        be.gcp.sampled_gradient(To, so, np.ones(2), U, Failing(), 1, 0)
+    loss = get_loss("gaussian")
+    go, _ = be.gcp.sampled_gradient(To, so, np.ones(2), U, loss, 1, 0)
+    gc, _ = cpu.gcp.sampled_gradient(Tc, sc, np.ones(2), U, loss, 1, 0)
+    for g, r in zip(host(be, go), gc):
+        np.testing.assert_array_equal(g, r)
+
+
+# ---------------------------------------------------------------------------- atomic path
+def _atomic_backend(be):
+    atomic = get_backend("opencl", {"gcp_reduction": "atomic"})
+    assert atomic is not be and atomic.gcp_reduction == "atomic"
+    assert be.gcp_reduction == "deterministic"
+    if not ocl_ops.atomics_supported(atomic, np.float64):
+        pytest.skip("the device has no 64-bit atomics")
+    return atomic
+
+
+@pytest.mark.parametrize("case", [_heavy_row, _length_one, _many_modes])
+def test_atomic_gradient_agrees_with_the_deterministic_one(be, case):
+    atomic = _atomic_backend(be)
+    X, n_grad = case()
+    U = _rng_factors(X.shape, 4)
+    loss = get_loss("poisson")
+    lam = np.array([1.0, 0.5, 2.0, 0.3])
+    got = []
+    for b in (be, atomic):
+        T = b.prepare(X)
+        st = b.gcp.setup(T, "semi-stratified", n_grad, (10, 10), 3)
+        g, f = b.gcp.sampled_gradient(T, st, lam, U, loss, 2, 1, with_loss=True)
+        got.append((host(b, g), f))
+    assert_close(got[1][0], got[0][0])
+    assert got[1][1] == pytest.approx(got[0][1], rel=1e-12)
+
+
+def test_atomic_steps_and_fit_agree_with_the_deterministic_ones(be):
+    atomic = _atomic_backend(be)
+    X, U = sparse_problem(shape=(12, 300, 9), density=0.1, R=3)
+    loss = get_loss("poisson")
+    models = []
+    for b in (be, atomic):
+        T = b.prepare(X)
+        st = b.gcp.setup(T, "stratified", (800, 800), (10, 10), 3)
+        F = [b.asarray(u) for u in U]
+        opt = make_optimizer("adam", learning_rate=1e-2).start(b, F)
+        G, done, timed_out = b.gcp.steps(T, st, np.ones(3), F, loss, 5, 0, 25, opt, 0.0)
+        assert (done, timed_out, opt.t) == (25, False, 25)
+        models.append(host(b, F) + host(b, G))
+    assert_close(models[1], models[0], rtol=1e-10)
+    kw = dict(rank=3, loss="poisson", epoch_iters=20, max_iter=2, tol=0, random_state=1,
+              n_samples_grad=300, n_samples_loss=(100, 100))
+    a = GCP(device="opencl", **kw).fit(X)
+    b = GCP(device="opencl", device_options={"gcp_reduction": "atomic"}, **kw).fit(X)
+    np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-9)
+
+
+def test_atomic_fp32(be):
+    atomic = _atomic_backend(be)
+    X, U = sparse_problem(R=3, dtype=np.float32)
+    loss = get_loss("poisson")
+    got = []
+    for b in (be, atomic):
+        T = b.prepare(X)
+        st = b.gcp.setup(T, "stratified", (400, 400), (20, 20), 1)
+        got.append(host(b, b.gcp.sampled_gradient(T, st, np.ones(3), U, loss, 3, 0)[0]))
+    assert all(g.dtype == np.float32 for g in got[1])
+    assert_close(got[1], got[0], rtol=1e-5)
+
+
+def test_gcp_reduction_option(monkeypatch):
+    from sktensor_fast import OpenCLOptions
+    from sktensor_fast.backends.options import _WARNED
+    assert OpenCLOptions(gcp_reduction="atomic").set_options() == {"gcp_reduction": "atomic"}
+    with pytest.raises(ValueError, match="'gcp_reduction' must be one of 'deterministic', "
+                                         "'atomic'"):
+        OpenCLOptions(gcp_reduction="fast")
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_GCP_REDUCTION", "atomic")
+    assert OpenCLOptions.from_env().gcp_reduction == "atomic"
+    monkeypatch.setenv("SKTENSOR_FAST_OCL_GCP_REDUCTION", "sometimes")
+    _WARNED.discard(("SKTENSOR_FAST_OCL_GCP_REDUCTION", "sometimes"))
+    with pytest.warns(RuntimeWarning, match="GCP_REDUCTION"):
+        assert OpenCLOptions.from_env().gcp_reduction is None
+
+
+def test_atomic_without_int64_atomics_is_refused(be, monkeypatch):
+    atomic = get_backend("opencl", {"gcp_reduction": "atomic"})
+    monkeypatch.setattr(ocl_ops, "atomics_supported", lambda b, dt: False)
+    X, U = sparse_problem(R=2)
+    T = atomic.prepare(X)
+    st = atomic.gcp.setup(T, "stratified", (50, 50), (10, 10), 0)
+    with pytest.raises(ValueError, match="cl_khr_int64_base_atomics"):
+        atomic.gcp.sampled_gradient(T, st, np.ones(2), U, get_loss("poisson"), 0, 0)
+
+
+# ---------------------------------------------------------------------------- fused steps
+def _run(b, T, st, U, loss, solver, n, active=None, out=None, stepwise=False, **kw):
+    F = [b.asarray(u) for u in U] if b.name != "cpu" else [u.copy() for u in U]
+    opt = make_optimizer(solver, learning_rate=1e-4 if solver == "sgd" else 1e-2).start(b, F)
+    R = U[0].shape[1]
+    if stepwise:
+        act = tuple(active) if active is not None else (True,) * len(U)
+        res = b.gcp._stepwise(T, st, np.ones(R), F, loss, 9, 4, n, opt, 0.0, act, out,
+                              kw.get("deadline"), kw.get("clock"))
+    else:
+        res = b.gcp.steps(T, st, np.ones(R), F, loss, 9, 4, n, opt, 0.0, active, out, **kw)
+    G, done, timed_out = res
+    moments = [a for arrs in opt.moments for a in arrs]
+    return [np.asarray(b.to_numpy(a)) for a in F + list(G) + moments], done, timed_out, opt.t
+
+
+@pytest.mark.parametrize("solver", ["adam", "adagrad", "sgd"])
+@pytest.mark.parametrize("n_steps", [7, 8])
+def test_fused_steps_equal_stepwise_and_cpu(be, cpu, solver, n_steps):
+    X, U = sparse_problem(shape=(9, 300, 5, 7), density=0.05, R=3)
+    loss = get_loss("poisson")
+    Tc, To = cpu.prepare(X), be.prepare(X)
+    sc = cpu.gcp.setup(Tc, "stratified", (700, 700), (10, 10), 1)
+    so = be.gcp.setup(To, "stratified", (700, 700), (10, 10), 1)
+    active = [True, False, True, True]
+    fused = _run(be, To, so, U, loss, solver, n_steps, active)
+    step = _run(be, To, so, U, loss, solver, n_steps, active, stepwise=True)
+    ref = _run(cpu, Tc, sc, U, loss, solver, n_steps, active)
+    assert fused[1:] == step[1:] == ref[1:] == (n_steps, False, n_steps)
+    for a, b in zip(fused[0], step[0]):
+        np.testing.assert_array_equal(a, b)
+    assert_close(fused[0], ref[0])
+    # an inactive mode's factor and gradient untouched
+    np.testing.assert_array_equal(fused[0][1], U[1])
+    assert not fused[0][4 + 1].any()
+
+
+def test_fused_steps_reuse_out_and_count_launches(be, cpu, monkeypatch):
+    X, U = sparse_problem(shape=(40, 300, 6), density=0.05, R=2)
+    loss = get_loss("gaussian")
+    To = be.prepare(X)
+    so = be.gcp.setup(To, "stratified", (900, 900), (10, 10), 1)
+    out = [be.asarray(np.full(u.shape, 3.0)) for u in U]
+    calls = []
+    orig = be.cl.enqueue_nd_range_kernel
+    monkeypatch.setattr(be.cl, "enqueue_nd_range_kernel",
+                        lambda *a, **k: calls.append(a[1].function_name) or orig(*a, **k))
+    n = 11
+    fused = _run(be, To, so, U, loss, "adam", n, out=out)
+    monkeypatch.undo()
+    rs = so.row_sort((True,) * 3)
+    assert rs.npass == 2    # 300 rows: 9 bits
+    # a handful of launches per step: draw and terms, the passes, the sums, the update
+    assert len(calls) == n * (rs.npass + 3)
+    assert calls[:rs.npass + 3] == (["gcp_draw_terms"] + ["gcp_sort_pass"] * rs.npass
+                                    + ["gcp_run_sums", "gcp_update_all"])
+    step = _run(be, To, so, U, loss, "adam", n, stepwise=True)
+    for a, b in zip(fused[0], step[0]):
+        np.testing.assert_array_equal(a, b)
+    # the last step's gradient is in out (the spare set took the even steps)
+    np.testing.assert_array_equal(host(be, out)[0], fused[0][3])
+
+
+def test_fused_steps_deadline_every_few_steps(be):
+    X, U = sparse_problem(R=2)
+    loss = get_loss("poisson")
+    To = be.prepare(X)
+    so = be.gcp.setup(To, "stratified", (100, 100), (10, 10), 1)
+    k = ocl_ops.DEADLINE_CHECK_STEPS
+    seen = []
+
+    def clock():
+        seen.append(1)
+        return 10.0
+    res = _run(be, To, so, U, loss, "adam", 5 * k, deadline=1.0, clock=clock)
+    assert res[1:] == (k, True, k) and len(seen) == 1
+    # fewer steps than k: checked after the last
+    res = _run(be, To, so, U, loss, "adam", 3, deadline=1.0, clock=clock)
+    assert res[1:] == (3, True, 3)
+    res = _run(be, To, so, U, loss, "adam", 2 * k + 1, deadline=100.0, clock=clock)
+    assert res[1:] == (2 * k + 1, False, 2 * k + 1)
+    # the steps before the deadline are those of the stepwise path
+    ref = _run(be, To, so, U, loss, "adam", k, stepwise=True)
+    res = _run(be, To, so, U, loss, "adam", 5 * k, deadline=1.0, clock=clock)
+    for a, b in zip(res[0], ref[0]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fused_steps_fall_back_for_user_losses_and_host_factors(be, cpu):
+    X, U = sparse_problem(R=2)
+    To, Tc = be.prepare(X), cpu.prepare(X)
+    so = be.gcp.setup(To, "stratified", (200, 200), (10, 10), 1)
+    user = get_loss(ScaledSquares())
+    fused = _run(be, To, so, U, user, "adam", 4)
+    step = _run(be, To, so, U, user, "adam", 4, stepwise=True)
+    assert fused[1:] == (4, False, 4)
+    for a, b in zip(fused[0], step[0]):
+        np.testing.assert_array_equal(a, b)
+    # host factors: the stepwise path, whose optimiser update asks for device arrays
+    opt = make_optimizer("adam").start(be, [be.asarray(u) for u in U])
+    with pytest.raises(TypeError, match="device array"):
+        be.gcp.steps(To, so, np.ones(2), [u.copy() for u in U], get_loss("poisson"), 0, 0, 2,
+                     opt, 0.0)

@@ -49,133 +49,359 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
 }
 
 /* -------------------------------------------------------------------- sampled gradient */
-/* Per sample j < ns: the model value m (written to m_out), and for a built-in loss
- * (code >= 0) the weighted derivative y = w (f'(x, m) - corr f'(0, m)) and, when want_loss,
- * the weighted loss w (f(x, m) - corr f(0, m)).  For every active mode k the sort key
- * (row << 32 | j) goes to keys[k * npad + j]; entries ns..npad-1 get the largest key. */
-__kernel void gcp_terms(const long ns, const long npad, const int R, const int code,
-                        const VAL_T param, __global const VAL_T* lam, FACTOR_PARAMS,
+/* One step's gradient, for every active mode k:
+ *
+ *   gcp_draw_terms   draw sample j (as gcp_draw), its model value m, the weighted derivative
+ *                    y = w (f'(x, m) - corr f'(0, m)) and, when want_loss, the weighted loss;
+ *                    with `count`, the digit counts of the first pass of the row sort below
+ *                    (gcp_terms does the same from a materialised sample);
+ *   gcp_sort_pass    one pass of a stable least-significant-digit radix sort of the samples by
+ *                    their row of mode k (all active modes in one launch), GCP_SORT_BITS bits
+ *                    at most per pass: the samples of a row end up together, in increasing
+ *                    sample order;
+ *   gcp_run_sums     one work-item per (column, run of equal rows) adds the run's
+ *                    contributions in increasing sample order (the CPU kernel's order: no
+ *                    atomics, the same sums on every device and in every run);
+ *   gcp_scatter_atomic  instead of the two above (opt-in, backend option gcp_reduction=
+ *                    'atomic'): every contribution added into its row with an atomic
+ *                    compare-and-swap loop; the order of the additions is the device's
+ *                    schedule, so the result is not bitwise reproducible.
+ *
+ * The sort's digit counts live in one table `cnt` of npass regions of NMODES * ntiles *
+ * GCP_SORT_BINS ints: counts[pass][k][tile][digit], the samples of tile `tile` (of GCP_TILE
+ * consecutive positions of the pass's input) whose digit is `digit`.  The first region is
+ * counted by gcp_draw_terms / gcp_terms, region p + 1 by pass p as it places the samples
+ * (integer atomics: the counts do not depend on the order of the increments), and
+ * gcp_run_sums zeroes the whole table for the next step. */
+
+#define GCP_SORT_BINS (1 << GCP_SORT_BITS)
+#define GCP_TILE (GCP_SORT_WG * GCP_SORT_PER)
+/* one padding word every 32 (local memory banks) */
+#define GCP_PAD(i) ((i) + ((i) >> 5))
+#define GCP_TILE_PAD (GCP_PAD(GCP_TILE - 1) + 1)
+
+/* model value, weighted derivative (into *y) and weighted loss (into *f, when want_loss) of
+ * one sample; the products in the order of the CPU kernel */
+inline VAL_T gcp_sample_terms(const long* ij, const int R, const int code, const VAL_T param,
+                              __global const VAL_T* lam, __global const VAL_T* const* F,
+                              const VAL_T x, const VAL_T w, const int corr, const int want_loss,
+                              VAL_T* y, VAL_T* f)
+{
+    VAL_T m = 0;
+    for (int r = 0; r < R; ++r) {
+        VAL_T s = 1;
+        for (int k = NMODES - 1; k >= 1; --k) s = s * F[k][ij[k] * R + r];
+        m = m + lam[r] * F[0][ij[0] * R + r] * s;
+    }
+    if (code >= 0) {
+        VAL_T yv = sktf_loss_deriv(code, param, x, m);
+        if (corr) yv = yv - sktf_loss_deriv(code, param, 0, m);
+        *y = w * yv;
+        if (want_loss) {
+            VAL_T fv = sktf_loss_value(code, param, x, m);
+            if (corr) fv = fv - sktf_loss_value(code, param, 0, m);
+            *f = w * fv;
+        }
+    }
+    return m;
+}
+
+/* the first pass's digit of sample j in every active mode, counted in cnt[0][k][tile] */
+inline void gcp_count_first(const long j, const long* ij, __global const int* active,
+                            __global const int* dbits, const int ntiles, __global int* cnt)
+{
+    for (int k = 0; k < NMODES; ++k) {
+        if (!active[k]) continue;
+        const int d = (int) ij[k] & ((1 << dbits[k]) - 1);
+        atomic_inc(cnt + ((long) k * ntiles + j / GCP_TILE) * GCP_SORT_BINS + d);
+    }
+}
+
+/* Per sample j < ns: the model value m (to m_out) and, for a built-in loss (code >= 0), y
+ * (and the loss when want_loss) of a materialised sample; with `count`, the first pass's
+ * digit counts.  (The path of user-defined losses, whose y the host computes.) */
+__kernel void gcp_terms(const long ns, const int R, const int code, const VAL_T param,
+                        __global const VAL_T* lam, FACTOR_PARAMS,
                         __global const IDX_T* ssubs, __global const VAL_T* sx,
                         __global const VAL_T* sw, __global const char* scorr,
                         __global const int* active, const int want_loss,
                         __global VAL_T* m_out, __global VAL_T* y_out, __global VAL_T* f_out,
-                        __global ulong* keys)
+                        const int count, __global const int* dbits, const int ntiles,
+                        __global int* cnt)
 {
     FACTOR_ARRAY
     const long j = get_global_id(0);
-    if (j >= npad) return;
-    if (j >= ns) {
-        for (int k = 0; k < NMODES; ++k)
-            if (active[k]) keys[k * npad + j] = GCP_NO_KEY;
-        return;
-    }
-    __global const IDX_T* ij = ssubs + j * NMODES;
-    VAL_T m = 0;
-    for (int r = 0; r < R; ++r) {
-        VAL_T s = 1;
-        for (int k = NMODES - 1; k >= 1; --k) s = s * F[k][(long)ij[k] * R + r];
-        m = m + lam[r] * F[0][(long)ij[0] * R + r] * s;
-    }
-    m_out[j] = m;
+    if (j >= ns) return;
+    long ij[NMODES];
+    for (int k = 0; k < NMODES; ++k) ij[k] = ssubs[j * NMODES + k];
+    VAL_T y = 0, f = 0;
+    m_out[j] = gcp_sample_terms(ij, R, code, param, lam, F, sx[j], sw[j], scorr[j], want_loss,
+                                &y, &f);
     if (code >= 0) {
-        const VAL_T x = sx[j], w = sw[j];
-        const int corr = scorr[j];
-        VAL_T yv = sktf_loss_deriv(code, param, x, m);
-        if (corr) yv = yv - sktf_loss_deriv(code, param, 0, m);
-        y_out[j] = w * yv;
-        if (want_loss) {
-            VAL_T f = sktf_loss_value(code, param, x, m);
-            if (corr) f = f - sktf_loss_value(code, param, 0, m);
-            f_out[j] = w * f;
-        }
+        y_out[j] = y;
+        if (want_loss) f_out[j] = f;
     }
-    for (int k = 0; k < NMODES; ++k)
-        if (active[k]) keys[k * npad + j] = ((ulong)ij[k] << 32) | (ulong)j;
+    if (count) gcp_count_first(j, ij, active, dbits, ntiles, cnt);
 }
 
-/* Bitonic sort of the keys of every active mode (rows of `keys`, npad a power of two).
- * gcp_sort_local works on blocks of 2 L keys in local memory: with kfix == 0 it runs the
- * stages k = 2 .. 2L (sorting each block in the direction the network asks for), else the
- * steps j = L .. 1 of stage kfix.  gcp_sort_global runs one step (k, j) with j >= 2L. */
-__kernel void gcp_sort_local(const long npad, __global const int* active,
-                             __global ulong* keys, const long kfix, __local ulong* buf)
+/* gcp_draw then gcp_terms in one kernel (built-in losses): the sample's coordinates and y go
+ * to memory, its value and weights do not */
+__kernel void gcp_draw_terms(const ulong key, const long ns, __global const long* sp,
+                             __global const long* shape, __global const long* strides,
+                             __global const IDX_T* subs, __global const VAL_T* vals,
+                             __global const long* lin, __global const long* bucket,
+                             __global const IDX_T* zsubs, const VAL_T wp, const VAL_T wq,
+                             const int R, const int code, const VAL_T param,
+                             __global const VAL_T* lam, FACTOR_PARAMS,
+                             __global const int* active, const int want_loss,
+                             __global IDX_T* out_subs, __global VAL_T* y_out,
+                             __global VAL_T* f_out, const int count,
+                             __global const int* dbits, const int ntiles, __global int* cnt)
 {
-    const int mode = get_global_id(1);
-    if (!active[mode]) return;
-    __global ulong* a = keys + mode * npad;
-    const long L = get_local_size(0);
-    const long t = get_local_id(0);
-    const long base = (long)get_group_id(0) * 2 * L;
-    buf[t] = a[base + t];
-    buf[t + L] = a[base + t + L];
+    FACTOR_ARRAY
+    const long j = get_global_id(0);
+    if (j >= ns) return;
+    const sktf_gcp_sampler S = sktf_gcp_sampler_make(sp, NMODES, shape, strides, subs, vals,
+                                                     lin, bucket, zsubs, wp, wq);
+    long ij[NMODES];
+    VAL_T w = 0;
+    int corr = 0;
+    const VAL_T x = sktf_gcp_sample(&S, key, j, ij, &w, &corr);
+    for (int k = 0; k < NMODES; ++k) out_subs[j * NMODES + k] = (IDX_T) ij[k];
+    VAL_T y = 0, f = 0;
+    gcp_sample_terms(ij, R, code, param, lam, F, x, w, corr, want_loss, &y, &f);
+    y_out[j] = y;
+    if (want_loss) f_out[j] = f;
+    if (count) gcp_count_first(j, ij, active, dbits, ntiles, cnt);
+}
+
+/* exclusive prefix sum over the work-group of `value`; `sums`: GCP_SORT_WG ints of local
+ * memory (every work-item calls it) */
+inline int gcp_group_scan(const int value, __local int* sums)
+{
+    const int t = (int) get_local_id(0);
+    sums[t] = value;
     barrier(CLK_LOCAL_MEM_FENCE);
-    const long k0 = kfix ? kfix : 2;
-    const long k1 = kfix ? kfix : 2 * L;
-    for (long k = k0; k <= k1; k <<= 1) {
-        for (long j = kfix ? L : (k >> 1); j > 0; j >>= 1) {
-            const long i = 2 * j * (t / j) + (t & (j - 1));
-            const int up = ((base + i) & k) == 0;
-            const ulong x = buf[i], y = buf[i + j];
-            if ((x > y) == up) {
-                buf[i] = y;
-                buf[i + j] = x;
+    for (int s = 1; s < GCP_SORT_WG; s <<= 1) {
+        const int add = t >= s ? sums[t - s] : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        sums[t] += add;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return sums[t] - value;
+}
+
+/* Pass `pass` of the row sort: work-group (tile, k) orders the tile's GCP_TILE samples by
+ * the digit of bits pass * dbits[k] .. (pass + 1) * dbits[k] - 1 of their row (stably: the
+ * work-item t holds GCP_SORT_PER consecutive samples and ranks them after those of the
+ * work-items before it), and writes them where the counts put them: after every sample of a
+ * smaller digit and after the samples of its digit in the tiles before.  Pass 0 reads the
+ * rows from the sample's coordinates (positions = sample numbers); the others the previous
+ * pass's (row, sample) pairs.  Unless `last`, the next pass's digits are counted. */
+__kernel __attribute__((reqd_work_group_size(GCP_SORT_WG, 1, 1)))
+void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int last,
+                   __global const int* active, __global const int* dbits,
+                   __global const IDX_T* ssubs, __global const int* row_in,
+                   __global const int* idx_in, __global int* row_out, __global int* idx_out,
+                   __global int* cnt)
+{
+    __local int lrow[GCP_TILE_PAD];
+    __local int lidx[GCP_TILE_PAD];
+    __local ushort lcnt[GCP_SORT_BINS * GCP_SORT_WG];      /* [digit][work-item] */
+    __local int sums[GCP_SORT_WG];
+    __local int start[GCP_SORT_BINS];
+    __local int dest[GCP_SORT_BINS];
+    const int k = (int) get_global_id(1);
+    if (!active[k]) return;
+    const int t = (int) get_local_id(0);
+    const int tile = (int) get_group_id(0);
+    const long base = (long) tile * GCP_TILE;
+    const int m = (int) min((long) GCP_TILE, ns - base);
+    const int nb = dbits[k];
+    const int shift = pass * nb;
+    const int mask = (1 << nb) - 1;
+    const long region = (long) NMODES * ntiles * GCP_SORT_BINS;
+    __global const int* ck = cnt + pass * region + (long) k * ntiles * GCP_SORT_BINS;
+    const long mo = (long) k * ns;
+
+    for (int r = 0; r < GCP_SORT_PER; ++r) {
+        const int i = r * GCP_SORT_WG + t;
+        if (i < m) {
+            if (pass == 0) {
+                lrow[GCP_PAD(i)] = (int) ssubs[(base + i) * NMODES + k];
+                lidx[GCP_PAD(i)] = (int) (base + i);
+            } else {
+                lrow[GCP_PAD(i)] = row_in[mo + base + i];
+                lidx[GCP_PAD(i)] = idx_in[mo + base + i];
             }
-            barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
-    a[base + t] = buf[t];
-    a[base + t + L] = buf[t + L];
-}
+    for (int d = 0; d < GCP_SORT_BINS; ++d) lcnt[d * GCP_SORT_WG + t] = 0;
+    /* the samples of each digit in the tiles before this one (dest) and in all (start) */
+    for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) {
+        int before = 0, total = 0;
+        for (int u = 0; u < ntiles; ++u) {
+            const int c = ck[(long) u * GCP_SORT_BINS + d];
+            before += u < tile ? c : 0;
+            total += c;
+        }
+        dest[d] = before;
+        start[d] = total;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    {   /* dest[d] += the samples of the smaller digits (work-item t: a run of digits) */
+        const int per = (GCP_SORT_BINS + GCP_SORT_WG - 1) / GCP_SORT_WG;
+        const int d0 = min(t * per, GCP_SORT_BINS), d1 = min(d0 + per, GCP_SORT_BINS);
+        int run = 0;
+        for (int d = d0; d < d1; ++d) run += start[d];
+        int acc = gcp_group_scan(run, sums);
+        for (int d = d0; d < d1; ++d) {
+            dest[d] += acc;
+            acc += start[d];
+        }
+    }
 
-__kernel void gcp_sort_global(const long npad, __global const int* active,
-                              __global ulong* keys, const long k, const long j)
-{
-    const int mode = get_global_id(1);
-    if (!active[mode]) return;
-    __global ulong* a = keys + mode * npad;
-    const long t = get_global_id(0);
-    const long i = 2 * j * (t / j) + (t & (j - 1));
-    const int up = (i & k) == 0;
-    const ulong x = a[i], y = a[i + j];
-    if ((x > y) == up) {
-        a[i] = y;
-        a[i + j] = x;
+    int pr[GCP_SORT_PER];
+    int pi[GCP_SORT_PER];
+    for (int j = 0; j < GCP_SORT_PER; ++j) {
+        const int i = t * GCP_SORT_PER + j;
+        pr[j] = i < m ? lrow[GCP_PAD(i)] : 0;
+        pi[j] = i < m ? lidx[GCP_PAD(i)] : 0;
+        if (i < m) {
+            const int c = ((pr[j] >> shift) & mask) * GCP_SORT_WG + t;
+            lcnt[c] = (ushort) (lcnt[c] + 1);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    {   /* exclusive prefix sum of lcnt in its [digit][work-item] order */
+        int run = 0;
+        for (int e = 0; e < GCP_SORT_BINS; ++e) run += lcnt[t * GCP_SORT_BINS + e];
+        int acc = gcp_group_scan(run, sums);
+        for (int e = 0; e < GCP_SORT_BINS; ++e) {
+            const int c = lcnt[t * GCP_SORT_BINS + e];
+            lcnt[t * GCP_SORT_BINS + e] = (ushort) acc;
+            acc += c;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) start[d] = lcnt[d * GCP_SORT_WG];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* the tile ordered by digit, in local memory */
+    for (int j = 0; j < GCP_SORT_PER; ++j) {
+        const int i = t * GCP_SORT_PER + j;
+        if (i < m) {
+            const int c = ((pr[j] >> shift) & mask) * GCP_SORT_WG + t;
+            const int p = lcnt[c];
+            lcnt[c] = (ushort) (p + 1);
+            lrow[GCP_PAD(p)] = pr[j];
+            lidx[GCP_PAD(p)] = pi[j];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global int* cn = cnt + (pass + 1) * region + (long) k * ntiles * GCP_SORT_BINS;
+    for (int r = 0; r < GCP_SORT_PER; ++r) {
+        const int i = r * GCP_SORT_WG + t;
+        if (i < m) {
+            const int row = lrow[GCP_PAD(i)];
+            const int d = (row >> shift) & mask;
+            const long g = (long) dest[d] + (i - start[d]);
+            row_out[mo + g] = row;
+            idx_out[mo + g] = lidx[GCP_PAD(i)];
+            if (!last)
+                atomic_inc(cn + (g / GCP_TILE) * GCP_SORT_BINS + ((row >> (shift + nb)) & mask));
+        }
     }
 }
 
-/* Gradient rows of every active mode from the sorted keys: work-item (r, p, k) with p the
- * first position of a run of equal rows sums the run's contributions, in increasing sample
- * order, into column r of its row (no atomics: every row is written by one work-item, and the
- * sums are those of the CPU kernel).  The contribution of sample j to mode k is
- * ((y lam[r]) prod_{l<k} A_l[i_l, r]) * (prod_{l>k} A_l[i_l, r], from the last mode down).
- * Rows without samples are not written (the host zeroes the gradients first). */
-__kernel void gcp_scatter(const long ns, const long npad, const int R,
-                          __global const VAL_T* lam, FACTOR_PARAMS,
-                          __global const IDX_T* ssubs, __global const VAL_T* y,
-                          __global const ulong* keys, __global const int* active,
-                          GRAD_PARAMS)
+/* The contribution of sample j to column r of its row of mode k:
+ * ((y lam[r]) prod_{l<k} A_l[i_l, r]) * (prod_{l>k} A_l[i_l, r], from the last mode down),
+ * the CPU kernel's products. */
+inline VAL_T gcp_contribution(const long j, const int k, const int r, const int R,
+                              __global const VAL_T* lam, __global const VAL_T* const* F,
+                              __global const IDX_T* ssubs, __global const VAL_T* y)
+{
+    __global const IDX_T* ij = ssubs + j * NMODES;
+    VAL_T pre = y[j] * lam[r];
+    for (int l = 0; l < k; ++l) pre = pre * F[l][(long) ij[l] * R + r];
+    VAL_T suf = 1;
+    for (int l = NMODES - 1; l > k; --l) suf = suf * F[l][(long) ij[l] * R + r];
+    return pre * suf;
+}
+
+/* Gradient rows of every active mode from the sorted (row, sample) pairs: work-item (r, p, k)
+ * with p the first position of a run of equal rows sums the run's contributions, in
+ * increasing sample order, into column r of its row.  Rows without samples are not written
+ * (the host zeroes the gradients first).  Every work-item first zeroes its share of the sort's
+ * count table (ncnt ints) for the next step. */
+__kernel void gcp_run_sums(const long ns, const int R, __global const VAL_T* lam,
+                           FACTOR_PARAMS, __global const IDX_T* ssubs, __global const VAL_T* y,
+                           __global const int* rows, __global const int* idx,
+                           __global const int* active, __global int* cnt, const long ncnt,
+                           GRAD_PARAMS)
 {
     FACTOR_ARRAY
     GRAD_ARRAY
+    const long gsz = (long) get_global_size(0) * get_global_size(1) * get_global_size(2);
+    const long flat = get_global_id(0) + (long) get_global_size(0)
+        * (get_global_id(1) + (long) get_global_size(1) * get_global_id(2));
+    for (long e = flat; e < ncnt; e += gsz) cnt[e] = 0;
     const int r = get_global_id(0);
     const long p = get_global_id(1);
     const int k = get_global_id(2);
     if (r >= R || p >= ns || !active[k]) return;
-    __global const ulong* kk = keys + k * npad;
-    const ulong row = kk[p] >> 32;
-    if (p > 0 && (kk[p - 1] >> 32) == row) return;
+    __global const int* kr = rows + k * ns;
+    __global const int* ki = idx + k * ns;
+    const int row = kr[p];
+    if (p > 0 && kr[p - 1] == row) return;
     VAL_T acc = 0;
-    for (long q = p; q < ns && (kk[q] >> 32) == row; ++q) {
-        const long j = (long)(kk[q] & 0xFFFFFFFFUL);
-        __global const IDX_T* ij = ssubs + j * NMODES;
-        VAL_T pre = y[j] * lam[r];
-        for (int l = 0; l < k; ++l) pre = pre * F[l][(long)ij[l] * R + r];
-        VAL_T suf = 1;
-        for (int l = NMODES - 1; l > k; --l) suf = suf * F[l][(long)ij[l] * R + r];
-        acc = acc + pre * suf;
-    }
-    G[k][(long)row * R + r] = acc;
+    for (long q = p; q < ns && kr[q] == row; ++q)
+        acc = acc + gcp_contribution(ki[q], k, r, R, lam, F, ssubs, y);
+    G[k][(long) row * R + r] = acc;
 }
+
+#ifdef GCP_ATOMIC_SCATTER
+#ifdef USE_FP64
+#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
+/* *p += v, atomically: a compare-and-swap loop on the 64-bit word */
+inline void gcp_atomic_add(__global VAL_T* p, const VAL_T v)
+{
+    volatile __global long* a = (volatile __global long*) p;
+    long seen = *a, old;
+    do {
+        old = seen;
+        seen = atom_cmpxchg(a, old, as_long(as_double(old) + v));
+    } while (seen != old);
+}
+#else
+inline void gcp_atomic_add(__global VAL_T* p, const VAL_T v)
+{
+    volatile __global int* a = (volatile __global int*) p;
+    int seen = *a, old;
+    do {
+        old = seen;
+        seen = atomic_cmpxchg(a, old, as_int(as_float(old) + v));
+    } while (seen != old);
+}
+#endif
+
+/* Work-item (r, j, k) adds the contribution of sample j to column r of its row of mode k
+ * (the gradients start at zero).  Not bitwise reproducible: the additions into a row happen
+ * in the order the device schedules them. */
+__kernel void gcp_scatter_atomic(const long ns, const int R, __global const VAL_T* lam,
+                                 FACTOR_PARAMS, __global const IDX_T* ssubs,
+                                 __global const VAL_T* y, __global const int* active,
+                                 GRAD_PARAMS)
+{
+    FACTOR_ARRAY
+    GRAD_ARRAY
+    const int r = get_global_id(0);
+    const long j = get_global_id(1);
+    const int k = get_global_id(2);
+    if (r >= R || j >= ns || !active[k]) return;
+    const long row = ssubs[j * NMODES + k];
+    gcp_atomic_add(G[k] + row * R + r, gcp_contribution(j, k, r, R, lam, F, ssubs, y));
+}
+#endif
 
 /* --------------------------------------------------------------------------- loss sums */
 /* Per sample: w (f(x, m) - corr f(0, m)) with m formed as the CPU's loss sum forms it
@@ -294,4 +520,48 @@ __kernel void gcp_sgd(const long n, __global VAL_T* u, __global const VAL_T* g,
     const long i = get_global_id(0);
     if (i >= n) return;
     u[i] = sktf_sgd_entry(u[i], g[i], lr, lower);
+}
+
+/* The step of update rule `rule` (0: SGD, 1: AdaGrad, 2: Adam) on entry i of one factor u
+ * with coefficients c (those of the rule, in the order of gcp_sgd / gcp_adagrad / gcp_adam):
+ * the gradient is read from g, and the entry of the other gradient buffer h (the next step's)
+ * is zeroed. */
+inline void gcp_update_entry(const int rule, __global const VAL_T* c, const VAL_T lower,
+                             const long i, __global VAL_T* u, __global const VAL_T* g,
+                             __global VAL_T* h, __global VAL_T* m1, __global VAL_T* m2)
+{
+    const VAL_T gi = g[i];
+    if (rule == 2) {
+        VAL_T mi = m1[i], vi = m2[i];
+        u[i] = sktf_adam_entry(u[i], gi, &mi, &vi, c[0], c[1], c[2], c[3], lower);
+        m1[i] = mi;
+        m2[i] = vi;
+    } else if (rule == 1) {
+        VAL_T si = m1[i];
+        u[i] = sktf_adagrad_entry(u[i], gi, &si, c[0], c[1], lower);
+        m1[i] = si;
+    } else {
+        u[i] = sktf_sgd_entry(u[i], gi, c[0], lower);
+    }
+    h[i] = 0;
+}
+
+/* gcp_update_entry on every entry of every active factor in one launch, coefficients
+ * coef[4 s ..]: factor k's entries are work-items offs[k] .. offs[k] + sizes[k] - 1, offs[k]
+ * a multiple of the work-group size, so that a work-group holds one factor (UPDATE_SWITCH
+ * calls gcp_update_entry with factor k's arrays, a branch every work-item of the group
+ * takes alike). */
+__kernel void gcp_update_all(const long total, __global const long* offs,
+                             __global const long* sizes, __global const int* active,
+                             const int rule, __global const VAL_T* coef, const int s,
+                             const VAL_T lower, UPDATE_PARAMS)
+{
+    const long e = get_global_id(0);
+    if (e >= total) return;
+    int k = 0;
+    while (k + 1 < NMODES && e >= offs[k + 1]) ++k;
+    const long i = e - offs[k];
+    if (!active[k] || i >= sizes[k]) return;
+    __global const VAL_T* c = coef + 4 * (long) s;
+    UPDATE_SWITCH
 }
