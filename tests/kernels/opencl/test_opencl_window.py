@@ -180,6 +180,13 @@ def test_stream_on_the_device_keeps_the_cpu_history(be, name, method):
         np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-9)
 
 
+def _direct_uploads(monkeypatch):
+    """Uploads straight from the arrays (not through the page-locked staging buffers that a
+    GPU's uploads take, which the counter would see as bytes)."""
+    from sktensor_fast.backends.opencl import tensor
+    monkeypatch.setattr(tensor, "staging", lambda *args, **kwargs: None)
+
+
 def _upload_counter(monkeypatch):
     """Bytes of host-to-device copies, by dtype, from now on."""
     seen = {}
@@ -204,6 +211,7 @@ def test_update_uploads_the_batch_and_no_history(be, name, monkeypatch):
     from sktensor_fast.decomposition import _base
     X = _counts(12, seed=1)
     batches = [X[s:s + 2] for s in range(0, 12, 2)]
+    _direct_uploads(monkeypatch)
 
     def coordinate_bytes(fn):
         seen = _upload_counter(monkeypatch)
@@ -242,6 +250,7 @@ def test_update_uploads_the_batch_and_no_history(be, name, monkeypatch):
         assert max(sizes, default=0) <= b.nnz
     assert est._stream["history"].shape[0] == 12
     monkeypatch.undo()
+    _direct_uploads(monkeypatch)
 
     # the host path (the same counter) uploads the history's coordinates again
     host = MAKERS[name](window=None, device="opencl")
@@ -258,9 +267,14 @@ def test_update_uploads_the_batch_and_no_history(be, name, monkeypatch):
 def test_streamed_batch_keeps_the_history_on_the_host(be):
     """A tensor streamed through the device in blocks has no resident arrays to keep: the
     history stays on the host, and the model is the CPU's."""
-    X = _counts(8)
+    from sktensor_fast.backends.opencl import streamed
+    X = random_sparse((8, 40, 40), 2400, np.random.default_rng(0), counts=True)
+    # the smallest cap the device's chunk allows (two blocks of one chunk): every batch of
+    # about 600 nonzeros is above it, whatever the driver's chunk (PoCL's or a GPU's)
+    cap = max(4096, 2 * max(streamed._chunk_of(be), 1) * (3 * 4 + 8))
+    assert streamed.resident_bytes(be, X[0:2]) > cap
     dev = CPALS(3, max_iter=5, random_state=0, window=2, device="opencl",
-                device_options={"max_tensor_bytes": 4096})
+                device_options={"max_tensor_bytes": cap})
     ref = CPALS(3, max_iter=5, random_state=0, window=2)
     for s in range(0, 8, 2):
         dev.partial_fit(X[s:s + 2])
