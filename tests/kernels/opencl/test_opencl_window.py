@@ -259,7 +259,8 @@ def test_update_uploads_the_batch_and_no_history(be, name, monkeypatch):
     monkeypatch.setattr(backend.OpenCLBackend, "stream_window", lambda *args: None)
     host.partial_fit(batches[1])
     sent = coordinate_bytes(lambda: host.partial_fit(batches[2]))
-    assert sent > alone[2] + (batches[0].nnz + batches[1].nnz) * 3 * 4
+    # (exactly that where the orders are sorted on the device, more on PoCL)
+    assert sent >= alone[2] + (batches[0].nnz + batches[1].nnz) * 3 * 4
     for u, v in zip(host.factors_[1:], est.factors_[1:]):
         assert u.shape == v.shape
 
