@@ -19,12 +19,17 @@ One gradient step (kernels of ``kernels/gcp.cl``):
    pass at most (one pass for modes of up to 256 rows, two up to 65536, three up to 2**24);
    each pass counts the digits of the next one as it places the samples, so a pass is one
    launch;
-3. ``gcp_run_sums``: one work-item per (column, run of equal rows) adds the run's
-   contributions in increasing sample order.  No atomics: the gradient is deterministic, and
-   each row is the sum of its contributions in the order of the CPU kernel (which adds them in
-   sample order too), with products formed in the CPU's order.  For the same (seed, step) the
-   gradient therefore equals the CPU's up to the last bits of the device's ``exp`` / ``log`` /
-   ``pow`` (exactly, for losses without them, e.g. Gaussian).
+3. ``gcp_run_sums`` and ``gcp_run_join``: one work-item per (column, segment of
+   :data:`RUN_SEGMENT` consecutive sorted positions) adds the contributions of the segment's
+   runs of equal rows in increasing sample order; a run that spans segments is added in
+   pieces, one per segment, which ``gcp_run_join`` then adds in segment order.  No atomics:
+   the gradient is deterministic (the same on every device and in every run).  A row whose
+   samples lie in one segment is the sum of its contributions in the order of the CPU kernel
+   (which adds them in sample order too), with products formed in the CPU's order; a row with
+   more samples (a heavy row of a skewed mode) is that sum regrouped by segments, which
+   differs from the CPU's in the last bits.  A heavy row is thus summed by many work-items:
+   one work-item per row made the step as slow as the longest row (on an H100, 2.3 of
+   2.6 ms of a step with 120,000 samples on a Zipf-skewed NELL-2-shaped tensor).
 
 With the backend option ``gcp_reduction='atomic'`` (:class:`~sktensor_fast.OpenCLOptions`,
 ``SKTENSOR_FAST_OCL_GCP_REDUCTION=atomic``) steps 2 and 3 are replaced by
@@ -71,6 +76,9 @@ _MAX_SAMPLES = 2 ** 31
 GCP_SORT_BITS = 8
 #: work-items of a group of the row sort, and samples per work-item (a tile of 1024 samples)
 _SORT_WG, _SORT_PER = 64, 16
+#: sorted positions per work-item of ``gcp_run_sums`` (a run of equal rows longer than this,
+#: or across a boundary, is summed in pieces and joined by ``gcp_run_join``)
+RUN_SEGMENT = 32
 #: ``run_steps`` with a deadline compares the clock with it every this many steps (waiting for
 #: the device to finish the steps enqueued so far)
 DEADLINE_CHECK_STEPS = 16
@@ -345,6 +353,18 @@ class _RowSort:
         self.final = (self.npass - 1) % 2
         #: set while counts are in the table that no gcp_run_sums has cleared yet
         self.dirty = False
+        #: positions per segment of gcp_run_sums (a run over several is joined in pieces)
+        self.seg = RUN_SEGMENT
+        self.nseg = max(1, -(-ns // self.seg))
+        self._part = None
+
+    def partials(self, be, N, R, dtype):
+        """gcp_run_sums' pieces of the runs that span segments (kept between steps)."""
+        import pyopencl.array as cla
+        n = 2 * N * self.nseg * max(R, 1)
+        if self._part is None or self._part.size < n or self._part.dtype != dtype:
+            self._part = cla.empty(be.queue, (n,), dtype)
+        return self._part
 
     def clean(self, be):
         """Zero the count table if a step stopped half-way (a user's loss raised)."""
@@ -587,11 +607,26 @@ class _Step:
         if self.atomic:
             return head + [self.act_buf.data] + gb
         rs = self.sort
+        part = rs.partials(self.be, self.N, self.R, self.dt)
         return head + [rs.rows[rs.final].data, rs.idx[rs.final].data, self.act_buf.data,
-                       rs.cnt.data, np.int64(rs.ncnt)] + gb
+                       rs.cnt.data, np.int64(rs.ncnt), np.int32(rs.seg), part.data] + gb
 
     def scatter_name(self):
         return "gcp_scatter_atomic" if self.atomic else "gcp_run_sums"
+
+    def scatter_size(self):
+        """The index space of the scatter kernel: (columns, segments or samples, modes)."""
+        return (self.R, self.ns if self.atomic else self.sort.nseg, self.N)
+
+    def join(self, grads):
+        """gcp_run_join's arguments (None on the atomic path, which has no join)."""
+        if self.atomic:
+            return None
+        rs = self.sort
+        return [np.int64(self.ns), np.int32(self.R), rs.rows[rs.final].data,
+                self.act_buf.data, np.int32(rs.seg),
+                rs.partials(self.be, self.N, self.R, self.dt).data,
+                *[_buf(self.be, g) for g in grads]]
 
 
 def _enqueue(be, knl, geometry):
@@ -641,7 +676,9 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
         for p in range(st.sort.npass):
             _kernel(be, dt, N, "gcp_sort_pass")(be.queue, *st.sort_geometry(),
                                                 *st.sort_pass(p))
-    be.launch(_kernel(be, dt, N, st.scatter_name()), (R, ns, N), *st.scatter(out))
+    be.launch(_kernel(be, dt, N, st.scatter_name()), st.scatter_size(), *st.scatter(out))
+    if not st.atomic:
+        be.launch(_kernel(be, dt, N, "gcp_run_join"), st.scatter_size(), *st.join(out))
     if st.sort is not None:
         st.sort.dirty = False
     return out, f
@@ -814,9 +851,12 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
             knl.set_args(*st.sort_pass(p))
             launches.append((knl, st.sort_geometry()))
     scatter = state.kernels(st.scatter_name(), 2)
+    join = None if st.atomic else state.kernels("gcp_run_join", 2)
     for b in range(2):
         scatter[b].set_args(*st.scatter(grads[b]))
-    scatter_geo = be.geometry((R, ns, N))
+        if join is not None:
+            join[b].set_args(*st.join(grads[b]))
+    scatter_geo = be.geometry(st.scatter_size())
     update_geo = be.geometry((1,))
     offs, sizes, total = state.offsets(R, update_geo[1][0])
     update = state.kernels("gcp_update_all", 2)
@@ -853,6 +893,8 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
         for knl, geo in launches:
             _enqueue(be, knl, geo)
         _enqueue(be, scatter[b], scatter_geo)
+        if join is not None:
+            _enqueue(be, join[b], scatter_geo)
         update[b].set_arg(6, np.int32(s % block))
         _enqueue(be, update[b], update_geo)
         done = s + 1

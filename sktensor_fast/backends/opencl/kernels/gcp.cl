@@ -59,9 +59,11 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
  *                    their row of mode k (all active modes in one launch), GCP_SORT_BITS bits
  *                    at most per pass: the samples of a row end up together, in increasing
  *                    sample order;
- *   gcp_run_sums     one work-item per (column, run of equal rows) adds the run's
- *                    contributions in increasing sample order (the CPU kernel's order: no
- *                    atomics, the same sums on every device and in every run);
+ *   gcp_run_sums     one work-item per (column, segment of consecutive positions) adds the
+ *   gcp_run_join     contributions of the segment's runs of equal rows in increasing sample
+ *                    order (the CPU kernel's order within a segment), and the pieces of the
+ *                    runs that span segments are then added in segment order (no atomics,
+ *                    the same sums on every device and in every run);
  *   gcp_scatter_atomic  instead of the two above (opt-in, backend option gcp_reduction=
  *                    'atomic'): every contribution added into its row with an atomic
  *                    compare-and-swap loop; the order of the additions is the device's
@@ -328,16 +330,22 @@ inline VAL_T gcp_contribution(const long j, const int k, const int r, const int 
     return pre * suf;
 }
 
-/* Gradient rows of every active mode from the sorted (row, sample) pairs: work-item (r, p, k)
- * with p the first position of a run of equal rows sums the run's contributions, in
- * increasing sample order, into column r of its row.  Rows without samples are not written
- * (the host zeroes the gradients first).  Every work-item first zeroes its share of the sort's
- * count table (ncnt ints) for the next step. */
+/* Gradient rows of every active mode from the sorted (row, sample) pairs, in segments of
+ * `seg` consecutive positions: work-item (r, s, k) adds the contributions of every run of
+ * equal rows in segment s, in increasing sample order, into column r.  A run that lies in the
+ * segment is written to its row; the part of a run that goes on in the next segment is kept
+ * in `part` (tail, when the run started in this segment; head, when it came from the one
+ * before) for gcp_run_join, which adds the pieces in segment order: a row with many samples
+ * is summed by many work-items, not in one chain.  Runs within a segment are summed in the
+ * CPU kernel's order; a run over several segments as its pieces' sum (the same on every
+ * device and in every run).  Rows without samples are not written (the host zeroes the
+ * gradients first).  Every work-item first zeroes its share of the sort's count table (ncnt
+ * ints) for the next step.  part holds [k][head 0 / tail 1][segment][column]. */
 __kernel void gcp_run_sums(const long ns, const int R, __global const VAL_T* lam,
                            FACTOR_PARAMS, __global const IDX_T* ssubs, __global const VAL_T* y,
                            __global const int* rows, __global const int* idx,
                            __global const int* active, __global int* cnt, const long ncnt,
-                           GRAD_PARAMS)
+                           const int seg, __global VAL_T* part, GRAD_PARAMS)
 {
     FACTOR_ARRAY
     GRAD_ARRAY
@@ -346,16 +354,54 @@ __kernel void gcp_run_sums(const long ns, const int R, __global const VAL_T* lam
         * (get_global_id(1) + (long) get_global_size(1) * get_global_id(2));
     for (long e = flat; e < ncnt; e += gsz) cnt[e] = 0;
     const int r = get_global_id(0);
-    const long p = get_global_id(1);
+    const long s = get_global_id(1);
     const int k = get_global_id(2);
-    if (r >= R || p >= ns || !active[k]) return;
+    const long nseg = (ns + seg - 1) / seg;
+    if (r >= R || s >= nseg || !active[k]) return;
     __global const int* kr = rows + k * ns;
     __global const int* ki = idx + k * ns;
-    const int row = kr[p];
-    if (p > 0 && kr[p - 1] == row) return;
-    VAL_T acc = 0;
-    for (long q = p; q < ns && kr[q] == row; ++q)
-        acc = acc + gcp_contribution(ki[q], k, r, R, lam, F, ssubs, y);
+    const long a = s * seg, b = min(ns, a + seg);
+    long q = a;
+    while (q < b) {
+        const int row = kr[q];
+        const long q0 = q;
+        VAL_T acc = 0;
+        for (; q < b && kr[q] == row; ++q)
+            acc = acc + gcp_contribution(ki[q], k, r, R, lam, F, ssubs, y);
+        if (q0 == a && a > 0 && kr[a - 1] == row)
+            part[((2L * k) * nseg + s) * R + r] = acc;           /* head: came from before */
+        else if (q == b && b < ns && kr[b] == row)
+            part[((2L * k + 1) * nseg + s) * R + r] = acc;       /* tail: goes on */
+        else
+            G[k][(long) row * R + r] = acc;
+    }
+}
+
+/* The rows of the runs that go on past their segment: work-item (r, s, k), where segment s's
+ * last run started in it and goes on, adds its tail and the heads of the segments after it,
+ * in order, and writes the row's column r. */
+__kernel void gcp_run_join(const long ns, const int R, __global const int* rows,
+                           __global const int* active, const int seg,
+                           __global const VAL_T* part, GRAD_PARAMS)
+{
+    GRAD_ARRAY
+    const int r = get_global_id(0);
+    const long s = get_global_id(1);
+    const int k = get_global_id(2);
+    const long nseg = (ns + seg - 1) / seg;
+    if (r >= R || s >= nseg || !active[k]) return;
+    __global const int* kr = rows + k * ns;
+    const long a = s * seg, b = min(ns, a + seg);
+    if (b >= ns) return;
+    const int row = kr[b - 1];
+    if (kr[b] != row) return;                               /* the last run ends here */
+    if (kr[a] == row && a > 0 && kr[a - 1] == row) return;  /* it began before: not ours */
+    VAL_T acc = part[((2L * k + 1) * nseg + s) * R + r];
+    for (long t = s + 1; t < nseg; ++t) {
+        acc = acc + part[((2L * k) * nseg + t) * R + r];
+        const long tb = min(ns, (t + 1) * seg);
+        if (!(tb < ns && kr[tb - 1] == row && kr[tb] == row)) break;
+    }
     G[k][(long) row * R + r] = acc;
 }
 
