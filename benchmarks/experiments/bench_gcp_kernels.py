@@ -1,16 +1,29 @@
-"""Per-kernel device time of GCP steps (OpenCL profiling events)."""
-import sys, collections, numpy as np
+"""Device time of each kernel of GCP's fused steps on an OpenCL device (profiling events).
+
+    python benchmarks/experiments/bench_gcp_kernels.py [NNZ] [DEVICE]   # default 2e7, gpu
+
+The same synthetic NELL-2-shaped tensor (Zipf-skewed coordinates), rank 16, Poisson loss and
+default sample counts as ``bench_gcp_steps.py``; 20 steps to warm up, then 500 steps of
+``backend.gcp.steps`` with every launch's start and end read from its event.  Prints the wall
+time per step and, per kernel, its device time and launches per step.
+"""
+import collections
+import os
+import sys
+
+import numpy as np
 import pyopencl as cl
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 _CQ = cl.CommandQueue
 class ProfQueue(_CQ):
     def __init__(self, ctx, device=None, properties=None):
         super().__init__(ctx, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
 cl.CommandQueue = ProfQueue
-sys.argv = [sys.argv[0]] + sys.argv[1:]
-from benchmarks.experiments import bench_gcp_steps as B
-from benchmarks.synth import synthetic_tensor
-from sktensor_fast.backends import get_backend, gcp_plan
-from sktensor_fast.decomposition.losses import get_loss
+from benchmarks.experiments import bench_gcp_steps as B  # noqa: E402
+from benchmarks.synth import synthetic_tensor  # noqa: E402
+from sktensor_fast.backends import get_backend, gcp_plan  # noqa: E402
+from sktensor_fast.decomposition.losses import get_loss  # noqa: E402
 events = []
 orig_call = cl.Kernel.__call__
 def call(self, *a, **k):
@@ -27,7 +40,7 @@ cl.enqueue_nd_range_kernel = nd
 nnz = float(sys.argv[1]) if len(sys.argv) > 1 else 2e7
 shape = (12092, 9184, 28818)
 X = synthetic_tensor(shape, int(nnz), seed=0)
-be = get_backend("gpu")
+be = get_backend(sys.argv[2] if len(sys.argv) > 2 else "gpu")
 n_zero = int(np.prod(shape, dtype=object)) - X.nnz
 ng, nl = gcp_plan.default_counts("stratified", X.nnz, n_zero)
 T = be.prepare(X)
@@ -42,7 +55,7 @@ tot = collections.defaultdict(float); cnt = collections.Counter()
 for name, ev in events:
     try:
         tot[name] += (ev.profile.end - ev.profile.start) * 1e-9; cnt[name] += 1
-    except Exception as e:
+    except cl.Error:      # an event without profiling information
         pass
 print(f"wall {t / 500 * 1e3:.3f} ms/step; device time per step by kernel:")
 for name, s in sorted(tot.items(), key=lambda x: -x[1]):
