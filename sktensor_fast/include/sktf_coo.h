@@ -12,6 +12,9 @@
 
 #include <stdint.h>
 #include <math.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #define SKTF_HAVE_OPENMP 1
@@ -37,8 +40,10 @@ static int sktf_max_threads(void) { return 1; }
      PF_ROWS(T, RR, NMV, qs)  prefetch the factor rows of the nonzero with coordinates qs
      SETUP(T, RR, NMV, sub)   per nonzero with coordinates sub, before KR is read
      KR(NMV, r)               entry r of its Khatri-Rao row
-   scratch holds 2 R entries: the accumulator when R > 32, and the generic hooks' row. */
-#define SKTF_COO_PART_SKELETON(FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR)                  \
+   scratch holds 2 R entries: the accumulator when R > 32, and the generic hooks' row.
+   PFR: 1 to prefetch the factor rows SKTF_COO_PF nonzeros ahead, 0 not to (factors that stay
+   in cache: there the prefetch instructions cost more than they save). */
+#define SKTF_COO_PART_SKELETON(FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR, PFR)             \
 static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t s,        \
                int64_t e, T * const *fac, int nmodes, int mode, int64_t R, const T *B,    \
                T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch)            \
@@ -58,7 +63,7 @@ static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t 
             SKTF_PREFETCH(subs + q * (NMV));                                              \
             SKTF_PREFETCH(vals + q);                                                      \
         }                                                                                 \
-        if (j + SKTF_COO_PF < e) {                                                        \
+        if ((PFR) && j + SKTF_COO_PF < e) {                                               \
             const int64_t *qs = subs                                                      \
                 + (perm ? perm[j + SKTF_COO_PF] : j + SKTF_COO_PF) * (NMV);               \
             PF_ROWS(T, RR, NMV, qs)                                                       \
@@ -140,7 +145,11 @@ static double FN(const int64_t *subs, const T *vals, int64_t s, int64_t e,      
 
 #define SKTF_COO_PARTN(FN, T, RR, NM)                                                     \
     SKTF_COO_PART_SKELETON(FN, T, RR, NM, SKTF_COO_N_DECL(T, NM), SKTF_COO_N_PF,          \
-                           SKTF_COO_N_SETUP, SKTF_COO_N_KR)
+                           SKTF_COO_N_SETUP, SKTF_COO_N_KR, 1)
+/* ... without prefetching the factor rows, for factors that stay in cache */
+#define SKTF_COO_PARTC(FN, T, RR, NM)                                                     \
+    SKTF_COO_PART_SKELETON(FN, T, RR, NM, SKTF_COO_N_DECL(T, NM), SKTF_COO_N_PF,          \
+                           SKTF_COO_N_SETUP, SKTF_COO_N_KR, 0)
 #define SKTF_COO_LLN(FN, T, RR, NM)                                                       \
     SKTF_COO_LL_SKELETON(FN, T, RR, NM, , SKTF_COO_NA_PF, SKTF_COO_NA_SETUP, SKTF_COO_NA_ALL)
 
@@ -196,7 +205,31 @@ KERNEL(PREFIX##NM##_##SUF##_32, T, 32, NM)
     default: SET PREFIX##_any_##SUF ARGS; return VAL;                                     \
     }
 
-/* the entry points (any number of modes, any rank); scratch: 2 R entries per thread */
+/* KERNEL at every rank 1..SKTF_COO_SMALL_RANK for NM modes, without prefetching factor rows
+   (factors in cache): functions PREFIX<NM>_<SUF>_c<rank>, and their table by rank */
+#define SKTF_COO_SMALL_RANK 16
+#define SKTF_COO_AT_SMALL_RANKS(KERNEL, PREFIX, T, SUF, NM)                               \
+KERNEL(PREFIX##NM##_##SUF##_c1, T, 1, NM)   KERNEL(PREFIX##NM##_##SUF##_c2, T, 2, NM)     \
+KERNEL(PREFIX##NM##_##SUF##_c3, T, 3, NM)   KERNEL(PREFIX##NM##_##SUF##_c4, T, 4, NM)     \
+KERNEL(PREFIX##NM##_##SUF##_c5, T, 5, NM)   KERNEL(PREFIX##NM##_##SUF##_c6, T, 6, NM)     \
+KERNEL(PREFIX##NM##_##SUF##_c7, T, 7, NM)   KERNEL(PREFIX##NM##_##SUF##_c8, T, 8, NM)     \
+KERNEL(PREFIX##NM##_##SUF##_c9, T, 9, NM)   KERNEL(PREFIX##NM##_##SUF##_c10, T, 10, NM)   \
+KERNEL(PREFIX##NM##_##SUF##_c11, T, 11, NM) KERNEL(PREFIX##NM##_##SUF##_c12, T, 12, NM)   \
+KERNEL(PREFIX##NM##_##SUF##_c13, T, 13, NM) KERNEL(PREFIX##NM##_##SUF##_c14, T, 14, NM)   \
+KERNEL(PREFIX##NM##_##SUF##_c15, T, 15, NM) KERNEL(PREFIX##NM##_##SUF##_c16, T, 16, NM)
+#define SKTF_COO_SMALL_TABLE(PREFIX, SUF, NM)                                             \
+    { PREFIX##NM##_##SUF##_c1, PREFIX##NM##_##SUF##_c2, PREFIX##NM##_##SUF##_c3,          \
+      PREFIX##NM##_##SUF##_c4, PREFIX##NM##_##SUF##_c5, PREFIX##NM##_##SUF##_c6,          \
+      PREFIX##NM##_##SUF##_c7, PREFIX##NM##_##SUF##_c8, PREFIX##NM##_##SUF##_c9,          \
+      PREFIX##NM##_##SUF##_c10, PREFIX##NM##_##SUF##_c11, PREFIX##NM##_##SUF##_c12,       \
+      PREFIX##NM##_##SUF##_c13, PREFIX##NM##_##SUF##_c14, PREFIX##NM##_##SUF##_c15,       \
+      PREFIX##NM##_##SUF##_c16 }
+
+/* the entry points (any number of modes, any rank); scratch: 2 R entries per thread.
+   cached: nonzero when the factor matrices stay in cache (the caller decides): then
+   ranks up to SKTF_COO_SMALL_RANK of 3- to 5-way tensors run a kernel of their own rank
+   (the rank loops unrolled) that prefetches no factor rows.  The arithmetic is the same
+   either way; results do not depend on the thread count. */
 #define SKTF_COO_FAMILY(T, SUF)                                                           \
 SKTF_COO_AT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 3)                               \
 SKTF_COO_AT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 4)                               \
@@ -206,13 +239,29 @@ SKTF_COO_AT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 4)                         
 SKTF_COO_AT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 5)                                   \
 SKTF_COO_KRP_ROW(T, SUF)                                                                  \
 SKTF_COO_PART_SKELETON(sktf_coo_part_any_##SUF, T, R, nmodes, T *pi_ = scratch + R;,      \
-                       SKTF_COO_ANY_PF, SKTF_COO_ANY_SETUP_##SUF, SKTF_COO_ANY_KR)        \
+                       SKTF_COO_ANY_PF, SKTF_COO_ANY_SETUP_##SUF, SKTF_COO_ANY_KR, 1)     \
 SKTF_COO_LL_SKELETON(sktf_coo_ll_any_##SUF, T, R, nmodes, T *pi_ = scratch;,              \
                      SKTF_COO_ANY_PF_ALL, SKTF_COO_ANY_SETUP_ALL_##SUF, SKTF_COO_ANY_KR)  \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 3)                        \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 4)                        \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 5)                        \
+typedef void (*sktf_coo_part_fn_##SUF)(const int64_t *, const T *, const int64_t *,       \
+               int64_t, int64_t, T * const *, int, int, int64_t, const T *, T, T *, T *,   \
+               int64_t *, int64_t, T *);                                                  \
 static void sktf_coo_partn_##SUF(const int64_t *subs, const T *vals, const int64_t *perm, \
                int64_t s, int64_t e, T * const *fac, int nmodes, int mode, int64_t R,     \
-               const T *B, T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch) \
+               const T *B, T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch, \
+               int cached)                                                                \
 {                                                                                         \
+    static const sktf_coo_part_fn_##SUF small[3][SKTF_COO_SMALL_RANK] = {                 \
+        SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 3),                                      \
+        SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 4),                                      \
+        SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 5) };                                    \
+    if (cached && R >= 1 && R <= SKTF_COO_SMALL_RANK && nmodes >= 3 && nmodes <= 5) {     \
+        small[nmodes - 3][R - 1](subs, vals, perm, s, e, fac, nmodes, mode, R, B, eps,    \
+                                 out, bnd, bnd_row, p, scratch);                          \
+        return;                                                                           \
+    }                                                                                     \
     SKTF_COO_NWAY_CALL(, , sktf_coo_part, SUF, (subs, vals, perm, s, e, fac, nmodes,      \
                        mode, R, B, eps, out, bnd, bnd_row, p, scratch))                   \
 }                                                                                         \
@@ -223,6 +272,16 @@ static double sktf_coo_lln_##SUF(const int64_t *subs, const T *vals, int64_t s, 
     double res_;                                                                          \
     SKTF_COO_NWAY_CALL(res_ =, res_, sktf_coo_ll, SUF, (subs, vals, s, e, fac, nmodes,    \
                        weights, R, eps, scratch))                                         \
+}
+
+/* Bytes of a core's level-2 cache (sysconf, where the C library tells it; else 256 KiB). */
+static int64_t sktf_cache_bytes(void)
+{
+    int64_t l2 = 0;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    l2 = (int64_t) sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return l2 > 0 ? l2 : 256 * 1024;
 }
 
 SKTF_COO_FAMILY(double, f64)

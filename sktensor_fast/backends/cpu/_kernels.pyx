@@ -29,14 +29,17 @@ cnp.import_array()
 cdef extern from "sktf_coo.h":
     int SKTF_HAVE_OPENMP
     int sktf_max_threads() nogil
+    int64_t sktf_cache_bytes() nogil
     void sktf_coo_partn_f64(const int64_t* subs, const double* vals, const int64_t* perm,
                             int64_t s, int64_t e, double** fac, int nmodes, int mode, int64_t R,
                             const double* B, double eps, double* out, double* bnd,
-                            int64_t* bnd_row, int64_t p, double* scratch) noexcept nogil
+                            int64_t* bnd_row, int64_t p, double* scratch,
+                            int cached) noexcept nogil
     void sktf_coo_partn_f32(const int64_t* subs, const float* vals, const int64_t* perm,
                             int64_t s, int64_t e, float** fac, int nmodes, int mode, int64_t R,
                             const float* B, float eps, float* out, float* bnd,
-                            int64_t* bnd_row, int64_t p, float* scratch) noexcept nogil
+                            int64_t* bnd_row, int64_t p, float* scratch,
+                            int cached) noexcept nogil
     double sktf_coo_lln_f64(const int64_t* subs, const double* vals, int64_t s, int64_t e,
                             double** fac, int nmodes, const double* weights, int64_t R,
                             double eps, double* scratch) noexcept nogil
@@ -54,6 +57,16 @@ ctypedef fused floating:
 
 #: Whether the extension was compiled with OpenMP.
 HAVE_OPENMP = bool(SKTF_HAVE_OPENMP)
+
+#: Bytes of a core's level-2 cache (what the C library reports, else 256 KiB), read once.
+CACHE_BYTES = int(sktf_cache_bytes())
+
+
+def factors_cached(Py_ssize_t nbytes):
+    """Whether factor matrices of ``nbytes`` bytes in all stay in a core's cache during a
+    kernel (at most half of :data:`CACHE_BYTES`): the MTTKRP then skips prefetching their
+    rows and, for ranks up to 16 of 3- to 5-way tensors, runs a kernel of its own rank."""
+    return nbytes <= CACHE_BYTES // 2
 
 
 def max_threads():
@@ -115,10 +128,14 @@ def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
     cdef Py_ssize_t p, r, s, e, row
     cdef floating* pi
     cdef floating* dst
+    cdef int cached
     if fac == NULL:
         raise MemoryError()
     try:
         _fill_pointers(factors, fac, dummy)
+        # the factors the kernel reads (those of the other modes): in cache or not
+        cached = factors_cached(sum(factors[k].shape[0] for k in range(nmodes) if k != mode)
+                                * R * sizeof(floating))
         if phi:
             Bv = B
             if I > 0:
@@ -145,11 +162,11 @@ def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
                 if floating is double:
                     sktf_coo_partn_f64(&subs[0, 0], &vals[0], &perm[0] if use_perm else NULL,
                                        s, e, fac, nmodes, mode, R, bptr, eps, &out[0, 0], bnd,
-                                       bnd_row, p, pi)
+                                       bnd_row, p, pi, cached)
                 else:
                     sktf_coo_partn_f32(&subs[0, 0], &vals[0], &perm[0] if use_perm else NULL,
                                        s, e, fac, nmodes, mode, R, bptr, <float> eps,
-                                       &out[0, 0], bnd, bnd_row, p, pi)
+                                       &out[0, 0], bnd, bnd_row, p, pi, cached)
             free(pi)
         # merge the shared rows in partition order (deterministic)
         with nogil:
