@@ -172,6 +172,33 @@ class CpuBackend(Backend):
         return _dense.matmul_small(A, M, out, _dense_threads(A.shape[0] * A.shape[1]
                                                              * M.shape[1]))
 
+    def als_update(self, M, grams, mode, first=False):
+        """:meth:`.base.Backend.als_update` in one compiled call (``_dense.als_update``):
+        the R x R product and its inverse (Jacobi rotations), ``M Y⁺``, the column weights
+        and the new Gram matrix, without a NumPy call between them.  Ranks above 128 take
+        the NumPy steps of the base class, as does a Gram product whose eigenvalues the
+        rotations do not find."""
+        M = np.ascontiguousarray(M)
+        if M.dtype not in (np.float32, np.float64):
+            M = M.astype(np.float64)
+        I, R = M.shape
+        if R > _dense.MAX_RANK or R == 0:
+            return super().als_update(M, grams, mode, first)
+        U = np.empty_like(M)
+        G = np.empty((R, R))
+        weights = np.empty(R)
+        grams = [g if (type(g) is np.ndarray and g.dtype == np.float64
+                       and g.flags.c_contiguous) else np.ascontiguousarray(g, dtype=np.float64)
+                 for g in grams]
+        status = _dense.als_update(M, grams, int(mode), bool(first), U, G, weights,
+                                   _dense_threads(I * R * R))
+        if status == 1:
+            from ..gram import DIVERGED
+            raise FloatingPointError(DIVERGED)
+        if status != 0:
+            return super().als_update(M, grams, mode, first)
+        return U, weights, G
+
     def column_norms(self, A, ord=2):
         if A.shape[0] == 0:
             return np.zeros(A.shape[1])
