@@ -69,18 +69,6 @@ def factors_cached(Py_ssize_t nbytes):
     return nbytes <= CACHE_BYTES // 2
 
 
-def parallel_region(int num_threads):
-    """Enter and leave one OpenMP parallel region of ``num_threads`` threads that does nothing
-    but count them (what the start of a kernel's region costs, measured by
-    :mod:`.parallel_costs`); returns the threads that ran."""
-    cdef int count = 0
-    cdef int i
-    with nogil:
-        for i in prange(num_threads, num_threads=num_threads, schedule="static"):
-            count += 1
-    return count
-
-
 def max_threads():
     """Threads OpenMP would use by default (honours OMP_NUM_THREADS and threadpoolctl)."""
     return sktf_max_threads()

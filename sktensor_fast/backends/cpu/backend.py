@@ -37,7 +37,7 @@ def _dense_threads(flops):
     n = get_num_threads()
     if n == 1:
         return 1
-    return parallel_costs.threads_for_work(flops * parallel_costs.flop_cost(), n)
+    return parallel_costs.threads_for_flops(flops, n)
 
 
 def _threads_for(T, rank=8):

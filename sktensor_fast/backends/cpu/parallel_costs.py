@@ -1,17 +1,18 @@
 """How many threads a kernel call is worth, from costs measured on this machine.
 
-A parallel region of ``t`` threads costs the start of ``t - 1`` threads (with passive waiting,
-the package's default, each one is woken by the kernel of the operating system) and the
-kernel's work is shared among them.  A thread is worth its start when its share of the work
-takes at least :data:`SHARE_OVER_START` times what the region costs over a one-thread region.
-Both sides are measured once per process, at first use, and kept:
+A kernel on ``t`` threads costs more than its work divided by ``t``: the threads must be
+woken (with passive waiting, the package's default, by the kernel of the operating system),
+their caches filled and their ends awaited.  A thread is worth its start when its share of the
+work takes at least :data:`SHARE_OVER_START` times that extra cost.  Both sides are measured
+once per process, at first use, and kept:
 
-- the cost of a region of ``t`` threads (:func:`region_cost`): empty regions of the kernels'
-  OpenMP runtime, a low percentile of many (the time the runtime needs, not the time other
-  programs of a busy machine take: :func:`~sktensor_fast._threads.threads_for_load` deals
-  with those);
-- the time of a unit of work on one thread: a nonzero of the COO MTTKRP (rank 8, 3 modes,
-  :func:`nonzero_cost`) and a multiply-add of the small dense steps (:func:`flop_cost`).
+- the time of a unit of work on one thread: a nonzero of the COO MTTKRP (rank 8, 3 modes, in
+  cache: :func:`nonzero_cost`) and a multiply-add of the small dense steps
+  (:func:`flop_cost`);
+- the extra cost of ``t`` threads (:func:`region_cost`): the same MTTKRP on ``t`` threads
+  and on one, the time on ``t`` minus a ``t``-th of the time on one (low percentiles of
+  several runs: what the runtime and the hardware need, not the time other programs of a
+  busy machine take, which :func:`~sktensor_fast._threads.threads_for_load` deals with).
 
 Results never depend on the thread count, only the time does.
 """
@@ -24,42 +25,42 @@ import numpy as np
 #: it costs (work below that runs on fewer threads).
 SHARE_OVER_START = 2.0
 
-#: empty regions timed for one cost, and the percentile kept
-REGIONS = 48
+#: runs timed for one cost, and the percentile kept
+RUNS = 15
 PERCENTILE = 20
+
+#: nonzeros per partition of the calibration tensor (as many as COO's smallest partitions)
+_PART = 2048
 
 _COSTS = {}
 _LOCK = threading.Lock()
 
 
-def _percentile_seconds(fn, reps):
-    times = np.empty(reps)
-    for i in range(reps):
-        t = time.perf_counter()
-        fn()
-        times[i] = time.perf_counter() - t
-    return float(np.percentile(times, PERCENTILE))
+def _seconds(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
 
 
-def region_cost(t):
-    """Seconds that a parallel region of ``t`` threads costs more than one of one thread
-    (measured at first use for this ``t``, then kept)."""
-    t = int(t)
-    if t <= 1:
-        return 0.0
-    key = ("region", t)
-    cost = _COSTS.get(key)
-    if cost is None:
-        from . import _kernels
-        with _LOCK:
-            one = _COSTS.get(("region", 1))
-            if one is None:
-                one = _COSTS[("region", 1)] = _percentile_seconds(
-                    lambda: _kernels.parallel_region(1), REGIONS)
-            cost = max(0.0, _percentile_seconds(lambda: _kernels.parallel_region(t), REGIONS)
-                       - one)
-            _COSTS[key] = cost
-    return cost
+def _calibration_kernel(nparts):
+    """A function running the COO MTTKRP (rank 8, mode 0, factors in cache) on a 3-way
+    tensor of ``nparts`` partitions of :data:`_PART` nonzeros, on the threads it is given;
+    and its number of nonzeros."""
+    from . import _kernels
+    rng = np.random.default_rng(0)
+    nnz, R, shape = nparts * _PART, 8, (64, 64, 64)
+    subs = np.unique(rng.integers(0, 64, size=(int(nnz * 1.1), 3)), axis=0)[:nnz]
+    subs = np.ascontiguousarray(subs, dtype=np.int64)
+    nnz = len(subs)
+    vals = rng.random(nnz)
+    factors = [rng.random((n, R)) for n in shape]
+    out = np.empty((shape[0], R))
+    ptr = np.append(np.arange(0, nnz, _PART), nnz).astype(np.int64)
+    perm = np.zeros(0, dtype=np.int64)
+
+    def run(t):
+        _kernels.sorted_accumulate(subs, vals, perm, ptr, factors, 0, out, None, 0.0, t)
+    return run, nnz
 
 
 def nonzero_cost():
@@ -67,20 +68,33 @@ def nonzero_cost():
     nonzeros whose factors stay in cache), measured at first use, then kept."""
     cost = _COSTS.get("nonzero")
     if cost is None:
-        from . import _kernels
-        rng = np.random.default_rng(0)
-        nnz, R, shape = 1 << 14, 8, (64, 64, 64)
-        subs = np.unique(rng.integers(0, 64, size=(nnz, 3)), axis=0).astype(np.int64)
-        vals = rng.random(len(subs))
-        factors = [rng.random((n, R)) for n in shape]
-        out = np.empty((shape[0], R))
-        ptr = np.append(np.arange(0, len(subs), 2048), len(subs)).astype(np.int64)
-        perm = np.zeros(0, dtype=np.int64)
+        run, nnz = _calibration_kernel(8)
+        run(1)
+        times = [_seconds(lambda: run(1)) for _ in range(RUNS)]
+        cost = _COSTS["nonzero"] = float(np.percentile(times, PERCENTILE)) / nnz
+    return cost
 
-        def run():
-            _kernels.sorted_accumulate(subs, vals, perm, ptr, factors, 0, out, None, 0.0, 1)
-        run()
-        cost = _COSTS["nonzero"] = min(_percentile_seconds(run, 5) for _ in range(3)) / len(subs)
+
+def region_cost(t):
+    """Seconds that a kernel on ``t`` threads takes beyond a ``t``-th of its one-thread time
+    (measured at first use for this ``t``, then kept; 0 for one thread)."""
+    t = int(t)
+    if t <= 1:
+        return 0.0
+    key = ("region", t)
+    cost = _COSTS.get(key)
+    if cost is None:
+        with _LOCK:
+            run, _ = _calibration_kernel(max(8, 2 * t))
+            run(1)
+            run(t)
+            one, many = [], []
+            for _ in range(RUNS):           # in turn, so that both see the same machine
+                one.append(_seconds(lambda: run(1)))
+                many.append(_seconds(lambda: run(t)))
+            one = float(np.percentile(one, PERCENTILE))
+            many = float(np.percentile(many, PERCENTILE))
+            cost = _COSTS[key] = max(0.0, many - one / t)
     return cost
 
 
@@ -92,8 +106,8 @@ def flop_cost():
         from . import _dense
         A = np.random.default_rng(0).random((512, 16))
         _dense.gram(A, 1)
-        cost = _COSTS["flop"] = min(_percentile_seconds(lambda: _dense.gram(A, 1), 5)
-                                    for _ in range(3)) / (512 * 16 * 16)
+        times = [_seconds(lambda: _dense.gram(A, 1)) for _ in range(RUNS)]
+        cost = _COSTS["flop"] = float(np.percentile(times, PERCENTILE)) / (512 * 16 * 16)
     return cost
 
 
@@ -114,7 +128,34 @@ def threads_for_work(seconds, num_threads):
     return 1
 
 
+def threads_for_nonzeros(nnz, num_threads, rank=8):
+    """:func:`threads_for_work` of an MTTKRP-like kernel over ``nnz`` nonzeros at ``rank``
+    (the measured time of a nonzero, times ``rank / 8`` above rank 8).  Decisions are kept:
+    a fit asks the same question for every kernel call."""
+    key = ("nnz", nnz, num_threads, rank)
+    try:
+        return _COSTS["decisions"][key]
+    except KeyError:
+        pass
+    work = nnz * nonzero_cost() * max(1.0, rank / 8)
+    t = _COSTS.setdefault("decisions", {})[key] = threads_for_work(work, num_threads)
+    return t
+
+
+def threads_for_flops(flops, num_threads):
+    """:func:`threads_for_work` of a small dense step of ``flops`` multiply-adds (decisions
+    kept, as in :func:`threads_for_nonzeros`)."""
+    key = ("flops", flops, num_threads)
+    try:
+        return _COSTS["decisions"][key]
+    except KeyError:
+        pass
+    t = _COSTS.setdefault("decisions", {})[key] = threads_for_work(flops * flop_cost(),
+                                                                   num_threads)
+    return t
+
+
 def measured():
     """The costs measured so far (seconds), by name: ``"nonzero"``, ``"flop"`` and
     ``("region", t)``."""
-    return dict(_COSTS)
+    return {k: v for k, v in _COSTS.items() if k != "decisions"}

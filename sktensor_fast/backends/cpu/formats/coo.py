@@ -10,6 +10,7 @@ import numpy as np
 from ...._native import _construct
 from ...._threads import get_num_threads
 from ...gcp_plan import linear_index
+from .. import parallel_costs
 
 try:
     from .. import _kernels
@@ -64,9 +65,7 @@ def useful_threads(nnz, num_threads, rank=8):
         return 1
     if MIN_NNZ_PER_THREAD is not None:
         return max(1, min(n, nnz // MIN_NNZ_PER_THREAD))
-    from .. import parallel_costs
-    work = nnz * parallel_costs.nonzero_cost() * max(1.0, rank / 8)
-    return parallel_costs.threads_for_work(work, n)
+    return parallel_costs.threads_for_nonzeros(nnz, n, rank)
 
 
 def partition_pointers(nnz, min_part=MIN_PART, max_parts=MAX_PARTS):
