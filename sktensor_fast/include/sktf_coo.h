@@ -44,7 +44,10 @@ static int sktf_max_threads(void) { return 1; }
    PFR: 1 to prefetch the factor rows SKTF_COO_PF nonzeros ahead, 0 not to (factors that stay
    in cache: there the prefetch instructions cost more than they save). */
 #define SKTF_COO_PART_SKELETON(FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR, PFR)             \
-static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t s,        \
+    SKTF_COO_PART_SKELETON_AT(, FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR, PFR)
+/* ... with the attributes ATTR (an instruction set) */
+#define SKTF_COO_PART_SKELETON_AT(ATTR, FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR, PFR)    \
+ATTR static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t s,   \
                int64_t e, T * const *fac, int nmodes, int mode, int64_t R, const T *B,    \
                T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch)            \
 {                                                                                         \
@@ -150,6 +153,24 @@ static double FN(const int64_t *subs, const T *vals, int64_t s, int64_t e,      
 #define SKTF_COO_PARTC(FN, T, RR, NM)                                                     \
     SKTF_COO_PART_SKELETON(FN, T, RR, NM, SKTF_COO_N_DECL(T, NM), SKTF_COO_N_PF,          \
                            SKTF_COO_N_SETUP, SKTF_COO_N_KR, 0)
+/* ... compiled for AVX2 with FMA as well (x86-64 with GCC or Clang): chosen at run time on
+   CPUs that have them (sktf_coo_simd_level) */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define SKTF_COO_HAVE_AVX2_PATH 1
+#define SKTF_COO_PARTX(FN, T, RR, NM)                                                     \
+    SKTF_COO_PART_SKELETON_AT(__attribute__((target("avx2,fma"))), FN, T, RR, NM,         \
+                              SKTF_COO_N_DECL(T, NM), SKTF_COO_N_PF, SKTF_COO_N_SETUP,    \
+                              SKTF_COO_N_KR, 0)
+static int sktf_coo_simd_level(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 2 : 1;
+}
+#else
+#define SKTF_COO_HAVE_AVX2_PATH 0
+#define SKTF_COO_PARTX SKTF_COO_PARTC
+static int sktf_coo_simd_level(void) { return 1; }
+#endif
 #define SKTF_COO_LLN(FN, T, RR, NM)                                                       \
     SKTF_COO_LL_SKELETON(FN, T, RR, NM, , SKTF_COO_NA_PF, SKTF_COO_NA_SETUP, SKTF_COO_NA_ALL)
 
@@ -208,28 +229,41 @@ KERNEL(PREFIX##NM##_##SUF##_32, T, 32, NM)
 /* KERNEL at every rank 1..SKTF_COO_SMALL_RANK for NM modes, without prefetching factor rows
    (factors in cache): functions PREFIX<NM>_<SUF>_c<rank>, and their table by rank */
 #define SKTF_COO_SMALL_RANK 16
-#define SKTF_COO_AT_SMALL_RANKS(KERNEL, PREFIX, T, SUF, NM)                               \
-KERNEL(PREFIX##NM##_##SUF##_c1, T, 1, NM)   KERNEL(PREFIX##NM##_##SUF##_c2, T, 2, NM)     \
-KERNEL(PREFIX##NM##_##SUF##_c3, T, 3, NM)   KERNEL(PREFIX##NM##_##SUF##_c4, T, 4, NM)     \
-KERNEL(PREFIX##NM##_##SUF##_c5, T, 5, NM)   KERNEL(PREFIX##NM##_##SUF##_c6, T, 6, NM)     \
-KERNEL(PREFIX##NM##_##SUF##_c7, T, 7, NM)   KERNEL(PREFIX##NM##_##SUF##_c8, T, 8, NM)     \
-KERNEL(PREFIX##NM##_##SUF##_c9, T, 9, NM)   KERNEL(PREFIX##NM##_##SUF##_c10, T, 10, NM)   \
-KERNEL(PREFIX##NM##_##SUF##_c11, T, 11, NM) KERNEL(PREFIX##NM##_##SUF##_c12, T, 12, NM)   \
-KERNEL(PREFIX##NM##_##SUF##_c13, T, 13, NM) KERNEL(PREFIX##NM##_##SUF##_c14, T, 14, NM)   \
-KERNEL(PREFIX##NM##_##SUF##_c15, T, 15, NM) KERNEL(PREFIX##NM##_##SUF##_c16, T, 16, NM)
-#define SKTF_COO_SMALL_TABLE(PREFIX, SUF, NM)                                             \
-    { PREFIX##NM##_##SUF##_c1, PREFIX##NM##_##SUF##_c2, PREFIX##NM##_##SUF##_c3,          \
-      PREFIX##NM##_##SUF##_c4, PREFIX##NM##_##SUF##_c5, PREFIX##NM##_##SUF##_c6,          \
-      PREFIX##NM##_##SUF##_c7, PREFIX##NM##_##SUF##_c8, PREFIX##NM##_##SUF##_c9,          \
-      PREFIX##NM##_##SUF##_c10, PREFIX##NM##_##SUF##_c11, PREFIX##NM##_##SUF##_c12,       \
-      PREFIX##NM##_##SUF##_c13, PREFIX##NM##_##SUF##_c14, PREFIX##NM##_##SUF##_c15,       \
-      PREFIX##NM##_##SUF##_c16 }
+#define SKTF_COO_AT_SMALL_RANKS(KERNEL, PREFIX, T, SUF, NM, TAG)                          \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##1, T, 1, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##2, T, 2, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##3, T, 3, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##4, T, 4, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##5, T, 5, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##6, T, 6, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##7, T, 7, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##8, T, 8, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##9, T, 9, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##10, T, 10, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##11, T, 11, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##12, T, 12, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##13, T, 13, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##14, T, 14, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##15, T, 15, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##16, T, 16, NM)
+#define SKTF_COO_SMALL_TABLE(PREFIX, SUF, NM, TAG)                                        \
+    { PREFIX##NM##_##SUF##_##TAG##1, PREFIX##NM##_##SUF##_##TAG##2,                       \
+      PREFIX##NM##_##SUF##_##TAG##3, PREFIX##NM##_##SUF##_##TAG##4,                       \
+      PREFIX##NM##_##SUF##_##TAG##5, PREFIX##NM##_##SUF##_##TAG##6,                       \
+      PREFIX##NM##_##SUF##_##TAG##7, PREFIX##NM##_##SUF##_##TAG##8,                       \
+      PREFIX##NM##_##SUF##_##TAG##9, PREFIX##NM##_##SUF##_##TAG##10,                      \
+      PREFIX##NM##_##SUF##_##TAG##11, PREFIX##NM##_##SUF##_##TAG##12,                     \
+      PREFIX##NM##_##SUF##_##TAG##13, PREFIX##NM##_##SUF##_##TAG##14,                     \
+      PREFIX##NM##_##SUF##_##TAG##15, PREFIX##NM##_##SUF##_##TAG##16 }
 
 /* the entry points (any number of modes, any rank); scratch: 2 R entries per thread.
    cached: nonzero when the factor matrices stay in cache (the caller decides): then
    ranks up to SKTF_COO_SMALL_RANK of 3- to 5-way tensors run a kernel of their own rank
-   (the rank loops unrolled) that prefetches no factor rows.  The arithmetic is the same
-   either way; results do not depend on the thread count. */
+   (the rank loops unrolled) that prefetches no factor rows; 2 (sktf_coo_simd_level) takes
+   its AVX2 and FMA instance (rounding differs from the other by the fused multiply-adds;
+   one process always takes the same).  The arithmetic is the same
+   either way; results do not depend on the thread count.  See doc/guide/tuning.rst,
+   "Small ranks on tiny tensors". */
 #define SKTF_COO_FAMILY(T, SUF)                                                           \
 SKTF_COO_AT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 3)                               \
 SKTF_COO_AT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 4)                               \
@@ -242,9 +276,12 @@ SKTF_COO_PART_SKELETON(sktf_coo_part_any_##SUF, T, R, nmodes, T *pi_ = scratch +
                        SKTF_COO_ANY_PF, SKTF_COO_ANY_SETUP_##SUF, SKTF_COO_ANY_KR, 1)     \
 SKTF_COO_LL_SKELETON(sktf_coo_ll_any_##SUF, T, R, nmodes, T *pi_ = scratch;,              \
                      SKTF_COO_ANY_PF_ALL, SKTF_COO_ANY_SETUP_ALL_##SUF, SKTF_COO_ANY_KR)  \
-SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 3)                        \
-SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 4)                        \
-SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 5)                        \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 3, c)                     \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 4, c)                     \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 5, c)                     \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTX, sktf_coo_part, T, SUF, 3, x)                     \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTX, sktf_coo_part, T, SUF, 4, x)                     \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTX, sktf_coo_part, T, SUF, 5, x)                     \
 typedef void (*sktf_coo_part_fn_##SUF)(const int64_t *, const T *, const int64_t *,       \
                int64_t, int64_t, T * const *, int, int, int64_t, const T *, T, T *, T *,   \
                int64_t *, int64_t, T *);                                                  \
@@ -253,13 +290,16 @@ static void sktf_coo_partn_##SUF(const int64_t *subs, const T *vals, const int64
                const T *B, T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch, \
                int cached)                                                                \
 {                                                                                         \
-    static const sktf_coo_part_fn_##SUF small[3][SKTF_COO_SMALL_RANK] = {                 \
-        SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 3),                                      \
-        SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 4),                                      \
-        SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 5) };                                    \
+    static const sktf_coo_part_fn_##SUF small[2][3][SKTF_COO_SMALL_RANK] = {              \
+        { SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 3, c),                                 \
+          SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 4, c),                                 \
+          SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 5, c) },                               \
+        { SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 3, x),                                 \
+          SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 4, x),                                 \
+          SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 5, x) } };                             \
     if (cached && R >= 1 && R <= SKTF_COO_SMALL_RANK && nmodes >= 3 && nmodes <= 5) {     \
-        small[nmodes - 3][R - 1](subs, vals, perm, s, e, fac, nmodes, mode, R, B, eps,    \
-                                 out, bnd, bnd_row, p, scratch);                          \
+        small[cached == 2][nmodes - 3][R - 1](subs, vals, perm, s, e, fac, nmodes, mode,  \
+                                              R, B, eps, out, bnd, bnd_row, p, scratch);  \
         return;                                                                           \
     }                                                                                     \
     SKTF_COO_NWAY_CALL(, , sktf_coo_part, SUF, (subs, vals, perm, s, e, fac, nmodes,      \

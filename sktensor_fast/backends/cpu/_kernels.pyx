@@ -30,6 +30,7 @@ cdef extern from "sktf_coo.h":
     int SKTF_HAVE_OPENMP
     int sktf_max_threads() nogil
     int64_t sktf_cache_bytes() nogil
+    int sktf_coo_simd_level() nogil
     void sktf_coo_partn_f64(const int64_t* subs, const double* vals, const int64_t* perm,
                             int64_t s, int64_t e, double** fac, int nmodes, int mode, int64_t R,
                             const double* B, double eps, double* out, double* bnd,
@@ -60,6 +61,11 @@ HAVE_OPENMP = bool(SKTF_HAVE_OPENMP)
 
 #: Bytes of a core's level-2 cache (what the C library reports, else 256 KiB), read once.
 CACHE_BYTES = int(sktf_cache_bytes())
+
+
+#: 2 when the CPU has AVX2 and FMA (the COO kernels of factors in cache then take their
+#: instances compiled for them), else 1; read once.
+SIMD_LEVEL = int(sktf_coo_simd_level())
 
 
 def factors_cached(Py_ssize_t nbytes):
@@ -136,6 +142,8 @@ def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
         # the factors the kernel reads (those of the other modes): in cache or not
         cached = factors_cached(sum(factors[k].shape[0] for k in range(nmodes) if k != mode)
                                 * R * sizeof(floating))
+        if cached:
+            cached = SIMD_LEVEL
         if phi:
             Bv = B
             if I > 0:

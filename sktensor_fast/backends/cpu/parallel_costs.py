@@ -14,7 +14,8 @@ once per process, at first use, and kept:
   several runs: what the runtime and the hardware need, not the time other programs of a
   busy machine take, which :func:`~sktensor_fast._threads.threads_for_load` deals with).
 
-Results never depend on the thread count, only the time does.
+Results never depend on the thread count, only the time does.  See
+``doc/guide/tuning.rst``, "Threads for small calls".
 """
 import threading
 import time

@@ -155,8 +155,8 @@ def test_prefetch_distance_does_not_change_results():
 @pytest.mark.parametrize("shape", [(7, 6, 5), (6, 5, 4, 3), (6, 5, 9, 7, 4)])
 def test_coo_small_rank_kernels_in_and_out_of_cache(shape, monkeypatch):
     """Ranks 1..16 of 3- to 5-way tensors run kernels of their own rank when the factors stay
-    in cache, the prefetching kernels otherwise: both agree with NumPy, and each gives the
-    same bits on 1 and 2 threads."""
+    in cache (compiled for AVX2 and FMA too), the prefetching kernels otherwise: all agree
+    with NumPy, and each gives the same bits on 1 and 2 threads."""
     from sktensor_fast.backends.cpu import _kernels
     X, rng = _tensor(shape, 3000, len(shape))
     T = CooFormat(X)
@@ -168,8 +168,12 @@ def test_coo_small_rank_kernels_in_and_out_of_cache(shape, monkeypatch):
             B = rng.random((shape[mode], rank)) + 0.1
             ref_m = mttkrp_ref(X, factors, mode)
             ref_p = phi_ref(X, factors, mode, B, 1e-10)
-            for cache in (_kernels.CACHE_BYTES, 0):          # 0: nothing stays in cache
+            # 0: nothing stays in cache; SIMD_LEVEL 2: the AVX2 instances where the CPU has it
+            for cache, simd in ((_kernels.CACHE_BYTES, 1), (_kernels.CACHE_BYTES, 2), (0, 1)):
+                if simd > _kernels.SIMD_LEVEL:
+                    continue
                 monkeypatch.setattr(_kernels, "CACHE_BYTES", cache)
+                monkeypatch.setattr(_kernels, "SIMD_LEVEL", simd)
                 got = []
                 for threads in (1, 2):
                     with num_threads(threads):
