@@ -68,7 +68,7 @@ CACHE_BYTES = int(sktf_cache_bytes())
 SIMD_LEVEL = int(sktf_coo_simd_level())
 
 
-def factors_cached(Py_ssize_t nbytes):
+cpdef bint factors_cached(Py_ssize_t nbytes):
     """Whether factor matrices of ``nbytes`` bytes in all stay in a core's cache during a
     kernel (at most half of :data:`CACHE_BYTES`): the MTTKRP then skips prefetching their
     rows and, for ranks up to 16 of 3- to 5-way tensors, runs a kernel of its own rank."""
@@ -89,17 +89,22 @@ cdef inline void _krp_row(floating* pi, const int64_t* sub, floating** fac, int 
         sktf_coo_krp_f32(pi, sub, fac, nmodes, skip, R)
 
 
-cdef int _fill_pointers(list factors, floating** fac, floating dummy) except -1:
-    cdef Py_ssize_t k
+cdef Py_ssize_t _fill_pointers(list factors, floating** fac, floating dummy,
+                               int skip=-1) except -1:
+    """Pointers to the factors' data into ``fac``; returns their rows, factor ``skip``'s
+    left out."""
+    cdef Py_ssize_t k, rows = 0
     cdef floating[:, ::1] F
     cdef const floating[:, ::1] Fc
     for k in range(len(factors)):
         Fc = factors[k]
+        if k != skip:
+            rows += Fc.shape[0]
         if Fc.shape[0] == 0:
             fac[k] = NULL
         else:
             fac[k] = <floating*> &Fc[0, 0]
-    return 0
+    return rows
 
 
 def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
@@ -138,12 +143,9 @@ def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
     if fac == NULL:
         raise MemoryError()
     try:
-        _fill_pointers(factors, fac, dummy)
         # the factors the kernel reads (those of the other modes): in cache or not
-        cached = factors_cached(sum(factors[k].shape[0] for k in range(nmodes) if k != mode)
-                                * R * sizeof(floating))
-        if cached:
-            cached = SIMD_LEVEL
+        cached = SIMD_LEVEL if factors_cached(_fill_pointers(factors, fac, dummy, mode) * R
+                                              * sizeof(floating)) else 0
         if phi:
             Bv = B
             if I > 0:

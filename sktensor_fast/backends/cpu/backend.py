@@ -190,11 +190,12 @@ class CpuBackend(Backend):
         U = np.empty_like(M)
         G = np.empty((R, R))
         weights = np.empty(R)
-        grams = [g if (type(g) is np.ndarray and g.dtype == np.float64
-                       and g.flags.c_contiguous) else np.ascontiguousarray(g, dtype=np.float64)
-                 for g in grams]
-        status = _dense.als_update(M, grams, int(mode), bool(first), U, G, weights,
-                                   _dense_threads(I * R * R))
+        nt = _dense_threads(I * R * R)
+        try:
+            status = _dense.als_update(M, grams, mode, first, U, G, weights, nt)
+        except (ValueError, TypeError):   # Gram matrices not C-contiguous float64 arrays
+            grams = [np.ascontiguousarray(g, dtype=np.float64) for g in grams]
+            status = _dense.als_update(M, grams, int(mode), bool(first), U, G, weights, nt)
         if status == 1:
             from ..gram import DIVERGED
             raise FloatingPointError(DIVERGED)

@@ -202,7 +202,7 @@ def _als_case(rng, rows, rank, dtype, singular=False):
 @pytest.mark.parametrize("rows", [0, 3, 700])
 @pytest.mark.parametrize("singular", [False, True])
 def test_als_update_compiled_matches_numpy_steps(dtype, rank, rows, singular):
-    """The CPU backend's one-call CP-ALS update (Jacobi eigenvalues, compiled steps) against
+    """The CPU backend's one-call CP-ALS update (Cholesky or Jacobi, compiled steps) against
     the NumPy steps of the base class (LAPACK's eigh): the same factor, weights and Gram
     matrix to rounding, the Gram matrix exactly symmetric, the same bits on any thread
     count."""
@@ -226,6 +226,34 @@ def test_als_update_compiled_matches_numpy_steps(dtype, rank, rows, singular):
         assert np.array_equal(G, G.T)
         for a, b in zip(outs[0], outs[1]):
             assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("cond", [1e3, 1e11, 1e17])
+def test_als_update_paths_by_condition(cond):
+    """The three paths of the compiled inverse, on Y of a given condition number: Cholesky
+    (below 1e10), Jacobi rotations inverting (1e11), the pseudo-inverse (a smallest
+    eigenvalue 1e-17 of the largest, cut): each gives what the NumPy steps give (LAPACK's
+    eigh)."""
+    from sktensor_fast.backends.base import Backend
+    be = get_backend("cpu")
+    rng = np.random.default_rng(1)
+    Q = np.linalg.qr(rng.standard_normal((6, 6)))[0]
+    spectrum = (np.geomspace(1.0, 1.0 / cond, 6) if cond < 1e12
+                else np.append(np.geomspace(1.0, 0.1, 5), 0.0))      # 0: computed as ~1e-17
+    Y = (Q * spectrum) @ Q.T
+    Y = (Y + Y.T) / 2
+    grams = [np.eye(6), Y]                      # the update of mode 0 inverts Y itself
+    M = rng.random((40, 6))
+    ref = Backend.als_update(be, M.copy(), grams, 0, True)
+    got = be.als_update(M, grams, 0, True)
+    if cond < 1e12:          # both solve U diag(w) Y = M (an explicit inverse: eps cond)
+        for U, w, _ in (got, ref):
+            assert np.abs((U * w) @ Y - M).max() <= 1e-14 * cond * np.abs(M).max()
+        tol = 1e-12 * cond   # the forward error: eps times the condition number
+    else:                    # the pseudo-inverse of the well-conditioned rest
+        tol = 1e-10
+    np.testing.assert_allclose(got[0], ref[0], rtol=0, atol=tol * np.abs(ref[0]).max())
+    np.testing.assert_allclose(got[1], ref[1], rtol=tol)
 
 
 def test_als_update_nonfinite_gram_raises():
