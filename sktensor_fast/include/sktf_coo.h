@@ -41,8 +41,9 @@ static int sktf_max_threads(void) { return 1; }
      SETUP(T, RR, NMV, sub)   per nonzero with coordinates sub, before KR is read
      KR(NMV, r)               entry r of its Khatri-Rao row
    scratch holds 2 R entries: the accumulator when R > 32, and the generic hooks' row.
-   PFR: 1 to prefetch the factor rows SKTF_COO_PF nonzeros ahead, 0 not to (factors that stay
-   in cache: there the prefetch instructions cost more than they save). */
+   PFR: 1 to prefetch the factor rows SKTF_COO_PF nonzeros ahead (and the coordinates of
+   permuted nonzeros twice as far), 0 to prefetch nothing (factors that stay in cache: there
+   the prefetch instructions cost more than they save). */
 #define SKTF_COO_PART_SKELETON(FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR, PFR)             \
     SKTF_COO_PART_SKELETON_AT(, FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR, PFR)
 /* ... with the attributes ATTR (an instruction set) */
@@ -61,7 +62,7 @@ ATTR static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int
     T *dst;                                                                               \
     SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) acc[r] = 0;                              \
     for (int64_t j = s; j < e; ++j) {                                                     \
-        if (perm && j + 2 * SKTF_COO_PF < e) {                                            \
+        if ((PFR) && perm && j + 2 * SKTF_COO_PF < e) {                                   \
             const int64_t q = perm[j + 2 * SKTF_COO_PF];                                  \
             SKTF_PREFETCH(subs + q * (NMV));                                              \
             SKTF_PREFETCH(vals + q);                                                      \
