@@ -6,6 +6,7 @@ import numpy as np
 
 from ..apr_kernels import AprKernels
 from ..base import Backend
+from ..gram import DIVERGED
 from ..._threads import (MAX_THREADS_PER_CPU, get_num_threads, load_adapted,  # noqa: F401
                          max_threads,
                          num_threads, set_num_threads)
@@ -177,9 +178,10 @@ class CpuBackend(Backend):
 
     def als_update(self, M, grams, mode, first=False):
         """:meth:`.base.Backend.als_update` in one compiled call (``_dense.als_update``):
-        the R x R product and its inverse (Jacobi rotations), ``M Y⁺``, the column weights
-        and the new Gram matrix, without a NumPy call between them.  Ranks above 128 take
-        the NumPy steps of the base class, as does a Gram product whose eigenvalues the
+        the R x R product and its inverse (a Cholesky factorisation when the product is
+        certainly well conditioned, Jacobi rotations otherwise), ``M Y⁺``, the column
+        weights and the new Gram matrix, without a NumPy call between them.  Ranks above 128
+        take the NumPy steps of the base class, as does a Gram product whose eigenvalues the
         rotations do not find."""
         M = np.ascontiguousarray(M)
         if M.dtype not in (np.float32, np.float64):
@@ -197,7 +199,6 @@ class CpuBackend(Backend):
             grams = [np.ascontiguousarray(g, dtype=np.float64) for g in grams]
             status = _dense.als_update(M, grams, int(mode), bool(first), U, G, weights, nt)
         if status == 1:
-            from ..gram import DIVERGED
             raise FloatingPointError(DIVERGED)
         if status != 0:
             return super().als_update(M, grams, mode, first)
