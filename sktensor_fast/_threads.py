@@ -67,9 +67,10 @@ def get_num_threads():
 
     The result is at most :func:`max_threads`.  With the default count (none set by the user),
     a fit runs on no more threads than the CPUs that other programs leave free when it starts
-    (:func:`load_adapted`).  A kernel call may use fewer: one thread per ``MIN_NNZ_PER_THREAD``
-    nonzeros at most, and no more threads than it has partitions.  Results do not depend on the
-    thread count.
+    (:func:`load_adapted`).  A kernel call may use fewer: no more than its work is worth (each
+    thread's share must take twice what starting the thread costs, both measured on this
+    machine: ``backends/cpu/parallel_costs.py``), and no more threads than it has partitions.
+    Results do not depend on the thread count.
 
     Returns
     -------

@@ -129,6 +129,50 @@ class Backend(ABC):
     def inner(self, A, B):
         """sum(A * B) over all entries, per column: a NumPy vector of length R."""
 
+    def als_update(self, M, grams, mode, first=False):
+        """CP-ALS's update of factor ``mode`` from its MTTKRP ``M`` (I_mode x R).
+
+        The new factor is ``M Y⁺``, ``Y`` the element-wise product of the Gram matrices of
+        the other modes (in mode order) and ``Y⁺`` its inverse, or pseudo-inverse when Y is
+        singular (:func:`.gram.inverse_gram`); its columns are divided by their weights:
+        their 2-norms on the ``first`` iteration, else their largest magnitudes but at least 1
+        (columns of weight 0 are kept as they are).
+
+        Parameters
+        ----------
+        M : backend array of shape (I_mode, R)
+            The MTTKRP of ``mode``.
+        grams : list of ndarray of shape (R, R)
+            The Gram matrices of every factor (host, float64); ``grams[mode]`` is not read.
+        mode : int
+            The factor updated.
+        first : bool, default=False
+            Whether this is the first iteration (2-norms as weights).
+
+        Returns
+        -------
+        U : backend array of shape (I_mode, R)
+            The new factor (a new array: ``M`` is not changed).
+        weights : ndarray of shape (R,)
+            The column weights, float64.
+        gram : ndarray of shape (R, R)
+            ``UᵀU``, float64.
+
+        Raises
+        ------
+        FloatingPointError
+            When ``Y`` holds NaN or infinite values (the iteration diverged).
+        """
+        from .gram import hadamard_except, inverse_gram
+        U = self.matmul_small(M, inverse_gram(hadamard_except(grams, mode)))
+        if first:
+            weights = self.column_norms(U, 2)
+        else:
+            weights = np.maximum(self.column_norms(U, np.inf), 1.0)
+        scale = np.where(weights > 0, 1.0 / np.where(weights > 0, weights, 1), 1.0)
+        self.scale_columns(U, scale)
+        return U, weights, self.gram(U)
+
     #: shapes of the kernels' dense arguments, checked before any compiled code runs
     check_factors = staticmethod(check_factors)
 

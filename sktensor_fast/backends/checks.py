@@ -20,7 +20,7 @@ def check_factors(T, factors, mode=None, B=None, out=None, weights=None):
     if len(factors) != T.ndim:
         raise ValueError(f"{len(factors)} factor matrices given for a tensor with {T.ndim} "
                          f"modes")
-    shapes = [tuple(getattr(f, "shape", np.shape(f))) for f in factors]
+    shapes = [tuple(f.shape) if hasattr(f, "shape") else np.shape(f) for f in factors]
     if any(len(s) != 2 for s in shapes):
         raise ValueError(f"factor matrices must be 2-D, got shapes {shapes}")
     R = shapes[0][1]

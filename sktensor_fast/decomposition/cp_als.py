@@ -6,6 +6,8 @@ import time
 import numpy as np
 from sklearn.utils._param_validation import Integral, Interval, StrOptions
 
+from ..backends.gram import hadamard_except as _hadamard_except
+from ..backends.gram import inverse_gram as _inverse_gram
 from ..kruskal import KruskalTensor
 from ..tensor import SparseTensor
 from ._base import BaseCP, _InitConstraint
@@ -13,15 +15,6 @@ from .._prepared import value_stats
 from .._warnings import warn as _warn
 
 __all__ = ["CPALS"]
-
-
-def _hadamard_except(grams, skip):
-    R = grams[0].shape[0]
-    Y = np.ones((R, R))
-    for k, G in enumerate(grams):
-        if k != skip:
-            Y = Y * G
-    return Y
 
 
 #: Data whose largest magnitude lies outside [2^-200, 2^200] are scaled by a power of two
@@ -59,28 +52,6 @@ def _max_abs(X):
     if hasattr(X, "max_abs"):         # a tensor that knows it (spread over processes)
         return X.max_abs()
     return float(value_stats(X)["max_abs"])
-
-
-def _inverse_gram(Y):
-    """Y⁻¹ for the symmetric positive semidefinite R x R matrix Y (pseudo-inverse if singular).
-
-    One symmetric eigendecomposition gives both the condition number and the inverse (a solve
-    followed by an SVD for the condition number cost twice as much per mode and iteration,
-    which shows on small tensors)."""
-    if not np.all(np.isfinite(Y)):
-        raise FloatingPointError("the Gram matrix holds NaN or infinite values; the iteration "
-                                 "diverged")
-    try:
-        w, V = np.linalg.eigh(Y)
-    except np.linalg.LinAlgError:
-        return np.linalg.pinv(Y, hermitian=True)
-    top = w[-1] if w.size else 0.0
-    if top > 0 and w[0] > top * 1e-12:
-        return (V / w) @ V.T
-    # singular or nearly so: the pseudo-inverse, small eigenvalues cut as pinv does
-    keep = w > max(top, 0.0) * Y.shape[0] * np.finfo(Y.dtype).eps
-    inv_w = np.where(keep, 1.0 / np.where(keep, w, 1.0), 0.0)
-    return (V * inv_w) @ V.T
 
 
 class CPALS(BaseCP):
@@ -268,16 +239,7 @@ class CPALS(BaseCP):
             fit_old = fit
             for n in range(N):
                 M = backend.mttkrp(T, U, n)
-                Y = _hadamard_except(grams, n)
-                Unew = backend.matmul_small(M, _inverse_gram(Y))
-                if it == 0:
-                    weights = backend.column_norms(Unew, 2)
-                else:
-                    weights = np.maximum(backend.column_norms(Unew, np.inf), 1.0)
-                scale = np.where(weights > 0, 1.0 / np.where(weights > 0, weights, 1), 1.0)
-                backend.scale_columns(Unew, scale)
-                U[n] = Unew
-                grams[n] = backend.gram(Unew)
+                U[n], weights, grams[n] = backend.als_update(M, grams, n, first=it == 0)
             # ⟨X, M⟩ from the last MTTKRP; ‖M‖² from the Gram matrices
             iprod = float(np.dot(backend.inner(U[N - 1], M), weights))
             norm_m2 = float(weights @ _hadamard_except(grams, -1) @ weights)

@@ -12,6 +12,9 @@
 
 #include <stdint.h>
 #include <math.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #define SKTF_HAVE_OPENMP 1
@@ -37,9 +40,15 @@ static int sktf_max_threads(void) { return 1; }
      PF_ROWS(T, RR, NMV, qs)  prefetch the factor rows of the nonzero with coordinates qs
      SETUP(T, RR, NMV, sub)   per nonzero with coordinates sub, before KR is read
      KR(NMV, r)               entry r of its Khatri-Rao row
-   scratch holds 2 R entries: the accumulator when R > 32, and the generic hooks' row. */
-#define SKTF_COO_PART_SKELETON(FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR)                  \
-static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t s,        \
+   scratch holds 2 R entries: the accumulator when R > 32, and the generic hooks' row.
+   PFR: 1 to prefetch the factor rows SKTF_COO_PF nonzeros ahead (and the coordinates of
+   permuted nonzeros twice as far), 0 to prefetch nothing (factors that stay in cache: there
+   the prefetch instructions cost more than they save). */
+#define SKTF_COO_PART_SKELETON(FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR, PFR)             \
+    SKTF_COO_PART_SKELETON_AT(, FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR, PFR)
+/* ... with the attributes ATTR (an instruction set) */
+#define SKTF_COO_PART_SKELETON_AT(ATTR, FN, T, RR, NMV, DECL, PF_ROWS, SETUP, KR, PFR)    \
+ATTR static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t s,   \
                int64_t e, T * const *fac, int nmodes, int mode, int64_t R, const T *B,    \
                T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch)            \
 {                                                                                         \
@@ -53,12 +62,12 @@ static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int64_t 
     T *dst;                                                                               \
     SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) acc[r] = 0;                              \
     for (int64_t j = s; j < e; ++j) {                                                     \
-        if (perm && j + 2 * SKTF_COO_PF < e) {                                            \
+        if ((PFR) && perm && j + 2 * SKTF_COO_PF < e) {                                   \
             const int64_t q = perm[j + 2 * SKTF_COO_PF];                                  \
             SKTF_PREFETCH(subs + q * (NMV));                                              \
             SKTF_PREFETCH(vals + q);                                                      \
         }                                                                                 \
-        if (j + SKTF_COO_PF < e) {                                                        \
+        if ((PFR) && j + SKTF_COO_PF < e) {                                               \
             const int64_t *qs = subs                                                      \
                 + (perm ? perm[j + SKTF_COO_PF] : j + SKTF_COO_PF) * (NMV);               \
             PF_ROWS(T, RR, NMV, qs)                                                       \
@@ -140,7 +149,29 @@ static double FN(const int64_t *subs, const T *vals, int64_t s, int64_t e,      
 
 #define SKTF_COO_PARTN(FN, T, RR, NM)                                                     \
     SKTF_COO_PART_SKELETON(FN, T, RR, NM, SKTF_COO_N_DECL(T, NM), SKTF_COO_N_PF,          \
-                           SKTF_COO_N_SETUP, SKTF_COO_N_KR)
+                           SKTF_COO_N_SETUP, SKTF_COO_N_KR, 1)
+/* ... without prefetching the factor rows, for factors that stay in cache */
+#define SKTF_COO_PARTC(FN, T, RR, NM)                                                     \
+    SKTF_COO_PART_SKELETON(FN, T, RR, NM, SKTF_COO_N_DECL(T, NM), SKTF_COO_N_PF,          \
+                           SKTF_COO_N_SETUP, SKTF_COO_N_KR, 0)
+/* ... compiled for AVX2 with FMA as well (x86-64 with GCC or Clang): chosen at run time on
+   CPUs that have them (sktf_coo_simd_level) */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define SKTF_COO_HAVE_AVX2_PATH 1
+#define SKTF_COO_PARTX(FN, T, RR, NM)                                                     \
+    SKTF_COO_PART_SKELETON_AT(__attribute__((target("avx2,fma"))), FN, T, RR, NM,         \
+                              SKTF_COO_N_DECL(T, NM), SKTF_COO_N_PF, SKTF_COO_N_SETUP,    \
+                              SKTF_COO_N_KR, 0)
+static int sktf_coo_simd_level(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 2 : 1;
+}
+#else
+#define SKTF_COO_HAVE_AVX2_PATH 0
+#define SKTF_COO_PARTX SKTF_COO_PARTC
+static int sktf_coo_simd_level(void) { return 1; }
+#endif
 #define SKTF_COO_LLN(FN, T, RR, NM)                                                       \
     SKTF_COO_LL_SKELETON(FN, T, RR, NM, , SKTF_COO_NA_PF, SKTF_COO_NA_SETUP, SKTF_COO_NA_ALL)
 
@@ -196,7 +227,44 @@ KERNEL(PREFIX##NM##_##SUF##_32, T, 32, NM)
     default: SET PREFIX##_any_##SUF ARGS; return VAL;                                     \
     }
 
-/* the entry points (any number of modes, any rank); scratch: 2 R entries per thread */
+/* KERNEL at every rank 1..SKTF_COO_SMALL_RANK for NM modes, without prefetching factor rows
+   (factors in cache): functions PREFIX<NM>_<SUF>_c<rank>, and their table by rank */
+#define SKTF_COO_SMALL_RANK 16
+#define SKTF_COO_AT_SMALL_RANKS(KERNEL, PREFIX, T, SUF, NM, TAG)                          \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##1, T, 1, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##2, T, 2, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##3, T, 3, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##4, T, 4, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##5, T, 5, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##6, T, 6, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##7, T, 7, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##8, T, 8, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##9, T, 9, NM)                                           \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##10, T, 10, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##11, T, 11, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##12, T, 12, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##13, T, 13, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##14, T, 14, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##15, T, 15, NM)                                         \
+KERNEL(PREFIX##NM##_##SUF##_##TAG##16, T, 16, NM)
+#define SKTF_COO_SMALL_TABLE(PREFIX, SUF, NM, TAG)                                        \
+    { PREFIX##NM##_##SUF##_##TAG##1, PREFIX##NM##_##SUF##_##TAG##2,                       \
+      PREFIX##NM##_##SUF##_##TAG##3, PREFIX##NM##_##SUF##_##TAG##4,                       \
+      PREFIX##NM##_##SUF##_##TAG##5, PREFIX##NM##_##SUF##_##TAG##6,                       \
+      PREFIX##NM##_##SUF##_##TAG##7, PREFIX##NM##_##SUF##_##TAG##8,                       \
+      PREFIX##NM##_##SUF##_##TAG##9, PREFIX##NM##_##SUF##_##TAG##10,                      \
+      PREFIX##NM##_##SUF##_##TAG##11, PREFIX##NM##_##SUF##_##TAG##12,                     \
+      PREFIX##NM##_##SUF##_##TAG##13, PREFIX##NM##_##SUF##_##TAG##14,                     \
+      PREFIX##NM##_##SUF##_##TAG##15, PREFIX##NM##_##SUF##_##TAG##16 }
+
+/* the entry points (any number of modes, any rank); scratch: 2 R entries per thread.
+   cached: nonzero when the factor matrices stay in cache (the caller decides): then
+   ranks up to SKTF_COO_SMALL_RANK of 3- to 5-way tensors run a kernel of their own rank
+   (the rank loops unrolled) that prefetches no factor rows; 2 (sktf_coo_simd_level) takes
+   its AVX2 and FMA instance (rounding differs from the other by the fused multiply-adds;
+   one process always takes the same).  The arithmetic is the same
+   either way; results do not depend on the thread count.  See doc/guide/tuning.rst,
+   "Small ranks on tiny tensors". */
 #define SKTF_COO_FAMILY(T, SUF)                                                           \
 SKTF_COO_AT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 3)                               \
 SKTF_COO_AT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 4)                               \
@@ -206,13 +274,35 @@ SKTF_COO_AT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 4)                         
 SKTF_COO_AT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 5)                                   \
 SKTF_COO_KRP_ROW(T, SUF)                                                                  \
 SKTF_COO_PART_SKELETON(sktf_coo_part_any_##SUF, T, R, nmodes, T *pi_ = scratch + R;,      \
-                       SKTF_COO_ANY_PF, SKTF_COO_ANY_SETUP_##SUF, SKTF_COO_ANY_KR)        \
+                       SKTF_COO_ANY_PF, SKTF_COO_ANY_SETUP_##SUF, SKTF_COO_ANY_KR, 1)     \
 SKTF_COO_LL_SKELETON(sktf_coo_ll_any_##SUF, T, R, nmodes, T *pi_ = scratch;,              \
                      SKTF_COO_ANY_PF_ALL, SKTF_COO_ANY_SETUP_ALL_##SUF, SKTF_COO_ANY_KR)  \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 3, c)                     \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 4, c)                     \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTC, sktf_coo_part, T, SUF, 5, c)                     \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTX, sktf_coo_part, T, SUF, 3, x)                     \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTX, sktf_coo_part, T, SUF, 4, x)                     \
+SKTF_COO_AT_SMALL_RANKS(SKTF_COO_PARTX, sktf_coo_part, T, SUF, 5, x)                     \
+typedef void (*sktf_coo_part_fn_##SUF)(const int64_t *, const T *, const int64_t *,       \
+               int64_t, int64_t, T * const *, int, int, int64_t, const T *, T, T *, T *,   \
+               int64_t *, int64_t, T *);                                                  \
 static void sktf_coo_partn_##SUF(const int64_t *subs, const T *vals, const int64_t *perm, \
                int64_t s, int64_t e, T * const *fac, int nmodes, int mode, int64_t R,     \
-               const T *B, T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch) \
+               const T *B, T eps, T *out, T *bnd, int64_t *bnd_row, int64_t p, T *scratch, \
+               int cached)                                                                \
 {                                                                                         \
+    static const sktf_coo_part_fn_##SUF small[2][3][SKTF_COO_SMALL_RANK] = {              \
+        { SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 3, c),                                 \
+          SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 4, c),                                 \
+          SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 5, c) },                               \
+        { SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 3, x),                                 \
+          SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 4, x),                                 \
+          SKTF_COO_SMALL_TABLE(sktf_coo_part, SUF, 5, x) } };                             \
+    if (cached && R >= 1 && R <= SKTF_COO_SMALL_RANK && nmodes >= 3 && nmodes <= 5) {     \
+        small[cached == 2][nmodes - 3][R - 1](subs, vals, perm, s, e, fac, nmodes, mode,  \
+                                              R, B, eps, out, bnd, bnd_row, p, scratch);  \
+        return;                                                                           \
+    }                                                                                     \
     SKTF_COO_NWAY_CALL(, , sktf_coo_part, SUF, (subs, vals, perm, s, e, fac, nmodes,      \
                        mode, R, B, eps, out, bnd, bnd_row, p, scratch))                   \
 }                                                                                         \
@@ -223,6 +313,16 @@ static double sktf_coo_lln_##SUF(const int64_t *subs, const T *vals, int64_t s, 
     double res_;                                                                          \
     SKTF_COO_NWAY_CALL(res_ =, res_, sktf_coo_ll, SUF, (subs, vals, s, e, fac, nmodes,    \
                        weights, R, eps, scratch))                                         \
+}
+
+/* Bytes of a core's level-2 cache (sysconf, where the C library tells it; else 256 KiB). */
+static int64_t sktf_cache_bytes(void)
+{
+    int64_t l2 = 0;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    l2 = (int64_t) sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return l2 > 0 ? l2 : 256 * 1024;
 }
 
 SKTF_COO_FAMILY(double, f64)

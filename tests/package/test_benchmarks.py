@@ -444,6 +444,20 @@ def test_als_fixed_script_runs(tmp_path, capsys):
     assert "| library | variant |" in capsys.readouterr().out
 
 
+def test_tiny_script_runs(tmp_path, capsys):
+    from benchmarks.experiments import bench_tiny
+    rows = bench_tiny.main(["--ranks", "2", "--formats", "auto", "--threads", "1", "2",
+                            "--short", "1", "--long", "3", "--repeat", "2", "--no-genten",
+                            "--json", str(tmp_path / "tiny.json")])
+    assert [(r["rank"], r["threads"]) for r in rows] == [(2, 1), (2, 2)]
+    for r in rows:
+        assert r["fit_wall"]["best"] > 0 and r["fit_cpu"]["median"] >= r["fit_cpu"]["best"]
+        assert np.isfinite(r["iter_wall"]["best"]) and 0 < r["fit_value"] <= 1
+    assert rows[0]["fit_value"] == rows[1]["fit_value"]        # the same model on 2 threads
+    assert _strict_json(tmp_path / "tiny.json") is not None
+    assert "iter wall" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------ tuning decisions
 def test_code_cites_tuning_entries_that_exist():
     """The package cites doc/guide/tuning.rst by an entry's title, not the benchmarks' README;

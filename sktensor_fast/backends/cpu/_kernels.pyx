@@ -29,14 +29,18 @@ cnp.import_array()
 cdef extern from "sktf_coo.h":
     int SKTF_HAVE_OPENMP
     int sktf_max_threads() nogil
+    int64_t sktf_cache_bytes() nogil
+    int sktf_coo_simd_level() nogil
     void sktf_coo_partn_f64(const int64_t* subs, const double* vals, const int64_t* perm,
                             int64_t s, int64_t e, double** fac, int nmodes, int mode, int64_t R,
                             const double* B, double eps, double* out, double* bnd,
-                            int64_t* bnd_row, int64_t p, double* scratch) noexcept nogil
+                            int64_t* bnd_row, int64_t p, double* scratch,
+                            int cached) noexcept nogil
     void sktf_coo_partn_f32(const int64_t* subs, const float* vals, const int64_t* perm,
                             int64_t s, int64_t e, float** fac, int nmodes, int mode, int64_t R,
                             const float* B, float eps, float* out, float* bnd,
-                            int64_t* bnd_row, int64_t p, float* scratch) noexcept nogil
+                            int64_t* bnd_row, int64_t p, float* scratch,
+                            int cached) noexcept nogil
     double sktf_coo_lln_f64(const int64_t* subs, const double* vals, int64_t s, int64_t e,
                             double** fac, int nmodes, const double* weights, int64_t R,
                             double eps, double* scratch) noexcept nogil
@@ -55,6 +59,21 @@ ctypedef fused floating:
 #: Whether the extension was compiled with OpenMP.
 HAVE_OPENMP = bool(SKTF_HAVE_OPENMP)
 
+#: Bytes of a core's level-2 cache (what the C library reports, else 256 KiB), read once.
+CACHE_BYTES = int(sktf_cache_bytes())
+
+
+#: 2 when the CPU has AVX2 and FMA (the COO kernels of factors in cache then take their
+#: instances compiled for them), else 1; read once.
+SIMD_LEVEL = int(sktf_coo_simd_level())
+
+
+cpdef bint factors_cached(Py_ssize_t nbytes):
+    """Whether factor matrices of ``nbytes`` bytes in all stay in a core's cache during a
+    kernel (at most half of :data:`CACHE_BYTES`): the MTTKRP then skips prefetching their
+    rows and, for ranks up to 16 of 3- to 5-way tensors, runs a kernel of its own rank."""
+    return nbytes <= CACHE_BYTES // 2
+
 
 def max_threads():
     """Threads OpenMP would use by default (honours OMP_NUM_THREADS and threadpoolctl)."""
@@ -70,17 +89,22 @@ cdef inline void _krp_row(floating* pi, const int64_t* sub, floating** fac, int 
         sktf_coo_krp_f32(pi, sub, fac, nmodes, skip, R)
 
 
-cdef int _fill_pointers(list factors, floating** fac, floating dummy) except -1:
-    cdef Py_ssize_t k
+cdef Py_ssize_t _fill_pointers(list factors, floating** fac, floating dummy,
+                               int skip=-1) except -1:
+    """Pointers to the factors' data into ``fac``; returns their rows, factor ``skip``'s
+    left out."""
+    cdef Py_ssize_t k, rows = 0
     cdef floating[:, ::1] F
     cdef const floating[:, ::1] Fc
     for k in range(len(factors)):
         Fc = factors[k]
+        if k != skip:
+            rows += Fc.shape[0]
         if Fc.shape[0] == 0:
             fac[k] = NULL
         else:
             fac[k] = <floating*> &Fc[0, 0]
-    return 0
+    return rows
 
 
 def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
@@ -115,10 +139,13 @@ def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
     cdef Py_ssize_t p, r, s, e, row
     cdef floating* pi
     cdef floating* dst
+    cdef int cached
     if fac == NULL:
         raise MemoryError()
     try:
-        _fill_pointers(factors, fac, dummy)
+        # the factors the kernel reads (those of the other modes): in cache or not
+        cached = SIMD_LEVEL if factors_cached(_fill_pointers(factors, fac, dummy, mode) * R
+                                              * sizeof(floating)) else 0
         if phi:
             Bv = B
             if I > 0:
@@ -145,11 +172,11 @@ def sorted_accumulate(const int64_t[:, ::1] subs, const floating[::1] vals,
                 if floating is double:
                     sktf_coo_partn_f64(&subs[0, 0], &vals[0], &perm[0] if use_perm else NULL,
                                        s, e, fac, nmodes, mode, R, bptr, eps, &out[0, 0], bnd,
-                                       bnd_row, p, pi)
+                                       bnd_row, p, pi, cached)
                 else:
                     sktf_coo_partn_f32(&subs[0, 0], &vals[0], &perm[0] if use_perm else NULL,
                                        s, e, fac, nmodes, mode, R, bptr, <float> eps,
-                                       &out[0, 0], bnd, bnd_row, p, pi)
+                                       &out[0, 0], bnd, bnd_row, p, pi, cached)
             free(pi)
         # merge the shared rows in partition order (deterministic)
         with nogil:

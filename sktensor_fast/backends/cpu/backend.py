@@ -6,9 +6,11 @@ import numpy as np
 
 from ..apr_kernels import AprKernels
 from ..base import Backend
+from ..gram import DIVERGED
 from ..._threads import (MAX_THREADS_PER_CPU, get_num_threads, load_adapted,  # noqa: F401
                          max_threads,
                          num_threads, set_num_threads)
+from . import parallel_costs
 from .formats import build_format
 from .formats.alto import MAX_BITS as ALTO_MAX_BITS  # noqa: F401 - reported by show_config
 from .formats.coo import useful_threads
@@ -30,18 +32,20 @@ def _require_kernels():
     return _kernels
 
 
-#: multiply-adds a dense step needs before a second thread is worth waking
-DENSE_FLOPS_PER_THREAD = 1 << 23
-
-
 def _dense_threads(flops):
-    return max(1, min(get_num_threads(), int(flops) // DENSE_FLOPS_PER_THREAD))
+    """Threads for a small dense step of ``flops`` multiply-adds: as many as the measured
+    costs say its work is worth (:func:`.parallel_costs.threads_for_work`)."""
+    n = get_num_threads()
+    if n == 1:
+        return 1
+    return parallel_costs.threads_for_flops(flops, n)
 
 
-def _threads_for(T):
-    """Threads for a kernel over ``T``: a small tensor runs on fewer (every format's result is
-    independent of the thread count, and a parallel region costs more than such a kernel)."""
-    return useful_threads(T.nnz, get_num_threads())
+def _threads_for(T, rank=8):
+    """Threads for a kernel over ``T`` at ``rank``: a small tensor runs on fewer (every
+    format's result is independent of the thread count, and a parallel region costs more
+    than such a kernel)."""
+    return useful_threads(T.nnz, get_num_threads(), rank)
 
 
 # ---------------------------------------------------------------------- BLAS during fits
@@ -138,20 +142,20 @@ class CpuBackend(Backend):
         facs = self._factors(T, factors)
         if out is None:
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
-        return T.accumulate(facs, mode, out, None, 0.0, _threads_for(T))
+        return T.accumulate(facs, mode, out, None, 0.0, _threads_for(T, R))
 
     def _phi(self, T, factors, mode, B, eps, out):
         R = np.shape(factors[0])[1]
         facs = self._factors(T, factors)
         if out is None:
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
-        return T.accumulate(facs, mode, out, _c(B, T.dtype), float(eps), _threads_for(T))
+        return T.accumulate(facs, mode, out, _c(B, T.dtype), float(eps), _threads_for(T, R))
 
     def _model_values(self, T, weights, factors):
         facs = self._factors(T, factors)
         out = np.empty(T.nnz, dtype=T.dtype)
         _kernels.kruskal_values(T.subs, _c(weights, T.dtype), facs, out,
-                                useful_threads(T.nnz, get_num_threads()))
+                                useful_threads(T.nnz, get_num_threads(), len(weights)))
         return out
 
     # ------------------------------------------------------------------ small dense steps
@@ -172,6 +176,34 @@ class CpuBackend(Backend):
         return _dense.matmul_small(A, M, out, _dense_threads(A.shape[0] * A.shape[1]
                                                              * M.shape[1]))
 
+    def als_update(self, M, grams, mode, first=False):
+        """:meth:`.base.Backend.als_update` in one compiled call (``_dense.als_update``):
+        the R x R product and its inverse (a Cholesky factorisation when the product is
+        certainly well conditioned, Jacobi rotations otherwise), ``M Y⁺``, the column
+        weights and the new Gram matrix, without a NumPy call between them.  Ranks above 128
+        take the NumPy steps of the base class, as does a Gram product whose eigenvalues the
+        rotations do not find."""
+        M = np.ascontiguousarray(M)
+        if M.dtype not in (np.float32, np.float64):
+            M = M.astype(np.float64)
+        I, R = M.shape
+        if R > _dense.MAX_RANK or R == 0:
+            return super().als_update(M, grams, mode, first)
+        U = np.empty_like(M)
+        G = np.empty((R, R))
+        weights = np.empty(R)
+        nt = _dense_threads(I * R * R)
+        try:
+            status = _dense.als_update(M, grams, mode, first, U, G, weights, nt)
+        except (ValueError, TypeError):   # Gram matrices not C-contiguous float64 arrays
+            grams = [np.ascontiguousarray(g, dtype=np.float64) for g in grams]
+            status = _dense.als_update(M, grams, int(mode), bool(first), U, G, weights, nt)
+        if status == 1:
+            raise FloatingPointError(DIVERGED)
+        if status != 0:
+            return super().als_update(M, grams, mode, first)
+        return U, weights, G
+
     def column_norms(self, A, ord=2):
         if A.shape[0] == 0:
             return np.zeros(A.shape[1])
@@ -186,7 +218,7 @@ class CpuBackend(Backend):
 
     def _poisson_data_term(self, T, weights, factors, eps):
         return float(T.poisson_data_term(_c(weights, T.dtype), self._factors(T, factors),
-                                         float(eps), _threads_for(T)))
+                                         float(eps), _threads_for(T, len(weights))))
 
     # --- CP-APR primitives: backend.apr (CpuAprKernels below) ---------------------------
     def _make_apr_kernels(self):

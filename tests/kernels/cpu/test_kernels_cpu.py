@@ -182,3 +182,88 @@ def test_dense_steps_on_own_threads(dtype, rows):
     np.testing.assert_allclose(_dense.gram(wide, 2), wide.T @ wide, rtol=1e-12)
     np.testing.assert_allclose(_dense.matmul_small(wide, rng.random((200, 150)),
                                                    np.empty((50, 150)), 2).shape, (50, 150))
+
+
+def _als_case(rng, rows, rank, dtype, singular=False):
+    factors = [rng.random((n, rank)) for n in (6, rows, 9, 5)]
+    if singular and rank > 1:
+        for k in (0, 2, 3):                               # two equal columns: Y singular
+            factors[k][:, -1] = factors[k][:, 0]
+    grams = [f.T @ f for f in factors]
+    if singular and rank > 1:
+        Y = grams[0] * grams[2] * grams[3]
+        assert np.linalg.eigvalsh(Y)[0] < 1e-12 * np.linalg.eigvalsh(Y)[-1]
+    M = rng.random((rows, rank)).astype(dtype)
+    return M, grams
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rank", [1, 2, 5, 8, 16, 17, 40])
+@pytest.mark.parametrize("rows", [0, 3, 700])
+@pytest.mark.parametrize("singular", [False, True])
+def test_als_update_compiled_matches_numpy_steps(dtype, rank, rows, singular):
+    """The CPU backend's one-call CP-ALS update (Cholesky or Jacobi, compiled steps) against
+    the NumPy steps of the base class (LAPACK's eigh): the same factor, weights and Gram
+    matrix to rounding, the Gram matrix exactly symmetric, the same bits on any thread
+    count."""
+    from sktensor_fast.backends.base import Backend
+    be = get_backend("cpu")
+    rng = np.random.default_rng(rank + rows)
+    M, grams = _als_case(rng, rows, rank, dtype, singular)
+    tol = 1e-4 if dtype == np.float32 else 1e-9
+    for first in (True, False):
+        ref = Backend.als_update(be, M.copy(), grams, 1, first)
+        outs = []
+        for threads in (1, 2):
+            with num_threads(threads):
+                outs.append(be.als_update(M, grams, 1, first))
+        U, w, G = outs[0]
+        assert U.dtype == dtype and U.shape == M.shape and w.dtype == np.float64
+        scale = max(np.abs(ref[0]).max(), 1.0) if rows else 1.0
+        np.testing.assert_allclose(U, ref[0], rtol=0, atol=tol * scale)
+        np.testing.assert_allclose(w, ref[1], rtol=tol)
+        np.testing.assert_allclose(G, ref[2], rtol=0, atol=tol * max(np.abs(ref[2]).max(), 1))
+        assert np.array_equal(G, G.T)
+        for a, b in zip(outs[0], outs[1]):
+            assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("cond", [1e3, 1e11, 1e17])
+def test_als_update_paths_by_condition(cond):
+    """The three paths of the compiled inverse, on Y of a given condition number: Cholesky
+    (below 1e10), Jacobi rotations inverting (1e11), the pseudo-inverse (a smallest
+    eigenvalue 1e-17 of the largest, cut): each gives what the NumPy steps give (LAPACK's
+    eigh)."""
+    from sktensor_fast.backends.base import Backend
+    be = get_backend("cpu")
+    rng = np.random.default_rng(1)
+    Q = np.linalg.qr(rng.standard_normal((6, 6)))[0]
+    spectrum = (np.geomspace(1.0, 1.0 / cond, 6) if cond < 1e12
+                else np.append(np.geomspace(1.0, 0.1, 5), 0.0))      # 0: computed as ~1e-17
+    Y = (Q * spectrum) @ Q.T
+    Y = (Y + Y.T) / 2
+    grams = [np.eye(6), Y]                      # the update of mode 0 inverts Y itself
+    M = rng.random((40, 6))
+    ref = Backend.als_update(be, M.copy(), grams, 0, True)
+    got = be.als_update(M, grams, 0, True)
+    if cond < 1e12:          # both solve U diag(w) Y = M (an explicit inverse: eps cond)
+        for U, w, _ in (got, ref):
+            assert np.abs((U * w) @ Y - M).max() <= 1e-14 * cond * np.abs(M).max()
+        tol = 1e-12 * cond   # the forward error: eps times the condition number
+    else:                    # the pseudo-inverse of the well-conditioned rest
+        tol = 1e-10
+    np.testing.assert_allclose(got[0], ref[0], rtol=0, atol=tol * np.abs(ref[0]).max())
+    np.testing.assert_allclose(got[1], ref[1], rtol=tol)
+
+
+def test_als_update_nonfinite_gram_raises():
+    be = get_backend("cpu")
+    rng = np.random.default_rng(0)
+    M, grams = _als_case(rng, 10, 4, np.float64)
+    grams[2][1, 1] = np.nan
+    with pytest.raises(FloatingPointError, match="NaN or infinite"):
+        be.als_update(M, grams, 1)
+    grams[2][1, 1] = np.inf
+    with pytest.raises(FloatingPointError, match="NaN or infinite"):
+        be.als_update(M, grams, 0)
+    assert np.all(np.isfinite(be.als_update(M, grams, 2)[0]))   # the bad Gram is skipped

@@ -150,3 +150,36 @@ def test_prefetch_distance_does_not_change_results():
         assert be.poisson_data_term(T, np.ones(16), factors, 1e-10) == ll
     finally:
         _alto._set_prefetch_distance(old)
+
+
+@pytest.mark.parametrize("shape", [(7, 6, 5), (6, 5, 4, 3), (6, 5, 9, 7, 4)])
+def test_coo_small_rank_kernels_in_and_out_of_cache(shape, monkeypatch):
+    """Ranks 1..16 of 3- to 5-way tensors run kernels of their own rank when the factors stay
+    in cache (compiled for AVX2 and FMA too), the prefetching kernels otherwise: all agree
+    with NumPy, and each gives the same bits on 1 and 2 threads."""
+    from sktensor_fast.backends.cpu import _kernels
+    X, rng = _tensor(shape, 3000, len(shape))
+    T = CooFormat(X)
+    be = get_backend("cpu")
+    assert _kernels.factors_cached(sum(shape) * 16 * 8)
+    for rank in range(1, 18):
+        factors = [rng.random((s, rank)) + 0.1 for s in shape]
+        for mode in range(len(shape)):
+            B = rng.random((shape[mode], rank)) + 0.1
+            ref_m = mttkrp_ref(X, factors, mode)
+            ref_p = phi_ref(X, factors, mode, B, 1e-10)
+            # 0: nothing stays in cache; SIMD_LEVEL 2: the AVX2 instances where the CPU has it
+            for cache, simd in ((_kernels.CACHE_BYTES, 1), (_kernels.CACHE_BYTES, 2), (0, 1)):
+                if simd > _kernels.SIMD_LEVEL:
+                    continue
+                monkeypatch.setattr(_kernels, "CACHE_BYTES", cache)
+                monkeypatch.setattr(_kernels, "SIMD_LEVEL", simd)
+                got = []
+                for threads in (1, 2):
+                    with num_threads(threads):
+                        got.append((be.mttkrp(T, factors, mode),
+                                    be.phi(T, factors, mode, B, 1e-10)))
+                _close(got[0][0], ref_m, 1e-12)
+                _close(got[0][1], ref_p, 1e-12)
+                np.testing.assert_array_equal(got[0][0], got[1][0])
+                np.testing.assert_array_equal(got[0][1], got[1][1])

@@ -346,3 +346,36 @@ def test_a_fit_runs_on_the_free_cpus_with_the_default_count(steps_env, monkeypat
     monkeypatch.setattr(_threads, "_chosen_by_user", lambda: True)
     with be.compute_scope():
         assert sk.get_num_threads() == 6
+
+
+# ---------------------------------------------------------------------- measured costs
+def test_threads_for_work_weighs_shares_against_measured_region_costs(monkeypatch):
+    """A thread runs only when its share of the work takes SHARE_OVER_START times what
+    running on its number of threads costs beyond the shares."""
+    from sktensor_fast.backends.cpu import parallel_costs as pc
+    monkeypatch.setattr(pc, "_COSTS", {("region", 2): 10e-6, ("region", 4): 20e-6,
+                                       ("region", 3): 15e-6, "nonzero": 5e-9})
+    assert pc.threads_for_work(1.0, 1) == 1
+    assert pc.threads_for_work(30e-6, 2) == 1            # 15 us each < 2 x 10 us
+    assert pc.threads_for_work(40e-6, 2) == 2
+    assert pc.threads_for_work(100e-6, 4) == 2           # 25 us each < 2 x 20 us on 4
+    assert pc.threads_for_work(160e-6, 4) == 4
+    assert pc.threads_for_work(90e-6, 3) == 3            # n itself, then powers of two
+    from sktensor_fast.backends.cpu.formats import coo
+    monkeypatch.setattr(coo, "MIN_NNZ_PER_THREAD", None)
+    assert coo.useful_threads(15000, 2) == 2             # 75 us of work
+    assert coo.useful_threads(6000, 2) == 1              # 30 us
+    assert coo.useful_threads(6000, 2, rank=16) == 2     # twice the work per nonzero
+    assert coo.useful_threads(10 ** 9, 1) == 1
+
+
+def test_measured_costs_are_positive_and_kept(monkeypatch):
+    from sktensor_fast.backends.cpu import parallel_costs as pc
+    monkeypatch.setattr(pc, "_COSTS", {})
+    a, f = pc.nonzero_cost(), pc.flop_cost()
+    assert 0 < a < 1e-6 and 0 < f < 1e-7
+    assert pc.region_cost(1) == 0.0
+    r = pc.region_cost(2)
+    assert 0 <= r < 0.1
+    assert pc.measured() == {"nonzero": a, "flop": f, ("region", 2): r}
+    assert pc.region_cost(2) == r and pc.nonzero_cost() == a      # measured once

@@ -324,10 +324,10 @@ class AltoFormat:
             return "buffer"
         return "compact"
 
-    def threads_for(self, num_threads):
-        """Threads worth running for one call: at most one per partition and one per
-        ``MIN_NNZ_PER_THREAD`` nonzeros (see :func:`.coo.useful_threads`)."""
-        return max(1, min(useful_threads(self.nnz, num_threads), self.n_partitions))
+    def threads_for(self, num_threads, rank=8):
+        """Threads worth running for one call at ``rank``: at most one per partition, and
+        what :func:`.coo.useful_threads` says the work is worth."""
+        return max(1, min(useful_threads(self.nnz, num_threads, rank), self.n_partitions))
 
     def shared_rows(self, mode):
         """uint8 flags over the rows of ``mode``: 1 where several partitions have nonzeros."""
@@ -366,7 +366,7 @@ class AltoFormat:
         how = conflict or self.conflict_for(mode)
         if how not in ("buffer", "compact"):
             raise ValueError(f"conflict must be 'buffer' or 'compact', got {how!r}")
-        nt = self.threads_for(num_threads)
+        nt = self.threads_for(num_threads, out.shape[1])
         plan = self.compact_plan(mode) if how == "compact" else None
         waves, need = self.buffer_waves(mode, out.shape[1], nt, how)
         work = self._work
@@ -407,13 +407,14 @@ class AltoFormat:
         out = np.empty(self.nnz, dtype=self.dtype)
         w = np.ascontiguousarray(weights, dtype=self.dtype)
         facs = [np.ascontiguousarray(f, dtype=self.dtype) for f in factors]
-        _alto.kruskal_values(self.codec, self.lin, w, facs, out, self.threads_for(num_threads))
+        _alto.kruskal_values(self.codec, self.lin, w, facs, out,
+                             self.threads_for(num_threads, len(w)))
         return out
 
     def poisson_data_term(self, weights, factors, eps, num_threads=1):
         """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
         return _alto.poisson_data_term(self.codec, self.lin, self.sorted_vals, weights, factors,
-                                       float(eps), self.threads_for(num_threads))
+                                       float(eps), self.threads_for(num_threads, len(weights)))
 
     # ------------------------------------------------------------------ COO view
     def _coo_view(self):

@@ -10,6 +10,7 @@ import numpy as np
 from ...._native import _construct
 from ...._threads import get_num_threads
 from ...gcp_plan import linear_index
+from .. import parallel_costs
 
 try:
     from .. import _kernels
@@ -46,15 +47,25 @@ def mode_order(coords, length, num_threads=None):
     return np.argsort(coords, kind="stable").astype(np.int64)
 
 
-#: Nonzeros a thread should have at least before another thread is worth its start-up cost.
-MIN_NNZ_PER_THREAD = 16384
+#: Nonzeros a thread must have at least before another thread runs; None (the default): as
+#: many as the measured costs of this machine say (:mod:`..parallel_costs`).
+MIN_NNZ_PER_THREAD = None
 
 
-def useful_threads(nnz, num_threads):
-    """Threads worth using for ``nnz`` nonzeros: small tensors run on fewer threads, since a
-    parallel region costs microseconds and much more on a loaded machine.  The kernels'
-    partitions do not depend on the thread count, so neither do their results."""
-    return max(1, min(int(num_threads), nnz // MIN_NNZ_PER_THREAD))
+def useful_threads(nnz, num_threads, rank=8):
+    """Threads worth using, up to ``num_threads``, for a kernel over ``nnz`` nonzeros at
+    ``rank``: small tensors run on fewer threads, since a parallel region costs microseconds.
+    With :data:`MIN_NNZ_PER_THREAD` None, each thread's share of the work (the measured time
+    of a nonzero of the MTTKRP, times ``rank / 8`` above rank 8) must take
+    :data:`~..parallel_costs.SHARE_OVER_START` times what starting the threads costs; else
+    one thread per ``MIN_NNZ_PER_THREAD`` nonzeros.  The kernels' partitions do not depend on
+    the thread count, so neither do their results."""
+    n = max(1, int(num_threads))
+    if n == 1 or nnz <= 0:
+        return 1
+    if MIN_NNZ_PER_THREAD is not None:
+        return max(1, min(n, nnz // MIN_NNZ_PER_THREAD))
+    return parallel_costs.threads_for_nonzeros(nnz, n, rank)
 
 
 def partition_pointers(nnz, min_part=MIN_PART, max_parts=MAX_PARTS):
@@ -125,11 +136,11 @@ class CooFormat:
     def poisson_data_term(self, weights, factors, eps, num_threads):
         """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
         return _kernels.poisson_data_term(self.subs, self.vals, weights, factors, float(eps),
-                                          useful_threads(self.nnz, num_threads))
+                                          useful_threads(self.nnz, num_threads, len(weights)))
 
     def accumulate(self, factors, mode, out, B, eps, num_threads):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``."""
         _kernels.sorted_accumulate(self.subs, self.vals, self.perms[mode], self.part_ptr,
                                    factors, int(mode), out, B, eps,
-                                   useful_threads(self.nnz, num_threads))
+                                   useful_threads(self.nnz, num_threads, out.shape[1]))
         return out
