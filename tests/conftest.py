@@ -21,8 +21,10 @@ def shared_data():
 def _parallel_even_when_small(monkeypatch):
     """The kernels use fewer threads on small tensors; the tests' tensors are small, so let
     them run with every thread asked for, to exercise the parallel paths."""
+    from sktensor_fast.backends.cpu import gcp_ops
     from sktensor_fast.backends.cpu.formats import coo
     monkeypatch.setattr(coo, "MIN_NNZ_PER_THREAD", 1)
+    monkeypatch.setattr(gcp_ops, "MIN_SAMPLES_PER_THREAD", 1)
 
 
 #: the devices estimator tests run on: the CPU, and OpenCL where a device (PoCL on a CPU in

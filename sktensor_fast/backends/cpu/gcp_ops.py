@@ -16,7 +16,7 @@ from .. import gcp_plan
 from ..base import GcpKernels
 from ..gcp_dense import dense_model, dense_mttkrp, full_loss_grad
 from ..gcp_plan import GcpState, bucket_layout, linear_index, loss_code, sampler_plan
-from . import _gcp, _kernels
+from . import _gcp, _kernels, parallel_costs
 
 __all__ = ["CpuGcpKernels", "CpuGcpState", "setup", "sampled_gradient", "loss_estimate",
            "full_loss_grad", "optimizer_update", "run_steps", "dense_mttkrp", "dense_model"]
@@ -205,6 +205,24 @@ def sampled_gradient(T, state, weights, factors, loss, seed, step, out=None, act
     return out, f
 
 
+#: Samples a thread must have at least in a step before another thread runs the steps; None
+#: (the default): as many as the measured costs of this machine say
+#: (:func:`..parallel_costs.threads_for_gcp_steps`).
+MIN_SAMPLES_PER_THREAD = None
+
+
+def step_threads(n_samples, nmodes, rank, num_threads):
+    """Threads worth the compiled step loop, up to ``num_threads``, for steps of ``n_samples``
+    samples: a step of few samples runs on fewer threads (two barriers a step cost more than
+    the shares save).  The steps' results do not depend on the thread count."""
+    n = max(1, int(num_threads))
+    if n == 1 or n_samples <= 0:
+        return 1
+    if MIN_SAMPLES_PER_THREAD is not None:
+        return max(1, min(n, int(n_samples) // MIN_SAMPLES_PER_THREAD))
+    return parallel_costs.threads_for_gcp_steps(n_samples, nmodes, rank, n)
+
+
 def run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer, lower,
               active=None, out=None, deadline=None, clock=None, num_threads=1):
     """``n_steps`` stochastic steps of a built-in loss in one compiled call
@@ -358,7 +376,9 @@ class CpuGcpKernels(GcpKernels):
             return self._stepwise(T, state, weights, factors, loss, seed, first_draw,
                                   n_steps, optimizer, lower, active, out, deadline, clock)
         # one call runs many steps with two barriers each: the CPUs other programs leave free
-        # are looked at again for every call (threads_for_load)
+        # are looked at again for every call (threads_for_load), and a step of few samples
+        # runs on fewer threads (its barriers would cost more than the shares save)
+        n = step_threads(state.grad_sampler.n_samples, len(factors),
+                         int(factors[0].shape[1]), threads_for_load(get_num_threads()))
         return run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps,
-                         optimizer, lower, active, out, deadline, clock,
-                         threads_for_load(get_num_threads()))
+                         optimizer, lower, active, out, deadline, clock, n)

@@ -12,7 +12,10 @@ once per process, at first use, and kept:
 - the extra cost of ``t`` threads (:func:`region_cost`): the same MTTKRP on ``t`` threads
   and on one, the time on ``t`` minus a ``t``-th of the time on one (low percentiles of
   several runs: what the runtime and the hardware need, not the time other programs of a
-  busy machine take, which :func:`~sktensor_fast._threads.threads_for_load` deals with).
+  busy machine take, which :func:`~sktensor_fast._threads.threads_for_load` deals with);
+- for GCP's step loop, which runs its steps in one parallel region, the time of a sample on
+  one thread and what a step on ``t`` threads costs beyond the shares
+  (:func:`gcp_step_costs`, :func:`threads_for_gcp_steps`).
 
 Results never depend on the thread count, only the time does.  See
 ``doc/guide/tuning.rst``, "Threads for small calls".
@@ -34,7 +37,7 @@ PERCENTILE = 20
 _PART = 2048
 
 _COSTS = {}
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()   # a calibration may ask for another cost
 
 
 def _seconds(fn):
@@ -160,3 +163,104 @@ def measured():
     """The costs measured so far (seconds), by name: ``"nonzero"``, ``"flop"`` and
     ``("region", t)``."""
     return {k: v for k, v in _COSTS.items() if k != "decisions"}
+
+
+class _CalibrationSgd:
+    """The least of an optimiser that :func:`.gcp_ops.run_steps` needs: plain SGD steps of a
+    tiny learning rate (the calibration's factors stay finite)."""
+    rule, moments, t = "sgd", [], 0
+
+    @staticmethod
+    def parameters():
+        return {"lr": 1e-9}
+
+    def advance(self, n):
+        self.t += n
+
+
+def _gcp_calibration():
+    """A function running ``steps`` GCP steps (Poisson loss, SGD, stratified samples: 512
+    nonzeros and 512 zeros a step) on a 3-way tensor of rank 8 on the threads it is given;
+    and the samples of a step."""
+    from ...tensor import SparseTensor
+    from . import gcp_ops
+    from .formats import build_format
+    rng = np.random.default_rng(0)
+    shape, R, nnz = (64, 64, 64), 8, 8 * _PART
+    subs = np.unique(rng.integers(0, 64, size=(int(nnz * 1.1), 3)), axis=0)[:nnz]
+    T = build_format(SparseTensor(subs, rng.integers(1, 5, len(subs)).astype(float), shape),
+                     "coo")
+    state = gcp_ops.setup(T, "stratified", (512, 512), (16, 16), 0)
+    factors = [rng.random((n, R)) + 0.1 for n in shape]
+    out = [np.zeros_like(f) for f in factors]
+    weights = np.ones(R)
+
+    def run(t, steps):
+        gcp_ops.run_steps(T, state, weights, factors, _POISSON, 1, 0, steps, _CalibrationSgd(),
+                          0.0, out=out, num_threads=t)
+    return run, sum(state.n_grad)
+
+
+class _Poisson:
+    """The Poisson loss as the GCP kernels know it (code and parameter of the loss table)."""
+    def __init__(self):
+        from ..._loss_table import LOSS_TABLE
+        self.code = next(code for name, code, *_ in LOSS_TABLE if name == "poisson")
+        self.param = 0.0
+
+
+_POISSON = None
+
+
+def gcp_step_costs(t):
+    """``(seconds per sample on one thread, seconds a step on t threads takes beyond a t-th
+    of its one-thread time)`` of GCP's compiled step loop (3 modes, rank 8), measured at
+    first use for this ``t``, then kept.  The loop runs all its steps in one parallel region,
+    so the second is what a step's two barriers and the uneven shares cost, not a region's
+    start."""
+    global _POISSON
+    t = int(t)
+    key = ("gcp", t)
+    cost = _COSTS.get(key)
+    if cost is None:
+        with _LOCK:
+            if _POISSON is None:
+                _POISSON = _Poisson()
+            run, ns = _gcp_calibration()
+            steps = 16
+            run(1, 2)
+            run(t, 2)
+            one, many = [], []
+            for _ in range(RUNS // 2):
+                one.append(_seconds(lambda: run(1, steps)) / steps)
+                many.append(_seconds(lambda: run(t, steps)) / steps)
+            one = float(np.percentile(one, PERCENTILE))
+            many = float(np.percentile(many, PERCENTILE))
+            cost = _COSTS[key] = (one / ns, max(0.0, many - one / t))
+    return cost
+
+
+def threads_for_gcp_steps(n_samples, nmodes, rank, num_threads):
+    """Threads worth GCP steps of ``n_samples`` samples over ``nmodes`` modes at ``rank``:
+    the most, up to ``num_threads`` (and the powers of two below it), whose shares of a step
+    each take at least :data:`SHARE_OVER_START` times what a step on that many threads costs
+    beyond them (:func:`gcp_step_costs`; a sample's work scaled from the calibration's 3 modes
+    and rank 8 by ``nmodes² rank``).  Decisions are kept."""
+    key = ("gcp", int(n_samples), int(nmodes), int(rank), int(num_threads))
+    try:
+        return _COSTS["decisions"][key]
+    except KeyError:
+        pass
+    n = int(num_threads)
+    choice = 1
+    if n > 1:
+        scale = max(1.0, (nmodes * nmodes * rank) / (3 * 3 * 8))
+        candidates = sorted({n} | {1 << k for k in range(1, n.bit_length()) if (1 << k) < n},
+                            reverse=True)
+        for t in candidates:
+            per_sample, extra = gcp_step_costs(t)
+            if n_samples * per_sample * scale / t >= SHARE_OVER_START * extra:
+                choice = t
+                break
+    _COSTS.setdefault("decisions", {})[key] = choice
+    return choice

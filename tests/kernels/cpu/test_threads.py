@@ -379,3 +379,41 @@ def test_measured_costs_are_positive_and_kept(monkeypatch):
     assert 0 <= r < 0.1
     assert pc.measured() == {"nonzero": a, "flop": f, ("region", 2): r}
     assert pc.region_cost(2) == r and pc.nonzero_cost() == a      # measured once
+
+
+def test_gcp_steps_weigh_a_step_against_its_measured_barriers(monkeypatch):
+    """GCP's step loop runs a step on t threads only when each share of its samples takes
+    SHARE_OVER_START times what a step on t threads costs beyond the shares (scaled from the
+    calibration's 3 modes and rank 8); the measured costs are positive and kept."""
+    from sktensor_fast.backends.cpu import gcp_ops
+    from sktensor_fast.backends.cpu import parallel_costs as pc
+    monkeypatch.setattr(gcp_ops, "MIN_SAMPLES_PER_THREAD", None)
+    monkeypatch.setattr(pc, "_COSTS", {("gcp", 2): (50e-9, 40e-6), ("gcp", 4): (50e-9, 80e-6)})
+    assert gcp_ops.step_threads(300, 5, 5, 2) == 1        # 300 x 50 ns x 1.74 / 2 < 80 us
+    assert gcp_ops.step_threads(2000, 5, 5, 2) == 2       # 2000 x 50 ns x 1.74 / 2 > 80 us
+    assert gcp_ops.step_threads(2000, 3, 8, 2) == 1       # a third of that work
+    assert gcp_ops.step_threads(10 ** 5, 3, 8, 4) == 4
+    assert gcp_ops.step_threads(10 ** 6, 3, 8, 1) == 1
+    monkeypatch.setattr(gcp_ops, "MIN_SAMPLES_PER_THREAD", 1000)
+    assert gcp_ops.step_threads(2500, 3, 8, 4) == 2       # the override: per 1000 samples
+    monkeypatch.setattr(pc, "_COSTS", {})
+    per_sample, extra = pc.gcp_step_costs(2)
+    assert 0 < per_sample < 1e-5 and 0 <= extra < 0.1
+    assert pc.gcp_step_costs(2) == (per_sample, extra)    # measured once
+
+
+def test_gcp_on_the_embedded_data_gives_one_model_on_one_and_two_threads():
+    """The same model at 1 and 2 threads (the step loop's results never depend on them; the
+    suite's override runs every thread asked for)."""
+    from sktensor_fast import GCP, num_threads
+    from sktensor_fast.backends.cpu import gcp_ops
+    from sktensor_fast.datasets import load_flights_routes
+    X = load_flights_routes().tensor
+    models = []
+    for t in (1, 2):
+        with num_threads(t):
+            est = GCP(loss="poisson", random_state=0, max_iter=2, epoch_iters=50).fit(X)
+        models.append(est.factors_)
+    for a, b in zip(*models):
+        np.testing.assert_array_equal(a, b)
+    assert gcp_ops.MIN_SAMPLES_PER_THREAD == 1   # the suite's override: every thread asked for
