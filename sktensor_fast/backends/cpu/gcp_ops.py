@@ -19,7 +19,8 @@ from ..gcp_plan import GcpState, bucket_layout, linear_index, loss_code, sampler
 from . import _gcp, _kernels, parallel_costs
 
 __all__ = ["CpuGcpKernels", "CpuGcpState", "setup", "sampled_gradient", "loss_estimate",
-           "full_loss_grad", "optimizer_update", "run_steps", "dense_mttkrp", "dense_model"]
+           "full_loss_grad", "optimizer_update", "run_steps", "dense_mttkrp", "dense_model",
+           "step_threads", "gcp_step_costs", "threads_for_gcp_steps"]
 
 #: below this much work a host-side kernel call runs on one thread (as in _gcp.pyx)
 _SERIAL_WORK = 131072
@@ -220,7 +221,7 @@ def step_threads(n_samples, nmodes, rank, num_threads):
         return 1
     if MIN_SAMPLES_PER_THREAD is not None:
         return max(1, min(n, int(n_samples) // MIN_SAMPLES_PER_THREAD))
-    return parallel_costs.threads_for_gcp_steps(n_samples, nmodes, rank, n)
+    return threads_for_gcp_steps(n_samples, nmodes, rank, n)
 
 
 def run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer, lower,
@@ -382,3 +383,106 @@ class CpuGcpKernels(GcpKernels):
                          int(factors[0].shape[1]), threads_for_load(get_num_threads()))
         return run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps,
                          optimizer, lower, active, out, deadline, clock, n)
+
+
+# ---------------------------------------------------------------------- thread costs
+
+class _CalibrationSgd:
+    """The least of an optimiser that :func:`.gcp_ops.run_steps` needs: plain SGD steps of a
+    tiny learning rate (the calibration's factors stay finite)."""
+    rule, moments, t = "sgd", [], 0
+
+    @staticmethod
+    def parameters():
+        return {"lr": 1e-9}
+
+    def advance(self, n):
+        self.t += n
+
+
+def _gcp_calibration():
+    """A function running ``steps`` GCP steps (Poisson loss, SGD, stratified samples: 512
+    nonzeros and 512 zeros a step) on a 3-way tensor of rank 8 on the threads it is given;
+    and the samples of a step."""
+    from ...tensor import SparseTensor
+    from .formats import build_format
+    rng = np.random.default_rng(0)
+    shape, R, nnz = (64, 64, 64), 8, 8 * parallel_costs._PART
+    subs = np.unique(rng.integers(0, 64, size=(int(nnz * 1.1), 3)), axis=0)[:nnz]
+    T = build_format(SparseTensor(subs, rng.integers(1, 5, len(subs)).astype(float), shape),
+                     "coo")
+    state = setup(T, "stratified", (512, 512), (16, 16), 0)
+    factors = [rng.random((n, R)) + 0.1 for n in shape]
+    out = [np.zeros_like(f) for f in factors]
+    weights = np.ones(R)
+
+    def run(t, steps):
+        run_steps(T, state, weights, factors, _POISSON, 1, 0, steps, _CalibrationSgd(), 0.0,
+                  out=out, num_threads=t)
+    return run, sum(state.n_grad)
+
+
+class _Poisson:
+    """The Poisson loss as the GCP kernels know it (code and parameter of the loss table)."""
+    def __init__(self):
+        from ..._loss_table import LOSS_TABLE
+        self.code = next(code for name, code, *_ in LOSS_TABLE if name == "poisson")
+        self.param = 0.0
+
+
+_POISSON = None
+
+
+def gcp_step_costs(t):
+    """``(seconds per sample on one thread, seconds a step on t threads takes beyond a t-th
+    of its one-thread time)`` of GCP's compiled step loop (3 modes, rank 8), measured at
+    first use for this ``t``, then kept.  The loop runs all its steps in one parallel region,
+    so the second is what a step's two barriers and the uneven shares cost, not a region's
+    start."""
+    global _POISSON
+    t = int(t)
+    key = ("gcp", t)
+    costs = parallel_costs._COSTS
+    cost = costs.get(key)
+    if cost is None:
+        with parallel_costs._LOCK:
+            if _POISSON is None:
+                _POISSON = _Poisson()
+            run, ns = _gcp_calibration()
+            steps = 16
+            run(1, 2)
+            run(t, 2)
+            one, many = [], []
+            seconds = parallel_costs._seconds
+            for _ in range(parallel_costs.RUNS // 2):
+                one.append(seconds(lambda: run(1, steps)) / steps)
+                many.append(seconds(lambda: run(t, steps)) / steps)
+            one = float(np.percentile(one, parallel_costs.PERCENTILE))
+            many = float(np.percentile(many, parallel_costs.PERCENTILE))
+            cost = costs[key] = (one / ns, max(0.0, many - one / t))
+    return cost
+
+
+def threads_for_gcp_steps(n_samples, nmodes, rank, num_threads):
+    """Threads worth GCP steps of ``n_samples`` samples over ``nmodes`` modes at ``rank``:
+    the most, up to ``num_threads`` (and the powers of two below it), whose shares of a step
+    each take at least :data:`~.parallel_costs.SHARE_OVER_START` times what a step on that
+    many threads costs beyond them (:func:`gcp_step_costs`; a sample's work scaled from the
+    calibration's 3 modes and rank 8 by ``nmodes² rank``).  Decisions are kept."""
+    key = ("gcp", int(n_samples), int(nmodes), int(rank), int(num_threads))
+    decisions = parallel_costs._COSTS.setdefault("decisions", {})
+    if key in decisions:
+        return decisions[key]
+    n = int(num_threads)
+    choice = 1
+    if n > 1:
+        scale = max(1.0, (nmodes * nmodes * rank) / (3 * 3 * 8))
+        candidates = sorted({n} | {1 << k for k in range(1, n.bit_length()) if (1 << k) < n},
+                            reverse=True)
+        for t in candidates:
+            per_sample, extra = gcp_step_costs(t)
+            if n_samples * per_sample * scale / t >= parallel_costs.SHARE_OVER_START * extra:
+                choice = t
+                break
+    decisions[key] = choice
+    return choice

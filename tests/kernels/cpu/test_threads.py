@@ -397,9 +397,10 @@ def test_gcp_steps_weigh_a_step_against_its_measured_barriers(monkeypatch):
     monkeypatch.setattr(gcp_ops, "MIN_SAMPLES_PER_THREAD", 1000)
     assert gcp_ops.step_threads(2500, 3, 8, 4) == 2       # the override: per 1000 samples
     monkeypatch.setattr(pc, "_COSTS", {})
-    per_sample, extra = pc.gcp_step_costs(2)
+    per_sample, extra = gcp_ops.gcp_step_costs(2)
     assert 0 < per_sample < 1e-5 and 0 <= extra < 0.1
-    assert pc.gcp_step_costs(2) == (per_sample, extra)    # measured once
+    assert gcp_ops.gcp_step_costs(2) == (per_sample, extra)    # measured once
+    assert pc.measured()[("gcp", 2)] == (per_sample, extra)
 
 
 def test_gcp_on_the_embedded_data_gives_one_model_on_one_and_two_threads():
