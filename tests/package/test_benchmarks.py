@@ -390,6 +390,26 @@ def test_cpapr_seeds_script_runs(capsys):
     assert n_inf == 0 and "| mu | 5 |" in out and "0 of 1 fits" in out
 
 
+def test_gcp_kernel_profile_and_device_fit_scripts_run():
+    """bench_gcp_kernels (in its own process: it makes every queue a profiling one) prints
+    each kernel of the fused steps with its device time; bench_gcp_fit_devices fits on the
+    OpenCL device and the CPU and gets the same loss."""
+    import subprocess
+    from _reference import checkout_env, opencl_backend_or_skip
+    opencl_backend_or_skip()
+    exp = ROOT / "benchmarks" / "experiments"
+    r = subprocess.run([sys.executable, str(exp / "bench_gcp_kernels.py"), "3000", "opencl"],
+                       capture_output=True, text=True, timeout=300, env=checkout_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    for name in ("gcp_draw_terms", "gcp_sort_pass", "gcp_run_sums", "gcp_run_join",
+                 "gcp_update_all"):
+        assert name in r.stdout, r.stdout
+    from benchmarks.experiments import bench_gcp_fit_devices
+    res = bench_gcp_fit_devices.main(["--nnz", "2000", "--shape", "40", "30", "20", "--rank",
+                                      "2", "--epochs", "1", "--device", "opencl"])
+    assert res["opencl"][1] == pytest.approx(res["cpu"][1], rel=1e-9)
+
+
 def test_gcp_steps_script_runs(tmp_path, capsys):
     """bench_gcp_steps times GCP steps on the OpenCL device and counts the launches: the
     fused steps take draw + terms, the sort's passes, the row sums and their join, and the
