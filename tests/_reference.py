@@ -141,3 +141,21 @@ class ScaledSquares:
 
     def deriv(self, x, m):
         return 2 * self.s * (m - x)
+
+
+def device_arrays(T):
+    """Every array of an OpenCL device tensor, on the host (chunk-interleaved copies at the places
+    of the nonzeros: the padding is not written)."""
+    out = {"subs0": T._subs0.get(), "vals0": T._vals0.get()}
+    for m in range(1, T.ndim):
+        out[f"order{m}"] = T.orders[m].get()
+    for m in range(T.ndim):
+        out[f"subs{m}_sorted"] = T.subs[m].get()
+        out[f"vals{m}_sorted"] = T.vals[m].get()
+    for (m, chunk), (s, v) in T.interleaved.items():
+        nch = -(-T.nnz // chunk)
+        k = np.arange(T.nnz)
+        pos = (k % chunk) * nch + k // chunk
+        out[f"interleaved{m}_subs"] = s.get()[pos]
+        out[f"interleaved{m}_vals"] = v.get()[pos]
+    return out

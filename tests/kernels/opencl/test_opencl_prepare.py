@@ -8,7 +8,7 @@ import pytest
 
 from sktensor_fast import CPALS, CPAPR, SparseTensor
 
-from _reference import random_sparse
+from _reference import device_arrays, random_sparse
 
 cl = pytest.importorskip("pyopencl")
 
@@ -115,24 +115,6 @@ def test_sort_program_builds_without_warnings(be, caplog):
 SHAPES = [(40, 7), (30, 20, 10), (6, 5, 4, 3, 5), (3, 1, 50), (50, 2000, 9)]
 
 
-def _device_arrays(T):
-    """Every array of the device tensor, on the host (chunk-interleaved copies at the places
-    of the nonzeros: the padding is not written)."""
-    out = {"subs0": T._subs0.get(), "vals0": T._vals0.get()}
-    for m in range(1, T.ndim):
-        out[f"order{m}"] = T.orders[m].get()
-    for m in range(T.ndim):
-        out[f"subs{m}_sorted"] = T.subs[m].get()
-        out[f"vals{m}_sorted"] = T.vals[m].get()
-    for (m, chunk), (s, v) in T.interleaved.items():
-        nch = -(-T.nnz // chunk)
-        k = np.arange(T.nnz)
-        pos = (k % chunk) * nch + k // chunk
-        out[f"interleaved{m}_subs"] = s.get()[pos]
-        out[f"interleaved{m}_vals"] = v.get()[pos]
-    return out
-
-
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("nnz", [0, 1, 3000])
 def test_prepare_every_way_gives_the_same_device_tensor(be, switches, shape, nnz):
@@ -147,7 +129,7 @@ def test_prepare_every_way_gives_the_same_device_tensor(be, switches, shape, nnz
             switches(pinned=pinned, device=device, stage=4100)
             T = be.prepare(X)
             assert T.upload_info == {"pinned": pinned and X.nnz > 0, "device_orders": device}
-            got = _device_arrays(T)
+            got = device_arrays(T)
             for m in range(1, len(shape)):
                 np.testing.assert_array_equal(got[f"order{m}"],
                                               np.argsort(X.subs[:, m], kind="stable"))

@@ -9,7 +9,7 @@ import pytest
 from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor
 from sktensor_fast._prepared import value_stats
 
-from _reference import random_sparse
+from _reference import device_arrays, random_sparse
 
 cl = pytest.importorskip("pyopencl")
 
@@ -37,24 +37,6 @@ def _host_stack(H, B):
     return SparseTensor._from_canonical(np.concatenate([H.subs, subs]),
                                         np.concatenate([H.vals, B.vals]),
                                         (H.shape[0] + B.shape[0],) + B.shape[1:])
-
-
-def _device_arrays(T):
-    """Every array of a device tensor, on the host (chunk-interleaved copies at the places of
-    the nonzeros: the padding is not written)."""
-    out = {"subs0": T._subs0.get(), "vals0": T._vals0.get()}
-    for m in range(1, T.ndim):
-        out[f"order{m}"] = T.orders[m].get()
-    for m in range(T.ndim):
-        out[f"subs{m}_sorted"] = T.subs[m].get()
-        out[f"vals{m}_sorted"] = T.vals[m].get()
-    for (m, chunk), (s, v) in T.interleaved.items():
-        nch = -(-T.nnz // chunk)
-        k = np.arange(T.nnz)
-        pos = (k % chunk) * nch + k // chunk
-        out[f"interleaved{m}_subs"] = s.get()[pos]
-        out[f"interleaved{m}_vals"] = v.get()[pos]
-    return out
 
 
 def _mixed(shape, nnz, seed, empty=()):
@@ -125,8 +107,8 @@ def test_device_window_equals_the_host_window(be, case):
     assert win.shape == ref.shape and win.nnz == ref.nnz and win.downloads == 0
     T = win._T
     assert T.upload_info["from_device"]
-    want = _device_arrays(be.prepare(ref))
-    have = _device_arrays(T)
+    want = device_arrays(be.prepare(ref))
+    have = device_arrays(T)
     assert have.keys() == want.keys()
     for k in want:
         np.testing.assert_array_equal(have[k], want[k], err_msg=k)
