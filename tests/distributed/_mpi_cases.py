@@ -433,6 +433,15 @@ def opencl_device_same_model():
     b = est.fit(Xd)
     assert_same_everywhere([b.weights_, *b.factors_])
     compare_models(a, b, "CPAPR mu on OpenCL")
+    # GCP: each process draws the samples it owns on the host and computes their gradient on
+    # its device; the one-process fit draws them on the device
+    for kw in (dict(loss="poisson"),
+               dict(loss="gaussian", sampler="semi-stratified", solver="adagrad")):
+        gcp = GCP(rank=3, random_state=0, max_iter=3, epoch_iters=20, device="opencl", **kw)
+        serial = GCP(**gcp.get_params()).fit(X)
+        dist = gcp.fit(Xd)
+        assert_same_everywhere([dist.weights_, *dist.factors_, dist.loss_history_])
+        compare_models(serial, dist, f"GCP {kw} on OpenCL")
     # each process's share streamed through its device in blocks (its memory capped)
     from sktensor_fast.backends import get_backend
     be = get_backend("opencl")

@@ -60,8 +60,9 @@ from ..gcp_dense import full_loss_grad as _host_full_loss_grad
 from ..gcp_plan import GcpState, bucket_layout, check_loss, loss_code, sampler_plan
 from .tensor import DeviceTensor, OpenCLTensor
 
-__all__ = ["OpenCLGcpKernels", "OpenCLGcpState", "step_key", "setup", "sampled_gradient",
-           "loss_estimate", "full_loss_grad", "optimizer_update", "draw"]
+__all__ = ["OpenCLGcpKernels", "OpenCLGcpState", "ExplicitSampleState", "step_key", "setup",
+           "sampled_gradient", "loss_estimate", "sample_gradient", "sample_loss",
+           "full_loss_grad", "optimizer_update", "draw"]
 
 # where the stratified sampler's zeros come from (the list of all zeros, computed from the
 # linear indices, or rejection) and how many rejections it tries is decided as on the CPU
@@ -357,6 +358,18 @@ class _RowSort:
         self.seg = RUN_SEGMENT
         self.nseg = max(1, -(-ns // self.seg))
         self._part = None
+        self.capacity = ns
+
+    def resize(self, ns):
+        """Sort ``ns`` samples (at most the ``ns`` it was built for) with the same buffers:
+        the tiles, count regions and segments of ``ns`` (the table is zero between steps
+        whatever their number, gcp_run_sums clearing the regions it used)."""
+        if ns > self.capacity:
+            raise ValueError(f"{ns} samples for a row sort of {self.capacity}")
+        N = self.dbits.size
+        self.ntiles = -(-ns // self.tile)
+        self.ncnt = self.npass * N * self.ntiles * self.bins
+        self.nseg = max(1, -(-ns // self.seg))
 
     def partials(self, be, N, R, dtype):
         """gcp_run_sums' pieces of the runs that span segments (kept between steps)."""
@@ -371,6 +384,19 @@ class _RowSort:
         if self.dirty:
             be.fill_zero(self.cnt)
             self.dirty = False
+
+
+def _work_buffers(be, N, dt, ns):
+    """The device arrays of a step of ``ns`` samples: coordinates, values, weights, correction
+    flags, model values, weighted derivatives and losses, and the loss's partial sums."""
+    import pyopencl.array as cla
+    q = be.queue
+    ns = max(int(ns), 1)
+    nch = -(-ns // _LOSS_CHUNK)
+    return {"subs": cla.empty(q, (ns, N), np.int32), "x": cla.empty(q, (ns,), dt),
+            "w": cla.empty(q, (ns,), dt), "corr": cla.empty(q, (ns,), np.int8),
+            "m": cla.empty(q, (ns,), dt), "y": cla.empty(q, (ns,), dt),
+            "f": cla.empty(q, (ns,), dt), "part": cla.empty(q, (nch,), dt)}
 
 
 class OpenCLGcpState(GcpState):
@@ -409,15 +435,8 @@ class OpenCLGcpState(GcpState):
 
     def work(self, ns):
         """Buffers of one gradient step (kept between steps)."""
-        import pyopencl.array as cla
         if self._work is None:
-            q, N, dt = self.backend.queue, self.T.ndim, self.dtype
-            nch = -(-ns // _LOSS_CHUNK)
-            self._work = {
-                "subs": cla.empty(q, (ns, N), np.int32), "x": cla.empty(q, (ns,), dt),
-                "w": cla.empty(q, (ns,), dt), "corr": cla.empty(q, (ns,), np.int8),
-                "m": cla.empty(q, (ns,), dt), "y": cla.empty(q, (ns,), dt),
-                "f": cla.empty(q, (ns,), dt), "part": cla.empty(q, (nch,), dt)}
+            self._work = _work_buffers(self.backend, self.T.ndim, self.dtype, ns)
         return self._work
 
     def row_sort(self, act):
@@ -712,6 +731,197 @@ def loss_estimate(be, T, state, weights, factors, loss):
     return _sum_chunks(be, T, s["f"], ns, s["part"])
 
 
+# ------------------------------------------------------------------ explicit samples
+class _Shape:
+    """The shape of the factors an explicit sample indexes and their dtype (what a step's
+    kernels need of a tensor)."""
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(int(n) for n in shape)
+        self.ndim = len(self.shape)
+        self.dtype = np.dtype(dtype)
+
+
+class _SampleCount:
+    def __init__(self):
+        self.n_samples = 0
+
+
+class ExplicitSampleState:
+    """The device buffers of :func:`sample_gradient` and :func:`sample_loss` for factors of
+    one shape and dtype, kept between calls (the distributed backend calls them at every
+    step, each process with the part of the draw it owns, a count that varies from step to
+    step): the buffers grow to the largest count seen (by a quarter more, in tiles of the row
+    sort) and serve every smaller one.  Stands in for :class:`OpenCLGcpState` in
+    :class:`_Step`."""
+
+    def __init__(self, be, shape, dtype):
+        self.backend = be
+        self.T = _Shape(shape, dtype)
+        self.dtype = np.dtype(dtype)
+        self.grad_sampler = _SampleCount()
+        self.capacity = 0
+        self._work = None
+        self._active = {}
+        self._sorts = {}
+        self._lam = (None, None)
+
+    active_buffer = OpenCLGcpState.active_buffer
+    lam_buffer = OpenCLGcpState.lam_buffer
+
+    def take(self, ns):
+        """Make the buffers ready for ``ns`` samples."""
+        self.grad_sampler.n_samples = ns
+        if ns > self.capacity:
+            tile = _SORT_WG * _SORT_PER
+            self.capacity = -(-(ns + ns // 4) // tile) * tile
+            self._work = None
+            self._sorts = {}
+        for rs in self._sorts.values():
+            rs.resize(ns)
+
+    def work(self, ns):
+        if self._work is None:
+            self._work = _work_buffers(self.backend, self.T.ndim, self.dtype, self.capacity)
+        return self._work
+
+    def row_sort(self, act):
+        rs = self._sorts.get(act)
+        if rs is None:
+            rs = _RowSort(self.backend, self.T, self.capacity, act)
+            self._sorts[act] = rs
+        rs.resize(self.grad_sampler.n_samples)
+        return rs
+
+    def upload(self, sample):
+        """Copy the sample ``(subs, x, w, corr)`` (host arrays) into the work buffers."""
+        subs, x, w, corr = sample
+        ns = int(np.shape(x)[0])
+        self.take(ns)
+        work = self.work(ns)
+        if ns:
+            be, dt = self.backend, self.dtype
+            for name, a in (("subs", np.asarray(subs).astype(np.int32)),
+                            ("x", np.asarray(x, dtype=dt)), ("w", np.asarray(w, dtype=dt)),
+                            ("corr", np.asarray(corr).astype(np.int8))):
+                be.cl.enqueue_copy(be.queue, work[name].data, np.ascontiguousarray(a))
+        return work, ns
+
+
+def _explicit_state(be, factors):
+    """The :class:`ExplicitSampleState` of factors of this shape and dtype on ``be``."""
+    import pyopencl.array as cla
+    f0 = factors[0]
+    dt = np.dtype(f0.dtype) if isinstance(f0, cla.Array) and f0.dtype in (np.float32,
+                                                                           np.float64) \
+        else np.dtype(np.float64)
+    key = (tuple(int(f.shape[0]) for f in factors), dt.str)
+    cache = be.__dict__.setdefault("_gcp_explicit", {})
+    st = cache.get(key)
+    if st is None:
+        if len(cache) >= 4:
+            cache.clear()
+        st = cache[key] = ExplicitSampleState(be, key[0], dt)
+    return st
+
+
+def _explicit_factors(be, factors, weights, dt):
+    """The factors as C-contiguous device arrays of ``dt``, the weights, the rank."""
+    import pyopencl.array as cla
+    R = int(factors[0].shape[1])
+    lam = _weights(weights, R)
+    out = []
+    for k, f in enumerate(factors):
+        if isinstance(f, cla.Array):
+            if f.context != be.ctx:
+                raise ValueError(f"factor {k} lives in another OpenCL context")
+            if not f.flags.c_contiguous:
+                raise ValueError(f"factor {k} must be C-contiguous")
+            out.append(f if f.dtype == dt else f.astype(dt))
+        else:
+            a = np.asarray(f)
+            if a.dtype.kind not in "fiub":
+                raise TypeError(f"factor {k} must hold real numbers, got dtype {a.dtype}")
+            out.append(be.asarray(np.ascontiguousarray(a, dtype=dt)))
+    return out, lam, R
+
+
+def sample_gradient(be, sample, weights, factors, loss, out=None, active=None,
+                    with_loss=False):
+    """:meth:`GcpKernels.sample_gradient` on the device: the sample is uploaded (its
+    coordinates as 32-bit integers), then the kernels of a drawn step from its model values
+    on (``gcp_terms``, the row sort, ``gcp_run_sums`` and ``gcp_run_join``, or the atomic
+    scatter); the loss of the sample is summed in one sequence, as the CPU's."""
+    import pyopencl.array as cla
+    N = len(factors)
+    st = _explicit_state(be, factors)
+    dt = st.dtype
+    facs, lam, R = _explicit_factors(be, factors, weights, dt)
+    act = tuple(active) if active is not None else (True,) * N
+    code, param = loss_code(check_loss(loss))
+    if out is None or any(not isinstance(g, cla.Array) or g.context != be.ctx
+                          or tuple(g.shape) != (st.T.shape[k], R) or g.dtype != dt
+                          or not g.flags.c_contiguous for k, g in enumerate(out)):
+        out = [be.zeros((st.T.shape[k], R), dt) for k in range(N)]
+    for k in range(N):
+        if act[k]:
+            be.fill_zero(out[k])
+    work, ns = st.upload(sample)
+    if ns == 0 or R == 0 or not any(act) and not with_loss:
+        return out, (0.0 if with_loss else None)
+    step = _Step(be, st.T, st, facs, st.lam_buffer(lam), act, R, code, param)
+    if step.sort is not None:
+        step.sort.clean(be)
+        step.sort.dirty = True
+    want = bool(with_loss) and code >= 0
+    be.launch(_kernel(be, dt, N, "gcp_terms"), (ns,), *step.terms(want))
+    f = None
+    if code < 0:   # a user-defined loss: its derivative in NumPy on the host
+        x, w = sample[1], sample[2]
+        corr = np.asarray(sample[3])
+        m = work["m"].get()[:ns].astype(np.float64)
+        y = _host_weights(loss, np.asarray(x, np.float64), np.asarray(w, np.float64), corr, m)
+        be.cl.enqueue_copy(be.queue, work["y"].data, np.ascontiguousarray(y, dtype=dt))
+        if with_loss:
+            f = float(np.sum(_host_weights(loss, np.asarray(x, np.float64),
+                                           np.asarray(w, np.float64), corr, m, deriv=False)))
+    elif with_loss:
+        f = _sum_chunks(be, st.T, work["f"], ns, work["part"], chunk=ns)
+    if step.sort is not None:
+        for p in range(step.sort.npass):
+            _kernel(be, dt, N, "gcp_sort_pass")(be.queue, *step.sort_geometry(),
+                                                *step.sort_pass(p))
+    be.launch(_kernel(be, dt, N, step.scatter_name()), step.scatter_size(), *step.scatter(out))
+    if not step.atomic:
+        be.launch(_kernel(be, dt, N, "gcp_run_join"), step.scatter_size(), *step.join(out))
+    if step.sort is not None:
+        step.sort.dirty = False
+    return out, f
+
+
+def sample_loss(be, sample, weights, factors, loss):
+    """:meth:`GcpKernels.sample_loss` on the device: ``gcp_sample_loss`` over the uploaded
+    sample, summed in chunks of 1024 samples as the CPU's."""
+    N = len(factors)
+    st = _explicit_state(be, factors)
+    dt = st.dtype
+    facs, lam, R = _explicit_factors(be, factors, weights, dt)
+    code, param = loss_code(check_loss(loss))
+    work, ns = st.upload(sample)
+    if ns == 0:
+        return 0.0
+    be.launch(_kernel(be, dt, N, "gcp_sample_loss"), (ns,), np.int64(ns), np.int32(R),
+              np.int32(code), dt.type(param), _buf(be, st.lam_buffer(lam)),
+              *[_buf(be, f) for f in facs], work["subs"].data, work["x"].data,
+              work["w"].data, work["corr"].data, work["m"].data, work["f"].data)
+    if code < 0:
+        m = work["m"].get()[:ns].astype(np.float64)
+        return float(np.sum(_host_weights(loss, np.asarray(sample[1], np.float64),
+                                          np.asarray(sample[2], np.float64),
+                                          np.asarray(sample[3]), m, deriv=False)))
+    return _sum_chunks(be, st.T, work["f"], ns, work["part"])
+
+
 # ------------------------------------------------------------------ exact loss and gradient
 class _HostNonzeros:
     """The nonzeros of a device tensor, downloaded once (for the dense exact loss)."""
@@ -928,6 +1138,13 @@ class OpenCLGcpKernels(GcpKernels):
 
     def _full_loss_grad(self, T, weights, factors, loss, mask, modes, need_grad):
         return full_loss_grad(self.backend, T, weights, factors, loss, mask, modes, need_grad)
+
+    def _sample_gradient(self, sample, weights, factors, loss, out, active, with_loss):
+        return sample_gradient(self.backend, sample, weights, factors, loss, out, active,
+                               with_loss)
+
+    def _sample_loss(self, sample, weights, factors, loss):
+        return sample_loss(self.backend, sample, weights, factors, loss)
 
     def _optimizer_update(self, rule, factors, grads, moments, coefficients, lower, active):
         return optimizer_update(self.backend, rule, factors, grads, moments, coefficients,

@@ -257,6 +257,54 @@ def test_optimizer_steps_equal_cpu(be, cpu, solver):
             np.testing.assert_allclose(b, a, rtol=1e-15, atol=0)
 
 
+@pytest.mark.parametrize("name", ["poisson", "gaussian", "user"])
+def test_explicit_samples_equal_cpu(be, cpu, name):
+    """``sample_gradient`` / ``sample_loss`` over explicit samples (what each process of a
+    distributed fit computes for the samples it owns): the CPU's gradient and losses, for
+    counts that grow and shrink from call to call (the device's buffers are reused), with
+    inactive modes, a reused ``out``, an empty sample and factors given as host arrays."""
+    class Squared:
+        lower = -np.inf
+
+        def value(self, x, m):
+            return (x - m) ** 2
+
+        def deriv(self, x, m):
+            return 2 * (m - x)
+
+    loss = get_loss(Squared()) if name == "user" else get_loss(name)
+    X, U = sparse_problem(shape=(9, 30, 5, 7), density=0.1, R=3)
+    Tc = cpu.prepare(X)
+    sc = cpu.gcp.setup(Tc, "semi-stratified", (500, 700), (50, 50), 1)
+    lam = np.array([1.0, 0.5, 2.0])
+    Ud = [be.asarray(u) for u in U]
+    out = None
+    for step, keep in enumerate([1200, 40, 1200, 3000, 7]):
+        full = cpu_ops.draw(sc.grad_sampler, _gcp.step_key(np.uint64(3), np.uint64(step)), 4)
+        # the part of a draw one process owns: some of the samples, in the draw's order
+        sample = tuple(a[:keep] for a in full)
+        gc, fc = cpu.gcp.sample_gradient(sample, lam, U, loss, with_loss=True)
+        go, fo = be.gcp.sample_gradient(sample, lam, Ud, loss, out=out, with_loss=True)
+        assert out is None or go is out
+        out = go
+        assert_close(host(be, go), gc)
+        assert fo == pytest.approx(fc, rel=1e-12)
+        assert be.gcp.sample_loss(sample, lam, Ud, loss) == pytest.approx(
+            cpu.gcp.sample_loss(sample, lam, U, loss), rel=1e-12)
+    act = [False, True, True, False]
+    marker = [be.asarray(np.full_like(u, 7.0)) for u in U]
+    go, f = be.gcp.sample_gradient(sample, lam, U, loss, out=marker, active=act)
+    gc, _ = cpu.gcp.sample_gradient(sample, lam, U, loss, active=act)
+    assert go is marker and f is None
+    got = host(be, go)
+    assert np.all(got[0] == 7.0) and np.all(got[3] == 7.0)
+    assert_close(got[1:3], gc[1:3])
+    empty = tuple(a[:0] for a in sample)
+    go, f = be.gcp.sample_gradient(empty, lam, Ud, loss, out=out, with_loss=True)
+    assert f == 0.0 and not any(g.any() for g in host(be, go))
+    assert be.gcp.sample_loss(empty, lam, Ud, loss) == 0.0
+
+
 def test_user_defined_loss_takes_the_host_fallback(be, cpu):
     class Squared:
         lower = -np.inf
