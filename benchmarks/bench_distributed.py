@@ -57,6 +57,9 @@ def bytes_model(shape, R, P, algo, n_inner=0, own=None):
 
     ``own``: rows this process owns per mode (default: the mean ``I_n / P``)."""
     N = len(shape)
+    if algo == "gcp":
+        # every step sums the processes' gradients of every factor: not modelled here
+        return {"rows": None, "reduce": None, "total": None}
     if own is None:
         rows = sum(I * (P - 1) / P for I in shape)
     else:
@@ -154,7 +157,7 @@ def _rss_mb():
 
 def worker(cfg, out):
     from mpi4py import MPI
-    from sktensor_fast import CPALS, CPAPR
+    from sktensor_fast import CPALS, CPAPR, GCP
     from sktensor_fast.distributed import scatter
     comm = MPI.COMM_WORLD
     rank, P = comm.Get_rank(), comm.Get_size()
@@ -184,10 +187,14 @@ def worker(cfg, out):
             time.sleep(0.002)
 
     for algo in cfg["algos"]:
-        Est = CPALS if algo == "cpals" else CPAPR
+        Est = {"cpals": CPALS, "cpapr": CPAPR, "gcp": GCP}[algo]
         params = dict(rank=R, random_state=0, tol=0, device=cfg["device"])
         if algo == "cpapr":
             params["max_inner_iter"] = 10
+        if algo == "gcp":
+            # an iteration is an epoch of ``gcp_steps`` Adam steps (Poisson loss, the
+            # default samples)
+            params.update(loss="poisson", epoch_iters=cfg.get("gcp_steps", 100))
         # the time of an iteration is the difference between a fit of 1 + iters iterations
         # and one of 1 (so that building the formats, the start and the end cancel out);
         # the distributed fit and the one-process fit (process 0 alone, the others idle)
@@ -242,6 +249,8 @@ def worker(cfg, out):
             "mpi_s_per_iter": {k: v[1] for k, v in per.items()},
             "model_bytes": bytes_model(shape, R, P, algo, n_inner, own),
         })
+        if cfg.get("timeline"):
+            entry["timeline"] = _timeline(comm, Xd, Est, params)
         res["fits"][algo] = entry
     # collective micro-benchmark: what owner-computes moves vs a reduction of partial rows
     coll = []
@@ -275,6 +284,60 @@ def worker(cfg, out):
     if rank == 0:
         with open(out, "w") as f:
             json.dump(everyone, f)
+
+
+def _timeline(comm, Xd, Est, params):
+    """One fit of three iterations with every call of the distributed backend timed
+    (``benchmarks/timeline.py``): the events of the second iteration, per name and mode by
+    mode, and the fit's wall time with and without the timing."""
+    import warnings
+    from benchmarks import timeline
+    (_, dist), = Xd._backends.values()
+    comm.Barrier()
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Est(max_iter=3, **params).fit(Xd)
+    comm.Barrier()
+    plain = time.perf_counter() - t
+    rec, restore = timeline.record(dist)
+    try:
+        comm.Barrier()
+        t = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            Est(max_iter=3, **params).fit(Xd)
+        comm.Barrier()
+        timed = time.perf_counter() - t
+    finally:
+        restore()
+    its = rec.iterations()
+    it = its[1] if len(its) > 2 else its[-1]
+    return {"fit_s": plain, "fit_timed_s": timed, "iterations_seen": len(its),
+            "iteration_ms": sum(e[3] for e in it) * 1e3,
+            "events": timeline.summary(it), "modes": timeline.by_mode(it)}
+
+
+def print_timelines(jobs, algo):
+    """The second iteration's events on process 0 of every job, per name (ms, exclusive)."""
+    for job in jobs:
+        tl = job[0]["fits"][algo].get("timeline")
+        if not tl:
+            continue
+        P = job[0]["P"]
+        print(f"\n#### {algo}, P = {P}: one iteration, every call timed (process 0; sum "
+              f"{tl['iteration_ms']:.2f} ms; fit of 3 iterations {tl['fit_s']:.3f} s, "
+              f"{tl['fit_timed_s']:.3f} s timed)\n")
+        print("| event | mode | calls | ms |")
+        print("|---|---|---|---|")
+        for r in tl["events"]:
+            if r["ms"] >= 0.01:
+                mode = "" if r["mode"] is None else r["mode"]
+                print(f"| {r['event']} | {mode} | {r['calls']} | {r['ms']:.3f} |")
+        print("\nmode by mode: " + "; ".join(
+            f"mode {m['mode']}: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(
+                m["ms"].items(), key=lambda kv: -kv[1]) if v >= 0.05)
+            for m in tl["modes"]))
 
 
 # ---------------------------------------------------------------------------------- driver
@@ -323,9 +386,9 @@ def summarise(jobs, algo):
         rows.append({"P": P, "nnz": job[0]["nnz"], "iter_s": t, "serial_iter_s": one,
                      "speedup": one / t if one else None,
                      "MB_recv_per_iter": [g / 1e6 for g in got],
-                     "MB_model_per_iter": [m / 1e6 for m in model],
-                     "measured_over_model": max((g / m if m else 1.0)
-                                                for g, m in zip(got, model)),
+                     "MB_model_per_iter": [None if m is None else m / 1e6 for m in model],
+                     "measured_over_model": None if None in model else max(
+                         (g / m if m else 1.0) for g, m in zip(got, model)),
                      "mpi_s_per_iter": mpi, "score": e0["score"],
                      "share_MB": [r["share_MB"] for r in job],
                      "max_rss_MB": [r["max_rss_MB"] for r in job]})
@@ -341,8 +404,8 @@ def print_table(title, rows, weak):
     for r in rows:
         one = f"{r['serial_iter_s']:.4f}" if r["serial_iter_s"] else ""
         sp = f"{r['speedup']:.2f}x" if r["speedup"] else ""
-        mb = ", ".join(f"{g:.3f} / {m:.3f}" for g, m in zip(r["MB_recv_per_iter"],
-                                                           r["MB_model_per_iter"]))
+        mb = ", ".join(f"{g:.3f} / " + ("n/a" if m is None else f"{m:.3f}")
+                       for g, m in zip(r["MB_recv_per_iter"], r["MB_model_per_iter"]))
         share = ", ".join(f"{m:.0f}" for m in r["share_MB"])
         print(f"| {r['P']} | {r['nnz']} | {r['iter_s']:.4f} | {one} | {sp} | {mb} | "
               f"{r['mpi_s_per_iter']:.5f} | {share} |")
@@ -359,8 +422,12 @@ def main(argv=None):
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3, help="best of this many timings")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also time every call of one iteration (benchmarks/timeline.py)")
+    ap.add_argument("--gcp-steps", type=int, default=100,
+                    help="GCP: Adam steps per epoch (an iteration of the tables)")
     ap.add_argument("--algos", nargs="+", default=["cpals", "cpapr"],
-                    choices=["cpals", "cpapr"])
+                    choices=["cpals", "cpapr", "gcp"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="OpenMP threads per process")
     ap.add_argument("--weak", action="store_true", help="weak scaling only")
@@ -387,6 +454,7 @@ def main(argv=None):
         for key, run in rep["runs"].items():
             for a, rows in run["tables"].items():
                 print_table(f"{a} {key} scaling", rows, key == "weak")
+                print_timelines(run["jobs"], a)
             print("\n| P | mode | rows | MB | Allgatherv ms | Allreduce ms | rows exchange (used) ms |"
                   "\n|---|---|---|---|---|---|---|")
             for job in run["jobs"]:
@@ -432,7 +500,7 @@ def main(argv=None):
         cfg = {"shape": list(shape), "nnz": args.nnz, "rank": args.rank, "iters": args.iters,
                "repeat": args.repeat,
                "algos": args.algos, "device": args.device, "threads": args.threads,
-               "weak": weak}
+               "weak": weak, "timeline": args.timeline, "gcp_steps": args.gcp_steps}
         jobs = [run_job(P, cfg, tmp) for P in args.procs]
         key = "weak" if weak else "strong"
         report["runs"][key] = {"jobs": jobs,
@@ -441,6 +509,7 @@ def main(argv=None):
             print_table(f"{a} {key} scaling, shape {shape}, R={args.rank}, "
                         f"{args.threads} thread(s) per process, device {args.device}",
                         report["runs"][key]["tables"][a], weak)
+            print_timelines(jobs, a)
         print("\ncollectives (process 0, best of 5): mode, rows, MB, Allgatherv, Allreduce, "
               "the rows exchange the backend uses")
         for job in jobs:

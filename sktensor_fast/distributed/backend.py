@@ -227,12 +227,45 @@ class DistributedBackend(Backend):
                 a.full, a.part, a.view = full, full[L.lo:L.hi], True
             self.channel.allgather_rows(a.full, L.counts, L.displs)
         else:
-            h = np.empty(a.shape, dtype=a.dtype)
-            h[L.lo:L.hi] = self.local.to_numpy(a.part)
+            # the own rows down into a host buffer kept for the shape (page-locked on a GPU),
+            # the others' rows from them, the whole array up
+            h = self._host_buffer(a.shape, a.dtype)
+            self._download(a.part, h[L.lo:L.hi])
             self.channel.allgather_rows(h, L.counts, L.displs)
-            a.full = self.local.asarray(h)
+            a.full = self._upload(h)
         a.full_ok = True
         return a.full
+
+    def _host_buffer(self, shape, dtype):
+        """A host array of ``shape`` kept for the row exchanges of device arrays (one per
+        shape and dtype: the exchanges of a fit take turns with it)."""
+        key = (tuple(shape), np.dtype(dtype).str)
+        bufs = self.__dict__.setdefault("_host_bufs", {})
+        h = bufs.get(key)
+        if h is None:
+            make = getattr(self.local, "host_buffer", None)
+            h = make(shape, dtype) if make is not None else np.empty(shape, dtype=dtype)
+            bufs[key] = h
+        return h
+
+    def _download(self, a, out):
+        down = getattr(self.local, "download_into", None)
+        if down is not None:
+            down(a, out)
+        else:
+            out[...] = self.local.to_numpy(a)
+
+    def _upload(self, h):
+        up = getattr(self.local, "upload_from", None)
+        return up(h) if up is not None else self.local.asarray(h.copy())
+
+    def _take_rows(self, full, L):
+        """Rows ``L.lo:L.hi`` of a whole device array, copied on the device where the
+        process's backend can."""
+        take = getattr(self.local, "take_rows", None)
+        if take is not None:
+            return take(full, L.lo, L.hi)
+        return self.local.asarray(self.local.to_numpy(full)[L.lo:L.hi])
 
     def _part(self, a, layout):
         """The current rows of ``layout`` of ``a`` (gathering first if ``a`` holds the rows of
@@ -247,7 +280,7 @@ class DistributedBackend(Backend):
         elif layout.whole:
             a.part, a.view = a.full, True
         else:
-            a.part = self.local.asarray(self.local.to_numpy(a.full)[layout.lo:layout.hi])
+            a.part = self._take_rows(a.full, layout)
             a.view = False
         a.layout = layout
         a.part_ok = True
@@ -410,7 +443,7 @@ class DistributedBackend(Backend):
     def _rows(self, full, L):
         if self.host or L.whole:
             return full[L.lo:L.hi] if self.host else full
-        return self.local.asarray(self.local.to_numpy(full)[L.lo:L.hi])
+        return self._take_rows(full, L)
 
     # ------------------------------------------------------------------ small dense steps
     def gram(self, A):

@@ -32,6 +32,11 @@ __all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError", "DeviceUnusableErro
            "OpenCLAprKernels"]
 
 
+class _HostBuffer(np.ndarray):
+    """A host array in mapped page-locked memory, holding the OpenCL buffer it maps."""
+    buffer = None
+
+
 class OpenCLBackend(SparseKernels, DenseSteps, Backend):
     """Kernels written in OpenCL C, run through PyOpenCL on any vendor's device."""
 
@@ -257,6 +262,57 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         import pyopencl.array as cla
         a = cla.empty(self.queue, shape, dtype=self._check_dtype(dtype), allocator=self.allocator)
         return self.fill_zero(a)
+
+    # --- rows of device matrices (the distributed backend's exchanges of factor rows) ---
+    def take_rows(self, a, lo, hi):
+        """Rows ``lo:hi`` of the C-contiguous device matrix ``a``, copied on the device into
+        a new array."""
+        import pyopencl.array as cla
+        lo, hi = int(lo), int(hi)
+        out = cla.empty(self.queue, (hi - lo,) + tuple(a.shape[1:]), dtype=a.dtype,
+                        allocator=self.allocator)
+        if out.nbytes:
+            row = a.nbytes // max(int(a.shape[0]), 1)
+            self.cl.enqueue_copy(self.queue, out.data, a.data, byte_count=out.nbytes,
+                                 src_offset=lo * row)
+        return out
+
+    def host_buffer(self, shape, dtype):
+        """An uninitialised host array that transfers read and write at the bus's speed
+        (page-locked: a ``CL_MEM_ALLOC_HOST_PTR`` buffer, mapped; plain memory if the driver
+        refuses).  The caller keeps it for reuse."""
+        cl = self.cl
+        nbytes = max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
+        if self.is_gpu:
+            try:
+                buf = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR,
+                                nbytes)
+                arr, _ = cl.enqueue_map_buffer(self.queue, buf,
+                                               cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                               tuple(shape), dtype, is_blocking=True)
+                out = arr.view(_HostBuffer)
+                out.buffer = buf          # the mapped memory lives as long as the array
+                return out
+            except (cl.Error, AttributeError):
+                pass
+        return np.empty(shape, dtype=dtype)
+
+    def download_into(self, a, out):
+        """Copy the device array ``a`` into the C-contiguous host array ``out`` (its size);
+        returns when the copy is done."""
+        if a.nbytes != out.nbytes:
+            raise ValueError(f"{a.nbytes} device bytes into a host array of {out.nbytes}")
+        if out.nbytes:
+            self.cl.enqueue_copy(self.queue, out, a.data, is_blocking=True)
+        return out
+
+    def upload_from(self, host, dtype=None):
+        """A new device array holding the C-contiguous host array ``host``."""
+        import pyopencl.array as cla
+        out = cla.empty(self.queue, host.shape, dtype=host.dtype, allocator=self.allocator)
+        if out.nbytes:
+            self.cl.enqueue_copy(self.queue, out.data, host, is_blocking=True)
+        return out
 
     # --- CP-APR primitives: backend.apr (apr.py; the row solvers are in cpapr_rows.py) ---
     def _make_apr_kernels(self):
