@@ -161,6 +161,10 @@ def worker(cfg, out):
     from sktensor_fast.distributed import scatter
     comm = MPI.COMM_WORLD
     rank, P = comm.Get_rank(), comm.Get_size()
+    if cfg.get("pageable"):
+        # the rows exchanges of device arrays through plain (pageable) host memory
+        from sktensor_fast.backends.opencl.backend import OpenCLBackend
+        OpenCLBackend.host_buffer = lambda self, shape, dtype: np.empty(shape, dtype)
     shape = tuple(cfg["shape"])
     nnz = cfg["nnz"] * (P if cfg["weak"] else 1)
     X = X1 = None
@@ -424,6 +428,9 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3, help="best of this many timings")
     ap.add_argument("--timeline", action="store_true",
                     help="also time every call of one iteration (benchmarks/timeline.py)")
+    ap.add_argument("--pageable", action="store_true",
+                    help="device fits: exchange factor rows through plain host memory instead "
+                         "of page-locked buffers (for comparison)")
     ap.add_argument("--gcp-steps", type=int, default=100,
                     help="GCP: Adam steps per epoch (an iteration of the tables)")
     ap.add_argument("--algos", nargs="+", default=["cpals", "cpapr"],
@@ -500,7 +507,8 @@ def main(argv=None):
         cfg = {"shape": list(shape), "nnz": args.nnz, "rank": args.rank, "iters": args.iters,
                "repeat": args.repeat,
                "algos": args.algos, "device": args.device, "threads": args.threads,
-               "weak": weak, "timeline": args.timeline, "gcp_steps": args.gcp_steps}
+               "weak": weak, "timeline": args.timeline, "gcp_steps": args.gcp_steps,
+               "pageable": args.pageable}
         jobs = [run_job(P, cfg, tmp) for P in args.procs]
         key = "weak" if weak else "strong"
         report["runs"][key] = {"jobs": jobs,

@@ -5,7 +5,7 @@ the same steps compiled, in one call per factor update).
 """
 import numpy as np
 
-__all__ = ["hadamard_except", "inverse_gram"]
+__all__ = ["hadamard_except", "inverse_gram", "als_weights"]
 
 
 def hadamard_except(grams, skip):
@@ -49,3 +49,14 @@ def inverse_gram(Y):
 
 #: the message of the FloatingPointError of a Gram matrix with NaN or infinite values
 DIVERGED = "the Gram matrix holds NaN or infinite values; the iteration diverged"
+
+
+def als_weights(stat, first):
+    """CP-ALS's column weights and the scales that divide the columns by them, from the
+    column statistics of the new factor: sums of squares on the ``first`` iteration (the
+    weights are the 2-norms), else the largest magnitudes (the weights are those but at least
+    1).  Columns of weight 0 keep scale 1."""
+    stat = np.asarray(stat, dtype=np.float64)
+    weights = np.sqrt(stat) if first else np.maximum(stat, 1.0)
+    scale = np.where(weights > 0, 1.0 / np.where(weights > 0, weights, 1), 1.0)
+    return weights, scale

@@ -469,6 +469,33 @@ class DistributedBackend(Backend):
         self._wrote_part(out)
         return out
 
+    def als_update(self, M, grams, mode, first=False):
+        """CP-ALS's update (:meth:`Backend.als_update`): by the process's backend when this
+        process holds the whole matrix; else on the own rows, with the column statistics and
+        the Gram matrix of the own rows reduced over the processes together where the
+        process's backend computes them in one pass (``als_partials``)."""
+        M = self._darray(M)
+        if M.full_ok or (M.layout is not None and M.layout.whole and M.part_ok):
+            U, w, g = self.local.als_update(M.full if M.full_ok else M.part, grams, mode,
+                                            first)
+            return self._new(tuple(U.shape), U.dtype, full=U), w, g
+        partials = getattr(self.local, "als_partials", None)
+        if partials is None:
+            return super().als_update(M, grams, mode, first)
+        from ..backends.gram import als_weights, hadamard_except, inverse_gram
+        U = self.matmul_small(M, inverse_gram(hadamard_except(grams, mode)))
+        stat, G = partials(U.part, first)
+        R = G.shape[0]
+        if first:
+            both = self.channel.sum(np.concatenate([stat, G.reshape(-1)]))
+            stat, G = both[:R], both[R:].reshape(R, R)
+        else:
+            stat, G = self.channel.max(stat), self.channel.sum(G)
+        weights, scale = als_weights(stat, first)
+        self.local.scale_columns(U.part, scale)
+        self._wrote_part(U)
+        return U, weights, G * scale[:, None] * scale[None, :]
+
     def column_norms(self, A, ord=2):
         A = self._darray(A)
         if A.full_ok:

@@ -35,32 +35,85 @@ class DenseSteps:
         nblocks = int(min(max(1, I // 64), 256))
         return nblocks, -(-I // nblocks)
 
-    def _finish(self, partial, nblocks, K, op, dtype):
-        out = self.zeros((K,), dtype)
+    def _empty(self, shape, dtype):
+        import pyopencl.array as cla
+        return cla.empty(self.queue, shape, dtype=dtype, allocator=self.allocator)
+
+    def _upload_async(self, host, dtype):
+        """A device copy of the small host array ``host``, enqueued without waiting (the
+        transfer's event keeps ``host`` alive until the copy is done)."""
+        h = np.ascontiguousarray(host, dtype=dtype)
+        out = self._empty(h.shape, h.dtype)
+        if h.nbytes:
+            self.cl.enqueue_copy(self.queue, out.data, h, is_blocking=False)
+        return out
+
+    def _finish_dev(self, partial, nblocks, K, op, dtype):
+        out = self._empty((K,), dtype)
         self.launch(self.dense_kernel(dtype, "finish_partial"), (K,), np.int32(nblocks),
                     np.int32(K), np.int32(op), partial.data, out.data)
-        return out.get().astype(np.float64)
+        return out
 
-    def _cross(self, A, C):
+    def _finish(self, partial, nblocks, K, op, dtype):
+        return self._finish_dev(partial, nblocks, K, op, dtype).get().astype(np.float64)
+
+    def _cross_dev(self, A, C):
         I, R = A.shape
         nblocks, rpb = self._blocks(I)
-        partial = self.zeros((nblocks, R * R), A.dtype)
         if I:
+            partial = self._empty((nblocks, R * R), A.dtype)
             self.launch(self.dense_kernel(A.dtype, "cross_partial"), (R * R, nblocks), np.int64(I),
                         np.int32(R), np.int64(rpb), A.data, C.data, partial.data)
-        return self._finish(partial, nblocks, R * R, 0, A.dtype).reshape(R, R)
+        else:
+            partial = self.zeros((nblocks, R * R), A.dtype)
+        return self._finish_dev(partial, nblocks, R * R, 0, A.dtype)
+
+    def _cross(self, A, C):
+        R = A.shape[1]
+        return self._cross_dev(A, C).get().astype(np.float64).reshape(R, R)
 
     def gram(self, A):
         return self._cross(A, A)
 
-    def _column(self, A, C, op):
+    def _column_dev(self, A, C, op):
         I, R = A.shape
         nblocks, rpb = self._blocks(I)
-        partial = self.zeros((nblocks, R), A.dtype)
         if I:
+            partial = self._empty((nblocks, R), A.dtype)
             self.launch(self.dense_kernel(A.dtype, "column_partial"), (R, nblocks), np.int64(I),
                         np.int32(R), np.int64(rpb), np.int32(op), A.data, C.data, partial.data)
-        return self._finish(partial, nblocks, R, op, A.dtype)
+        else:
+            partial = self.zeros((nblocks, R), A.dtype)
+        return self._finish_dev(partial, nblocks, R, op, A.dtype)
+
+    def _column(self, A, C, op):
+        return self._column_dev(A, C, op).get().astype(np.float64)
+
+    def als_update(self, M, grams, mode, first=False):
+        """CP-ALS's update of a factor (see :meth:`Backend.als_update`) with one wait for the
+        device: the product with the inverse, the column norms and the Gram matrix of the
+        product are enqueued together and come back in one download; the columns are then
+        scaled on the device and the Gram matrix of the scaled factor is ``S G S`` (S the
+        scales), formed on the host."""
+        from ..gram import als_weights, hadamard_except, inverse_gram
+        U = self.matmul_small(M, inverse_gram(hadamard_except(grams, mode)))
+        stat, G = self.als_partials(U, first)
+        weights, scale = als_weights(stat, first)
+        self.scale_columns(U, scale)
+        return U, weights, G * scale[:, None] * scale[None, :]
+
+    def als_partials(self, U, first):
+        """``(column sums of squares (first) or largest magnitudes, UᵀU)`` of the device
+        matrix ``U``, float64 host arrays, computed together and brought back in one
+        download."""
+        R = int(U.shape[1])
+        stat_d = self._column_dev(U, U, 0 if first else 1)
+        gram_d = self._cross_dev(U, U)
+        stat = np.empty(R, dtype=U.dtype)
+        G = np.empty(R * R, dtype=U.dtype)
+        self.cl.enqueue_copy(self.queue, stat, stat_d.data, is_blocking=False)
+        self.cl.enqueue_copy(self.queue, G, gram_d.data, is_blocking=True)
+        return stat.astype(np.float64), G.astype(np.float64).reshape(R, R)
 
     def column_norms(self, A, ord=2):
         if ord == 2:
@@ -78,9 +131,9 @@ class DenseSteps:
         I, R = A.shape
         M = np.ascontiguousarray(M, dtype=A.dtype)
         Q = M.shape[1]
-        out = self.zeros((I, Q), A.dtype)
+        out = self._empty((I, Q), A.dtype)
         if I:
-            Md = self.asarray(M)
+            Md = self._upload_async(M, A.dtype)
             self.launch(self.dense_kernel(A.dtype, "matmul_small"), (Q, I), np.int64(I),
                         np.int32(R), np.int32(Q), A.data, Md.data, out.data)
         return out
@@ -88,7 +141,7 @@ class DenseSteps:
     def scale_columns(self, A, s):
         I, R = A.shape
         if I:
-            sd = self.asarray(np.asarray(s), dtype=A.dtype)
+            sd = self._upload_async(np.asarray(s), A.dtype)
             self.launch(self.dense_kernel(A.dtype, "scale_columns"), (R, I), np.int64(I),
                         np.int32(R), A.data, sd.data)
         return A
