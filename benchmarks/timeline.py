@@ -15,7 +15,7 @@ import time
 from collections import defaultdict
 
 #: methods of the distributed backend, of its ``apr`` and ``gcp`` objects and of its channel
-BACKEND = ("_mttkrp", "_phi", "_full", "_download", "_upload", "_take_rows", "gram",
+BACKEND = ("_mttkrp", "_phi", "_full", "_download", "_upload", "_take_rows", "als_update", "gram",
            "matmul_small", "column_norms", "scale_columns", "inner", "_poisson_data_term",
            "_model_zero_count")
 APR = ("_shift_inadmissible", "_kkt_violation", "_multiply_", "_mu_rows_", "_row_solve")
