@@ -72,6 +72,7 @@ import numpy as np
 
 from ...._threads import get_num_threads
 from .coo import CooFormat, useful_threads
+from .fibers import TinyFibers, fiber_modes
 
 try:
     from .. import _alto, _kernels
@@ -305,6 +306,8 @@ class AltoFormat:
         n = (self.lin.nbytes + self.sorted_vals.nbytes + self.parts.nbytes
              + self.part_min.nbytes + self.part_max.nbytes)
         n += sum(f.nbytes for f in self._shared.values())
+        if self.__dict__.get("_fibers") is not None:
+            n += self._fibers.nbytes
         n += sum(a.nbytes for plan in self._plans.values() for a in plan)
         if self._work is not None:
             n += self._work.nbytes
@@ -393,6 +396,9 @@ class AltoFormat:
             raise ValueError(f"conflict must be 'buffer' or 'compact', got {how!r}")
         R = out.shape[1]
         nt = self.threads_for(num_threads, R)
+        fibers = self.fibers() if conflict is None and self.conflict == "auto" else None
+        if fibers is not None:
+            return fibers.accumulate(factors, mode, out, B, eps, nt)
         plan = self.compact_plan(mode) if how == "compact" else None
         lanes = self.lanes_for(mode, R, how)
         waves, need = self.buffer_waves(mode, R, nt, how, lanes)
@@ -431,6 +437,16 @@ class AltoFormat:
             bounds.append(len(spans))
             cache[key] = (np.asarray(bounds, dtype=np.int64), max(need, size))
         return cache[key]
+
+    def fibers(self):
+        """The :class:`.fibers.TinyFibers` of this tensor when it has two tiny modes and long
+        fibers (:func:`.fibers.fiber_modes`), which MTTKRP and Φ then use; else None.  Built
+        on first use and kept."""
+        if "_fibers" not in self.__dict__:
+            modes = fiber_modes(self.shape, self.nnz)
+            self._fibers = None if modes is None else TinyFibers(self.subs, self.vals,
+                                                                 self.shape, modes)
+        return self._fibers
 
     def kruskal_values(self, weights, factors, num_threads=1):
         """Model values at the nonzeros, in ALTO order (aligned with ``sorted_vals``)."""
