@@ -60,6 +60,12 @@ typedef struct {
     const int32_t *slot;      /* compact path: per nonzero, its row's index in its
                                  partition's compact buffer, -1 for a row the partition
                                  owns (written in place); NULL otherwise */
+    int pf;                   /* software-prefetch distance (nonzeros ahead) of the 3- to
+                                 5-way kernels; 0: none (factors that stay in cache) */
+    int64_t lane_mask;        /* buffer path: nonzero j of a partition starting at s adds
+                                 into lane (j - s) & lane_mask of the partition's buffer, */
+    int64_t lane_stride;      /* lanes lane_stride entries apart (lane_mask + 1 lanes, a
+                                 power of two; 0 and 0: one lane) */
 } sktf_alto_job;
 
 static int sktf_use_pext = 0;
@@ -352,7 +358,7 @@ ATTR static void FN(const sktf_alto_job *jb, int64_t s, int64_t e, T *buf,      
             w = SKTF_PHI_WEIGHT(w, dot, eps);                                             \
         }                                                                                 \
         if (buf) {                                                                        \
-            T *d = buf + (row - buf_lo) * (RR);                                           \
+            T *d = buf + (row - buf_lo) * (RR) + ((j - s) & jb->lane_mask) * jb->lane_stride; \
             SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * pi[r];               \
         } else {                                                                          \
             T *d = (slot && slot[j] >= 0) ? cb + (int64_t) slot[j] * (RR) : out + row * (RR); \
@@ -388,9 +394,12 @@ ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_
     }                                                                                     \
 }
 
-/* software prefetch, SKTF_PF_DIST nonzeros ahead, of the rows a nonzero will touch */
+/* software prefetch, SKTF_PF_DIST nonzeros ahead, of the rows a nonzero will touch: the
+   distance of each call is jb->pf, which the caller sets to sktf_pf_dist, or to 0 where the
+   rows the kernel reads stay in cache (there the decoding ahead and the prefetch
+   instructions cost more than they save) */
 static int sktf_pf_dist = 24;
-#define SKTF_PF_DIST sktf_pf_dist
+#define SKTF_PF_DIST pf_
 
 /* Decoders of nonzero J: its coordinates in the modes ko[0..NO-1] into CO[0..NO-1] and,
    where mode >= 0, in mode `mode` into ROW; SETUP(NM, NO) once per call.  The pext
@@ -409,7 +418,7 @@ static int sktf_pf_dist = 24;
 #define SKTF_DN_PEXT1(NM, NO, J, CO, ROW)                                                 \
     { const uint64_t lo_ = lin[(J)];                                                      \
       for (int q_ = 0; q_ < (NO); ++q_) (CO)[q_] = (int64_t) _pext_u64(lo_, mo_[q_]);     \
-      ROW = (mode >= 0) ? (int64_t) _pext_u64(lo_, mr_) : 0; }
+      ROW = (int64_t) _pext_u64(lo_, mr_); }                 /* mask 0 (no mode): 0 */
 #define SKTF_DN_PEXT2_SETUP(NM, NO)                                                       \
     uint64_t mo_[NO], ho_[NO]; int so_[NO];                                               \
     const uint64_t mr_ = (mode >= 0) ? cd->mask_lo[mode] : 0;                             \
@@ -422,43 +431,62 @@ static int sktf_pf_dist = 24;
     { const uint64_t hi_ = lin[2 * (J)], lo_ = lin[2 * (J) + 1];                          \
       for (int q_ = 0; q_ < (NO); ++q_)                                                   \
           (CO)[q_] = (int64_t) (_pext_u64(lo_, mo_[q_]) | (_pext_u64(hi_, ho_[q_]) << so_[q_])); \
-      ROW = (mode >= 0) ? (int64_t) (_pext_u64(lo_, mr_) | (_pext_u64(hi_, hr_) << sr_)) : 0; }
+      ROW = (int64_t) (_pext_u64(lo_, mr_) | (_pext_u64(hi_, hr_) << sr_)); }
 
-/* the loop of SKTF_ALTO_PARTN over nonzeros s..e; HASB (a constant): Φ, B given */
-#define SKTF_PN_LOOP(T, RR, NM, DEC, HASB)                                                \
+/* the loop of SKTF_ALTO_PARTN over nonzeros s..e; constants HASB: Φ, B given; SLOT: the
+   compact path (slot, cb); PF: prefetch SKTF_PF_DIST nonzeros ahead.  Each combination is
+   compiled apart, so that the loop of factors in cache carries no test it does not need */
+#define SKTF_PN_LOOP(T, RR, NM, DEC, HASB, SLOT, PF)                                      \
     for (int64_t j = s; j < e; ++j) {                                                     \
         int64_t co_[(NM) - 1], row;                                                       \
-        if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                   \
+        if ((PF) && j + SKTF_PF_DIST < e) {                                               \
             DEC(NM, (NM) - 1, j + SKTF_PF_DIST, co_, row)                                 \
             for (int q = 0; q < (NM) - 1; ++q)                                            \
                 SKTF_PF_ROW(fo[q] + co_[q] * (RR), (RR) * sizeof(T))                      \
             if (HASB) SKTF_PF_ROW(B + row * (RR), (RR) * sizeof(T))                       \
-            SKTF_PF_ROW((slot && slot[j + SKTF_PF_DIST] >= 0)                             \
+            SKTF_PF_ROW(((SLOT) && slot[j + SKTF_PF_DIST] >= 0)                           \
                         ? cb + (int64_t) slot[j + SKTF_PF_DIST] * (RR)                    \
                         : dst + (row - dst_lo) * (RR), (RR) * sizeof(T))                  \
         }                                                                                 \
         DEC(NM, (NM) - 1, j, co_, row)                                                    \
         const T *p[(NM) - 1];                                                             \
         for (int q = 0; q < (NM) - 1; ++q) p[q] = fo[q] + co_[q] * (RR);                  \
-        T *d = (slot && slot[j] >= 0) ? cb + (int64_t) slot[j] * (RR)                     \
-                                      : dst + (row - dst_lo) * (RR);                      \
+        T *d = ((SLOT) && slot[j] >= 0) ? cb + (int64_t) slot[j] * (RR)                   \
+                                        : dst + (row - dst_lo) * (RR)                     \
+                                          + ((j - s) & lmask_) * lstride_;                \
+        /* ranks up to 32: the Khatri-Rao row formed once, in registers (the output row    \
+           may alias a factor row as far as the compiler knows, which would otherwise      \
+           make it read and multiply the rows again after the first store) */             \
+        T kr_[32];                                                                        \
+        if ((RR) <= 32) {                                                                 \
+            SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) kr_[r] = SKTF_KR_##NM(p, r);     \
+        }                                                                                 \
         T w = vals[j];                                                                    \
         if (HASB) {                                                                       \
             const T *b = B + row * (RR);                                                  \
             T dot = 0;                                                                    \
-            SKTF_SIMD_SUM(dot)                                                             \
-            for (int64_t r = 0; r < (RR); ++r) dot = dot + b[r] * SKTF_KR_##NM(p, r);     \
+            SKTF_SIMD_SUM(dot)                                                            \
+            for (int64_t r = 0; r < (RR); ++r)                                            \
+                dot = dot + b[r] * ((RR) <= 32 ? kr_[r] : SKTF_KR_##NM(p, r));            \
             w = SKTF_PHI_WEIGHT(w, dot, eps);                                             \
         }                                                                                 \
-        SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * SKTF_KR_##NM(p, r);      \
+        SKTF_SIMD for (int64_t r = 0; r < (RR); ++r)                                      \
+            d[r] += w * ((RR) <= 32 ? kr_[r] : SKTF_KR_##NM(p, r));                       \
     }
+/* ... for B given or not */
+#define SKTF_PN_LOOPS(T, RR, NM, DEC, SLOT, PF)                                           \
+    if (B) { SKTF_PN_LOOP(T, RR, NM, DEC, 1, SLOT, PF) }                                  \
+    else { SKTF_PN_LOOP(T, RR, NM, DEC, 0, SLOT, PF) }
 
 /* NM-way tensors, NM = 3..5: the coordinates decoded into registers, the Khatri-Rao row
    formed where it is used (never stored), the rows of the nonzero SKTF_PF_DIST ahead
    prefetched.  A nonzero costs NM - 1 factor row loads (and B's row for Φ) and one
    read-modify-write of its output row.  dst is the partition's private buffer (rows from
    dst_lo) or the output itself (dst_lo = 0); with jb->slot, the rows the partition shares
-   go to its compact buffer cb instead. */
+   go to its compact buffer cb instead.  With lanes (jb->lane_mask > 0, buffer path only),
+   consecutive nonzeros add into different copies of the buffer, so that a small output,
+   whose rows come back every few nonzeros, does not wait on the previous update of the
+   same row (its store and reload); the caller adds the lanes in lane order. */
 #define SKTF_ALTO_PARTN(FN, T, RR, NM, ATTR, DSETUP, DEC)                                 \
 ATTR static void FN(const sktf_alto_job *jb, int64_t s, int64_t e, T *dst,                \
                     int64_t dst_lo, T *cb)                                                \
@@ -475,10 +503,13 @@ ATTR static void FN(const sktf_alto_job *jb, int64_t s, int64_t e, T *dst,      
     const T eps = (T) jb->eps;                                                            \
     const uint64_t * const lin = jb->lin;                                                 \
     const int32_t * const slot = jb->slot;                                                \
+    const int pf_ = jb->pf;                                                               \
+    const int64_t lmask_ = jb->lane_mask, lstride_ = jb->lane_stride;                     \
     DSETUP(NM, (NM) - 1)                                                                  \
     (void) R; (void) cd;                                                                  \
-    if (B) { SKTF_PN_LOOP(T, RR, NM, DEC, 1) }                                            \
-    else { SKTF_PN_LOOP(T, RR, NM, DEC, 0) }                                              \
+    if (slot) { SKTF_PN_LOOPS(T, RR, NM, DEC, 1, 1) }                                      \
+    else if (pf_ > 0) { SKTF_PN_LOOPS(T, RR, NM, DEC, 0, 1) }                             \
+    else { SKTF_PN_LOOPS(T, RR, NM, DEC, 0, 0) }                                          \
 }
 
 /* Kruskal model values of NM-way tensors (as SKTF_ALTO_VALUES; vals != NULL: the data
@@ -494,6 +525,7 @@ ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_
     int ko[NM];                                                                           \
     for (int k = 0; k < (NM); ++k) { ko[k] = k; fa[k] = ((T * const *) jb->fac)[k]; }     \
     const uint64_t * const lin = jb->lin;                                                 \
+    const int pf_ = jb->pf;                                                               \
     DSETUP(NM, NM)                                                                        \
     (void) R; (void) cd;                                                                  \
     double tot = 0;                                                                       \
@@ -642,6 +674,20 @@ static void sktf_alto_values_##SUF(const sktf_alto_job *jb, const T *weights, in
 
 SKTF_ALTO_DISPATCH(double, f64)
 SKTF_ALTO_DISPATCH(float, f32)
+
+/* the buffer path's call of one partition whose buffer (from row buf_lo) holds span
+   entries per lane: the lanes lie span entries apart */
+#define SKTF_ALTO_LANES(T, SUF)                                                           \
+static void sktf_alto_part_lanes_##SUF(const sktf_alto_job *jb, int64_t s, int64_t e,     \
+                                       T *buf, int64_t buf_lo, int64_t span, T *scratch,   \
+                                       int64_t *c)                                         \
+{                                                                                         \
+    sktf_alto_job j2 = *jb;                                                               \
+    j2.lane_stride = jb->lane_mask ? span : 0;                                            \
+    sktf_alto_part_##SUF(&j2, s, e, buf, buf_lo, NULL, scratch, c);                       \
+}
+SKTF_ALTO_LANES(double, f64)
+SKTF_ALTO_LANES(float, f32)
 
 /* ---------------------------------------------------------------- LSD radix sort */
 /* Sort n linear indices (words per key, stored (hi, lo)) and carry their values (vsize

@@ -512,3 +512,25 @@ def test_bench_streaming_small(shared_data, tmp_path):
     med = rep["loss_and_time"]["median"]
     assert med["batch_loss"] > 0 and med["stream_loss"] > 0 and med["batch_median_seconds"] > 0
     assert rep["memory"]["batches"] == 12 and rep["memory"]["peak_max"] > 0
+
+
+def test_apr_tiny_script_runs(tmp_path, capsys):
+    """bench_apr_tiny on a small tensor of the same kind: per-iteration and Φ times at 1 and 2
+    threads, the Φ floor, and pyttb (when installed) from the same start with the same
+    log-likelihood after 2 outer iterations."""
+    import importlib.util
+    from benchmarks.experiments import bench_apr_tiny
+    args = ["--shape", "12", "9", "120", "--rank", "3", "--repeat", "1", "--iters", "1",
+            "--json", str(tmp_path / "apr.json")]
+    has_pyttb = importlib.util.find_spec("pyttb") is not None
+    rep = bench_apr_tiny.main(args + ([] if has_pyttb else ["--no-pyttb"]))
+    assert rep["tensor"]["nnz"] > 0.9 * 12 * 9 * 120
+    assert "fibers" in rep["layout"]
+    for t in (1, 2):
+        r = rep["threads"][t]
+        assert r["per_outer_best_s"] > 0 and len(r["phi_best_s"]) == 3
+        assert all(x > 0 for x in r["phi_over_floor"])
+    if has_pyttb:
+        assert rep["pyttb"]["loglik_rel_diff_2_iterations"] < 1e-9
+    assert _strict_json(tmp_path / "apr.json") is not None
+    assert "Φ floor per mode" in capsys.readouterr().out

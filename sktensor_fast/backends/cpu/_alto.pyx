@@ -74,6 +74,9 @@ cdef extern from "sktf_alto.h":
         double eps
         void* out
         const int32_t* slot
+        int pf
+        int64_t lane_mask
+        int64_t lane_stride
 
     int sktf_use_pext
     int sktf_pf_dist
@@ -94,6 +97,12 @@ cdef extern from "sktf_alto.h":
                             int64_t* c) noexcept nogil
     void sktf_alto_part_f32(const sktf_alto_job* jb, int64_t s, int64_t e, float* buf,
                             int64_t buf_lo, float* cb, float* scratch, int64_t* c) noexcept nogil
+    void sktf_alto_part_lanes_f64(const sktf_alto_job* jb, int64_t s, int64_t e, double* buf,
+                                  int64_t buf_lo, int64_t span, double* scratch,
+                                  int64_t* c) noexcept nogil
+    void sktf_alto_part_lanes_f32(const sktf_alto_job* jb, int64_t s, int64_t e, float* buf,
+                                  int64_t buf_lo, int64_t span, float* scratch,
+                                  int64_t* c) noexcept nogil
     void sktf_alto_values_f64(const sktf_alto_job* jb, const double* weights, int64_t s,
                               int64_t e, double* res, double* pi, int64_t* c,
                               const double* vals, double eps, double* sum) noexcept nogil
@@ -124,8 +133,10 @@ def pext_available():
 
 
 def _set_prefetch_distance(int d):
-    """Software-prefetch distance (nonzeros ahead) of the 3-way kernels; 0 turns it off.
-    Returns the old one.  Only for tests and benchmarks: it does not change any result."""
+    """Software-prefetch distance (nonzeros ahead) of the 3- to 5-way kernels; 0 turns it
+    off.  Calls told that their rows stay in cache (``cached=True``) prefetch nothing
+    whatever this says.  Returns the old one.  Only for tests and benchmarks: it does not
+    change any result."""
     global sktf_pf_dist
     old = sktf_pf_dist
     sktf_pf_dist = max(d, 0)
@@ -391,7 +402,7 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                const int64_t[:, ::1] pmin, const int64_t[:, ::1] pmax,
                list factors, int mode, floating[:, ::1] out, object B=None, double eps=0.0,
                int num_threads=1, bint use_buffer=True, object plan=None, object work=None,
-               object waves=None):
+               object waves=None, int lanes=1, bint cached=False):
     """MTTKRP (``B is None``) or CP-APR's Φ (``B`` given) over ALTO, into ``out`` (overwritten).
 
     Parameters
@@ -409,10 +420,16 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
     waves : optional int64 boundaries into the partitions (first 0, last nparts): the
         partitions of one wave run at a time (buffers, then merge), so that only one wave's
         buffers exist at once.
+    lanes : buffer path only: copies of every partition's buffer (1, 2, 4, ...: a power of
+        two); nonzero ``s + t`` of a partition starting at ``s`` adds into copy
+        ``t % lanes``, and the copies are added in copy order at the end of the partition.
+        For small outputs, whose rows come back every few nonzeros (the buffer needs
+        ``lanes`` times its rows times R entries).
+    cached : the rows the kernels read stay in cache: no software prefetching.
 
     Either way every output row is the sum of its partitions' contributions in partition
-    order, each partition's in nonzero order: the result depends neither on the waves nor on
-    the thread count.
+    order, each partition's in nonzero order (with lanes: in the order of the lanes, each in
+    nonzero order): the result depends neither on the waves nor on the thread count.
     """
     cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
     cdef Py_ssize_t nnz = vals.shape[0]
@@ -438,8 +455,14 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
     cdef const int64_t[::1] wp
     cdef bint own_bufs = True
     cdef bint compact = not use_buffer
+    cdef Py_ssize_t lane, nl
     if fac == NULL:
         raise MemoryError()
+    if lanes < 1 or (lanes & (lanes - 1)) != 0 or lanes > 64:
+        free(fac)
+        raise ValueError(f"lanes must be a power of two from 1 to 64, got {lanes}")
+    if compact:
+        lanes = 1
     try:
         _fill_factors(factors, fac)
         jb.cd = codec.cd
@@ -452,6 +475,9 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
         jb.eps = eps
         jb.out = &out[0, 0] if I > 0 and R > 0 else NULL
         jb.slot = NULL
+        jb.pf = 0 if cached else sktf_pf_dist
+        jb.lane_mask = lanes - 1
+        jb.lane_stride = 0
         if B is not None:
             Bv = B
             if I > 0 and R > 0:
@@ -489,7 +515,7 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                 if compact:
                     size += (croff[p + 1] - croff[p]) * R
                 elif pmax[p, mode] >= pmin[p, mode]:
-                    size += (pmax[p, mode] - pmin[p, mode] + 1) * R
+                    size += (pmax[p, mode] - pmin[p, mode] + 1) * R * lanes
             total = max(total, size)
         boff[nparts] = 0
         if work is not None and total > 0:
@@ -523,13 +549,22 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                                                bufs + boff[p], scratch, c)
                     elif pmax[p, mode] >= pmin[p, mode]:
                         span = (pmax[p, mode] - pmin[p, mode] + 1) * R
-                        memset(bufs + boff[p], 0, span * sizeof(floating))
+                        memset(bufs + boff[p], 0, span * lanes * sizeof(floating))
                         if floating is double:
-                            sktf_alto_part_f64(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
-                                               pmin[p, mode], NULL, scratch, c)
+                            sktf_alto_part_lanes_f64(&jb, part_ptr[p], part_ptr[p + 1],
+                                                     bufs + boff[p], pmin[p, mode], span,
+                                                     scratch, c)
                         else:
-                            sktf_alto_part_f32(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
-                                               pmin[p, mode], NULL, scratch, c)
+                            sktf_alto_part_lanes_f32(&jb, part_ptr[p], part_ptr[p + 1],
+                                                     bufs + boff[p], pmin[p, mode], span,
+                                                     scratch, c)
+                        # the lanes, added into the first in lane order
+                        nl = jb.lane_mask + 1
+                        for lane in range(1, nl):
+                            dst = bufs + boff[p]
+                            src = dst + lane * span
+                            for i in range(span):
+                                dst[i] += src[i]
                 free(scratch)
                 free(c)
             if compact:
@@ -577,8 +612,9 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
 
 
 def kruskal_values(Codec codec, lin, const floating[::1] weights, list factors,
-                   floating[::1] res, int num_threads=1):
-    """res[j] = Σ_r weights[r] Π_k factors[k][i_k(j), r] at the nonzeros in ALTO order."""
+                   floating[::1] res, int num_threads=1, bint cached=False):
+    """res[j] = Σ_r weights[r] Π_k factors[k][i_k(j), r] at the nonzeros in ALTO order
+    (``cached``: the factors stay in cache, no software prefetching)."""
     cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
     cdef Py_ssize_t nnz = res.shape[0]
     cdef int N = codec.nmodes
@@ -603,6 +639,9 @@ def kruskal_values(Codec codec, lin, const floating[::1] weights, list factors,
         jb.lin = &flat[0]
         jb.fac = fac
         jb.R = R
+        jb.pf = 0 if cached else sktf_pf_dist
+        jb.lane_mask = 0
+        jb.lane_stride = 0
         with nogil, parallel(num_threads=num_threads):
             pi = <floating*> malloc(R * sizeof(floating))
             c = <int64_t*> malloc(N * sizeof(int64_t))
@@ -621,10 +660,11 @@ def kruskal_values(Codec codec, lin, const floating[::1] weights, list factors,
 
 
 def poisson_data_term(Codec codec, lin, const floating[::1] vals, const floating[::1] weights,
-                      list factors, double eps, int num_threads=1):
+                      list factors, double eps, int num_threads=1, bint cached=False):
     """Σ_j x_j log(max(m_j, eps)) over the nonzeros in ALTO order (``vals`` in that order),
     the model value m_j formed on the fly.  Partial sums over fixed chunks are added in chunk
-    order: the same result for every thread count."""
+    order: the same result for every thread count.  ``cached``: the factors stay in cache,
+    no software prefetching."""
     cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
     cdef Py_ssize_t nnz = vals.shape[0]
     cdef int N = codec.nmodes
@@ -650,6 +690,9 @@ def poisson_data_term(Codec codec, lin, const floating[::1] vals, const floating
         jb.lin = &flat[0]
         jb.fac = fac
         jb.R = R
+        jb.pf = 0 if cached else sktf_pf_dist
+        jb.lane_mask = 0
+        jb.lane_stride = 0
         with nogil, parallel(num_threads=num_threads):
             pi = <floating*> malloc((R if R > 0 else 1) * sizeof(floating))
             c = <int64_t*> malloc(N * sizeof(int64_t))

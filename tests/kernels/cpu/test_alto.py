@@ -264,10 +264,11 @@ def test_buffer_waves_bound_memory_and_keep_the_result(monkeypatch, threads):
     monkeypatch.setattr(alto_mod, "BUFFER_ENTRIES_PER_NNZ", 0.01)
     T = AltoFormat(X, conflict="buffer", n_partitions=24)
     for m in range(3):
-        waves, need = T.buffer_waves(m, 10, threads)
+        lanes = T.lanes_for(m, 10)
+        waves, need = T.buffer_waves(m, 10, threads, "buffer", lanes)
         assert waves[0] == 0 and waves[-1] == 24 and np.all(np.diff(waves) >= 1)
         assert len(waves) > 2                          # several waves
-        spans = np.maximum(T.part_max[:, m] - T.part_min[:, m] + 1, 0) * 10
+        spans = np.maximum(T.part_max[:, m] - T.part_min[:, m] + 1, 0) * 10 * lanes
         assert need == max(spans[a:b].sum() for a, b in zip(waves[:-1], waves[1:]))
         assert need < spans.sum()
         assert np.all(np.diff(waves)[:-1] >= threads)
@@ -276,7 +277,8 @@ def test_buffer_waves_bound_memory_and_keep_the_result(monkeypatch, threads):
             np.testing.assert_array_equal(be.mttkrp(T, factors, m), ref[m])
             np.testing.assert_array_equal(be.phi(T, factors, m, factors[m], 1e-10), refphi[m])
             np.testing.assert_allclose(ref[m], mttkrp_ref(X, factors, m), rtol=1e-12)
-    assert T._work.shape[0] == max(T.buffer_waves(m, 10, threads)[1] for m in range(3))
+    assert T._work.shape[0] == max(T.buffer_waves(m, 10, threads, "buffer",
+                                                  T.lanes_for(m, 10))[1] for m in range(3))
     with pytest.raises(ValueError, match="waves"):
         _alto.accumulate(T.codec, T.lin, T.sorted_vals, T.parts, T.part_min, T.part_max,
                          factors, 0, np.empty((300, 10)), None, 0.0, 1, True, None, None,
@@ -421,3 +423,60 @@ def test_decoder_switch():
             _alto.set_decoder("fastest")
     finally:
         _alto.set_decoder(old)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tiny_modes_lanes_and_rows_in_cache(monkeypatch, decoder, dtype):
+    """Two tiny modes and nearly every entry a nonzero: the buffer path adds consecutive
+    nonzeros into copies (lanes) of each partition's buffer and prefetches nothing (the rows
+    stay in cache).  MTTKRP and Φ agree with NumPy and with one lane and the prefetching
+    kernels, and give the same bits on 1 and 2 threads; the model values and the data term
+    do not depend on the prefetching."""
+    rng = np.random.default_rng(21)
+    shape, R = (6, 5, 300), 8
+    dense = rng.poisson(4.0, size=shape).astype(dtype)
+    X = SparseTensor.from_dense(dense)
+    assert X.nnz > 0.95 * dense.size
+    factors = [rng.random((s, R)).astype(dtype) for s in shape]
+    be = get_backend("cpu")
+    T = AltoFormat(X, n_partitions=5)
+    assert all(T.conflict_for(m) == "buffer" for m in range(3))
+    assert all(T.lanes_for(m, R) == alto_mod.LANES > 1 for m in range(3))
+    assert T.rows_cached(R, 2)
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    outs = {}
+    for threads in (1, 2):
+        with num_threads(threads):
+            outs[threads] = ([be.mttkrp(T, factors, m) for m in range(3)],
+                             [be.phi(T, factors, m, factors[m], 1e-10) for m in range(3)])
+    for a, b in zip(outs[1][0] + outs[1][1], outs[2][0] + outs[2][1]):
+        np.testing.assert_array_equal(a, b)
+    for m in range(3):
+        np.testing.assert_allclose(outs[1][0][m], mttkrp_ref(X, factors, m), rtol=tol)
+        np.testing.assert_allclose(outs[1][1][m], phi_ref(X, factors, m, factors[m], 1e-10),
+                                   rtol=tol)
+    w = np.ones(R, dtype=dtype)
+    vals, ll = T.kruskal_values(w, factors), be.poisson_data_term(T, w, factors, 1e-10)
+    # one lane, prefetching kernels: the same up to rounding (the same bits for the values)
+    monkeypatch.setattr(alto_mod, "LANES", 1)
+    monkeypatch.setattr(alto_mod.AltoFormat, "rows_cached", lambda self, R, mode=None: False)
+    U = AltoFormat(X, n_partitions=5)
+    assert U.lanes_for(0, R) == 1
+    for m in range(3):
+        np.testing.assert_allclose(be.mttkrp(U, factors, m), outs[1][0][m], rtol=tol)
+        np.testing.assert_allclose(be.phi(U, factors, m, factors[m], 1e-10), outs[1][1][m],
+                                   rtol=tol)
+    np.testing.assert_array_equal(U.kruskal_values(w, factors), vals)
+    assert be.poisson_data_term(U, w, factors, 1e-10) == ll
+
+
+def test_lanes_must_be_a_power_of_two():
+    rng = np.random.default_rng(2)
+    X = random_sparse((6, 5, 40), 300, rng)
+    T = AltoFormat(X, n_partitions=2)
+    f = [rng.random((s, 4)) for s in X.shape]
+    for lanes in (0, 3, 128):
+        with pytest.raises(ValueError, match="lanes"):
+            _alto.accumulate(T.codec, T.lin, T.sorted_vals, T.parts, T.part_min, T.part_max,
+                             f, 0, np.empty((6, 4)), None, 0.0, 1, True, None, None, None,
+                             lanes)

@@ -72,11 +72,12 @@ import numpy as np
 
 from ...._threads import get_num_threads
 from .coo import CooFormat, useful_threads
+from .fibers import TinyFibers, fiber_modes
 
 try:
-    from .. import _alto
+    from .. import _alto, _kernels
 except ImportError:  # pragma: no cover - not built: CpuBackend() says so
-    _alto = None
+    _alto = _kernels = None
 
 __all__ = ["AltoFormat", "alto_bits", "alto_layout", "alto_support", "MAX_BITS",
            "REUSE_THRESHOLD"]
@@ -96,6 +97,13 @@ MAX_PARTS = 512
 
 #: The buffer path is not used when its buffers would hold more rows than this times nnz.
 MAX_BUFFER_ROWS_PER_NNZ = 0.5
+
+#: Copies ("lanes") of every partition's private buffer on the buffer path when the copies
+#: of the largest one take at most LANE_BYTES: consecutive nonzeros add into different
+#: copies, so that a small output (a tiny mode), whose rows come back every few nonzeros, does
+#: not wait for the previous update of a row to reach the cache before the next one.
+LANES = 4
+LANE_BYTES = 32 * 1024
 
 #: Private buffers alive at once, in entries per nonzero (8 bytes per nonzero in float64, a
 #: quarter of the COO tensor's 32): the buffer path runs its partitions in waves that fit, each
@@ -298,6 +306,8 @@ class AltoFormat:
         n = (self.lin.nbytes + self.sorted_vals.nbytes + self.parts.nbytes
              + self.part_min.nbytes + self.part_max.nbytes)
         n += sum(f.nbytes for f in self._shared.values())
+        if self.__dict__.get("_fibers") is not None:
+            n += self._fibers.nbytes
         n += sum(a.nbytes for plan in self._plans.values() for a in plan)
         if self._work is not None:
             n += self._work.nbytes
@@ -323,6 +333,24 @@ class AltoFormat:
                 and self.buffer_rows(mode) <= MAX_BUFFER_ROWS_PER_NNZ * self.nnz):
             return "buffer"
         return "compact"
+
+    def lanes_for(self, mode, R, conflict=None):
+        """Copies of each partition's buffer for ``mode`` at rank ``R``: :data:`LANES` on the
+        buffer path when they fit in :data:`LANE_BYTES` for the widest partition, else 1 (a
+        function of the data, the partitions and R only, never of the threads)."""
+        how = conflict or self.conflict_for(mode)
+        if how != "buffer" or self.n_partitions == 0 or LANES <= 1:
+            return 1
+        span = int(np.max(self.part_max[:, mode] - self.part_min[:, mode] + 1))
+        itemsize = np.dtype(self.dtype).itemsize
+        return LANES if span * int(R) * itemsize * LANES <= LANE_BYTES else 1
+
+    def rows_cached(self, R, mode=None):
+        """Whether the factor rows a kernel at rank ``R`` reads (every mode's; for ``mode``,
+        also B and the output of Φ) stay in a core's cache: the kernels then prefetch
+        nothing (``_kernels.factors_cached``, the rule of the COO kernels)."""
+        rows = sum(self.shape) + (self.shape[mode] if mode is not None else 0)
+        return bool(_kernels.factors_cached(rows * int(R) * np.dtype(self.dtype).itemsize))
 
     def threads_for(self, num_threads, rank=8):
         """Threads worth running for one call at ``rank``: at most one per partition, and
@@ -366,30 +394,38 @@ class AltoFormat:
         how = conflict or self.conflict_for(mode)
         if how not in ("buffer", "compact"):
             raise ValueError(f"conflict must be 'buffer' or 'compact', got {how!r}")
-        nt = self.threads_for(num_threads, out.shape[1])
+        R = out.shape[1]
+        nt = self.threads_for(num_threads, R)
+        fibers = self.fibers() if conflict is None and self.conflict == "auto" else None
+        if fibers is not None:
+            return fibers.accumulate(factors, mode, out, B, eps, nt)
         plan = self.compact_plan(mode) if how == "compact" else None
-        waves, need = self.buffer_waves(mode, out.shape[1], nt, how)
+        lanes = self.lanes_for(mode, R, how)
+        waves, need = self.buffer_waves(mode, R, nt, how, lanes)
         work = self._work
         if need > 0 and (work is None or work.dtype != out.dtype or work.shape[0] < need):
             # kept between calls: the pages of a fresh allocation would fault every time
             work = self._work = np.empty(need, dtype=out.dtype)
         _alto.accumulate(self.codec, self.lin, self.sorted_vals, self.parts, self.part_min,
                          self.part_max, factors, int(mode), out, B, float(eps), nt,
-                         how == "buffer", plan, work, waves)
+                         how == "buffer", plan, work, waves, lanes,
+                         self.rows_cached(R, mode))
         return out
 
-    def buffer_waves(self, mode, R, num_threads, conflict="buffer"):
+    def buffer_waves(self, mode, R, num_threads, conflict="buffer", lanes=1):
         """Waves of the buffer (or compact) path for ``mode`` at rank ``R``: (boundaries into
         the partitions, buffer entries the largest wave needs).  Consecutive partitions are
-        grouped while their buffers fit in ``BUFFER_ENTRIES_PER_NNZ * nnz`` entries, and every
-        wave but the last has at least ``num_threads`` partitions."""
-        key = (int(mode), int(R), int(num_threads), conflict)
+        grouped while their buffers (``lanes`` copies each on the buffer path) fit in
+        ``BUFFER_ENTRIES_PER_NNZ * nnz`` entries, and every wave but the last has at least
+        ``num_threads`` partitions."""
+        key = (int(mode), int(R), int(num_threads), conflict, int(lanes))
         cache = self.__dict__.setdefault("_waves", {})
         if key not in cache:
             if conflict == "compact":
                 spans = np.diff(self.compact_plan(mode)[2]) * int(R)
             else:
-                spans = np.maximum(self.part_max[:, mode] - self.part_min[:, mode] + 1, 0) * int(R)
+                spans = (np.maximum(self.part_max[:, mode] - self.part_min[:, mode] + 1, 0)
+                         * int(R) * int(lanes))
             cap = max(1, int(BUFFER_ENTRIES_PER_NNZ * self.nnz))
             bounds, start, size, need = [0], 0, 0, 0
             for p, sp in enumerate(spans.tolist()):
@@ -402,19 +438,30 @@ class AltoFormat:
             cache[key] = (np.asarray(bounds, dtype=np.int64), max(need, size))
         return cache[key]
 
+    def fibers(self):
+        """The :class:`.fibers.TinyFibers` of this tensor when it has two tiny modes and long
+        fibers (:func:`.fibers.fiber_modes`), which MTTKRP and Φ then use; else None.  Built
+        on first use and kept."""
+        if "_fibers" not in self.__dict__:
+            modes = fiber_modes(self.shape, self.nnz)
+            self._fibers = None if modes is None else TinyFibers(self.subs, self.vals,
+                                                                 self.shape, modes)
+        return self._fibers
+
     def kruskal_values(self, weights, factors, num_threads=1):
         """Model values at the nonzeros, in ALTO order (aligned with ``sorted_vals``)."""
         out = np.empty(self.nnz, dtype=self.dtype)
         w = np.ascontiguousarray(weights, dtype=self.dtype)
         facs = [np.ascontiguousarray(f, dtype=self.dtype) for f in factors]
         _alto.kruskal_values(self.codec, self.lin, w, facs, out,
-                             self.threads_for(num_threads, len(w)))
+                             self.threads_for(num_threads, len(w)), self.rows_cached(len(w)))
         return out
 
     def poisson_data_term(self, weights, factors, eps, num_threads=1):
         """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
         return _alto.poisson_data_term(self.codec, self.lin, self.sorted_vals, weights, factors,
-                                       float(eps), self.threads_for(num_threads, len(weights)))
+                                       float(eps), self.threads_for(num_threads, len(weights)),
+                                       self.rows_cached(len(weights)))
 
     # ------------------------------------------------------------------ COO view
     def _coo_view(self):

@@ -11,6 +11,7 @@ from ...._native import _construct
 from ...._threads import get_num_threads
 from ...gcp_plan import linear_index
 from .. import parallel_costs
+from .fibers import TinyFibers, fiber_modes
 
 try:
     from .. import _kernels
@@ -130,16 +131,33 @@ class CooFormat:
 
     @property
     def nbytes(self):
-        return (self.subs.nbytes + self.vals.nbytes + sum(p.nbytes for p in self.perms)
-                + self.part_ptr.nbytes)
+        n = (self.subs.nbytes + self.vals.nbytes + sum(p.nbytes for p in self.perms)
+             + self.part_ptr.nbytes)
+        if self.__dict__.get("_fibers") is not None:
+            n += self._fibers.nbytes
+        return n
 
     def poisson_data_term(self, weights, factors, eps, num_threads):
         """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
         return _kernels.poisson_data_term(self.subs, self.vals, weights, factors, float(eps),
                                           useful_threads(self.nnz, num_threads, len(weights)))
 
+    def fibers(self):
+        """The :class:`.fibers.TinyFibers` of this tensor when it has two tiny modes and long
+        fibers (:func:`.fibers.fiber_modes`), which MTTKRP and Φ then use; else None.  Built
+        on first use and kept."""
+        if "_fibers" not in self.__dict__:
+            modes = fiber_modes(self.shape, self.nnz)
+            self._fibers = None if modes is None else TinyFibers(self.subs, self.vals,
+                                                                 self.shape, modes)
+        return self._fibers
+
     def accumulate(self, factors, mode, out, B, eps, num_threads):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``."""
+        fibers = self.fibers()
+        if fibers is not None:
+            return fibers.accumulate(factors, mode, out, B, eps,
+                                     useful_threads(self.nnz, num_threads, out.shape[1]))
         _kernels.sorted_accumulate(self.subs, self.vals, self.perms[mode], self.part_ptr,
                                    factors, int(mode), out, B, eps,
                                    useful_threads(self.nnz, num_threads, out.shape[1]))

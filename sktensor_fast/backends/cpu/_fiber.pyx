@@ -1,0 +1,151 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False
+"""MTTKRP and CP-APR's Φ over the fibers of a 3-way tensor with two tiny modes (Cython,
+OpenMP).
+
+See :mod:`sktensor_fast.backends.cpu.formats.fibers` for the layout; the loop over one chunk
+of fibers is written in C, in ``sktensor_fast/include/sktf_fiber.h``.  Every chunk adds into
+a private buffer over its own row interval of the output mode; a parallel loop over blocks of
+output rows then adds the buffers in chunk order.  The chunks are fixed by the data, so the
+result is bitwise the same for every thread count.
+
+Like the other kernels this trusts its inputs: ``formats/fibers.py`` builds them.
+"""
+cimport cython
+from cython.parallel cimport prange, parallel
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+from libc.stdint cimport int64_t, int32_t
+
+import numpy as np
+
+cdef extern from "sktf_fiber.h":
+    ctypedef struct sktf_fiber_job:
+        const int64_t* fptr
+        const int32_t* fa
+        const int32_t* fb
+        const int32_t* leaf
+        const void* vals
+        const void* Aa
+        const void* Ab
+        const void* Ac
+        const void* B
+        double eps
+        int64_t R
+        int out
+    int sktf_fiber_simd_level() nogil
+    void sktf_fiber_chunk_f64(const sktf_fiber_job* jb, int64_t f0, int64_t f1, double* buf,
+                              int64_t lo, double* scratch, int simd) noexcept nogil
+    void sktf_fiber_chunk_f32(const sktf_fiber_job* jb, int64_t f0, int64_t f1, float* buf,
+                              int64_t lo, float* scratch, int simd) noexcept nogil
+
+ctypedef fused floating:
+    float
+    double
+
+#: 2 when the CPU has AVX2 and FMA (the kernels then take their instances compiled for
+#: them; rounding differs by the fused multiply-adds, one process always takes the same).
+SIMD_LEVEL = int(sktf_fiber_simd_level())
+
+
+def accumulate(const int64_t[::1] fptr, const int32_t[::1] fa, const int32_t[::1] fb,
+               const int32_t[::1] leaf, const floating[::1] vals, const int64_t[::1] cptr,
+               const int64_t[::1] clo, const int64_t[::1] chi,
+               const floating[:, ::1] Aa, const floating[:, ::1] Ab, const floating[:, ::1] Ac,
+               int which, floating[:, ::1] out, object B=None, double eps=0.0,
+               int num_threads=1, object work=None):
+    """MTTKRP (``B is None``) or Φ (``B`` given) of the root (``which`` 0), middle (1) or
+    leaf (2) mode into ``out`` (overwritten).
+
+    ``fptr`` (nf + 1), ``fa``, ``fb`` (nf): the fibers; ``leaf``, ``vals`` (nnz): their
+    nonzeros.  ``cptr`` (nch + 1): chunk boundaries into the fibers; ``clo``, ``chi`` (nch):
+    each chunk's row interval of the output mode.  ``Aa``, ``Ab``, ``Ac``: the factors of the
+    root, middle and leaf modes (the output mode's is not read).  ``work``: an optional 1-D
+    array of the dtype of ``vals`` for the buffers, used when large enough.
+    """
+    cdef Py_ssize_t I = out.shape[0], R = out.shape[1]
+    cdef Py_ssize_t nch = cptr.shape[0] - 1
+    cdef sktf_fiber_job jb
+    cdef const floating[:, ::1] Bv
+    cdef Py_ssize_t* boff = NULL
+    cdef floating* bufs = NULL
+    cdef floating* scratch
+    cdef floating* src
+    cdef floating* dst
+    cdef bint own = True
+    cdef floating[::1] wk
+    cdef Py_ssize_t q, total, ch, a, b, x, y, i, nblk
+    cdef Py_ssize_t CH = 64
+    cdef int simd = SIMD_LEVEL
+    if which < 0 or which > 2:
+        raise ValueError(f"which must be 0, 1 or 2, got {which}")
+    if I > 0 and R > 0:
+        with nogil:
+            memset(&out[0, 0], 0, I * R * sizeof(floating))
+    if nch <= 0 or I == 0 or R == 0 or vals.shape[0] == 0:
+        return out
+    jb.fptr = &fptr[0]
+    jb.fa = &fa[0]
+    jb.fb = &fb[0]
+    jb.leaf = &leaf[0]
+    jb.vals = &vals[0]
+    jb.Aa = &Aa[0, 0]
+    jb.Ab = &Ab[0, 0]
+    jb.Ac = &Ac[0, 0]
+    jb.B = NULL
+    jb.eps = eps
+    jb.R = R
+    jb.out = which
+    if B is not None:
+        Bv = B
+        jb.B = &Bv[0, 0]
+    boff = <Py_ssize_t*> malloc((nch + 1) * sizeof(Py_ssize_t))
+    if boff == NULL:
+        raise MemoryError()
+    try:
+        total = 0
+        for q in range(nch):
+            boff[q] = total
+            total += (chi[q] - clo[q] + 1) * R
+        boff[nch] = total
+        if work is not None:
+            wk = work
+            if wk.shape[0] >= total:
+                bufs = &wk[0]
+                own = False
+        if own:
+            bufs = <floating*> malloc((total if total > 0 else 1) * sizeof(floating))
+            if bufs == NULL:
+                raise MemoryError(f"the fiber kernels' buffers need {total * sizeof(floating)} "
+                                  f"bytes")
+        with nogil, parallel(num_threads=num_threads):
+            scratch = <floating*> malloc(2 * R * sizeof(floating))
+            for q in prange(nch, schedule='dynamic'):
+                memset(bufs + boff[q], 0, (boff[q + 1] - boff[q]) * sizeof(floating))
+                if floating is double:
+                    sktf_fiber_chunk_f64(&jb, cptr[q], cptr[q + 1], bufs + boff[q], clo[q],
+                                         scratch, simd)
+                else:
+                    sktf_fiber_chunk_f32(&jb, cptr[q], cptr[q + 1], bufs + boff[q], clo[q],
+                                         scratch, simd)
+            free(scratch)
+        # merge: blocks of CH rows in parallel, the chunks added in chunk order
+        nblk = (I + CH - 1) // CH
+        with nogil:
+            for ch in prange(nblk, schedule='dynamic', num_threads=num_threads):
+                a = ch * CH
+                b = min(a + CH, I)
+                for q in range(nch):
+                    x = max(a, clo[q])
+                    y = min(b, chi[q] + 1)
+                    if x >= y:
+                        continue
+                    src = bufs + boff[q] + (x - clo[q]) * R
+                    dst = &out[x, 0]
+                    for i in range((y - x) * R):
+                        dst[i] += src[i]
+        return out
+    finally:
+        free(boff)
+        if own:
+            free(bufs)

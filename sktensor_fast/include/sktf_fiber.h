@@ -1,0 +1,174 @@
+/* sktensor_fast: MTTKRP and CP-APR's Phi of 3-way tensors with two tiny modes, over fibers
+ * (backends/cpu/_fiber.pyx; the layout is described in formats/fibers.py).
+ *
+ * The nonzeros are sorted by (a, b, c): a the longest mode (the root), b and c the tiny ones.
+ * A fiber is the run of nonzeros with the same (a, b); each stores its value and its leaf
+ * coordinate c only.  The rows of a and b are read once per fiber, so a nonzero costs one
+ * factor row (mode c's) instead of two, and the product of the fiber's rows is formed once:
+ *
+ *   output c (leaf):   g = A_a[ia] * A_b[ib];          out[ic] += w g
+ *   output a or b:     h = the other fiber-level row,  g = B[i_out] * h (Phi) or h (MTTKRP);
+ *                      acc += w A_c[ic] over the fiber, then out[i_out] += acc * h
+ *
+ * with w = x / max(g . B[ic], eps) (leaf, Phi), x / max(g . A_c[ic], eps) (a or b, Phi), or
+ * x (MTTKRP).  One call handles the fibers f0..f1 of one chunk into a private buffer whose
+ * rows start at lo; the caller adds the chunks' buffers in chunk order. */
+#ifndef SKTF_FIBER_H
+#define SKTF_FIBER_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "sktf_macros.h"
+#include "sktf_cp.h"
+
+typedef struct {
+    const int64_t *fptr;      /* (nf + 1) offsets of the fibers into leaf / vals */
+    const int32_t *fa;        /* (nf) root coordinate of each fiber */
+    const int32_t *fb;        /* (nf) middle coordinate of each fiber */
+    const int32_t *leaf;      /* (nnz) leaf coordinate of each nonzero */
+    const void *vals;         /* (nnz) values in fiber order */
+    const void *Aa, *Ab, *Ac; /* the factors of the root, middle and leaf modes (I x R) */
+    const void *B;            /* Phi: the (I_out x R) matrix of the output mode; NULL: MTTKRP */
+    double eps;
+    int64_t R;
+    int out;                  /* 0: root a, 1: middle b, 2: leaf c */
+} sktf_fiber_job;
+
+/* one chunk of fibers f0..f1 into buf (rows from lo), for rank RR (a constant, or R);
+   DECL declares g and acc (RR entries each): arrays of a constant size, so that they live in
+   registers, or for any R the caller's scratch (2 R entries) */
+#define SKTF_FIBER_CHUNK(FN, T, RR, ATTR, DECL, AK)                                       \
+ATTR static void FN(const sktf_fiber_job *jb, int64_t f0, int64_t f1, T *buf, int64_t lo, \
+                    T *scratch)                                                           \
+{                                                                                         \
+    const int64_t R = jb->R;                                                              \
+    const int64_t * const fptr = jb->fptr;                                                \
+    const int32_t * const leaf = jb->leaf;                                                \
+    const T * const vals = (const T *) jb->vals;                                          \
+    const T * const Aa = (const T *) jb->Aa;                                              \
+    const T * const Ab = (const T *) jb->Ab;                                              \
+    const T * const Ac = (const T *) jb->Ac;                                              \
+    const T * const B = (const T *) jb->B;                                                \
+    const T eps = (T) jb->eps;                                                            \
+    DECL                                                                                  \
+    (void) R; (void) scratch;                                                             \
+    for (int64_t f = f0; f < f1; ++f) {                                                   \
+        const T *ra = Aa + (int64_t) jb->fa[f] * (RR);                                    \
+        const T *rb = Ab + (int64_t) jb->fb[f] * (RR);                                    \
+        const int64_t s = fptr[f], e = fptr[f + 1];                                       \
+        if (jb->out == 2) {                                                               \
+            SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) g[r] = ra[r] * rb[r];            \
+            for (int64_t t = s; t < e; ++t) {                                             \
+                T w = vals[t];                                                            \
+                T *d = buf + ((int64_t) leaf[t] - lo) * (RR);                             \
+                if (B) {                                                                  \
+                    const T *bc = B + (int64_t) leaf[t] * (RR);                           \
+                    T dot = 0;                                                            \
+                    SKTF_SIMD_SUM(dot)                                                    \
+                    for (int64_t r = 0; r < (RR); ++r) dot = dot + g[r] * bc[r];          \
+                    w = SKTF_PHI_WEIGHT(w, dot, eps);                                     \
+                }                                                                         \
+                SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) d[r] += w * g[r];            \
+            }                                                                             \
+            continue;                                                                     \
+        }                                                                                 \
+        /* output a (row ra's) or b (row rb's): h the other fiber-level row */            \
+        const T *h = (jb->out == 0) ? rb : ra;                                            \
+        const int64_t io = (jb->out == 0) ? jb->fa[f] : jb->fb[f];                        \
+        SKTF_FIBER_ZERO_##AK(RR)                                                          \
+        if (B) {                                                                          \
+            const T *bo = B + io * (RR);                                                  \
+            SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) g[r] = bo[r] * h[r];             \
+            for (int64_t t = s; t < e; ++t) {                                             \
+                const T *rc = Ac + (int64_t) leaf[t] * (RR);                              \
+                T dot = 0;                                                                \
+                SKTF_SIMD_SUM(dot)                                                        \
+                for (int64_t r = 0; r < (RR); ++r) dot = dot + g[r] * rc[r];              \
+                const T w = SKTF_PHI_WEIGHT(vals[t], dot, eps);                           \
+                SKTF_FIBER_ADD_##AK(RR, w, rc)                                            \
+            }                                                                             \
+        } else {                                                                          \
+            for (int64_t t = s; t < e; ++t) {                                             \
+                const T *rc = Ac + (int64_t) leaf[t] * (RR);                              \
+                const T w = vals[t];                                                      \
+                SKTF_FIBER_ADD_##AK(RR, w, rc)                                            \
+            }                                                                             \
+        }                                                                                 \
+        T *d = buf + (io - lo) * (RR);                                                    \
+        SKTF_FIBER_STORE_##AK                                                             \
+        for (int64_t r = 0; r < (RR); ++r) d[r] += acc[r] * h[r];                         \
+    }                                                                                     \
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define SKTF_FIBER_AVX2 1
+#define SKTF_FIBER_ATTR __attribute__((target("avx2,fma")))
+static int sktf_fiber_simd_level(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 2 : 1;
+}
+#else
+#define SKTF_FIBER_AVX2 0
+#define SKTF_FIBER_ATTR
+static int sktf_fiber_simd_level(void) { return 1; }
+#endif
+
+/* AK says how a fiber's sum acc is kept: V, in a vector of the rank's width (registers; an
+   array would stay in memory, each update waiting for the previous one's store), with GCC or
+   Clang at constant ranks; A, in the array acc itself.  SKTF_FIBER_ZERO_<AK>,
+   SKTF_FIBER_ADD_<AK>(w, row) (acc += w row), SKTF_FIBER_STORE_<AK> (into the array acc). */
+#define SKTF_FIBER_ZERO_A(K) for (int64_t r = 0; r < (K); ++r) acc[r] = 0;
+#define SKTF_FIBER_ADD_A(K, W, ROW) for (int64_t r = 0; r < (K); ++r) acc[r] += (W) * (ROW)[r];
+#define SKTF_FIBER_STORE_A
+#if defined(__GNUC__) || defined(__clang__)
+#define SKTF_FIBER_ARR(T, K)                                                              \
+    typedef T vec_t __attribute__((vector_size(32)));                                     \
+    T g[K], acc[K];                                                                       \
+    vec_t accv_[(K) * sizeof(T) / 32];
+#define SKTF_FIBER_ZERO_V(K) for (int q_ = 0; q_ < (int) ((K) * sizeof(*acc) / 32); ++q_) \
+    accv_[q_] = (vec_t) {0};
+#define SKTF_FIBER_ADD_V(K, W, ROW)                                                        \
+    for (int q_ = 0; q_ < (int) ((K) * sizeof(*acc) / 32); ++q_) {                        \
+        vec_t rv_; memcpy(&rv_, (ROW) + q_ * (32 / sizeof(*acc)), 32); accv_[q_] += (W) * rv_; }
+#define SKTF_FIBER_STORE_V memcpy(acc, accv_, sizeof accv_);
+#else
+#define SKTF_FIBER_ARR(T, K) T g[K], acc[K];
+#define SKTF_FIBER_ZERO_V(K) SKTF_FIBER_ZERO_A(K)
+#define SKTF_FIBER_ADD_V(K, W, ROW) SKTF_FIBER_ADD_A(K, W, ROW)
+#define SKTF_FIBER_STORE_V
+#endif
+#define SKTF_FIBER_SCR(T) T * const g = scratch; T * const acc = scratch + R;
+
+/* instances: ranks 8, 16 and any, plain and (x86-64) for AVX2 with FMA; the entry point
+   chooses by R and by simd (sktf_fiber_simd_level, read once by the caller, so that one
+   process always takes the same instance) */
+#define SKTF_FIBER_FAMILY(T, SUF)                                                         \
+SKTF_FIBER_CHUNK(sktf_fiber_##SUF##_8, T, 8, , SKTF_FIBER_ARR(T, 8), V)                  \
+SKTF_FIBER_CHUNK(sktf_fiber_##SUF##_16, T, 16, , SKTF_FIBER_ARR(T, 16), V)                \
+SKTF_FIBER_CHUNK(sktf_fiber_##SUF##_rr, T, R, , SKTF_FIBER_SCR(T), A)                     \
+SKTF_FIBER_CHUNK(sktf_fiber_x_##SUF##_8, T, 8, SKTF_FIBER_ATTR, SKTF_FIBER_ARR(T, 8), V)  \
+SKTF_FIBER_CHUNK(sktf_fiber_x_##SUF##_16, T, 16, SKTF_FIBER_ATTR, SKTF_FIBER_ARR(T, 16), V)\
+SKTF_FIBER_CHUNK(sktf_fiber_x_##SUF##_rr, T, R, SKTF_FIBER_ATTR, SKTF_FIBER_SCR(T), A)    \
+static void sktf_fiber_chunk_##SUF(const sktf_fiber_job *jb, int64_t f0, int64_t f1,      \
+                                   T *buf, int64_t lo, T *scratch, int simd)              \
+{                                                                                         \
+    if (simd == 2) {                                                                      \
+        switch (jb->R) {                                                                  \
+        case 8: sktf_fiber_x_##SUF##_8(jb, f0, f1, buf, lo, scratch); return;             \
+        case 16: sktf_fiber_x_##SUF##_16(jb, f0, f1, buf, lo, scratch); return;           \
+        default: sktf_fiber_x_##SUF##_rr(jb, f0, f1, buf, lo, scratch); return;           \
+        }                                                                                 \
+    }                                                                                     \
+    switch (jb->R) {                                                                      \
+    case 8: sktf_fiber_##SUF##_8(jb, f0, f1, buf, lo, scratch); return;                   \
+    case 16: sktf_fiber_##SUF##_16(jb, f0, f1, buf, lo, scratch); return;                 \
+    default: sktf_fiber_##SUF##_rr(jb, f0, f1, buf, lo, scratch); return;                 \
+    }                                                                                     \
+}
+
+SKTF_FIBER_FAMILY(double, f64)
+SKTF_FIBER_FAMILY(float, f32)
+
+#endif /* SKTF_FIBER_H */
