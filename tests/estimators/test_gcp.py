@@ -565,6 +565,37 @@ def test_fused_sampling_equals_drawn_sample_and_inactive_modes_untouched():
         np.testing.assert_allclose(marker[1], ref[1], rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("sampler", ["stratified", "semi-stratified", "uniform"])
+def test_serial_steps_with_and_without_prefetching_are_bitwise_the_same(sampler):
+    """The serial loop prefetches what its samples read only when that exceeds
+    ``_gcp.prefetch_bytes()`` (small tensors stay in cache): always and never prefetching
+    give the same gradients, losses and steps, bit for bit."""
+    X, U0 = small_problem(seed=5, shape=(20, 30, 9, 6), density=0.1, R=4)
+    be = get_backend("cpu")
+    T = be.prepare(X)
+    loss = get_loss("poisson")
+    lam = np.array([1.0, 0.5, 2.0, 0.8])
+    results = []
+    old = _gcp.prefetch_bytes()
+    try:
+        for limit in (0, 2 ** 62):
+            _gcp.prefetch_bytes(limit)
+            state = be.gcp.setup(T, sampler, (300, 400), (200, 200), 3)
+            with num_threads(1):
+                g, f = be.gcp.sampled_gradient(T, state, lam, U0, loss, 7, 2, with_loss=True)
+                U = [u.copy() for u in U0]
+                opt = make_optimizer("adam", learning_rate=1e-2).start(be, U)
+                be.gcp.steps(T, state, lam, U, loss, 7, 0, 20, opt, 0.0)
+            results.append((g, f, U, be.gcp.loss_estimate(T, state, lam, U, loss)))
+    finally:
+        _gcp.prefetch_bytes(old)
+    (g0, f0, U0_, l0), (g1, f1, U1, l1) = results
+    assert f0 == f1 and l0 == l1
+    for a, b in zip(g0 + U0_, g1 + U1):
+        np.testing.assert_array_equal(a, b)
+    assert old == _gcp.prefetch_bytes()
+
+
 @pytest.mark.parametrize("solver,block", [("adam", 300), ("sgd", 300), ("adam", 0),
                                           ("adagrad", 0), ("sgd", 0)])
 def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, block):

@@ -209,6 +209,10 @@ cdef struct Src:
     const int8_t* xcorr
     const double* xy           # precomputed w (f'(x, m) - corr f'(0, m)), or NULL
     int64_t xn
+    # what decides whether the serial loop prefetches what its samples read (see
+    # _prefetches): the bytes of the data a draw looks at, the factor rows of all modes
+    int64_t prefetch_bytes
+    int64_t rows
 
 
 cdef bint _interrupted() noexcept nogil:
@@ -321,6 +325,9 @@ cdef class GcpSampler:
             &bucket[0] if sp[SKTF_GCP_HAS_BUCKET] else NULL,
             &zsubs[0, 0] if zsubs.shape[0] > 0 else NULL, wp, wq)
         self.src.xn = -1
+        self.src.rows = int(np.sum(np.asarray(shape)))
+        self.src.prefetch_bytes = (vals.shape[0] * (8 * N + 16) + zsubs.shape[0] * 8 * N
+                                   + (bucket.shape[0] * 8 if bucket is not None else 0))
         self.p, self.q, self.wp, self.wq = p, q, wp, wq
 
     @property
@@ -437,6 +444,31 @@ cdef inline double _terms(const Src* S, int64_t j, double x, double w, int corr,
     return f
 
 
+# bytes below which the serial loop does not prefetch (about a core's share of cache)
+cdef int64_t PREFETCH_BYTES = 1 << 20
+
+
+def prefetch_bytes(value=None):
+    """The size below which the serial sample loop does not prefetch (bytes of the data a
+    draw reads, or of the factor and gradient rows); sets it when ``value`` is given (for
+    tests: the results are the same bits either way).  Returns the setting before."""
+    global PREFETCH_BYTES
+    old = PREFETCH_BYTES
+    if value is not None:
+        PREFETCH_BYTES = int(value)
+    return old
+
+
+cdef inline bint _prefetches(const Src* S, Py_ssize_t R) noexcept nogil:
+    """Whether the serial loop prefetches: when the data a draw reads (``S.prefetch``, decided
+    from the tensor's bytes) or the factor and gradient rows (16 R bytes a row) exceed
+    :data:`PREFETCH_BYTES`; below, everything stays in cache and the hints only cost
+    instructions (an explicit sample is read in order: only its rows count)."""
+    if S.rows * R * 16 > PREFETCH_BYTES:
+        return True
+    return S.prefetch_bytes > PREFETCH_BYTES and S.xn < 0
+
+
 cdef inline void _prefetch_rows(double** fac, double** grad, const int8_t* active,
                                 const int64_t* idx, int N, Py_ssize_t R) noexcept nogil:
     cdef int k
@@ -483,14 +515,16 @@ cdef void _serial_range(const Src* S, int64_t j0, int64_t j1, int code, double p
     cdef int64_t* idx
     # prefetch hints for drawing samples (sktf_gcp_sample.h; they must be called from the
     # loop itself, see there)
-    if S.xn < 0:
+    cdef bint touch = _prefetches(S, R)
+    if S.xn < 0 and touch:
         sktf_gcp_touch_first(&S.g, S.key, j0, j1, LOOKAHEAD)
     for j in range(j0, min(j0 + LOOKAHEAD, j1)):
         slot = <int> (j - j0)
         ring_x[slot] = _sample(S, j, ring + slot * N, &ring_w[slot], &ring_c[slot])
-        _prefetch_rows(fac, grad, active, ring + slot * N, N, R)
+        if touch:
+            _prefetch_rows(fac, grad, active, ring + slot * N, N, R)
     for j in range(j0, j1):
-        if S.xn < 0:
+        if S.xn < 0 and touch:
             sktf_gcp_touch_ahead(&S.g, S.key, j, j1, LOOKAHEAD)
         slot = <int> ((j - j0) % LOOKAHEAD)
         idx = ring + slot * N
@@ -511,7 +545,8 @@ cdef void _serial_range(const Src* S, int64_t j0, int64_t j1, int code, double p
                     pre[r] *= rows[k][r]
         if j + LOOKAHEAD < j1:  # refill the slot with the sample LOOKAHEAD ahead
             ring_x[slot] = _sample(S, j + LOOKAHEAD, idx, &ring_w[slot], &ring_c[slot])
-            _prefetch_rows(fac, grad, active, idx, N, R)
+            if touch:
+                _prefetch_rows(fac, grad, active, idx, N, R)
 
 
 cdef double _gradient_serial(const Src* S, int code, double param, const double* lam,
