@@ -47,6 +47,13 @@ e2e
     with the kernel time inside them; references from the same run (NumPy's stable argsort,
     pandas' ``read_csv``).
 
+shapes (only when asked for: ``--sections shapes``)
+    The shapes where the CPU path is measured against its floor and its peers beyond large,
+    even tensors (``benchmarks/shapes.py``): CP-ALS on the embedded flights-routes tensor
+    against pygenten, CP-ALS on power-law coordinates, CP-APR MU on a tensor with two tiny
+    modes against pyttb, the default Poisson GCP fit against ``CPAPR(solver="pdnr")``; every
+    thread count.
+
 Output: one table per section on stdout (Markdown), ``OUT/benchmarks.json`` (machine, CPU,
 threads, devices, versions, date and every section) and PNG plots in ``OUT``.
 """
@@ -64,6 +71,7 @@ if __package__ in (None, ""):   # python benchmarks/run.py
 from sktensor_fast.backends import get_backend, parse_device  # noqa: E402
 from benchmarks import contention  # noqa: E402
 from benchmarks import e2e as e2e_mod  # noqa: E402
+from benchmarks import shapes as shapes_mod  # noqa: E402
 from benchmarks import stream as stream_mod  # noqa: E402
 from benchmarks.common import (DATA_DIR, MB, cores, cpu_model, machine_info,  # noqa: E402
                                plain)
@@ -97,9 +105,10 @@ PRESETS = {
 
 #: Sections in the order they run (each one module: stream.py, kernels.py, fits.py,
 #: contention.py, e2e.py)
-SECTIONS = ("stream", "kernels", "fits", "scaling", "contention", "e2e")
+SECTIONS = ("stream", "kernels", "fits", "scaling", "contention", "e2e", "shapes")
 
-#: Sections run when --sections is not given (contention starts busy processes: only on request)
+#: Sections run when --sections is not given (contention starts busy processes, shapes takes
+#: minutes: only on request)
 DEFAULT_SECTIONS = ("stream", "kernels", "fits", "scaling", "e2e")
 
 
@@ -194,7 +203,8 @@ def main(argv=None):
               "kernels": "Kernels", "fits": "Whole fits", "scaling": "Scaling",
               "contention": "Whole fits on a quiet and on a busy machine (fresh processes, "
                             "best seconds; ratio: many threads over one)",
-              "e2e": "File to model"}
+              "e2e": "File to model",
+              "shapes": "Skewed, tiny and tiny-mode tensors, GCP's defaults (CPU)"}
     for s in SECTIONS:
         if s not in args.sections:
             continue
@@ -211,6 +221,8 @@ def main(argv=None):
                 compare_spin=args.compare_spin)
         elif s == "e2e":
             res, table = e2e_mod.section_e2e(cfg, threads, devices)
+        elif s == "shapes":
+            res, table = shapes_mod.section_shapes(args.mode, threads)
         else:
             res, table = section_scaling(cfg, threads, devices, synth)
         res["section_seconds"] = time.time() - t0

@@ -534,3 +534,16 @@ def test_apr_tiny_script_runs(tmp_path, capsys):
         assert rep["pyttb"]["loglik_rel_diff_2_iterations"] < 1e-9
     assert _strict_json(tmp_path / "apr.json") is not None
     assert "Φ floor per mode" in capsys.readouterr().out
+
+
+def test_shapes_section_runs_its_scripts():
+    """The shapes section runs each experiment script in a process of its own with the
+    preset's arguments and keeps its JSON report (tiny sizes: a smoke test)."""
+    from benchmarks import shapes
+    res, table = shapes.section_shapes("tiny", [1, 2], cases=["tiny", "gcp_defaults"])
+    assert res["notes"] == [], res["notes"]
+    rep = res["cases"]["gcp_defaults"]["report"]
+    assert rep and "GCP" in table and "sktensor_fast" in table
+    assert "--threads" in res["cases"]["tiny"]["command"]
+    with pytest.raises(ValueError, match="unknown case"):
+        shapes.case_args("nope", "tiny", [1])
