@@ -31,13 +31,16 @@ number.
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+# benchmarks.common of this checkout (it imports no sktensor_fast: --checkout still chooses)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.common import cpu_model  # noqa: E402
 
 SHAPE = (24, 21, 2340)
 
@@ -51,17 +54,6 @@ def make_tensor(seed=0, shape=SHAPE, true_rank=5, mean=30.0, noise=0.5):
     M *= mean / M.mean()
     M += noise * rng.random(M.shape)
     return SparseTensor.from_dense(rng.poisson(M).astype(np.float64))
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def numpy_copy_gbs(n=1 << 24, repeat=5):

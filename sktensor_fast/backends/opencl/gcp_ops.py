@@ -637,6 +637,22 @@ class _Step:
         """The index space of the scatter kernel: (columns, segments or samples, modes)."""
         return (self.R, self.ns if self.atomic else self.sort.nseg, self.N)
 
+    def reduce(self, grads):
+        """Enqueue the passes of the row sort and the scatter (and join) into ``grads``, once
+        the step's weighted derivatives are on the device."""
+        be, dt, N = self.be, self.dt, self.N
+        if self.sort is not None:
+            for p in range(self.sort.npass):
+                _kernel(be, dt, N, "gcp_sort_pass")(be.queue, *self.sort_geometry(),
+                                                    *self.sort_pass(p))
+        be.launch(_kernel(be, dt, N, self.scatter_name()), self.scatter_size(),
+                  *self.scatter(grads))
+        if not self.atomic:
+            be.launch(_kernel(be, dt, N, "gcp_run_join"), self.scatter_size(),
+                      *self.join(grads))
+        if self.sort is not None:
+            self.sort.dirty = False
+
     def join(self, grads):
         """gcp_run_join's arguments (None on the atomic path, which has no join)."""
         if self.atomic:
@@ -691,15 +707,7 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
         work["y"][:ns].set(np.ascontiguousarray(y, dtype=dt))
         if with_loss:
             f = float(np.sum(_host_weights(loss, x, w, corr, m, deriv=False)))
-    if st.sort is not None:
-        for p in range(st.sort.npass):
-            _kernel(be, dt, N, "gcp_sort_pass")(be.queue, *st.sort_geometry(),
-                                                *st.sort_pass(p))
-    be.launch(_kernel(be, dt, N, st.scatter_name()), st.scatter_size(), *st.scatter(out))
-    if not st.atomic:
-        be.launch(_kernel(be, dt, N, "gcp_run_join"), st.scatter_size(), *st.join(out))
-    if st.sort is not None:
-        st.sort.dirty = False
+    st.reduce(out)
     return out, f
 
 
@@ -887,15 +895,7 @@ def sample_gradient(be, sample, weights, factors, loss, out=None, active=None,
                                            np.asarray(w, np.float64), corr, m, deriv=False)))
     elif with_loss:
         f = _sum_chunks(be, st.T, work["f"], ns, work["part"], chunk=ns)
-    if step.sort is not None:
-        for p in range(step.sort.npass):
-            _kernel(be, dt, N, "gcp_sort_pass")(be.queue, *step.sort_geometry(),
-                                                *step.sort_pass(p))
-    be.launch(_kernel(be, dt, N, step.scatter_name()), step.scatter_size(), *step.scatter(out))
-    if not step.atomic:
-        be.launch(_kernel(be, dt, N, "gcp_run_join"), step.scatter_size(), *step.join(out))
-    if step.sort is not None:
-        step.sort.dirty = False
+    step.reduce(out)
     return out, f
 
 

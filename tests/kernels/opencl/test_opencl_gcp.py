@@ -263,16 +263,7 @@ def test_explicit_samples_equal_cpu(be, cpu, name):
     distributed fit computes for the samples it owns): the CPU's gradient and losses, for
     counts that grow and shrink from call to call (the device's buffers are reused), with
     inactive modes, a reused ``out``, an empty sample and factors given as host arrays."""
-    class Squared:
-        lower = -np.inf
-
-        def value(self, x, m):
-            return (x - m) ** 2
-
-        def deriv(self, x, m):
-            return 2 * (m - x)
-
-    loss = get_loss(Squared()) if name == "user" else get_loss(name)
+    loss = get_loss(ScaledSquares()) if name == "user" else get_loss(name)
     X, U = sparse_problem(shape=(9, 30, 5, 7), density=0.1, R=3)
     Tc = cpu.prepare(X)
     sc = cpu.gcp.setup(Tc, "semi-stratified", (500, 700), (50, 50), 1)

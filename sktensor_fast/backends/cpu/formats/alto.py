@@ -72,7 +72,7 @@ import numpy as np
 
 from ...._threads import get_num_threads
 from .coo import CooFormat, useful_threads
-from .fibers import TinyFibers, fiber_modes
+from .fibers import fibers_of
 
 try:
     from .. import _alto, _kernels
@@ -442,11 +442,7 @@ class AltoFormat:
         """The :class:`.fibers.TinyFibers` of this tensor when it has two tiny modes and long
         fibers (:func:`.fibers.fiber_modes`), which MTTKRP and Φ then use; else None.  Built
         on first use and kept."""
-        if "_fibers" not in self.__dict__:
-            modes = fiber_modes(self.shape, self.nnz)
-            self._fibers = None if modes is None else TinyFibers(self.subs, self.vals,
-                                                                 self.shape, modes)
-        return self._fibers
+        return fibers_of(self)
 
     def kruskal_values(self, weights, factors, num_threads=1):
         """Model values at the nonzeros, in ALTO order (aligned with ``sorted_vals``)."""

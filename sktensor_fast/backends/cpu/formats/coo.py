@@ -11,7 +11,7 @@ from ...._native import _construct
 from ...._threads import get_num_threads
 from ...gcp_plan import linear_index
 from .. import parallel_costs
-from .fibers import TinyFibers, fiber_modes
+from .fibers import fibers_of
 
 try:
     from .. import _kernels
@@ -146,11 +146,7 @@ class CooFormat:
         """The :class:`.fibers.TinyFibers` of this tensor when it has two tiny modes and long
         fibers (:func:`.fibers.fiber_modes`), which MTTKRP and Φ then use; else None.  Built
         on first use and kept."""
-        if "_fibers" not in self.__dict__:
-            modes = fiber_modes(self.shape, self.nnz)
-            self._fibers = None if modes is None else TinyFibers(self.subs, self.vals,
-                                                                 self.shape, modes)
-        return self._fibers
+        return fibers_of(self)
 
     def accumulate(self, factors, mode, out, B, eps, num_threads):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``."""

@@ -134,3 +134,13 @@ class TinyFibers:
                           self.lo[which], self.hi[which], factors[a], factors[b], factors[c],
                           which, out, B, float(eps), int(num_threads), self._work)
         return out
+
+
+def fibers_of(T):
+    """The :class:`TinyFibers` of the prepared tensor ``T`` (its ``subs``, ``vals``, ``shape``
+    and ``nnz``) when it has two tiny modes and long fibers (:func:`fiber_modes`); else None.
+    Built on first use and kept on ``T``."""
+    if "_fibers" not in T.__dict__:
+        modes = fiber_modes(T.shape, T.nnz)
+        T._fibers = None if modes is None else TinyFibers(T.subs, T.vals, T.shape, modes)
+    return T._fibers
