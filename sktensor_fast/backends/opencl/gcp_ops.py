@@ -129,6 +129,11 @@ def _weights(weights, R):
 def _factors(be, T, factors, weights):
     """Factors as device arrays of the tensor's dtype (host arrays are uploaded, device
     arrays of another dtype converted on the device; shapes checked by GcpKernels)."""
+    return _factors_as(be, factors, weights, T.dtype)
+
+
+def _factors_as(be, factors, weights, dt):
+    """The factors as C-contiguous device arrays of ``dt``, the weights, the rank."""
     import pyopencl.array as cla
     R = int(factors[0].shape[1])
     lam = _weights(weights, R)
@@ -139,12 +144,12 @@ def _factors(be, T, factors, weights):
                 raise ValueError(f"factor {k} lives in another OpenCL context")
             if not f.flags.c_contiguous:
                 raise ValueError(f"factor {k} must be C-contiguous")
-            out.append(f if f.dtype == T.dtype else f.astype(T.dtype))
+            out.append(f if f.dtype == dt else f.astype(dt))
         else:
             a = np.asarray(f)
             if a.dtype.kind not in "fiub":
                 raise TypeError(f"factor {k} must hold real numbers, got dtype {a.dtype}")
-            out.append(be.asarray(np.ascontiguousarray(a, dtype=T.dtype)))
+            out.append(be.asarray(np.ascontiguousarray(a, dtype=dt)))
     return out, lam, R
 
 
@@ -833,27 +838,6 @@ def _explicit_state(be, factors):
     return st
 
 
-def _explicit_factors(be, factors, weights, dt):
-    """The factors as C-contiguous device arrays of ``dt``, the weights, the rank."""
-    import pyopencl.array as cla
-    R = int(factors[0].shape[1])
-    lam = _weights(weights, R)
-    out = []
-    for k, f in enumerate(factors):
-        if isinstance(f, cla.Array):
-            if f.context != be.ctx:
-                raise ValueError(f"factor {k} lives in another OpenCL context")
-            if not f.flags.c_contiguous:
-                raise ValueError(f"factor {k} must be C-contiguous")
-            out.append(f if f.dtype == dt else f.astype(dt))
-        else:
-            a = np.asarray(f)
-            if a.dtype.kind not in "fiub":
-                raise TypeError(f"factor {k} must hold real numbers, got dtype {a.dtype}")
-            out.append(be.asarray(np.ascontiguousarray(a, dtype=dt)))
-    return out, lam, R
-
-
 def sample_gradient(be, sample, weights, factors, loss, out=None, active=None,
                     with_loss=False):
     """:meth:`GcpKernels.sample_gradient` on the device: the sample is uploaded (its
@@ -864,7 +848,7 @@ def sample_gradient(be, sample, weights, factors, loss, out=None, active=None,
     N = len(factors)
     st = _explicit_state(be, factors)
     dt = st.dtype
-    facs, lam, R = _explicit_factors(be, factors, weights, dt)
+    facs, lam, R = _factors_as(be, factors, weights, dt)
     act = tuple(active) if active is not None else (True,) * N
     code, param = loss_code(check_loss(loss))
     if out is None or any(not isinstance(g, cla.Array) or g.context != be.ctx
@@ -905,7 +889,7 @@ def sample_loss(be, sample, weights, factors, loss):
     N = len(factors)
     st = _explicit_state(be, factors)
     dt = st.dtype
-    facs, lam, R = _explicit_factors(be, factors, weights, dt)
+    facs, lam, R = _factors_as(be, factors, weights, dt)
     code, param = loss_code(check_loss(loss))
     work, ns = st.upload(sample)
     if ns == 0:
