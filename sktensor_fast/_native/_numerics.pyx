@@ -89,3 +89,37 @@ def rand_below(const uint64_t[::1] skeys, uint64_t c, int64_t n):
         for i in range(m):
             o[i] = sktf_below(sktf_rand(skeys[i], c), n)
     return out
+
+
+def find_sorted(const int64_t[::1] table, const int64_t[::1] keys, int num_threads=1):
+    """Positions of ``keys`` in the sorted array ``table`` of distinct values, -1 where a key
+    is absent (int64 array): a binary search per key, on ``num_threads`` threads from 4,096
+    keys (a search of a large table is a few cache misses, ~0.2 µs; the searches are
+    independent: the result does not depend on the threads).
+    The distributed sampler looks its zero samples up among a process's nonzeros with it."""
+    cdef Py_ssize_t i, n = keys.shape[0], m = table.shape[0]
+    cdef int64_t lo, hi, mid, k
+    out = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] o = out
+    if n == 0:
+        return out
+    if m == 0:
+        out[:] = -1
+        return out
+    if n < 4096 or num_threads < 2:
+        num_threads = 1
+    for i in prange(n, nogil=True, schedule="static", num_threads=num_threads):
+        k = keys[i]
+        lo = 0
+        hi = m
+        while lo < hi:
+            mid = lo + (hi - lo) // 2
+            if table[mid] < k:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < m and table[lo] == k:
+            o[i] = lo
+        else:
+            o[i] = -1
+    return out

@@ -88,10 +88,11 @@ class LocalShare:
         if idx.shape[0] == 0 or self.subs.shape[0] == 0:
             return out
         if self.linear:
-            key = linear_index(idx, self.shape)
-            pos = np.searchsorted(self.lin, key)
-            pos = np.minimum(pos, self.lin.shape[0] - 1)
-            hit = self.lin[pos] == key
+            from .._native import _numerics
+            from .._threads import get_num_threads
+            pos = _numerics.find_sorted(self.lin, linear_index(idx, self.shape),
+                                        get_num_threads())
+            hit = pos >= 0
         else:
             rows = [tuple(r) for r in self.subs.tolist()]
             table = {r: i for i, r in enumerate(rows)}

@@ -224,6 +224,26 @@ def test_gcp_draws_replicate_the_cpu_sampler():
     check(D, CooFormat(D), ("stratified",), zero_list=True)
 
 
+def test_find_sorted_is_searchsorted_on_any_thread_count():
+    """The compiled lookup of the distributed sampler (zero samples among a process's
+    nonzeros): NumPy's searchsorted with a hit test, on 1 and 2 threads, with absent keys,
+    keys beyond both ends, an empty table and no keys."""
+    import numpy as np
+    from sktensor_fast._native import _numerics
+    rng = np.random.default_rng(3)
+    table = np.unique(rng.integers(0, 10 ** 9, 50_000))
+    keys = np.concatenate([rng.choice(table, 6000), rng.integers(-5, 10 ** 9 + 5, 6000),
+                           [-1, 10 ** 10, table[0], table[-1]]])
+    pos = np.minimum(np.searchsorted(table, keys), table.size - 1)
+    want = np.where(table[pos] == keys, pos, -1)
+    for threads in (1, 2):
+        got = _numerics.find_sorted(table, keys, threads)
+        np.testing.assert_array_equal(got, want)
+    assert (want >= 0).sum() >= 6000
+    assert _numerics.find_sorted(table, keys[:0]).shape == (0,)
+    np.testing.assert_array_equal(_numerics.find_sorted(table[:0], keys[:3]), [-1, -1, -1])
+
+
 def test_gcp_sample_gradient_is_the_drawn_gradient():
     """The kernel-interface primitive over an explicit sample gives the gradient and loss of
     the same sample drawn by the CPU backend (what each process computes for its samples)."""
