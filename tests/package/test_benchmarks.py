@@ -528,8 +528,9 @@ def test_apr_tiny_script_runs(tmp_path, capsys):
     assert "fibers" in rep["layout"]
     for t in (1, 2):
         r = rep["threads"][t]
-        assert r["per_outer_best_s"] > 0 and len(r["phi_best_s"]) == 3
-        assert all(x > 0 for x in r["phi_over_floor"])
+        # a difference of two fits' times: on so small a tensor noise may make it <= 0
+        assert np.isfinite(r["per_outer_best_s"]) and len(r["phi_best_s"]) == 3
+        assert all(x > 0 for x in r["phi_best_s"]) and all(x > 0 for x in r["phi_over_floor"])
     if has_pyttb:
         assert rep["pyttb"]["loglik_rel_diff_2_iterations"] < 1e-9
     assert _strict_json(tmp_path / "apr.json") is not None
