@@ -8,6 +8,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <math.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -301,6 +302,29 @@ static int64_t sktf_compact_part(const sktf_codec *cd, const uint64_t *lin, int6
         slot[s + i1[t]] = (int32_t) u;
     }
     return u + 1;
+}
+
+/* wall-clock seconds and the calling OpenMP thread's number (0 without OpenMP): for the
+   optional phase timings of the accumulate kernels */
+static inline double sktf_wtime(void)
+{
+#if defined(_OPENMP)
+    return omp_get_wtime();
+#elif defined(CLOCK_MONOTONIC)
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
+#else
+    return 0.0;
+#endif
+}
+static inline int sktf_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
 }
 
 /* first index of the sorted a[0..n) with a[k] >= v */

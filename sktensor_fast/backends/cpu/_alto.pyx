@@ -107,6 +107,8 @@ cdef extern from "sktf_alto.h":
                               int64_t* rows_out, int64_t* k1, int64_t* k2, int32_t* i1,
                               int32_t* i2) noexcept nogil
     int64_t sktf_lower_bound(const int64_t* a, int64_t n, int64_t v) noexcept nogil
+    double sktf_wtime() noexcept nogil
+    int sktf_thread_num() noexcept nogil
 
 ctypedef fused floating:
     float
@@ -391,7 +393,7 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                const int64_t[:, ::1] pmin, const int64_t[:, ::1] pmax,
                list factors, int mode, floating[:, ::1] out, object B=None, double eps=0.0,
                int num_threads=1, bint use_buffer=True, object plan=None, object work=None,
-               object waves=None):
+               object waves=None, object times=None):
     """MTTKRP (``B is None``) or CP-APR's Φ (``B`` given) over ALTO, into ``out`` (overwritten).
 
     Parameters
@@ -409,6 +411,13 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
     waves : optional int64 boundaries into the partitions (first 0, last nparts): the
         partitions of one wave run at a time (buffers, then merge), so that only one wave's
         buffers exist at once.
+
+    times : optional float64 array of at least ``4 + 2 * num_threads`` entries that receives
+        the seconds of each phase (for benchmarks; the result does not change): ``[0]`` zeroing
+        the output, ``[1]`` the partitions (wall, all waves), ``[2]`` the merges (wall, all
+        waves), ``[3]`` the number of waves, ``[4 + t]`` the time thread ``t`` spent in its
+        partitions and ``[4 + num_threads + t]`` in its merge blocks.  What a thread does not
+        spend there of the phase's wall time, it waits.
 
     Either way every output row is the sum of its partitions' contributions in partition
     order, each partition's in nonzero order: the result depends neither on the waves nor on
@@ -438,9 +447,19 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
     cdef const int64_t[::1] wp
     cdef bint own_bufs = True
     cdef bint compact = not use_buffer
+    cdef double[::1] tv
+    cdef double* tp = NULL
+    cdef double t0, t1
     if fac == NULL:
         raise MemoryError()
     try:
+        if times is not None:
+            tv = times
+            if tv.shape[0] < 4 + 2 * num_threads:
+                raise ValueError("times needs 4 + 2 * num_threads entries")
+            tp = &tv[0]
+            memset(tp, 0, (4 + 2 * num_threads) * sizeof(double))
+            t0 = sktf_wtime()
         _fill_factors(factors, fac)
         jb.cd = codec.cd
         jb.lin = &flat[0] if flat.shape[0] > 0 else NULL
@@ -459,6 +478,8 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
         if I > 0 and R > 0:
             with nogil:
                 memset(&out[0, 0], 0, I * R * sizeof(floating))
+        if tp != NULL:
+            tp[0] = sktf_wtime() - t0
         if nnz == 0 or nparts <= 0 or R == 0 or I == 0:
             return out
         if compact:
@@ -507,10 +528,15 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
         for w in range(wp.shape[0] - 1):
             p0 = wp[w]
             p1 = wp[w + 1]
+            if tp != NULL:
+                tp[3] += 1
+                t0 = sktf_wtime()
             with nogil, parallel(num_threads=num_threads):
                 scratch = <floating*> malloc(R * sizeof(floating))
                 c = <int64_t*> malloc(N * sizeof(int64_t))
                 for p in prange(p0, p1, schedule='dynamic'):
+                    if tp != NULL:
+                        t1 = sktf_wtime()
                     if compact:
                         span = (croff[p + 1] - croff[p]) * R
                         if span > 0:
@@ -530,14 +556,22 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                         else:
                             sktf_alto_part_f32(&jb, part_ptr[p], part_ptr[p + 1], bufs + boff[p],
                                                pmin[p, mode], NULL, scratch, c)
+                    if tp != NULL:
+                        tp[4 + sktf_thread_num()] += sktf_wtime() - t1
                 free(scratch)
                 free(c)
+            if tp != NULL:
+                t1 = sktf_wtime()
+                tp[1] += t1 - t0
+                t0 = t1
             if compact:
                 # merge: blocks of rows in parallel; in each, the partitions' shared rows that
                 # fall in the block, added in partition order (deterministic)
                 with nogil:
                     for ch in prange((I + bs - 1) // bs, schedule='dynamic',
                                      num_threads=num_threads):
+                        if tp != NULL:
+                            t1 = sktf_wtime()
                         a = ch * bs
                         b = min(a + bs, I)
                         for p in range(p0, p1):
@@ -551,10 +585,16 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                                 for r in range(R):
                                     dst[r] += src[r]
                                 k = k + 1
+                        if tp != NULL:
+                            tp[4 + num_threads + sktf_thread_num()] += sktf_wtime() - t1
+                if tp != NULL:
+                    tp[2] += sktf_wtime() - t0
                 continue
             # merge: blocks of CH rows in parallel, partitions added in order (deterministic)
             with nogil:
                 for ch in prange(nch, schedule='dynamic', num_threads=num_threads):
+                    if tp != NULL:
+                        t1 = sktf_wtime()
                     a = ch * CH
                     b = min(a + CH, I)
                     for p in range(p0, p1):
@@ -568,6 +608,10 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                         dst = &out[x, 0]
                         for i in range((y - x) * R):
                             dst[i] += src[i]
+                    if tp != NULL:
+                        tp[4 + num_threads + sktf_thread_num()] += sktf_wtime() - t1
+            if tp != NULL:
+                tp[2] += sktf_wtime() - t0
         return out
     finally:
         free(fac)

@@ -421,3 +421,29 @@ def test_decoder_switch():
             _alto.set_decoder("fastest")
     finally:
         _alto.set_decoder(old)
+
+
+@pytest.mark.parametrize("conflict", ["buffer", "compact"])
+def test_phase_times_leave_the_result(conflict):
+    """The optional phase timers fill their array and change no bit of the result; an array
+    too short (or of another type) is refused."""
+    rng = np.random.default_rng(9)
+    X = random_sparse((60, 50, 40), 8000, rng)
+    T = AltoFormat(X, n_partitions=6)
+    factors = [rng.random((s, 5)) for s in X.shape]
+    for threads in (1, 2):
+        ref = np.empty((50, 5))
+        T.accumulate(factors, 1, ref, None, 0.0, threads, conflict=conflict)
+        out = np.empty((50, 5))
+        nt = T.threads_for(threads, 5)                        # the threads that run
+        times = np.full(4 + 2 * nt, -1.0)
+        T.accumulate(factors, 1, out, None, 0.0, threads, conflict=conflict, times=times)
+        np.testing.assert_array_equal(out, ref)
+        assert np.all(times >= 0) and times[3] >= 1          # seconds, and the waves
+        assert times[1] > 0 and times[4:4 + nt].sum() > 0
+        assert times[4:4 + nt].max() <= times[1] * 1.01 + 1e-6   # within the phase's wall
+    with pytest.raises(ValueError, match="times"):
+        T.accumulate(factors, 1, out, None, 0.0, 1, conflict=conflict, times=np.zeros(5))
+    with pytest.raises((ValueError, TypeError)):
+        T.accumulate(factors, 1, out, None, 0.0, 1, conflict=conflict,
+                     times=np.zeros(6, dtype=np.float32))

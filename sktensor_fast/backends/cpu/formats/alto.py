@@ -356,12 +356,14 @@ class AltoFormat:
         return self.codec.decode(self.lin, int(num_threads))
 
     # ------------------------------------------------------------------ kernels
-    def accumulate(self, factors, mode, out, B, eps, num_threads, conflict=None):
+    def accumulate(self, factors, mode, out, B, eps, num_threads, conflict=None, times=None):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``.
 
         ``conflict`` (``"buffer"`` / ``"compact"``) overrides :meth:`conflict_for`.  At most
         :meth:`threads_for` threads run.  The buffers are kept on this object, so two calls on
-        the same object must not run at the same time.
+        the same object must not run at the same time.  ``times``: an optional float64 array
+        of ``4 + 2 * num_threads`` entries that receives the seconds of the kernel's phases
+        (see ``_alto.accumulate``; for benchmarks).
         """
         how = conflict or self.conflict_for(mode)
         if how not in ("buffer", "compact"):
@@ -375,7 +377,7 @@ class AltoFormat:
             work = self._work = np.empty(need, dtype=out.dtype)
         _alto.accumulate(self.codec, self.lin, self.sorted_vals, self.parts, self.part_min,
                          self.part_max, factors, int(mode), out, B, float(eps), nt,
-                         how == "buffer", plan, work, waves)
+                         how == "buffer", plan, work, waves, times)
         return out
 
     def buffer_waves(self, mode, R, num_threads, conflict="buffer"):
