@@ -229,10 +229,14 @@ static void sktf_intervals(const sktf_codec *cd, const uint64_t *lin, int64_t s,
     }
 }
 
-/* shared[i] = 1 when row i of mode n holds nonzeros of more than one partition */
+/* shared[i] = 1 when row i of mode n holds nonzeros of more than one partition; *entries
+   = the entries of the compact path's buffers: over the shared rows, the number of partitions
+   holding nonzeros in each */
 static int sktf_shared_rows(const sktf_codec *cd, const uint64_t *lin, const int64_t *ptr,
-                            int64_t nparts, int n, int64_t nrows, uint8_t *shared) {
+                            int64_t nparts, int n, int64_t nrows, uint8_t *shared,
+                            int64_t *entries) {
     int64_t *last = (int64_t *) malloc((nrows > 0 ? nrows : 1) * sizeof(int64_t));
+    int64_t visits = 0, touched = 0, nshared = 0;   /* (row, partition) pairs, rows */
     if (last == NULL) return -1;
     for (int64_t i = 0; i < nrows; ++i) last[i] = -1;
     memset(shared, 0, (size_t) nrows);
@@ -249,9 +253,16 @@ static int sktf_shared_rows(const sktf_codec *cd, const uint64_t *lin, const int
             if (last[row] != p) {
                 if (last[row] >= 0) shared[row] = 1;
                 last[row] = p;
+                ++visits;
             }
         }
     }
+    for (int64_t i = 0; i < nrows; ++i) {
+        touched += last[i] >= 0;
+        nshared += shared[i];
+    }
+    /* a row of one partition counts one visit and is not shared */
+    *entries = visits - (touched - nshared);
     free(last);
     return 0;
 }

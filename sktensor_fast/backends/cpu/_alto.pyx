@@ -88,7 +88,8 @@ cdef extern from "sktf_alto.h":
     void sktf_intervals(const sktf_codec* cd, const uint64_t* lin, int64_t s, int64_t e,
                         int64_t* cmin, int64_t* cmax, int64_t* c) noexcept nogil
     int sktf_shared_rows(const sktf_codec* cd, const uint64_t* lin, const int64_t* ptr,
-                         int64_t nparts, int n, int64_t nrows, uint8_t* shared) noexcept nogil
+                         int64_t nparts, int n, int64_t nrows, uint8_t* shared,
+                         int64_t* entries) noexcept nogil
     void sktf_alto_part_f64(const sktf_alto_job* jb, int64_t s, int64_t e, double* buf,
                             int64_t buf_lo, double* cb, double* scratch,
                             int64_t* c) noexcept nogil
@@ -313,19 +314,23 @@ cdef class Codec:
         return cmin, cmax
 
     def shared_rows(self, lin, const int64_t[::1] part_ptr, int mode, Py_ssize_t length):
-        """uint8 flags over the rows of ``mode``: 1 where more than one partition has nonzeros."""
+        """``(flags, entries)``: uint8 flags over the rows of ``mode``, 1 where more than one
+        partition has nonzeros; and the entries of the compact path's buffers (the number of
+        partitions with nonzeros in a shared row, summed over the shared rows)."""
         cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
         cdef Py_ssize_t nparts = part_ptr.shape[0] - 1
         flags = np.zeros(length, dtype=np.uint8)
         cdef uint8_t[::1] fv = flags
         cdef int rc = 0
+        cdef int64_t entries = 0
         if nparts <= 0 or length == 0:
-            return flags
+            return flags, 0
         with nogil:
-            rc = sktf_shared_rows(&self.cd, &flat[0], &part_ptr[0], nparts, mode, length, &fv[0])
+            rc = sktf_shared_rows(&self.cd, &flat[0], &part_ptr[0], nparts, mode, length, &fv[0],
+                                  &entries)
         if rc != 0:
             raise MemoryError()
-        return flags
+        return flags, int(entries)
 
     def compact_plan(self, lin, const int64_t[::1] part_ptr, int mode, const uint8_t[::1] shared,
                      int nbits, int num_threads=1):

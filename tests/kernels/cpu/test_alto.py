@@ -447,3 +447,80 @@ def test_phase_times_leave_the_result(conflict):
     with pytest.raises((ValueError, TypeError)):
         T.accumulate(factors, 1, out, None, 0.0, 1, conflict=conflict,
                      times=np.zeros(6, dtype=np.float32))
+
+
+def _pareto_tensor(shape, draws, scale, seed):
+    """Coordinates floor(scale * Lomax(1.2)) in every mode (redrawn while out of range), the
+    heavy rows scattered by a permutation; repeats summed."""
+    rng = np.random.default_rng(seed)
+    cols = []
+    for n in shape:
+        c = np.floor(scale * (rng.random(draws) ** (-1 / 1.2) - 1))
+        while np.any(c >= n):
+            bad = c >= n
+            c[bad] = np.floor(scale * (rng.random(int(bad.sum())) ** (-1 / 1.2) - 1))
+        cols.append(rng.permutation(n)[c.astype(np.int64)])
+    return SparseTensor(np.stack(cols, axis=1), rng.random(draws), shape)
+
+
+def test_overlapping_buffers_take_the_compact_path():
+    """Power-law coordinates, heavy rows scattered: every partition's row interval spans most
+    of the mode, so the private buffers would hold many times the mode's rows while few rows
+    are shared.  format="auto" then takes the compact path, whose result is bitwise the buffer
+    path's, at every thread count."""
+    X = _pareto_tensor((500, 500, 500), 40000, 2.0, 0)
+    T = AltoFormat(X, n_partitions=16)
+    B = AltoFormat(X, n_partitions=16, conflict="buffer")
+    rng = np.random.default_rng(1)
+    factors = [rng.random((s, 16)) for s in X.shape]
+    for m in range(3):
+        assert T.reuse(m) >= alto_mod.REUSE_THRESHOLD
+        assert T.buffer_rows(m) >= alto_mod.BUFFER_OVERLAP * X.shape[m]
+        assert T.compact_rows(m) <= alto_mod.COMPACT_SHARE * T.buffer_rows(m)
+        assert T.conflict_for(m) == "compact" and B.conflict_for(m) == "buffer"
+        ref = mttkrp_ref(X, factors, m)
+        outs = []
+        for threads in (1, 2):
+            for F in (T, B):
+                out = np.empty((X.shape[m], 16))
+                F.accumulate(factors, m, out, None, 0.0, threads)
+                outs.append(out)
+        for out in outs[1:]:
+            np.testing.assert_array_equal(out, outs[0])
+        _close(outs[0], ref)
+    assert set(T._plans) == {0, 1, 2} and not B._plans
+
+
+def test_uniform_coordinates_keep_the_buffers():
+    """Uniform coordinates at a high reuse: the buffers barely overlap (ALTO keeps every
+    partition to a narrow interval), so the buffer path stays."""
+    rng = np.random.default_rng(2)
+    X = random_sparse((64, 48, 40), 30000, rng, skew=0)
+    T = AltoFormat(X, n_partitions=8)
+    for m in range(3):
+        if T.buffer_rows(m) < alto_mod.BUFFER_OVERLAP * X.shape[m]:
+            assert T.conflict_for(m) == "buffer"
+    assert "buffer" in [T.conflict_for(m) for m in range(3)]
+
+
+@pytest.mark.parametrize("shape", KERNEL_SHAPES)
+def test_buffer_and_compact_paths_give_the_same_bits(shape):
+    """Both paths add a row's contributions partition by partition, in partition order, each
+    partition's in nonzero order from zero: the same sums in the same order."""
+    rng = np.random.default_rng(len(shape))
+    X = random_sparse(shape, 3000, rng, counts=True)
+    Tb = AltoFormat(X, n_partitions=7, conflict="buffer")
+    Tc = AltoFormat(X, n_partitions=7, conflict="compact")
+    factors = [rng.standard_normal((s, 8)) for s in shape]
+    for mode in range(len(shape)):
+        B = rng.random((shape[mode], 8))
+        for threads in (1, 2):
+            outs = []
+            for T in (Tb, Tc):
+                out = np.empty((shape[mode], 8))
+                T.accumulate(factors, mode, out, None, 0.0, threads)
+                phi = np.empty((shape[mode], 8))
+                T.accumulate([np.abs(f) for f in factors], mode, phi, B, 1e-10, threads)
+                outs.append((out, phi))
+            np.testing.assert_array_equal(outs[0][0], outs[1][0])
+            np.testing.assert_array_equal(outs[0][1], outs[1][1])
