@@ -34,6 +34,21 @@ cdef extern from "sktf_dense.h":
                            int64_t R) noexcept nogil
     int sktf_gram_rows_f32(const float* A, double* G, int64_t lo, int64_t hi,
                            int64_t R) noexcept nogil
+    int sktf_dense_level
+    int sktf_dense_avx2() noexcept nogil
+
+def _use_avx2(on=None):
+    """Whether the instances of ranks 1..16 run their AVX2 builds (CPUs that have AVX2), and
+    with ``on`` given, set it (False: the baseline builds; True: AVX2 where the CPU has it).
+    Returns the old setting.  Only for tests and benchmarks: both give the same bits."""
+    global sktf_dense_level
+    old = bool(sktf_dense_avx2())
+    if on is not None:
+        sktf_dense_level = -1
+        if not on or not sktf_dense_avx2():
+            sktf_dense_level = 0
+    return old
+
 
 #: rows per block (a fixed size: results do not depend on the thread count)
 DEF ROWS = 512
