@@ -280,18 +280,36 @@ static inline int64_t sktf_decode_mode(const sktf_codec *cd, uint64_t lo, uint64
    e - s); returns their count.  slot[j] = index of nonzero j's row among them, or -1 for
    a row that no other partition touches.  k1, k2 (int64) and i1, i2 (int32): scratch of
    e - s entries each.  The order of the rows (hence of the slots) depends on the data
-   only. */
+   only: sorted (by a map over their span where it is short, else a radix sort). */
 static int64_t sktf_compact_part(const sktf_codec *cd, const uint64_t *lin, int64_t s,
                                  int64_t e, int n, int nbits, const uint8_t *shared,
                                  int32_t *slot, int64_t *rows_out, int64_t *k1, int64_t *k2,
                                  int32_t *i1, int32_t *i2) {
-    int64_t m = 0, cnt[256];
+    int64_t m = 0, cnt[256], rmin = INT64_MAX, rmax = -1;
     for (int64_t j = s; j < e; ++j) {
         uint64_t lo, hi;
         sktf_load(cd, lin, j, &lo, &hi);
         const int64_t row = sktf_decode_mode(cd, lo, hi, n);
-        if (shared[row]) { k1[m] = row; i1[m] = (int32_t) (j - s); ++m; }
+        if (shared[row]) {
+            k1[m] = row; i1[m] = (int32_t) (j - s); ++m;
+            if (row < rmin) rmin = row;
+            if (row > rmax) rmax = row;
+        }
         else slot[j] = -1;
+    }
+    if (m > 0 && rmax - rmin < 2 * (e - s)) {
+        /* the shared rows span at most twice the partition's nonzeros: mark them in a map
+           over that span (k2, as 2 (e - s) int32), number the marked rows in order, look
+           each nonzero's up (no sort; the same rows and slots) */
+        int32_t *map = (int32_t *) k2;
+        const int64_t span = rmax - rmin + 1;
+        memset(map, 0, (size_t) span * sizeof(int32_t));
+        for (int64_t t = 0; t < m; ++t) map[k1[t] - rmin] = 1;
+        int64_t u = 0;
+        for (int64_t k = 0; k < span; ++k)
+            if (map[k]) { map[k] = (int32_t) u; rows_out[u++] = rmin + k; }
+        for (int64_t t = 0; t < m; ++t) slot[s + i1[t]] = map[k1[t] - rmin];
+        return u;
     }
     /* LSD radix sort of (row, offset) by row, 8-bit digits (stable: offsets ascend) */
     for (int sh = 0; sh < nbits; sh += 8) {

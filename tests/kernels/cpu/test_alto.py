@@ -140,10 +140,12 @@ def test_shared_rows_flags():
         np.testing.assert_array_equal(T.shared_rows(mode), expected)
 
 
-@pytest.mark.parametrize("shape", [(30, 20, 10), (2,) * 3 + (32,) * 12])
+@pytest.mark.parametrize("shape", [(30, 20, 10), (2,) * 3 + (32,) * 12, (3000, 2000, 900)])
 def test_compact_plan(shape, decoder):
     """Per partition the sorted rows it shares with another; per nonzero its row's entry
-    among them (-1 where the partition owns the row)."""
+    among them (-1 where the partition owns the row).  The first two shapes number the
+    shared rows through a map over their span, the last one (shared rows spread far apart)
+    through the radix sort."""
     rng = np.random.default_rng(7)
     X = random_sparse(shape, 1500, rng)
     T = AltoFormat(X, n_partitions=5)
