@@ -13,8 +13,8 @@ The tensor (built in about a second, vectorised NumPy, fixed seed):
 - each mode's coordinates then go through a fixed random permutation of its rows (the heavy
   rows scattered over the mode, as in real data; ``--no-scatter`` keeps them at the start);
 - every draw is a nonzero of value 1, and repeated coordinates are summed (so values are
-  counts): with the defaults 2,047,204 nonzeros, and in every mode the heaviest row holds about
-  2 % of them and the ten heaviest about 19 %.
+  counts): with the defaults 2,047,579 nonzeros, and in every mode the heaviest row holds 2.1 %
+  of them and the ten heaviest 17.4 % (``--no-scatter``: the same counts, rows 0, 1, ...).
 
 The generator draws ``np.random.default_rng(seed)``: first ``u`` for mode 0, 1, 2 (redraws
 right after each), then the three permutations.
@@ -35,7 +35,9 @@ private buffers) and what every thread did in them, for each conflict path, with
 own timers; a thread's share of a phase's wall time that it did not work, it waited.
 
 The factors of the fits at each thread count are compared bitwise with those at the first
-count.  The load average is read at the start and after every round.  Prints Markdown tables
+count.  The load average is read at the start and after every round, and a probe of the cores
+(:func:`core_probe`: the speedup of a kernel whose data stay in cache, about 2 when two cores
+are free, about 1 when other programs hold one) runs before and after.  Prints Markdown tables
 and, with ``--out``, writes JSON.
 """
 import argparse
@@ -90,6 +92,21 @@ def top_shares(X, top=(1, 10)):
 
 def _load():
     return os.getloadavg()[0]
+
+
+def core_probe(threads=2, repeat=7):
+    """Speedup of ``threads`` threads over one on a kernel whose data stay in cache (the COO
+    MTTKRP of the thread-cost calibration, 512K nonzeros of a 64³ tensor, best of
+    ``repeat``): about ``threads`` when that many cores are free, about 1 when other programs
+    hold all but one.  Read before and after the measurements, so that a table can be judged
+    by the cores it had."""
+    from sktensor_fast.backends.cpu import parallel_costs
+    run, _ = parallel_costs._calibration_kernel(256)
+    run(1)
+    run(threads)
+    one = min(parallel_costs._seconds(lambda: run(1)) for _ in range(repeat))
+    many = min(parallel_costs._seconds(lambda: run(threads)) for _ in range(repeat))
+    return one / many
 
 
 def _fit(X, R, iters, fmt):
@@ -152,6 +169,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     loads = [_load()]
+    probes = [core_probe(max(args.threads))] if len(args.threads) > 1 else []
     t = time.perf_counter()
     X = skewed_tensor(tuple(args.shape), int(args.draws), args.alpha, args.scale, args.seed,
                       not args.no_scatter)
@@ -198,6 +216,8 @@ def main(argv=None):
                                 args.threads, max(3, args.rounds))
         loads.append(_load())
 
+    if probes:
+        probes.append(core_probe(max(args.threads)))
     t0 = args.threads[0]
     rows = []
     for fmt in args.formats:
@@ -218,7 +238,9 @@ def main(argv=None):
           f"(scale {args.scale:g}, {int(args.draws):,} draws"
           f"{'' if not args.no_scatter else ', not scattered'}), R = {R}, {args.iters} "
           f"iterations, best of {args.rounds}; {cpu_model()}, {os.cpu_count()} CPUs, load "
-          f"average {min(loads):.2f}-{max(loads):.2f}")
+          f"average {min(loads):.2f}-{max(loads):.2f}"
+          + (f", in-cache probe x{probes[0]:.2f} before / x{probes[1]:.2f} after"
+             if probes else ""))
     print("heaviest row / ten heaviest rows per mode: "
           + ", ".join(f"{a:.1%} / {b:.1%}" for a, b in shares) + f"; built in {build_s:.2f} s\n")
     head = ["format", "what"] + [f"{th} thr ms" for th in args.threads] + \
@@ -249,7 +271,8 @@ def main(argv=None):
         write_report(plain({"args": vars(args), "package": os.path.dirname(sk.__file__),
                             "nnz": X.nnz, "shape": X.shape,
                             "top_row_shares": shares, "cpu": cpu_model(),
-                            "load_averages": loads, "rows": rows, "phases": phase_rows}),
+                            "load_averages": loads, "core_probe": probes, "rows": rows,
+                            "phases": phase_rows}),
                      args.out)
 
 
