@@ -3,6 +3,8 @@
     python benchmarks/experiments/bench_skewed.py                     # 20000^3, ~2M nonzeros, R = 16
     python benchmarks/experiments/bench_skewed.py --rounds 7 --phases --out bench_out/skewed.json
     python benchmarks/experiments/bench_skewed.py --checkout ../other-checkout   # another version
+    python benchmarks/experiments/bench_skewed.py --ab ../other-checkout --pairs 6 --rounds 2 \
+        --min-probe 1.7 --out bench_out/skewed_ab.json                          # before / after
 
 The tensor (built in about a second, vectorised NumPy, fixed seed):
 
@@ -41,6 +43,7 @@ are free, about 1 when other programs hold one) runs before and after.  Prints M
 and, with ``--out``, writes JSON.
 """
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -148,6 +151,101 @@ def phases(be, T, U, threads, repeat):
     return rows
 
 
+def _without(argv, names):
+    """``argv`` without the options ``names`` (each with its value)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in names:
+            skip = True
+            continue
+        out.append(a)
+    return out
+
+
+def ab(args, argv):
+    """Before (``--ab`` checkout) against after (this checkout): ``--pairs`` pairs of
+    processes, the order alternating from pair to pair, each process timing ``--rounds``
+    rounds; with ``--min-probe``, a pair starts only when :func:`core_probe` reaches it (so
+    that both halves of a pair see two free cores at their start).  The table gives, per
+    setting, the best time over all processes of each side."""
+    import json
+    import subprocess
+    import tempfile
+    child = _without(argv, {"--ab", "--pairs", "--min-probe", "--out", "--checkout"})
+    child = [a for a in child if a != "--phases"]
+    script = os.path.abspath(__file__)
+    reports = {"before": [], "after": []}
+    tmp = tempfile.mkdtemp()
+    n, skipped = 0, 0
+    while n < args.pairs:
+        p = core_probe(2, 5) if args.min_probe > 0 else 0.0
+        if p < args.min_probe:
+            skipped += 1
+            time.sleep(5)
+            continue
+        order = ["before", "after"] if n % 2 == 0 else ["after", "before"]
+        for side in order:
+            out = os.path.join(tmp, f"{side}_{n}.json")
+            extra = ["--checkout", os.path.abspath(args.ab)] if side == "before" else []
+            subprocess.run([sys.executable, script, *child, *extra, "--out", out], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(out) as f:
+                reports[side].append(json.load(f))
+        n += 1
+        print(f"  pair {n}/{args.pairs} done, load {_load():.2f}", file=sys.stderr, flush=True)
+    best = {}
+    for side, reps in reports.items():
+        for rep in reps:
+            for r in rep["rows"]:
+                key = (side, r["format"], r["what"])
+                cur = best.setdefault(key, {"paths": r["paths"], "times_s": {},
+                                            "same_bits": True})
+                for th, t in r["times_s"].items():
+                    cur["times_s"][th] = min(cur["times_s"].get(th, np.inf), t)
+                cur["same_bits"] &= r.get("same_bits", True)
+                cur.setdefault("models", set()).add(r.get("model_sha1"))
+    loads = [x for reps in reports.values() for rep in reps for x in rep["load_averages"]]
+    probes = [x for reps in reports.values() for rep in reps for x in rep["core_probe"]]
+    th = [str(t) for t in args.threads]
+    print(f"\nbefore: {args.ab}; after: this checkout; {args.pairs} pairs of processes of "
+          f"{args.rounds} rounds (best of {args.pairs * args.rounds}), load average "
+          f"{min(loads):.2f}-{max(loads):.2f}, core probes x{min(probes):.2f}-x{max(probes):.2f}"
+          f"{f', {skipped} probes below {args.min_probe:g} waited out' if skipped else ''}\n")
+    head = ["format", "what"] + [f"before {t} thr ms" for t in th] + \
+        [f"after {t} thr ms" for t in th] + [f"before x{th[-1]}", f"after x{th[-1]}",
+                                             "same bits"]
+    # same bits: at every thread count, in every process, before and after
+    for fmt in args.formats:
+        b, a = best[("before", fmt, "cpals")], best[("after", fmt, "cpals")]
+        one = len(b["models"] | a["models"]) == 1 and None not in b["models"]
+        b["same_bits"] = a["same_bits"] = b["same_bits"] and a["same_bits"] and one
+    body = []
+    for fmt in args.formats:
+        for w in ["cpals"] + [f"mttkrp {m}" for m in range(len(args.shape))] + ["dense"]:
+            b, a = best[("before", fmt, w)], best[("after", fmt, w)]
+            path = ""
+            if w.startswith("mttkrp"):
+                m = int(w[-1])
+                path = f" [{b['paths'][m]} -> {a['paths'][m]}]"
+            body.append([fmt, w + path]
+                        + [f"{b['times_s'][t] * 1e3:.1f}" for t in th]
+                        + [f"{a['times_s'][t] * 1e3:.1f}" for t in th]
+                        + [f"{b['times_s'][th[0]] / b['times_s'][th[-1]]:.2f}",
+                           f"{a['times_s'][th[0]] / a['times_s'][th[-1]]:.2f}",
+                           "" if w != "cpals" else
+                           ("yes" if b["same_bits"] and a["same_bits"] else "NO")])
+    print(md_table(head, body))
+    if args.out:
+        write_report(plain({"args": vars(args), "skipped_probes": skipped, "reports": reports,
+                            "best": [{"side": k[0], "format": k[1], "what": k[2],
+                                      "times_s": v["times_s"], "paths": v["paths"]}
+                                     for k, v in best.items()]}),
+                     args.out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", type=int, nargs="+", default=[20000, 20000, 20000])
@@ -166,7 +264,15 @@ def main(argv=None):
     ap.add_argument("--checkout", default=None,
                     help="import sktensor_fast from this checkout (to compare with another "
                          "version; --phases needs this one's)")
+    ap.add_argument("--ab", default=None, metavar="CHECKOUT",
+                    help="compare that checkout (before) with this one (after): --pairs pairs "
+                         "of processes, each of --rounds rounds, see ab()")
+    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--min-probe", type=float, default=0.0,
+                    help="with --ab: start a pair only when the core probe gives at least this")
     args = ap.parse_args(argv)
+    if args.ab:
+        return ab(args, argv if argv is not None else sys.argv[1:])
 
     loads = [_load()]
     probes = [core_probe(max(args.threads))] if len(args.threads) > 1 else []
@@ -232,6 +338,7 @@ def main(argv=None):
             row["speedup"] = {th: base / row["times_s"][th] for th in args.threads}
             if w == "cpals":
                 row["same_bits"] = all(bits[(fmt, th)] == bits[(fmt, t0)] for th in args.threads)
+                row["model_sha1"] = hashlib.sha1(bits[(fmt, t0)]).hexdigest()
             rows.append(row)
 
     print(f"\nCP-ALS, {X.nnz:,} nonzeros {tuple(X.shape)}, Pareto({args.alpha:g}) coordinates "
