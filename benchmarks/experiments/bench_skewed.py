@@ -316,9 +316,10 @@ def main(argv=None):
         print(f"  round {rnd + 1}/{args.rounds} done, load {loads[-1]:.2f}", file=sys.stderr,
               flush=True)
     phase_rows = []
-    if args.phases and "alto" in prepared:
+    alto = [T for T in prepared.values() if T.name == "alto"]
+    if args.phases and alto:
         with be.compute_scope():
-            phase_rows = phases(be, prepared["alto"], [np.ascontiguousarray(u) for u in U],
+            phase_rows = phases(be, alto[0], [np.ascontiguousarray(u) for u in U],
                                 args.threads, max(3, args.rounds))
         loads.append(_load())
 
