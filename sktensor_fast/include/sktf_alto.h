@@ -8,6 +8,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <math.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -234,10 +235,14 @@ static void sktf_intervals(const sktf_codec *cd, const uint64_t *lin, int64_t s,
     }
 }
 
-/* shared[i] = 1 when row i of mode n holds nonzeros of more than one partition */
+/* shared[i] = 1 when row i of mode n holds nonzeros of more than one partition; *entries
+   = the entries of the compact path's buffers: over the shared rows, the number of partitions
+   holding nonzeros in each */
 static int sktf_shared_rows(const sktf_codec *cd, const uint64_t *lin, const int64_t *ptr,
-                            int64_t nparts, int n, int64_t nrows, uint8_t *shared) {
+                            int64_t nparts, int n, int64_t nrows, uint8_t *shared,
+                            int64_t *entries) {
     int64_t *last = (int64_t *) malloc((nrows > 0 ? nrows : 1) * sizeof(int64_t));
+    int64_t visits = 0, touched = 0, nshared = 0;   /* (row, partition) pairs, rows */
     if (last == NULL) return -1;
     for (int64_t i = 0; i < nrows; ++i) last[i] = -1;
     memset(shared, 0, (size_t) nrows);
@@ -254,9 +259,16 @@ static int sktf_shared_rows(const sktf_codec *cd, const uint64_t *lin, const int
             if (last[row] != p) {
                 if (last[row] >= 0) shared[row] = 1;
                 last[row] = p;
+                ++visits;
             }
         }
     }
+    for (int64_t i = 0; i < nrows; ++i) {
+        touched += last[i] >= 0;
+        nshared += shared[i];
+    }
+    /* a row of one partition counts one visit and is not shared */
+    *entries = visits - (touched - nshared);
     free(last);
     return 0;
 }
@@ -274,18 +286,36 @@ static inline int64_t sktf_decode_mode(const sktf_codec *cd, uint64_t lo, uint64
    e - s); returns their count.  slot[j] = index of nonzero j's row among them, or -1 for
    a row that no other partition touches.  k1, k2 (int64) and i1, i2 (int32): scratch of
    e - s entries each.  The order of the rows (hence of the slots) depends on the data
-   only. */
+   only: sorted (by a map over their span where it is short, else a radix sort). */
 static int64_t sktf_compact_part(const sktf_codec *cd, const uint64_t *lin, int64_t s,
                                  int64_t e, int n, int nbits, const uint8_t *shared,
                                  int32_t *slot, int64_t *rows_out, int64_t *k1, int64_t *k2,
                                  int32_t *i1, int32_t *i2) {
-    int64_t m = 0, cnt[256];
+    int64_t m = 0, cnt[256], rmin = INT64_MAX, rmax = -1;
     for (int64_t j = s; j < e; ++j) {
         uint64_t lo, hi;
         sktf_load(cd, lin, j, &lo, &hi);
         const int64_t row = sktf_decode_mode(cd, lo, hi, n);
-        if (shared[row]) { k1[m] = row; i1[m] = (int32_t) (j - s); ++m; }
+        if (shared[row]) {
+            k1[m] = row; i1[m] = (int32_t) (j - s); ++m;
+            if (row < rmin) rmin = row;
+            if (row > rmax) rmax = row;
+        }
         else slot[j] = -1;
+    }
+    if (m > 0 && rmax - rmin < 2 * (e - s)) {
+        /* the shared rows span at most twice the partition's nonzeros: mark them in a map
+           over that span (k2, as 2 (e - s) int32), number the marked rows in order, look
+           each nonzero's up (no sort; the same rows and slots) */
+        int32_t *map = (int32_t *) k2;
+        const int64_t span = rmax - rmin + 1;
+        memset(map, 0, (size_t) span * sizeof(int32_t));
+        for (int64_t t = 0; t < m; ++t) map[k1[t] - rmin] = 1;
+        int64_t u = 0;
+        for (int64_t k = 0; k < span; ++k)
+            if (map[k]) { map[k] = (int32_t) u; rows_out[u++] = rmin + k; }
+        for (int64_t t = 0; t < m; ++t) slot[s + i1[t]] = map[k1[t] - rmin];
+        return u;
     }
     /* LSD radix sort of (row, offset) by row, 8-bit digits (stable: offsets ascend) */
     for (int sh = 0; sh < nbits; sh += 8) {
@@ -307,6 +337,29 @@ static int64_t sktf_compact_part(const sktf_codec *cd, const uint64_t *lin, int6
         slot[s + i1[t]] = (int32_t) u;
     }
     return u + 1;
+}
+
+/* wall-clock seconds and the calling OpenMP thread's number (0 without OpenMP): for the
+   optional phase timings of the accumulate kernels */
+static inline double sktf_wtime(void)
+{
+#if defined(_OPENMP)
+    return omp_get_wtime();
+#elif defined(CLOCK_MONOTONIC)
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
+#else
+    return 0.0;
+#endif
+}
+static inline int sktf_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
 }
 
 /* first index of the sorted a[0..n) with a[k] >= v */

@@ -548,3 +548,38 @@ def test_shapes_section_runs_its_scripts():
     assert "--threads" in res["cases"]["tiny"]["command"]
     with pytest.raises(ValueError, match="unknown case"):
         shapes.case_args("nope", "tiny", [1])
+
+
+def test_skewed_script_runs(tmp_path, capsys):
+    """bench_skewed builds its Pareto tensor, times CP-ALS, the MTTKRPs and the dense steps at
+    1 and 2 threads, the ALTO phases of both conflict paths, and writes JSON; with --ab it
+    runs pairs of processes and checks that both sides give the same models."""
+    import json
+    from benchmarks.experiments import bench_skewed
+    X = bench_skewed.skewed_tensor((300, 200, 100), 5000, 1.2, 2.0, seed=3)
+    Y = bench_skewed.skewed_tensor((300, 200, 100), 5000, 1.2, 2.0, seed=3)
+    assert np.array_equal(X.subs, Y.subs) and np.array_equal(X.vals, Y.vals)
+    assert X.vals.sum() == 5000 and X.nnz < 5000                 # repeats summed
+    shares = bench_skewed.top_shares(X)
+    assert all(0 < a <= b <= 1 for a, b in shares)
+    small = ["--shape", "300", "300", "300", "--draws", "20000", "--scale", "2", "--rank",
+             "4", "--iters", "2", "--rounds", "1"]
+    out = tmp_path / "s.json"
+    bench_skewed.main(small + ["--phases", "--formats", "auto", "alto", "--out", str(out)])
+    text = capsys.readouterr().out                      # auto: COO at 4,248 nonzeros
+    assert "| auto (coo) | cpals |" in text and "| alto | cpals |" in text
+    assert "ALTO's MTTKRP by phase" in text
+    res = _strict_json(out)
+    assert all(r["same_bits"] for r in res["rows"] if r["what"] == "cpals")
+    assert {(r["mode"], r["path"], r["threads"]) for r in res["phases"]} == \
+        {(m, p, t) for m in range(3) for p in ("buffer", "compact") for t in (1, 2)}
+    assert all(r["parts_s"] > 0 and r["waves"] >= 1 for r in res["phases"])
+    ab = tmp_path / "ab.json"
+    bench_skewed.main(small + ["--formats", "auto", "--ab", str(ROOT), "--pairs", "1",
+                               "--out", str(ab)])
+    assert "| auto | cpals |" in capsys.readouterr().out
+    res = json.loads(ab.read_text())
+    assert len(res["reports"]["before"]) == len(res["reports"]["after"]) == 1
+    models = {r["model_sha1"] for side in res["reports"].values() for rep in side
+              for r in rep["rows"] if r["what"] == "cpals"}
+    assert len(models) == 1                                      # the same checkout twice

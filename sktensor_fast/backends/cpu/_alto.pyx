@@ -91,7 +91,8 @@ cdef extern from "sktf_alto.h":
     void sktf_intervals(const sktf_codec* cd, const uint64_t* lin, int64_t s, int64_t e,
                         int64_t* cmin, int64_t* cmax, int64_t* c) noexcept nogil
     int sktf_shared_rows(const sktf_codec* cd, const uint64_t* lin, const int64_t* ptr,
-                         int64_t nparts, int n, int64_t nrows, uint8_t* shared) noexcept nogil
+                         int64_t nparts, int n, int64_t nrows, uint8_t* shared,
+                         int64_t* entries) noexcept nogil
     void sktf_alto_part_f64(const sktf_alto_job* jb, int64_t s, int64_t e, double* buf,
                             int64_t buf_lo, double* cb, double* scratch,
                             int64_t* c) noexcept nogil
@@ -116,6 +117,8 @@ cdef extern from "sktf_alto.h":
                               int64_t* rows_out, int64_t* k1, int64_t* k2, int32_t* i1,
                               int32_t* i2) noexcept nogil
     int64_t sktf_lower_bound(const int64_t* a, int64_t n, int64_t v) noexcept nogil
+    double sktf_wtime() noexcept nogil
+    int sktf_thread_num() noexcept nogil
 
 ctypedef fused floating:
     float
@@ -322,19 +325,23 @@ cdef class Codec:
         return cmin, cmax
 
     def shared_rows(self, lin, const int64_t[::1] part_ptr, int mode, Py_ssize_t length):
-        """uint8 flags over the rows of ``mode``: 1 where more than one partition has nonzeros."""
+        """``(flags, entries)``: uint8 flags over the rows of ``mode``, 1 where more than one
+        partition has nonzeros; and the entries of the compact path's buffers (the number of
+        partitions with nonzeros in a shared row, summed over the shared rows)."""
         cdef const uint64_t[::1] flat = np.ascontiguousarray(lin, dtype=np.uint64).reshape(-1)
         cdef Py_ssize_t nparts = part_ptr.shape[0] - 1
         flags = np.zeros(length, dtype=np.uint8)
         cdef uint8_t[::1] fv = flags
         cdef int rc = 0
+        cdef int64_t entries = 0
         if nparts <= 0 or length == 0:
-            return flags
+            return flags, 0
         with nogil:
-            rc = sktf_shared_rows(&self.cd, &flat[0], &part_ptr[0], nparts, mode, length, &fv[0])
+            rc = sktf_shared_rows(&self.cd, &flat[0], &part_ptr[0], nparts, mode, length, &fv[0],
+                                  &entries)
         if rc != 0:
             raise MemoryError()
-        return flags
+        return flags, int(entries)
 
     def compact_plan(self, lin, const int64_t[::1] part_ptr, int mode, const uint8_t[::1] shared,
                      int nbits, int num_threads=1):
@@ -402,7 +409,7 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                const int64_t[:, ::1] pmin, const int64_t[:, ::1] pmax,
                list factors, int mode, floating[:, ::1] out, object B=None, double eps=0.0,
                int num_threads=1, bint use_buffer=True, object plan=None, object work=None,
-               object waves=None, int lanes=1, bint cached=False):
+               object waves=None, int lanes=1, bint cached=False, object times=None):
     """MTTKRP (``B is None``) or CP-APR's Φ (``B`` given) over ALTO, into ``out`` (overwritten).
 
     Parameters
@@ -426,6 +433,13 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
         For small outputs, whose rows come back every few nonzeros (the buffer needs
         ``lanes`` times its rows times R entries).
     cached : the rows the kernels read stay in cache: no software prefetching.
+
+    times : optional float64 array of at least ``4 + 2 * num_threads`` entries that receives
+        the seconds of each phase (for benchmarks; the result does not change): ``[0]`` zeroing
+        the output, ``[1]`` the partitions (wall, all waves), ``[2]`` the merges (wall, all
+        waves), ``[3]`` the number of waves, ``[4 + t]`` the time thread ``t`` spent in its
+        partitions and ``[4 + num_threads + t]`` in its merge blocks.  What a thread does not
+        spend there of the phase's wall time, it waits.
 
     Either way every output row is the sum of its partitions' contributions in partition
     order, each partition's in nonzero order (with lanes: in the order of the lanes, each in
@@ -456,6 +470,9 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
     cdef bint own_bufs = True
     cdef bint compact = not use_buffer
     cdef Py_ssize_t lane, nl
+    cdef double[::1] tv
+    cdef double* tp = NULL
+    cdef double t0, t1
     if fac == NULL:
         raise MemoryError()
     if lanes < 1 or (lanes & (lanes - 1)) != 0 or lanes > 64:
@@ -464,6 +481,13 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
     if compact:
         lanes = 1
     try:
+        if times is not None:
+            tv = times
+            if tv.shape[0] < 4 + 2 * num_threads:
+                raise ValueError("times needs 4 + 2 * num_threads entries")
+            tp = &tv[0]
+            memset(tp, 0, (4 + 2 * num_threads) * sizeof(double))
+            t0 = sktf_wtime()
         _fill_factors(factors, fac)
         jb.cd = codec.cd
         jb.lin = &flat[0] if flat.shape[0] > 0 else NULL
@@ -485,6 +509,8 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
         if I > 0 and R > 0:
             with nogil:
                 memset(&out[0, 0], 0, I * R * sizeof(floating))
+        if tp != NULL:
+            tp[0] = sktf_wtime() - t0
         if nnz == 0 or nparts <= 0 or R == 0 or I == 0:
             return out
         if compact:
@@ -533,10 +559,15 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
         for w in range(wp.shape[0] - 1):
             p0 = wp[w]
             p1 = wp[w + 1]
+            if tp != NULL:
+                tp[3] += 1
+                t0 = sktf_wtime()
             with nogil, parallel(num_threads=num_threads):
                 scratch = <floating*> malloc(R * sizeof(floating))
                 c = <int64_t*> malloc(N * sizeof(int64_t))
                 for p in prange(p0, p1, schedule='dynamic'):
+                    if tp != NULL:
+                        t1 = sktf_wtime()
                     if compact:
                         span = (croff[p + 1] - croff[p]) * R
                         if span > 0:
@@ -565,14 +596,22 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                             src = dst + lane * span
                             for i in range(span):
                                 dst[i] += src[i]
+                    if tp != NULL:
+                        tp[4 + sktf_thread_num()] += sktf_wtime() - t1
                 free(scratch)
                 free(c)
+            if tp != NULL:
+                t1 = sktf_wtime()
+                tp[1] += t1 - t0
+                t0 = t1
             if compact:
                 # merge: blocks of rows in parallel; in each, the partitions' shared rows that
                 # fall in the block, added in partition order (deterministic)
                 with nogil:
                     for ch in prange((I + bs - 1) // bs, schedule='dynamic',
                                      num_threads=num_threads):
+                        if tp != NULL:
+                            t1 = sktf_wtime()
                         a = ch * bs
                         b = min(a + bs, I)
                         for p in range(p0, p1):
@@ -586,10 +625,16 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                                 for r in range(R):
                                     dst[r] += src[r]
                                 k = k + 1
+                        if tp != NULL:
+                            tp[4 + num_threads + sktf_thread_num()] += sktf_wtime() - t1
+                if tp != NULL:
+                    tp[2] += sktf_wtime() - t0
                 continue
             # merge: blocks of CH rows in parallel, partitions added in order (deterministic)
             with nogil:
                 for ch in prange(nch, schedule='dynamic', num_threads=num_threads):
+                    if tp != NULL:
+                        t1 = sktf_wtime()
                     a = ch * CH
                     b = min(a + CH, I)
                     for p in range(p0, p1):
@@ -603,6 +648,10 @@ def accumulate(Codec codec, lin, const floating[::1] vals, const int64_t[::1] pa
                         dst = &out[x, 0]
                         for i in range((y - x) * R):
                             dst[i] += src[i]
+                    if tp != NULL:
+                        tp[4 + num_threads + sktf_thread_num()] += sktf_wtime() - t1
+            if tp != NULL:
+                tp[2] += sktf_wtime() - t0
         return out
     finally:
         free(fac)

@@ -14,6 +14,7 @@ from cython.parallel cimport prange
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
 from libc.stdint cimport int64_t
+from libc.math cimport sqrt, fabs, isfinite
 
 import numpy as np
 cimport numpy as cnp
@@ -33,6 +34,21 @@ cdef extern from "sktf_dense.h":
                            int64_t R) noexcept nogil
     int sktf_gram_rows_f32(const float* A, double* G, int64_t lo, int64_t hi,
                            int64_t R) noexcept nogil
+    int sktf_dense_level
+    int sktf_dense_avx2() noexcept nogil
+
+def _use_avx2(on=None):
+    """Whether the instances of ranks 1..16 run their AVX2 builds (CPUs that have AVX2), and
+    with ``on`` given, set it (False: the baseline builds; True: AVX2 where the CPU has it).
+    Returns the old setting.  Only for tests and benchmarks: both give the same bits."""
+    global sktf_dense_level
+    old = bool(sktf_dense_avx2())
+    if on is not None:
+        sktf_dense_level = -1
+        if not on or not sktf_dense_avx2():
+            sktf_dense_level = 0
+    return old
+
 
 #: rows per block (a fixed size: results do not depend on the thread count)
 DEF ROWS = 512
@@ -121,6 +137,24 @@ cdef void _gram_rows(const floating* A, double* G, Py_ssize_t lo, Py_ssize_t hi,
             G[r * R + q] = acc[q]
 
 
+cdef void _block_max(const floating* U, double* m, Py_ssize_t lo, Py_ssize_t hi,
+                     Py_ssize_t R) noexcept nogil:
+    """m[r] = the largest of m[r] and |U[i, r]| over the rows lo..hi (NaN entries ignored)."""
+    cdef Py_ssize_t i, r
+    for i in range(lo, hi):
+        for r in range(R):
+            m[r] = max(m[r], fabs(U[i * R + r]))
+
+
+cdef void _scale_rows(floating* U, const floating* s, Py_ssize_t lo, Py_ssize_t hi,
+                      Py_ssize_t R) noexcept nogil:
+    """U[i, r] *= s[r] for the rows lo..hi."""
+    cdef Py_ssize_t i, r
+    for i in range(lo, hi):
+        for r in range(R):
+            U[i * R + r] = U[i * R + r] * s[r]
+
+
 def gram(const floating[:, ::1] A, int num_threads=1):
     """``AᵀA`` in float64 (R x R), blocks of rows added in block order."""
     cdef Py_ssize_t I = A.shape[0], R = A.shape[1]
@@ -156,7 +190,6 @@ def gram(const floating[:, ::1] A, int num_threads=1):
 
 
 # ---------------------------------------------------------------------- CP-ALS's R x R steps
-from libc.math cimport sqrt, fabs, isfinite
 
 #: sweeps of the Jacobi eigenvalue iteration before it gives up (it converges in a few)
 DEF MAX_SWEEPS = 60
@@ -367,34 +400,68 @@ def als_update(const floating[:, ::1] M, list grams, int mode, bint first,
         pinv[i] = <floating> inv[i]
     cdef const floating* pm = &M[0, 0]
     cdef floating* pu = &U[0, 0]
-    for b in prange(nblk, nogil=True, schedule="static", num_threads=nt):
-        _matmul_rows(pm, pinv, pu, b * ROWS, min((b + 1) * ROWS, I), R, R)
-    with nogil:
-        for r in range(R):
-            weights[r] = 0
-        if first:           # 2-norms, rows added in order
-            for i in range(I):
+    # U = M Y⁺ block by block; beyond the first iteration each block's largest magnitudes
+    # too, while its rows are in cache (a maximum does not depend on the order it is taken in)
+    cdef double* bmax = <double*> calloc(nblk * R, sizeof(double))
+    cdef double* part = NULL
+    cdef Py_ssize_t lo, hi
+    if bmax == NULL:
+        raise MemoryError()
+    try:
+        for b in prange(nblk, nogil=True, schedule="static", num_threads=nt):
+            lo = b * ROWS
+            hi = min((b + 1) * ROWS, I)
+            _matmul_rows(pm, pinv, pu, lo, hi, R, R)
+            if not first:
+                _block_max(pu, bmax + b * R, lo, hi, R)
+        with nogil:
+            for r in range(R):
+                weights[r] = 0
+            if first:           # 2-norms, rows added in order
+                for i in range(I):
+                    for r in range(R):
+                        v = pu[i * R + r]
+                        weights[r] += v * v
                 for r in range(R):
-                    v = pu[i * R + r]
-                    weights[r] += v * v
-            for r in range(R):
-                weights[r] = sqrt(weights[r])
-        else:               # largest magnitudes, at least 1
-            for i in range(I):
+                    weights[r] = sqrt(weights[r])
+            else:               # largest magnitudes, at least 1
+                for b in range(nblk):
+                    for r in range(R):
+                        weights[r] = max(weights[r], bmax[b * R + r])
                 for r in range(R):
-                    weights[r] = max(weights[r], fabs(pu[i * R + r]))
+                    weights[r] = max(weights[r], 1.0)
             for r in range(R):
-                weights[r] = max(weights[r], 1.0)
-        for r in range(R):
-            # weights of NaN columns stay NaN and the columns as they are
-            a = 1.0 / weights[r] if weights[r] > 0 else 1.0
-            pinv[r] = <floating> a
-        for i in range(I):
-            for r in range(R):
-                pu[i * R + r] = pu[i * R + r] * pinv[r]
-    if nblk > 1:
-        np.asarray(G)[...] = gram(U, num_threads)
-        return 0
+                # weights of NaN columns stay NaN and the columns as they are
+                a = 1.0 / weights[r] if weights[r] > 0 else 1.0
+                pinv[r] = <floating> a
+        if nblk > 1:
+            # the columns scaled and the Gram matrix's block products in one pass over U
+            # (the blocks of gram(), added in block order as there)
+            part = <double*> calloc(nblk * R * R, sizeof(double))
+            if part == NULL:
+                raise MemoryError()
+            for b in prange(nblk, nogil=True, schedule="static", num_threads=nt):
+                lo = b * ROWS
+                hi = min((b + 1) * ROWS, I)
+                _scale_rows(pu, pinv, lo, hi, R)
+                _gram_rows(<const floating*> pu, part + b * R * R, lo, hi, R)
+            with nogil:
+                for r in range(R):
+                    for k in range(R):
+                        G[r, k] = 0
+                for b in range(nblk):
+                    for r in range(R):
+                        for k in range(R):
+                            G[r, k] += part[b * R * R + r * R + k]
+                for r in range(R):
+                    for k in range(r):
+                        G[r, k] = G[k, r]
+            return 0
+        with nogil:
+            _scale_rows(pu, pinv, 0, I, R)
+    finally:
+        free(bmax)
+        free(part)
     with nogil:             # one block: what gram() computes, without its buffers
         _gram_rows(<const floating*> pu, &G[0, 0], 0, I, R)
         for r in range(R):

@@ -140,10 +140,12 @@ def test_shared_rows_flags():
         np.testing.assert_array_equal(T.shared_rows(mode), expected)
 
 
-@pytest.mark.parametrize("shape", [(30, 20, 10), (2,) * 3 + (32,) * 12])
+@pytest.mark.parametrize("shape", [(30, 20, 10), (2,) * 3 + (32,) * 12, (3000, 2000, 900)])
 def test_compact_plan(shape, decoder):
     """Per partition the sorted rows it shares with another; per nonzero its row's entry
-    among them (-1 where the partition owns the row)."""
+    among them (-1 where the partition owns the row).  The first two shapes number the
+    shared rows through a map over their span, the last one (shared rows spread far apart)
+    through the radix sort."""
     rng = np.random.default_rng(7)
     X = random_sparse(shape, 1500, rng)
     T = AltoFormat(X, n_partitions=5)
@@ -439,9 +441,10 @@ def test_tiny_modes_lanes_and_rows_in_cache(monkeypatch, decoder, dtype):
     assert X.nnz > 0.95 * dense.size
     factors = [rng.random((s, R)).astype(dtype) for s in shape]
     be = get_backend("cpu")
+    monkeypatch.setattr(alto_mod, "LANES", 4)          # off by default: the option itself
     T = AltoFormat(X, n_partitions=5)
     assert all(T.conflict_for(m) == "buffer" for m in range(3))
-    assert all(T.lanes_for(m, R) == alto_mod.LANES > 1 for m in range(3))
+    assert all(T.lanes_for(m, R) == 4 for m in range(3))
     assert T.rows_cached(R, 2)
     tol = 1e-12 if dtype == np.float64 else 1e-4
     outs = {}
@@ -480,3 +483,106 @@ def test_lanes_must_be_a_power_of_two():
             _alto.accumulate(T.codec, T.lin, T.sorted_vals, T.parts, T.part_min, T.part_max,
                              f, 0, np.empty((6, 4)), None, 0.0, 1, True, None, None, None,
                              lanes)
+
+
+@pytest.mark.parametrize("conflict", ["buffer", "compact"])
+def test_phase_times_leave_the_result(conflict):
+    """The optional phase timers fill their array and change no bit of the result; an array
+    too short (or of another type) is refused."""
+    rng = np.random.default_rng(9)
+    X = random_sparse((60, 50, 40), 8000, rng)
+    T = AltoFormat(X, n_partitions=6)
+    factors = [rng.random((s, 5)) for s in X.shape]
+    for threads in (1, 2):
+        ref = np.empty((50, 5))
+        T.accumulate(factors, 1, ref, None, 0.0, threads, conflict=conflict)
+        out = np.empty((50, 5))
+        nt = T.threads_for(threads, 5)                        # the threads that run
+        times = np.full(4 + 2 * nt, -1.0)
+        T.accumulate(factors, 1, out, None, 0.0, threads, conflict=conflict, times=times)
+        np.testing.assert_array_equal(out, ref)
+        assert np.all(times >= 0) and times[3] >= 1          # seconds, and the waves
+        assert times[1] > 0 and times[4:4 + nt].sum() > 0
+        assert times[4:4 + nt].max() <= times[1] * 1.01 + 1e-6   # within the phase's wall
+    with pytest.raises(ValueError, match="times"):
+        T.accumulate(factors, 1, out, None, 0.0, 1, conflict=conflict, times=np.zeros(5))
+    with pytest.raises((ValueError, TypeError)):
+        T.accumulate(factors, 1, out, None, 0.0, 1, conflict=conflict,
+                     times=np.zeros(6, dtype=np.float32))
+
+
+def _pareto_tensor(shape, draws, scale, seed):
+    """Coordinates floor(scale * Lomax(1.2)) in every mode (redrawn while out of range), the
+    heavy rows scattered by a permutation; repeats summed."""
+    rng = np.random.default_rng(seed)
+    cols = []
+    for n in shape:
+        c = np.floor(scale * (rng.random(draws) ** (-1 / 1.2) - 1))
+        while np.any(c >= n):
+            bad = c >= n
+            c[bad] = np.floor(scale * (rng.random(int(bad.sum())) ** (-1 / 1.2) - 1))
+        cols.append(rng.permutation(n)[c.astype(np.int64)])
+    return SparseTensor(np.stack(cols, axis=1), rng.random(draws), shape)
+
+
+def test_overlapping_buffers_take_the_compact_path():
+    """Power-law coordinates, heavy rows scattered: every partition's row interval spans most
+    of the mode, so the private buffers would hold many times the mode's rows while few rows
+    are shared.  format="auto" then takes the compact path, whose result is bitwise the buffer
+    path's, at every thread count."""
+    X = _pareto_tensor((500, 500, 500), 40000, 2.0, 0)
+    T = AltoFormat(X, n_partitions=16)
+    B = AltoFormat(X, n_partitions=16, conflict="buffer")
+    rng = np.random.default_rng(1)
+    factors = [rng.random((s, 16)) for s in X.shape]
+    for m in range(3):
+        assert T.reuse(m) >= alto_mod.REUSE_THRESHOLD
+        assert T.buffer_rows(m) >= alto_mod.BUFFER_OVERLAP * X.shape[m]
+        assert T.compact_rows(m) <= alto_mod.COMPACT_SHARE * T.buffer_rows(m)
+        assert T.conflict_for(m) == "compact" and B.conflict_for(m) == "buffer"
+        ref = mttkrp_ref(X, factors, m)
+        outs = []
+        for threads in (1, 2):
+            for F in (T, B):
+                out = np.empty((X.shape[m], 16))
+                F.accumulate(factors, m, out, None, 0.0, threads)
+                outs.append(out)
+        for out in outs[1:]:
+            np.testing.assert_array_equal(out, outs[0])
+        _close(outs[0], ref)
+    assert set(T._plans) == {0, 1, 2} and not B._plans
+
+
+def test_uniform_coordinates_keep_the_buffers():
+    """Uniform coordinates at a high reuse: the buffers barely overlap (ALTO keeps every
+    partition to a narrow interval), so the buffer path stays."""
+    rng = np.random.default_rng(2)
+    X = random_sparse((64, 48, 40), 30000, rng, skew=0)
+    T = AltoFormat(X, n_partitions=8)
+    for m in range(3):
+        if T.buffer_rows(m) < alto_mod.BUFFER_OVERLAP * X.shape[m]:
+            assert T.conflict_for(m) == "buffer"
+    assert "buffer" in [T.conflict_for(m) for m in range(3)]
+
+
+@pytest.mark.parametrize("shape", KERNEL_SHAPES)
+def test_buffer_and_compact_paths_give_the_same_bits(shape):
+    """Both paths add a row's contributions partition by partition, in partition order, each
+    partition's in nonzero order from zero: the same sums in the same order."""
+    rng = np.random.default_rng(len(shape))
+    X = random_sparse(shape, 3000, rng, counts=True)
+    Tb = AltoFormat(X, n_partitions=7, conflict="buffer")
+    Tc = AltoFormat(X, n_partitions=7, conflict="compact")
+    factors = [rng.standard_normal((s, 8)) for s in shape]
+    for mode in range(len(shape)):
+        B = rng.random((shape[mode], 8))
+        for threads in (1, 2):
+            outs = []
+            for T in (Tb, Tc):
+                out = np.empty((shape[mode], 8))
+                T.accumulate(factors, mode, out, None, 0.0, threads)
+                phi = np.empty((shape[mode], 8))
+                T.accumulate([np.abs(f) for f in factors], mode, phi, B, 1e-10, threads)
+                outs.append((out, phi))
+            np.testing.assert_array_equal(outs[0][0], outs[1][0])
+            np.testing.assert_array_equal(outs[0][1], outs[1][1])

@@ -184,6 +184,36 @@ def test_dense_steps_on_own_threads(dtype, rows):
                                                    np.empty((50, 150)), 2).shape, (50, 150))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dense_instances_same_bits_with_and_without_avx2(dtype):
+    """The rank-1..16 instances of the dense steps built for AVX2 (no FMA) and for the
+    baseline: A @ M, AᵀA and the whole CP-ALS update give the same bits, and the
+    product agrees with NumPy."""
+    from sktensor_fast.backends.cpu import _dense
+    rng = np.random.default_rng(11)
+    old = _dense._use_avx2()
+    try:
+        for rank in (1, 3, 8, 16):
+            M, grams = _als_case(rng, 1500, rank, dtype)
+            Y = rng.standard_normal((rank, rank)).astype(dtype)
+            outs = []
+            for on in (False, True):
+                _dense._use_avx2(on)
+                U = np.empty_like(M)
+                G = np.empty((rank, rank))
+                w = np.empty(rank)
+                assert _dense.als_update(M, grams, 1, False, U, G, w, 2) == 0
+                outs.append([_dense.matmul_small(M, Y, np.empty_like(M), 2),
+                             _dense.gram(M, 2), U, G, w])
+            for a, b in zip(*outs):
+                assert a.tobytes() == b.tobytes()
+            np.testing.assert_allclose(outs[0][0], M.astype(np.float64) @ Y,
+                                       rtol=1e-4 if dtype == np.float32 else 1e-12,
+                                       atol=1e-4 if dtype == np.float32 else 1e-12)
+    finally:
+        _dense._use_avx2(old)
+
+
 def _als_case(rng, rows, rank, dtype, singular=False):
     factors = [rng.random((n, rank)) for n in (6, rows, 9, 5)]
     if singular and rank > 1:

@@ -52,6 +52,18 @@ gain is small or negative and the buffers would take more memory than the tensor
 when its buffers would hold more than ``MAX_BUFFER_ROWS_PER_NNZ`` · nnz rows (memory:
 ``buffer_rows · R`` values, kept between calls).
 
+Nor is it used where the buffers overlap: when they hold at least ``BUFFER_OVERLAP`` = 4 times
+the rows of the mode and the compact buffers at most ``COMPACT_SHARE`` = 1/4 of the rows the
+private ones would (counted in the same pass that flags the shared rows, before any plan is
+built).  That is the mark of power-law coordinates whose heavy rows are spread over the mode:
+each partition then holds nonzeros in rows all over the mode, so every partition's interval
+spans most of it, while only the rows of many nonzeros are shared.  On such a tensor (2M
+nonzeros, 20000³, Pareto(1.2) coordinates, R = 16) the private buffers held 20-30 times the
+output and their zeroing and merging took a third of the MTTKRP; the compact path's MTTKRP is
+1.5× faster on one thread (``benchmarks/experiments/bench_skewed.py``).  On uniform and on Zipf
+coordinates of FROSTT shapes the buffers overlap less or share most of their rows, and stay.
+Both paths add the same numbers in the same order, so the choice changes no bit of a result.
+
 Choosing ALTO (``format="auto"``)
 ---------------------------------
 ``build_format(X, "auto")`` uses ALTO when the index fits in 128 bits and ``X`` has at least
@@ -98,11 +110,20 @@ MAX_PARTS = 512
 #: The buffer path is not used when its buffers would hold more rows than this times nnz.
 MAX_BUFFER_ROWS_PER_NNZ = 0.5
 
+#: ... nor when its buffers hold at least BUFFER_OVERLAP times the rows of the mode while the
+#: compact path's buffers would hold at most COMPACT_SHARE of their rows (power-law
+#: coordinates: every partition's interval spans most of the mode, few rows are shared).
+BUFFER_OVERLAP = 4.0
+COMPACT_SHARE = 0.25
+
 #: Copies ("lanes") of every partition's private buffer on the buffer path when the copies
 #: of the largest one take at most LANE_BYTES: consecutive nonzeros add into different
 #: copies, so that a small output (a tiny mode), whose rows come back every few nonzeros, does
-#: not wait for the previous update of a row to reach the cache before the next one.
-LANES = 4
+#: not wait for the previous update of a row to reach the cache before the next one.  Off
+#: (1): in the package they measured within the noise, and with lanes the buffer path adds
+#: in another order than the compact path, which the choice between the two (power-law
+#: coordinates) relies on giving the same bits.  The kernels keep the option (tests set it).
+LANES = 1
 LANE_BYTES = 32 * 1024
 
 #: Private buffers alive at once, in entries per nonzero (8 bytes per nonzero in float64, a
@@ -291,6 +312,8 @@ class AltoFormat:
         self.parts = (np.arange(P + 1, dtype=np.int64) * self.nnz) // max(P, 1)
         self.part_min, self.part_max = self.codec.intervals(self.lin, self.parts, nt)
         self._shared = {}
+        self._compact_entries = {}
+        self._conflicts = {}
         self._plans = {}
         self._coo = None
         self._work = None
@@ -326,13 +349,28 @@ class AltoFormat:
 
     def conflict_for(self, mode):
         """``"buffer"`` or ``"compact"``: how :meth:`accumulate` resolves conflicts for
-        ``mode`` (a function of the data and the partitions only)."""
+        ``mode`` (a function of the data and the partitions only; decided once per mode).
+
+        The buffer path needs a reuse of at least ``REUSE_THRESHOLD`` and buffers of at most
+        ``MAX_BUFFER_ROWS_PER_NNZ`` · nnz rows.  It is also left for the compact path where its
+        buffers overlap: when they hold ``BUFFER_OVERLAP`` times the rows of the mode or more
+        and the compact buffers at most ``COMPACT_SHARE`` of their rows (see the module
+        docstring).  Both paths give the same bits.
+        """
         if self.conflict != "auto":
             return self.conflict
-        if (self.reuse(mode) >= REUSE_THRESHOLD
-                and self.buffer_rows(mode) <= MAX_BUFFER_ROWS_PER_NNZ * self.nnz):
-            return "buffer"
-        return "compact"
+        mode = int(mode)
+        if mode not in self._conflicts:
+            rows = self.buffer_rows(mode)
+            how = "compact"
+            if (self.reuse(mode) >= REUSE_THRESHOLD
+                    and rows <= MAX_BUFFER_ROWS_PER_NNZ * self.nnz):
+                how = "buffer"
+                if (rows >= BUFFER_OVERLAP * self.shape[mode]
+                        and self.compact_rows(mode) <= COMPACT_SHARE * rows):
+                    how = "compact"
+            self._conflicts[mode] = how
+        return self._conflicts[mode]
 
     def lanes_for(self, mode, R, conflict=None):
         """Copies of each partition's buffer for ``mode`` at rank ``R``: :data:`LANES` on the
@@ -358,10 +396,13 @@ class AltoFormat:
         return max(1, min(useful_threads(self.nnz, num_threads, rank), self.n_partitions))
 
     def shared_rows(self, mode):
-        """uint8 flags over the rows of ``mode``: 1 where several partitions have nonzeros."""
+        """uint8 flags over the rows of ``mode``: 1 where several partitions have nonzeros
+        (one pass over the nonzeros, on first use; kept)."""
         if mode not in self._shared:
-            self._shared[mode] = self.codec.shared_rows(self.lin, self.parts, int(mode),
-                                                        self.shape[mode])
+            flags, entries = self.codec.shared_rows(self.lin, self.parts, int(mode),
+                                                    self.shape[mode])
+            self._shared[mode] = flags
+            self._compact_entries[mode] = entries
         return self._shared[mode]
 
     def compact_plan(self, mode):
@@ -376,20 +417,25 @@ class AltoFormat:
         return self._plans[mode]
 
     def compact_rows(self, mode):
-        """Entries of the compact buffers of ``mode`` (all partitions)."""
-        return int(self.compact_plan(mode)[2][-1])
+        """Entries of the compact buffers of ``mode`` (all partitions): over the rows that
+        several partitions share, the number of partitions with nonzeros in each.  Counted by
+        :meth:`shared_rows`, without building the plan."""
+        self.shared_rows(mode)
+        return int(self._compact_entries[mode])
 
     def decode(self, num_threads=1):
         """Coordinates (nnz, N) in ALTO order (a new array)."""
         return self.codec.decode(self.lin, int(num_threads))
 
     # ------------------------------------------------------------------ kernels
-    def accumulate(self, factors, mode, out, B, eps, num_threads, conflict=None):
+    def accumulate(self, factors, mode, out, B, eps, num_threads, conflict=None, times=None):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``.
 
         ``conflict`` (``"buffer"`` / ``"compact"``) overrides :meth:`conflict_for`.  At most
         :meth:`threads_for` threads run.  The buffers are kept on this object, so two calls on
-        the same object must not run at the same time.
+        the same object must not run at the same time.  ``times``: an optional float64 array
+        of ``4 + 2 * num_threads`` entries that receives the seconds of the kernel's phases
+        (see ``_alto.accumulate``; for benchmarks).
         """
         how = conflict or self.conflict_for(mode)
         if how not in ("buffer", "compact"):
@@ -409,7 +455,7 @@ class AltoFormat:
         _alto.accumulate(self.codec, self.lin, self.sorted_vals, self.parts, self.part_min,
                          self.part_max, factors, int(mode), out, B, float(eps), nt,
                          how == "buffer", plan, work, waves, lanes,
-                         self.rows_cached(R, mode))
+                         self.rows_cached(R, mode), times)
         return out
 
     def buffer_waves(self, mode, R, num_threads, conflict="buffer", lanes=1):
