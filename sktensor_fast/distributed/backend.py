@@ -617,6 +617,12 @@ class _DistGcpKernels(GcpKernels):
             raise NotImplementedError("GCP on a DistributedTensor samples every entry; a mask "
                                       "(an explicit list of zeros) is not available")
         chan = self.backend.channel
+        if chan.size == 1 and T.local[0] is not None and T.layouts[0].whole:
+            # one process: the process's backend on its copy of mode 0, the whole tensor in
+            # lexicographic order (the one-process fit's samples, drawn and reduced where the
+            # backend draws them: on a device, whole epochs with no host round trip)
+            return self.backend.local.gcp.setup(T.local[0], sampler, n_grad, n_loss,
+                                                loss_seed)
         n_entries = T.source.size
         Xd = T.source
         t0 = Xd.local[0]
@@ -645,10 +651,48 @@ class _DistGcpKernels(GcpKernels):
         be = self.backend
         return [be._full(be._darray(a)) for a in arrays]
 
+    # ---- one process: the process's backend on the whole tensor (see _setup)
+    @staticmethod
+    def _whole_tensor(state):
+        return not isinstance(state, DistributedGcpState)
+
+    def _local_out(self, out):
+        if out is None:
+            return None
+        return [self.backend._full(o) if isinstance(o, DArray) else o for o in out]
+
+    def _wrap(self, arrays):
+        be = self.backend
+        return [be._new(tuple(a.shape), a.dtype, full=a) for a in arrays]
+
+    def _steps(self, T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer,
+               lower, active, out, deadline, clock):
+        if not self._whole_tensor(state):
+            return super()._steps(T, state, weights, factors, loss, seed, first_draw, n_steps,
+                                  optimizer, lower, active, out, deadline, clock)
+        import copy
+        be = self.backend
+        # the optimiser with the moments as the process's backend arrays (updated in place)
+        local_opt = copy.copy(optimizer)
+        local_opt.moments = tuple(self._whole(arrs) for arrs in optimizer.moments)
+        grads, done, timed_out = be.local.gcp._steps(
+            T.local[0], state, weights, self._whole(factors), loss, seed, first_draw, n_steps,
+            local_opt, lower, active, self._local_out(out), deadline, clock)
+        optimizer.t = local_opt.t
+        for a in list(factors) + [a for arrs in optimizer.moments for a in arrs]:
+            if isinstance(a, DArray):
+                be._wrote_full(a)
+        return self._wrap(grads), done, timed_out
+
     def _sampled_gradient(self, T, state, weights, factors, loss, seed, step, out, active,
                           with_loss):
         from ._sampling import draw_owned, step_key
         be = self.backend
+        if self._whole_tensor(state):
+            g, f = be.local.gcp._sampled_gradient(T.local[0], state, weights,
+                                                  self._whole(factors), loss, seed, step,
+                                                  self._local_out(out), active, with_loss)
+            return self._wrap(g), f
         N = len(factors)
         sample = draw_owned(be.channel, state.share, step_key(seed, step + 1),
                             state.plan_grad, zero_list=state.zero_list)[1:]
@@ -685,6 +729,9 @@ class _DistGcpKernels(GcpKernels):
 
     def _loss_estimate(self, T, state, weights, factors, loss):
         be = self.backend
+        if self._whole_tensor(state):
+            return be.local.gcp._loss_estimate(T.local[0], state, weights,
+                                               self._whole(factors), loss)
         part = be.local.gcp._sample_loss(state.loss_sample, weights, self._whole(factors),
                                          loss)
         return be.channel.sum(float(part))

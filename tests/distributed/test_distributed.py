@@ -279,7 +279,7 @@ def test_gcp_sample_gradient_is_the_drawn_gradient():
 
 ONE_PROCESS_ON_OPENCL = """
 import numpy as np
-from sktensor_fast import CPALS, CPAPR, SparseTensor
+from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor
 from sktensor_fast.distributed import scatter
 from sktensor_fast.backends.opencl.backend import OpenCLBackend
 rng = np.random.default_rng(0)
@@ -292,11 +292,13 @@ def counting(self, a):
     return orig(self, a)
 OpenCLBackend.to_numpy = counting
 Xd = scatter(X)
-for cls in (CPALS, CPAPR):
+kw = {CPALS: {}, CPAPR: {}, GCP: dict(epoch_iters=20, max_iter=3)}
+for cls in (CPALS, CPAPR, GCP):
     got = []
     for data in (X, Xd):
         downloads[0] = 0
-        est = cls(rank=4, random_state=0, max_iter=10, tol=0, device="opencl").fit(data)
+        est = cls(**{**dict(rank=4, random_state=0, max_iter=10, tol=0, device="opencl"),
+                     **kw[cls]}).fit(data)
         got.append((est.factors_, downloads[0]))
     (fa, na), (fb, nb) = got
     diff = max(float(np.max(np.abs(u - v))) for u, v in zip(fa, fb))
@@ -304,17 +306,46 @@ for cls in (CPALS, CPAPR):
 """
 
 
+ONE_PROCESS_GCP = """
+import warnings
+import numpy as np
+from sktensor_fast import GCP, SparseTensor
+from sktensor_fast.distributed import scatter
+warnings.simplefilter("ignore")
+rng = np.random.default_rng(0)
+subs = rng.integers(0, [40, 30, 20], size=(3000, 3))
+X = SparseTensor(subs, rng.integers(1, 5, 3000).astype(float), (40, 30, 20))
+Xd = scatter(X)
+for kw in (dict(), dict(solver="adagrad", sampler="semi-stratified", loss="gaussian")):
+    a = GCP(rank=3, random_state=0, max_iter=3, epoch_iters=30, tol=0, **kw).fit(X)
+    b = GCP(rank=3, random_state=0, max_iter=3, epoch_iters=30, tol=0, **kw).fit(Xd)
+    same = all(np.array_equal(u, v) for u, v in zip(a.factors_, b.factors_))
+    print("GCP", same and np.array_equal(a.loss_history_, b.loss_history_))
+"""
+
+
+def test_one_process_gcp_is_the_plain_fit_on_the_cpu():
+    """A distributed GCP fit of one process runs the process's backend on its whole tensor
+    (its compiled step loop, its samples): the plain fit's model and losses, bit for bit."""
+    pytest.importorskip("mpi4py")
+    r = subprocess.run([sys.executable, "-c", ONE_PROCESS_GCP], capture_output=True,
+                       text=True, timeout=300, env=_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["GCP", "True", "GCP", "True"], r.stdout
+
+
 def test_one_process_on_a_device_gathers_nothing_through_the_host():
     """A distributed fit of one process on an OpenCL device downloads what the plain fit
-    downloads (the final factors), not every factor at every mode, and gives its model."""
+    downloads (the final factors), not every factor at every mode, and gives its model; GCP's
+    steps run on the process's device as in the plain fit (the same samples, drawn there)."""
     pytest.importorskip("mpi4py")
     from _reference import opencl_backend_or_skip
     opencl_backend_or_skip()
     r = subprocess.run([sys.executable, "-c", ONE_PROCESS_ON_OPENCL], capture_output=True,
                        text=True, timeout=300, env=_env())
     assert r.returncode == 0, r.stderr[-3000:]
-    lines = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("CP")]
-    assert [ln[0] for ln in lines] == ["CPALS", "CPAPR"], r.stdout
+    lines = [ln.split() for ln in r.stdout.splitlines() if ln.startswith(("CP", "GCP"))]
+    assert [ln[0] for ln in lines] == ["CPALS", "CPAPR", "GCP"], r.stdout
     for name, plain, one, diff in lines:
         assert int(one) == int(plain), (name, plain, one)
         assert float(diff) == 0.0, (name, diff)
