@@ -60,12 +60,11 @@ class DenseSteps:
     def _cross_dev(self, A, C):
         I, R = A.shape
         nblocks, rpb = self._blocks(I)
+        # zeroed: a block past the last row (nblocks * rpb may exceed I) writes nothing
+        partial = self.zeros((nblocks, R * R), A.dtype)
         if I:
-            partial = self._empty((nblocks, R * R), A.dtype)
             self.launch(self.dense_kernel(A.dtype, "cross_partial"), (R * R, nblocks), np.int64(I),
                         np.int32(R), np.int64(rpb), A.data, C.data, partial.data)
-        else:
-            partial = self.zeros((nblocks, R * R), A.dtype)
         return self._finish_dev(partial, nblocks, R * R, 0, A.dtype)
 
     def _cross(self, A, C):
@@ -78,12 +77,10 @@ class DenseSteps:
     def _column_dev(self, A, C, op):
         I, R = A.shape
         nblocks, rpb = self._blocks(I)
+        partial = self.zeros((nblocks, R), A.dtype)     # zeroed: see _cross_dev
         if I:
-            partial = self._empty((nblocks, R), A.dtype)
             self.launch(self.dense_kernel(A.dtype, "column_partial"), (R, nblocks), np.int64(I),
                         np.int32(R), np.int64(rpb), np.int32(op), A.data, C.data, partial.data)
-        else:
-            partial = self.zeros((nblocks, R), A.dtype)
         return self._finish_dev(partial, nblocks, R, op, A.dtype)
 
     def _column(self, A, C, op):

@@ -248,10 +248,13 @@ def test_layout_and_offset_settings(monkeypatch):
     assert T.interleaved == {}                              # the sorted copies only
 
 
-def test_dense_steps(be):
+@pytest.mark.parametrize("rows", [300, 12092, 64 * 256 + 1])
+def test_dense_steps(be, rows):
+    """The reductions run in blocks of rows; with 12,092 rows the last blocks start past the
+    last row (256 blocks of 48) and must count for nothing."""
     rng = np.random.default_rng(2)
-    A = rng.standard_normal((300, 7))
-    C = rng.standard_normal((300, 7))
+    A = rng.standard_normal((rows, 7))
+    C = rng.standard_normal((rows, 7))
     M = rng.standard_normal((7, 7))
     Ad, Cd = be.asarray(A), be.asarray(C)
     np.testing.assert_allclose(be.gram(Ad), A.T @ A, rtol=1e-12)
@@ -259,6 +262,16 @@ def test_dense_steps(be):
     np.testing.assert_allclose(be.column_norms(Ad, 2), np.linalg.norm(A, axis=0), rtol=1e-12)
     np.testing.assert_allclose(be.column_norms(Ad, np.inf), np.abs(A).max(0))
     np.testing.assert_allclose(be.to_numpy(be.matmul_small(Ad, M)), A @ M, rtol=1e-12)
+    grams = [rng.standard_normal((5, 7)) for _ in range(2)]
+    grams = [g.T @ g + np.eye(7) for g in grams] + [None]
+    from sktensor_fast.backends import get_backend
+    cpu = get_backend("cpu")
+    for first in (True, False):
+        U, w, G = be.als_update(Ad, grams, 2, first=first)
+        Uc, wc, Gc = cpu.als_update(A, grams, 2, first=first)
+        np.testing.assert_allclose(be.to_numpy(U), Uc, rtol=1e-11, atol=1e-13)
+        np.testing.assert_allclose(w, wc, rtol=1e-12)
+        np.testing.assert_allclose(G, Gc, rtol=1e-11, atol=1e-12 * np.abs(Gc).max())
     s = rng.random(7)
     np.testing.assert_allclose(be.to_numpy(be.scale_columns(Ad, s)), A * s, rtol=1e-15)
 
