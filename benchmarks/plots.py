@@ -3,6 +3,7 @@ import numpy as np
 
 from . import contention
 from . import e2e as e2e_mod
+from . import gpu as gpu_mod
 from . import stream as stream_mod
 
 __all__ = ["make_plots"]
@@ -130,4 +131,8 @@ def make_plots(report, outdir):
             save(fig, "contention.png")
     if "devices" in report.get("e2e", {}):
         e2e_mod.plot_e2e(report, outdir, save)
+    if report.get("gpu", {}).get("rows"):
+        name = gpu_mod.plot(report["gpu"], outdir, title)
+        if name:
+            files.append(name)
     return files

@@ -54,6 +54,11 @@ shapes (only when asked for: ``--sections shapes``)
     modes against pyttb, the default Poisson GCP fit against ``CPAPR(solver="pdnr")``; every
     thread count.
 
+gpu (only when asked for: ``--sections gpu``, with ``--device``)
+    Every OpenCL device against all host cores on the NELL-2 and Uber shapes
+    (``benchmarks/gpu.py``): prepare, MTTKRP and Φ per mode, PyTorch's gather + ``index_add_``
+    on the same GPU, whole fits of CPALS, CPAPR MU and GCP Adam, pygenten's ``cp_als``.
+
 Output: one table per section on stdout (Markdown), ``OUT/benchmarks.json`` (machine, CPU,
 threads, devices, versions, date and every section) and PNG plots in ``OUT``.
 """
@@ -71,6 +76,7 @@ if __package__ in (None, ""):   # python benchmarks/run.py
 from sktensor_fast.backends import get_backend, parse_device  # noqa: E402
 from benchmarks import contention  # noqa: E402
 from benchmarks import e2e as e2e_mod  # noqa: E402
+from benchmarks import gpu as gpu_mod  # noqa: E402
 from benchmarks import shapes as shapes_mod  # noqa: E402
 from benchmarks import stream as stream_mod  # noqa: E402
 from benchmarks.common import (DATA_DIR, MB, cores, cpu_model, machine_info,  # noqa: E402
@@ -105,10 +111,10 @@ PRESETS = {
 
 #: Sections in the order they run (each one module: stream.py, kernels.py, fits.py,
 #: contention.py, e2e.py)
-SECTIONS = ("stream", "kernels", "fits", "scaling", "contention", "e2e", "shapes")
+SECTIONS = ("stream", "kernels", "fits", "scaling", "contention", "e2e", "shapes", "gpu")
 
-#: Sections run when --sections is not given (contention starts busy processes, shapes takes
-#: minutes: only on request)
+#: Sections run when --sections is not given (contention starts busy processes, shapes and
+#: gpu take minutes: only on request)
 DEFAULT_SECTIONS = ("stream", "kernels", "fits", "scaling", "e2e")
 
 
@@ -204,7 +210,8 @@ def main(argv=None):
               "contention": "Whole fits on a quiet and on a busy machine (fresh processes, "
                             "best seconds; ratio: many threads over one)",
               "e2e": "File to model",
-              "shapes": "Skewed, tiny and tiny-mode tensors, GCP's defaults (CPU)"}
+              "shapes": "Skewed, tiny and tiny-mode tensors, GCP's defaults (CPU)",
+              "gpu": "OpenCL devices against all host cores: NELL-2 and Uber shapes"}
     for s in SECTIONS:
         if s not in args.sections:
             continue
@@ -223,6 +230,9 @@ def main(argv=None):
             res, table = e2e_mod.section_e2e(cfg, threads, devices)
         elif s == "shapes":
             res, table = shapes_mod.section_shapes(args.mode, threads)
+        elif s == "gpu":
+            res, table = gpu_mod.section_gpu(cfg, threads, devices, args.mode,
+                                             max_nnz=args.max_nnz)
         else:
             res, table = section_scaling(cfg, threads, devices, synth)
         res["section_seconds"] = time.time() - t0
