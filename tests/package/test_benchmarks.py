@@ -583,3 +583,26 @@ def test_skewed_script_runs(tmp_path, capsys):
     models = {r["model_sha1"] for side in res["reports"].values() for rep in side
               for r in rep["rows"] if r["what"] == "cpals"}
     assert len(models) == 1                                      # the same checkout twice
+
+
+def test_gpu_section_runs_on_an_opencl_device(tmp_path):
+    """The gpu section at --tiny sizes on the OpenCL device the tests have (PoCL in CI):
+    kernels of every mode on the CPU and the device, agreeing to rounding, whole fits of the
+    three estimators on both with the same final scores, a table and a plot."""
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    rep = run.main(["--tiny", "--sections", "gpu", "--device", "opencl", "--threads", "1",
+                    "--out", str(tmp_path)])
+    g = rep["gpu"]
+    devices = {r["device"] for r in g["rows"]}
+    assert devices == {"cpu", "opencl"}
+    assert {r["tensor"] for r in g["rows"]} == {"nell2", "uber"}
+    assert all(r["ms"] > 0 and r["rel_err_vs_cpu"] < 1e-10 for r in g["rows"])
+    fits = {(f["tensor"], f["fit"], f["device"]): f for f in g["fits"]}
+    assert len(fits) == 12 and not any("error" in f for f in fits.values())
+    for (t, fit, d), f in fits.items():
+        if d == "opencl":
+            cpu = fits[(t, fit, "cpu")]
+            assert f["n_iter"] == cpu["n_iter"]
+            assert f["score"] == pytest.approx(cpu["score"], rel=1e-9)
+    assert "gpu.png" in rep["plots"]
