@@ -110,6 +110,18 @@ def _sample_factors(sample, weights, factors):
         raise ValueError(f"sample: subs must be (n, {len(factors)}) and x, w, corr of length "
                          f"n; got shapes {np.shape(subs)}, {np.shape(x)}, {np.shape(w)}, "
                          f"{np.shape(corr)}")
+    if n:
+        # the kernels index the factors' rows with the coordinates: check them first
+        subs = np.asarray(subs)
+        if subs.dtype.kind not in "iu":
+            raise TypeError(f"sample: subs must hold integer coordinates, got dtype "
+                            f"{subs.dtype}")
+        rows = np.array([sh[0] for sh in shapes], dtype=np.int64)
+        bad = (subs < 0) | (subs >= rows[None, :])
+        if bad.any():
+            j = int(np.argwhere(bad)[0, 0])
+            raise ValueError(f"sample: coordinates {tuple(int(v) for v in subs[j])} of sample "
+                             f"{j} are outside the factors' rows {tuple(rows.tolist())}")
     return R
 
 

@@ -34,6 +34,12 @@ def _tensor():
     return SparseTensor.from_dense((rng.random((6, 5, 4)) < 0.3) * 1.0)
 
 
+def _sample(subs):
+    subs = np.asarray(subs)
+    n = subs.shape[0]
+    return subs, np.ones(n), np.ones(n), np.zeros(n, np.int8)
+
+
 def _setup(device):
     be = get_backend(device)
     X = _tensor()
@@ -89,6 +95,15 @@ def _setup(device):
     (lambda g, T, U: g.steps(T, None, np.ones(2), U, get_loss("gaussian"), 0, 0, 1,
                              make_optimizer("sgd").start(g.backend, U), 0.0, out=U[::-1]),
      ValueError, r"out\[0\] has shape"),
+    # explicit samples: coordinates the kernels would index the factors with, checked first
+    (lambda g, T, U: g.sample_gradient(_sample([[0, 0, 0], [6, 0, 0]]), np.ones(2), U,
+                                       get_loss("poisson")),
+     ValueError, r"coordinates \(6, 0, 0\) of sample 1 are outside the factors' rows"),
+    (lambda g, T, U: g.sample_loss(_sample([[0, -1, 0]]), np.ones(2), U, get_loss("poisson")),
+     ValueError, r"coordinates \(0, -1, 0\) of sample 0 are outside"),
+    (lambda g, T, U: g.sample_loss(_sample([[0.0, 1.0, 0.0]]), np.ones(2), U,
+                                   get_loss("poisson")),
+     TypeError, "subs must hold integer coordinates"),
 ])
 def test_gcp_arguments_are_checked_alike_on_every_device(device, call, err, match):
     be, T, U = _setup(device)
