@@ -36,7 +36,8 @@ __all__ = ["TinyFibers", "fiber_modes", "USE_FIBERS", "TINY_ROWS", "MIN_FIBER_NN
 #: The formats run MTTKRP and Φ over fibers where :func:`fiber_modes` says so when True.
 USE_FIBERS = True
 
-#: The two short modes may have at most this many rows each.
+#: The two short modes may have at most this many rows each (this and the next two values:
+#: doc/guide/tuning.rst, "Fibers for two tiny modes").
 TINY_ROWS = 256
 #: Nonzeros per fiber, on average, from which the fibers are used (nnz / (I_a I_b) at least
 #: this, a bound of the mean that needs no sort).
