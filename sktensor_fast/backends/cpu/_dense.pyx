@@ -155,6 +155,20 @@ cdef void _scale_rows(floating* U, const floating* s, Py_ssize_t lo, Py_ssize_t 
             U[i * R + r] = U[i * R + r] * s[r]
 
 
+cdef void _sum_blocks(const double* part, Py_ssize_t nblk, Py_ssize_t R,
+                      double* G) noexcept nogil:
+    """G (R x R, C order) += the blocks' Gram products ``part`` in block order, then the lower
+    triangle set to the upper one (exactly symmetric)."""
+    cdef Py_ssize_t b, r, q
+    for b in range(nblk):
+        for r in range(R):
+            for q in range(R):
+                G[r * R + q] += part[b * R * R + r * R + q]
+    for r in range(R):
+        for q in range(r):
+            G[r * R + q] = G[q * R + r]
+
+
 def gram(const floating[:, ::1] A, int num_threads=1):
     """``AᵀA`` in float64 (R x R), blocks of rows added in block order."""
     cdef Py_ssize_t I = A.shape[0], R = A.shape[1]
@@ -176,14 +190,7 @@ def gram(const floating[:, ::1] A, int num_threads=1):
     try:
         for b in prange(nblk, nogil=True, schedule="static", num_threads=nt):
             _gram_rows(pa, part + b * R * R, b * ROWS, min((b + 1) * ROWS, I), R)
-        for b in range(nblk):
-            for r in range(R):
-                for q in range(R):
-                    G[r, q] += part[b * R * R + r * R + q]
-        # exactly symmetric: the lower triangle is the upper one
-        for r in range(R):
-            for q in range(r):
-                G[r, q] = G[q, r]
+        _sum_blocks(part, nblk, R, &G[0, 0])
         return out
     finally:
         free(part)
@@ -449,13 +456,7 @@ def als_update(const floating[:, ::1] M, list grams, int mode, bint first,
                 for r in range(R):
                     for k in range(R):
                         G[r, k] = 0
-                for b in range(nblk):
-                    for r in range(R):
-                        for k in range(R):
-                            G[r, k] += part[b * R * R + r * R + k]
-                for r in range(R):
-                    for k in range(r):
-                        G[r, k] = G[k, r]
+                _sum_blocks(part, nblk, R, &G[0, 0])
             return 0
         with nogil:
             _scale_rows(pu, pinv, 0, I, R)
