@@ -310,8 +310,14 @@ ONE_PROCESS_GCP = """
 import warnings
 import numpy as np
 from sktensor_fast import GCP, SparseTensor
-from sktensor_fast.distributed import scatter
+from sktensor_fast.distributed import _sampling, scatter
 warnings.simplefilter("ignore")
+draws = [0]
+orig = _sampling.draw_owned
+def counting(*args, **kwargs):
+    draws[0] += 1
+    return orig(*args, **kwargs)
+_sampling.draw_owned = counting
 rng = np.random.default_rng(0)
 subs = rng.integers(0, [40, 30, 20], size=(3000, 3))
 X = SparseTensor(subs, rng.integers(1, 5, 3000).astype(float), (40, 30, 20))
@@ -321,6 +327,7 @@ for kw in (dict(), dict(solver="adagrad", sampler="semi-stratified", loss="gauss
     b = GCP(rank=3, random_state=0, max_iter=3, epoch_iters=30, tol=0, **kw).fit(Xd)
     same = all(np.array_equal(u, v) for u, v in zip(a.factors_, b.factors_))
     print("GCP", same and np.array_equal(a.loss_history_, b.loss_history_))
+print("draws", draws[0])
 """
 
 
@@ -331,7 +338,8 @@ def test_one_process_gcp_is_the_plain_fit_on_the_cpu():
     r = subprocess.run([sys.executable, "-c", ONE_PROCESS_GCP], capture_output=True,
                        text=True, timeout=300, env=_env())
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.split() == ["GCP", "True", "GCP", "True"], r.stdout
+    # the process's own sampler drew every sample: none by the distributed one
+    assert r.stdout.split() == ["GCP", "True", "GCP", "True", "draws", "0"], r.stdout
 
 
 def test_one_process_on_a_device_gathers_nothing_through_the_host():

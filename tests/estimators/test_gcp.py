@@ -581,6 +581,7 @@ def test_serial_steps_with_and_without_prefetching_are_bitwise_the_same(sampler)
         for limit in (0, 2 ** 62):
             _gcp.prefetch_bytes(limit)
             state = be.gcp.setup(T, sampler, (300, 400), (200, 200), 3)
+            assert state.grad_sampler.prefetches(4) == (limit == 0)
             with num_threads(1):
                 g, f = be.gcp.sampled_gradient(T, state, lam, U0, loss, 7, 2, with_loss=True)
                 U = [u.copy() for u in U0]

@@ -334,6 +334,11 @@ cdef class GcpSampler:
     def n_samples(self):
         return self.src.g.p + self.src.g.q
 
+    def prefetches(self, Py_ssize_t R):
+        """Whether the serial loop of steps prefetches for this sampler at rank ``R`` (see
+        :func:`prefetch_bytes`)."""
+        return bool(_prefetches(&self.src, R))
+
     @property
     def params(self):
         """The sampler's parameter array (``SKTF_GCP_*`` of sktf_gcp_sample.h)."""
