@@ -5,6 +5,8 @@ products with R x R matrices, column norms and inner products over factor matric
 reductions of CP-APR's element-wise steps.  Each reduction runs in blocks on the device and
 returns its few partial results to the host, which adds them in a fixed order.
 """
+import collections
+
 import numpy as np
 
 __all__ = ["DenseSteps", "DENSE_CL"]
@@ -39,14 +41,30 @@ class DenseSteps:
         import pyopencl.array as cla
         return cla.empty(self.queue, shape, dtype=dtype, allocator=self.allocator)
 
+    #: host-to-device transfers of small arrays kept in flight at most (their events; the
+    #: oldest is waited for when more are enqueued)
+    PENDING_UPLOADS = 32
+
     def _upload_async(self, host, dtype):
-        """A device copy of the small host array ``host``, enqueued without waiting (the
-        transfer's event keeps ``host`` alive until the copy is done)."""
-        h = np.ascontiguousarray(host, dtype=dtype)
+        """A device copy of the small host array ``host`` (copied first), enqueued without
+        waiting.  PyOpenCL's event of such a transfer keeps the host array alive and, when it
+        is freed, waits for the transfer: the events are kept (at most
+        :attr:`PENDING_UPLOADS`) until a download has waited for the queue anyway."""
+        h = np.array(host, dtype=dtype, order="C", copy=True)
         out = self._empty(h.shape, h.dtype)
         if h.nbytes:
-            self.cl.enqueue_copy(self.queue, out.data, h, is_blocking=False)
+            pending = self.__dict__.setdefault("_pending_uploads", collections.deque())
+            pending.append(self.cl.enqueue_copy(self.queue, out.data, h, is_blocking=False))
+            while len(pending) > self.PENDING_UPLOADS:
+                pending.popleft()
         return out
+
+    def _uploads_done(self):
+        """Forget the pending uploads' events once the queue has finished them (after a
+        blocking download of something enqueued after them)."""
+        pending = self.__dict__.get("_pending_uploads")
+        if pending:
+            pending.clear()
 
     def _finish_dev(self, partial, nblocks, K, op, dtype):
         out = self._empty((K,), dtype)
@@ -108,8 +126,11 @@ class DenseSteps:
         gram_d = self._cross_dev(U, U)
         stat = np.empty(R, dtype=U.dtype)
         G = np.empty(R * R, dtype=U.dtype)
-        self.cl.enqueue_copy(self.queue, stat, stat_d.data, is_blocking=False)
+        # the first download's event kept until the second, blocking one has waited: one wait
+        first = self.cl.enqueue_copy(self.queue, stat, stat_d.data, is_blocking=False)
         self.cl.enqueue_copy(self.queue, G, gram_d.data, is_blocking=True)
+        del first
+        self._uploads_done()
         return stat.astype(np.float64), G.astype(np.float64).reshape(R, R)
 
     def column_norms(self, A, ord=2):
