@@ -125,6 +125,19 @@ def _sample_factors(sample, weights, factors):
     return R
 
 
+def _check_out(out, shapes):
+    """``out`` (the gradients' arrays, optional): one per factor, each of its factor's shape
+    (the kernels write every row a sample names)."""
+    if out is None:
+        return
+    if not isinstance(out, (list, tuple)) or len(out) != len(shapes):
+        n = len(out) if isinstance(out, (list, tuple)) else out
+        raise ValueError(f"out has {n} arrays for {len(shapes)} modes")
+    for k, g in enumerate(out):
+        if _shape(g) != shapes[k]:
+            raise ValueError(f"out[{k}] has shape {_shape(g)}, the factor {shapes[k]}")
+
+
 def _moments(rule, moments, shapes, active, name="moments"):
     """Checks of the moments of update ``rule`` against the factors' shapes (the active
     modes); returns them as a tuple of lists."""
@@ -196,14 +209,13 @@ class GcpKernels:
         ``factors`` (``out`` is reused when given; modes with ``active[k]`` false are left
         untouched) and the sampled loss estimate when ``with_loss`` (else None).
         """
-        _matrices(factors, "factors")
+        shapes = _matrices(factors, "factors")
         self.backend.check_factors(T, factors, weights=weights)
         loss = check_loss(loss)
         seed = _int(seed, "seed", 0, 2 ** 64)
         step = _int(step, "step", 0, 2 ** 64 - 1)
         act = _active(active, T.ndim)
-        if out is not None and len(out) != T.ndim:
-            raise ValueError(f"out has {len(out)} arrays for {T.ndim} modes")
+        _check_out(out, shapes)
         return self._sampled_gradient(T, state, weights, factors, loss, seed, step, out, act,
                                       bool(with_loss))
 
@@ -241,8 +253,7 @@ class GcpKernels:
         holds the part of a draw whose data it owns."""
         _sample_factors(sample, weights, factors)
         act = _active(active, len(factors))
-        if out is not None and len(out) != len(factors):
-            raise ValueError(f"out has {len(out)} arrays for {len(factors)} modes")
+        _check_out(out, _matrices(factors, "factors"))
         return self._sample_gradient(sample, weights, factors, check_loss(loss), out, act,
                                      bool(with_loss))
 

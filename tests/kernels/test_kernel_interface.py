@@ -104,6 +104,13 @@ def _setup(device):
     (lambda g, T, U: g.sample_loss(_sample([[0.0, 1.0, 0.0]]), np.ones(2), U,
                                    get_loss("poisson")),
      TypeError, "subs must hold integer coordinates"),
+    # gradients' arrays smaller than the factors: the kernels would write past them
+    (lambda g, T, U: g.sample_gradient(_sample([[5, 0, 0]]), np.ones(2), U,
+                                       get_loss("poisson"), out=[np.zeros((2, 2))] + U[1:]),
+     ValueError, r"out\[0\] has shape \(2, 2\), the factor \(6, 2\)"),
+    (lambda g, T, U: g.sampled_gradient(T, None, np.ones(2), U, get_loss("gaussian"), 0, 0,
+                                        out=U[:1] + [np.zeros((1, 2))] + U[2:]),
+     ValueError, r"out\[1\] has shape \(1, 2\)"),
 ])
 def test_gcp_arguments_are_checked_alike_on_every_device(device, call, err, match):
     be, T, U = _setup(device)
