@@ -269,6 +269,8 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         a new array."""
         import pyopencl.array as cla
         lo, hi = int(lo), int(hi)
+        if not 0 <= lo <= hi <= int(a.shape[0]):
+            raise ValueError(f"rows {lo}:{hi} of a matrix of {a.shape[0]} rows")
         out = cla.empty(self.queue, (hi - lo,) + tuple(a.shape[1:]), dtype=a.dtype,
                         allocator=self.allocator)
         if out.nbytes:

@@ -276,6 +276,25 @@ def test_dense_steps(be, rows):
     np.testing.assert_allclose(be.to_numpy(be.scale_columns(Ad, s)), A * s, rtol=1e-15)
 
 
+def test_rows_and_host_transfers(be):
+    """The row exchanges' helpers: rows taken on the device, a download into a host array, an
+    upload from one, a host buffer of the shape; bad ranges and sizes are refused."""
+    A = np.arange(30.0).reshape(10, 3)
+    Ad = be.asarray(A)
+    np.testing.assert_array_equal(be.to_numpy(be.take_rows(Ad, 3, 7)), A[3:7])
+    assert be.take_rows(Ad, 4, 4).shape == (0, 3)
+    h = be.host_buffer((10, 3), np.float64)
+    assert h.shape == (10, 3) and h.dtype == np.float64
+    be.download_into(Ad, h)
+    np.testing.assert_array_equal(h, A)
+    np.testing.assert_array_equal(be.to_numpy(be.upload_from(h)), A)
+    for lo, hi in ((0, 11), (-1, 3), (5, 4)):
+        with pytest.raises(ValueError, match="rows"):
+            be.take_rows(Ad, lo, hi)
+    with pytest.raises(ValueError, match="device bytes into a host array"):
+        be.download_into(Ad, np.empty((2, 3)))
+
+
 def test_device_errors():
     from sktensor_fast.backends.opencl import NoDeviceError
     has_gpu = any("GPU" in d["type"] for d in list_devices())
