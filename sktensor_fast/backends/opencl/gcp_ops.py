@@ -17,8 +17,11 @@ One gradient step (kernels of ``kernels/gcp.cl``):
 2. ``gcp_sort_pass`` (one launch per pass, all active modes at once): a stable radix sort of
    the samples by their row of each active mode, :data:`GCP_SORT_BITS` bits of the row per
    pass at most (one pass for modes of up to 256 rows, two up to 65536, three up to 2**24);
-   each pass counts the digits of the next one as it places the samples, so a pass is one
-   launch;
+   each pass counts the digits of the next one as it places the samples, and
+   ``gcp_sort_scan`` turns a pass's counts into where every tile's samples go before the pass
+   (prefix sums over the tiles, one work-group per digit: each tile of the pass reads its
+   offsets instead of adding up the counts of every tile before it), so a pass is two
+   launches;
 3. ``gcp_run_sums`` and ``gcp_run_join``: one work-item per (column, segment of
    :data:`RUN_SEGMENT` consecutive sorted positions) adds the contributions of the segment's
    runs of equal rows in increasing sample order; a run that spans segments is added in
@@ -356,6 +359,8 @@ class _RowSort:
         self.idx = [cla.empty(q, (N * ns,), np.int32) for _ in range(2)]
         self.ncnt = self.npass * N * self.ntiles * self.bins
         self.cnt = cla.zeros(q, (self.ncnt,), np.int32)
+        #: the digits' totals of the pass being placed (gcp_sort_scan writes them)
+        self.tot = cla.empty(q, (N * self.bins,), np.int32)
         self.final = (self.npass - 1) % 2
         #: set while counts are in the table that no gcp_run_sums has cleared yet
         self.dirty = False
@@ -610,17 +615,51 @@ class _Step:
                 w["corr"].data, self.act_buf.data, np.int32(want), w["m"].data, w["y"].data,
                 w["f"].data, *self.count_args()]
 
+    def sort_scan(self, p):
+        """gcp_sort_scan's arguments before pass ``p``."""
+        rs = self.sort
+        return [np.int32(rs.ntiles), np.int32(p), self.act_buf.data, rs.cnt.data,
+                rs.tot.data]
+
     def sort_pass(self, p):
         rs, w = self.sort, self.work
         src = (p - 1) % 2
         return [np.int64(self.ns), np.int32(rs.ntiles), np.int32(p),
                 np.int32(p == rs.npass - 1), self.act_buf.data, rs.dbits.data, w["subs"].data,
                 rs.rows[src].data, rs.idx[src].data, rs.rows[p % 2].data, rs.idx[p % 2].data,
-                rs.cnt.data]
+                rs.cnt.data, rs.tot.data]
+
+    def scan_geometry(self):
+        rs = self.sort
+        return (rs.bins * rs.wg, self.N), (rs.wg, 1)
 
     def sort_geometry(self):
         rs = self.sort
         return (rs.ntiles * rs.wg, self.N), (rs.wg, 1)
+
+    def sort_launches(self, kernels=None):
+        """[(kernel, geometry)] of the row sort: the scan and the pass, pass after pass;
+        ``kernels``: a callable ``(name, count)`` -> kernel objects whose arguments are set
+        here once (the backend's shared kernels with the arguments given at each launch
+        otherwise, as ``(kernel, geometry, args)``)."""
+        rs = self.sort
+        if rs is None:
+            return []
+        out = []
+        if kernels is None:
+            for p in range(rs.npass):
+                out.append((_kernel(self.be, self.dt, self.N, "gcp_sort_scan"),
+                            self.scan_geometry(), self.sort_scan(p)))
+                out.append((_kernel(self.be, self.dt, self.N, "gcp_sort_pass"),
+                            self.sort_geometry(), self.sort_pass(p)))
+            return out
+        scans = kernels("gcp_sort_scan", rs.npass)
+        passes = kernels("gcp_sort_pass", rs.npass)
+        for p in range(rs.npass):
+            scans[p].set_args(*self.sort_scan(p))
+            passes[p].set_args(*self.sort_pass(p))
+            out += [(scans[p], self.scan_geometry()), (passes[p], self.sort_geometry())]
+        return out
 
     def scatter(self, grads):
         """gcp_run_sums' arguments (gcp_scatter_atomic's when atomic)."""
@@ -646,10 +685,8 @@ class _Step:
         """Enqueue the passes of the row sort and the scatter (and join) into ``grads``, once
         the step's weighted derivatives are on the device."""
         be, dt, N = self.be, self.dt, self.N
-        if self.sort is not None:
-            for p in range(self.sort.npass):
-                _kernel(be, dt, N, "gcp_sort_pass")(be.queue, *self.sort_geometry(),
-                                                    *self.sort_pass(p))
+        for knl, geometry, args in self.sort_launches():
+            knl(be.queue, *geometry, *args)
         be.launch(_kernel(be, dt, N, self.scatter_name()), self.scatter_size(),
                   *self.scatter(grads))
         if not self.atomic:
@@ -1040,10 +1077,7 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
     draw_k.set_args(*st.draw_terms(0, False))
     draw_geo = be.geometry((ns,))
     launches = []
-    if st.sort is not None:
-        for p, knl in enumerate(state.kernels("gcp_sort_pass", st.sort.npass)):
-            knl.set_args(*st.sort_pass(p))
-            launches.append((knl, st.sort_geometry()))
+    launches += st.sort_launches(state.kernels)
     scatter = state.kernels(st.scatter_name(), 2)
     join = None if st.atomic else state.kernels("gcp_run_join", 2)
     for b in range(2):

@@ -505,8 +505,17 @@ def _long_mode():
     return _coo(subs, shape), (1500, 1500)
 
 
+def _many_tiles():
+    """70,000 samples: 69 tiles, more than the work-items of a group of the tiles' scan."""
+    rng = np.random.default_rng(9)
+    shape = (300, 20, 10)
+    subs = np.column_stack([rng.integers(0, s, 3000) for s in shape])
+    return _coo(subs, shape), (35000, 35000)
+
+
 @pytest.mark.parametrize("bits", [None, 3])
-@pytest.mark.parametrize("case", [_heavy_row, _length_one, _many_modes, _long_mode])
+@pytest.mark.parametrize("case", [_heavy_row, _length_one, _many_modes, _long_mode,
+                                  _many_tiles])
 def test_row_sort_and_gradient_equal_cpu(be, cpu, monkeypatch, case, bits):
     """The row sort is a stable sort of the samples by row (every mode, several tiles, one to
     six passes), and the gradient the CPU's (Gaussian: no math library; rows summed in pieces
@@ -698,10 +707,12 @@ def test_fused_steps_reuse_out_and_count_launches(be, cpu, monkeypatch):
     monkeypatch.undo()
     rs = so.row_sort((True,) * 3)
     assert rs.npass == 2    # 300 rows: 9 bits
-    # a handful of launches per step: draw and terms, the passes, the sums, the update
-    assert len(calls) == n * (rs.npass + 4)
-    assert calls[:rs.npass + 4] == (["gcp_draw_terms"] + ["gcp_sort_pass"] * rs.npass
-                                    + ["gcp_run_sums", "gcp_run_join", "gcp_update_all"])
+    # a handful of launches per step: draw and terms, the passes (each after its scan), the
+    # sums, the update
+    assert len(calls) == n * (2 * rs.npass + 4)
+    assert calls[:2 * rs.npass + 4] == (["gcp_draw_terms"]
+                                        + ["gcp_sort_scan", "gcp_sort_pass"] * rs.npass
+                                        + ["gcp_run_sums", "gcp_run_join", "gcp_update_all"])
     step = _run(be, To, so, U, loss, "adam", n, stepwise=True)
     for a, b in zip(fused[0], step[0]):
         np.testing.assert_array_equal(a, b)

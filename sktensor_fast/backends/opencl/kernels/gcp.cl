@@ -55,6 +55,8 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
  *                    y = w (f'(x, m) - corr f'(0, m)) and, when want_loss, the weighted loss;
  *                    with `count`, the digit counts of the first pass of the row sort below
  *                    (gcp_terms does the same from a materialised sample);
+ *   gcp_sort_scan    before each pass of the sort below: the digit counts of the tiles turned
+ *                    into where each tile's samples of each digit go (prefix sums over tiles);
  *   gcp_sort_pass    one pass of a stable least-significant-digit radix sort of the samples by
  *                    their row of mode k (all active modes in one launch), GCP_SORT_BITS bits
  *                    at most per pass: the samples of a row end up together, in increasing
@@ -73,7 +75,8 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
  * GCP_SORT_BINS ints: counts[pass][k][tile][digit], the samples of tile `tile` (of GCP_TILE
  * consecutive positions of the pass's input) whose digit is `digit`.  The first region is
  * counted by gcp_draw_terms / gcp_terms, region p + 1 by pass p as it places the samples
- * (integer atomics: the counts do not depend on the order of the increments), and
+ * (integer atomics: the counts do not depend on the order of the increments), gcp_sort_scan
+ * turns a region into prefix sums over the tiles before its pass reads it, and
  * gcp_run_sums zeroes the whole table for the next step. */
 
 #define GCP_SORT_BINS (1 << GCP_SORT_BITS)
@@ -193,6 +196,34 @@ inline int gcp_group_scan(const int value, __local int* sums)
     return sums[t] - value;
 }
 
+/* Before pass `pass` of the row sort: work-group (digit d, k) turns the counts of digit d
+ * in the tiles of mode k (counts[pass][k][tile][d]) into their exclusive prefix sums over the
+ * tiles, in place, and writes their total to tot[k][d]: where the pass puts each tile's
+ * samples of digit d, relative to the first of them.  Integer sums: the same on every device. */
+__kernel __attribute__((reqd_work_group_size(GCP_SORT_WG, 1, 1)))
+void gcp_sort_scan(const int ntiles, const int pass, __global const int* active,
+                   __global int* cnt, __global int* tot)
+{
+    __local int sums[GCP_SORT_WG];
+    const int k = (int) get_global_id(1);
+    if (!active[k]) return;
+    const int t = (int) get_local_id(0);
+    const int d = (int) get_group_id(0);
+    const long region = (long) NMODES * ntiles * GCP_SORT_BINS;
+    __global int* ck = cnt + pass * region + (long) k * ntiles * GCP_SORT_BINS + d;
+    const int per = (ntiles + GCP_SORT_WG - 1) / GCP_SORT_WG;
+    const int u0 = min(t * per, ntiles), u1 = min(u0 + per, ntiles);
+    int run = 0;
+    for (int u = u0; u < u1; ++u) run += ck[(long) u * GCP_SORT_BINS];
+    int acc = gcp_group_scan(run, sums);
+    if (t == GCP_SORT_WG - 1) tot[k * GCP_SORT_BINS + d] = acc + run;
+    for (int u = u0; u < u1; ++u) {
+        const int c = ck[(long) u * GCP_SORT_BINS];
+        ck[(long) u * GCP_SORT_BINS] = acc;
+        acc += c;
+    }
+}
+
 /* Pass `pass` of the row sort: work-group (tile, k) orders the tile's GCP_TILE samples by
  * the digit of bits pass * dbits[k] .. (pass + 1) * dbits[k] - 1 of their row (stably: the
  * work-item t holds GCP_SORT_PER consecutive samples and ranks them after those of the
@@ -205,7 +236,7 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
                    __global const int* active, __global const int* dbits,
                    __global const IDX_T* ssubs, __global const int* row_in,
                    __global const int* idx_in, __global int* row_out, __global int* idx_out,
-                   __global int* cnt)
+                   __global int* cnt, __global const int* tot)
 {
     __local int lrow[GCP_TILE_PAD];
     __local int lidx[GCP_TILE_PAD];
@@ -239,16 +270,11 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
         }
     }
     for (int d = 0; d < GCP_SORT_BINS; ++d) lcnt[d * GCP_SORT_WG + t] = 0;
-    /* the samples of each digit in the tiles before this one (dest) and in all (start) */
+    /* the samples of each digit in the tiles before this one (dest) and in all (start), from
+     * gcp_sort_scan */
     for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) {
-        int before = 0, total = 0;
-        for (int u = 0; u < ntiles; ++u) {
-            const int c = ck[(long) u * GCP_SORT_BINS + d];
-            before += u < tile ? c : 0;
-            total += c;
-        }
-        dest[d] = before;
-        start[d] = total;
+        dest[d] = ck[(long) tile * GCP_SORT_BINS + d];
+        start[d] = tot[k * GCP_SORT_BINS + d];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     {   /* dest[d] += the samples of the smaller digits (work-item t: a run of digits) */
