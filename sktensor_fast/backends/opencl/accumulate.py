@@ -9,10 +9,53 @@ here once (``_launch_*``), a streamed one once per block.
 """
 import numpy as np
 
-__all__ = ["SparseKernels", "CP_CL"]
+__all__ = ["SparseKernels", "CP_CL", "Launcher"]
 
 #: the kernel file of MTTKRP, Φ and the model values
 CP_CL = "cp.cl"
+
+
+def _same_arg(a, b):
+    """Whether kernel argument ``a`` is the one set before (``b``): the same buffer object, an
+    equal scalar of the same type, or local memory of the same size."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.generic):
+        return bool(a == b)
+    if type(a).__name__ == "LocalMemory":
+        return a.size == b.size
+    return False
+
+
+class Launcher:
+    """A kernel object of its own that remembers the arguments it was last launched with and
+    sets only those that changed before the next launch.
+
+    PyOpenCL's ``kernel(queue, ...)`` sets every argument at every launch; for the MTTKRP / Φ
+    kernels and their boundary reductions that host work costs more than a small tensor's
+    kernels themselves (measured in ``benchmarks/experiments/bench_gpu_overheads.py``).  A
+    launcher is kept by the tensor it serves (:attr:`~.tensor.OpenCLTensor.launchers`): the
+    arguments it holds (the tensor's own buffers, the factors and outputs of the last call)
+    live no longer than the tensor, and no other launch touches its kernel object.
+    """
+
+    __slots__ = ("cl", "knl", "args")
+
+    def __init__(self, cl, knl):
+        self.cl, self.knl, self.args = cl, knl, None
+
+    def __call__(self, queue, glob, local, *args):
+        old = self.args
+        if old is None or len(old) != len(args):
+            self.knl.set_args(*args)
+        else:
+            for i, (a, b) in enumerate(zip(args, old)):
+                if not _same_arg(a, b):
+                    self.knl.set_arg(i, a)
+        self.args = args
+        return self.cl.enqueue_nd_range_kernel(queue, self.knl, glob, local)
 
 
 class SparseKernels:
@@ -50,7 +93,7 @@ class SparseKernels:
     LEVEL_CHUNK = 16
 
     def cp_kernel(self, dtype, nmodes, name, phi=False, vec=1, rank=None, interleaved=False,
-                  off32=False, prefetch=False):
+                  off32=False, prefetch=False, T=None, role=None):
         """Kernel ``name`` of cp.cl for ``nmodes`` factors of ``dtype``, from the backend's
         program cache.  ``phi``: the Φ variant (False: MTTKRP; ``"local"``, ``"shuffle"`` or
         ``"wide"``); ``vec`` columns per lane in accumulate (per vector in accumulate_wide,
@@ -76,7 +119,21 @@ class SparseKernels:
                 extra.append("#define PREFETCH 1")
             return self._header(dtype, nmodes, extra=extra) + self._source(CP_CL)
         key = ("cp", np.dtype(dtype).str, nmodes, phi, vec, rank, interleaved, off32, prefetch)
-        return self.kernel(key, name, source, what=f"{CP_CL} (for {name})")
+        return self._launcher(T, (key, name, role), source, f"{CP_CL} (for {name})")
+
+    def _launcher(self, T, ident, source, what):
+        """The kernel ``ident[:2]`` (program key, name) as a callable ``(queue, global, local,
+        *args)``: ``T``'s own :class:`Launcher` for ``ident`` where ``T`` keeps launchers,
+        else the backend's shared kernel object."""
+        key, name = ident[0], ident[1]
+        cache = getattr(T, "launchers", None)
+        if cache is None:
+            return self.kernel(key, name, source, what=what)
+        got = cache.get(ident)
+        if got is None:
+            got = cache[ident] = Launcher(self.cl, self.programs.new_kernel(key, name, source,
+                                                                            what=what))
+        return got
 
     # ------------------------------------------------------------------ what the backend calls
     def _mttkrp(self, T, factors, mode, out):
@@ -139,12 +196,13 @@ class SparseKernels:
         off32 = self.off32 and max(nchunks * self.chunk * T.ndim, max(T.shape) * R,
                                    (2 * nchunks + 2) * R) < limit
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
-                             interleaved=interleaved, off32=off32, prefetch=self.prefetch)
+                             interleaved=interleaved, off32=off32, prefetch=self.prefetch,
+                             T=T, role=mode)
         ngroups = -(-nchunks // LG)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)
         dt = np.dtype(T.dtype).type
-        bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype)
+        bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype, T)
         args = [np.int64(T.nnz), np.int32(R), np.int32(mode), np.int32(self.chunk),
                 np.int64(nchunks), subs.data, vals.data] + [f.data for f in facs]
         if B is not None:
@@ -154,7 +212,7 @@ class SparseKernels:
         else:
             args += [out.data, dt(0), out.data, bnd_row, bnd_val]  # B unused
         knl(self.queue, gsize, lsize, *args)
-        self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out)
+        self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out, T)
         return out
 
     def _interleaved(self, T, mode, chunk):
@@ -170,28 +228,44 @@ class SparseKernels:
         chunk = self.wide_chunk
         phi = "wide" if B is not None else False
         subs, vals = self._interleaved(T, mode, chunk)
-        knl = self.cp_kernel(T.dtype, T.ndim, "accumulate_wide", phi, vec, rank=R)
+        knl = self.cp_kernel(T.dtype, T.ndim, "accumulate_wide", phi, vec, rank=R, T=T,
+                             role=mode)
         nchunks = -(-T.nnz // chunk)
         LG = min(self.wide_group, self.max_wg)
-        bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype)
+        bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype, T)
         dt = np.dtype(T.dtype).type
         Bd = out if B is None else self.asarray(B, dtype=T.dtype)  # B unused by MTTKRP
         knl(self.queue, (-(-nchunks // LG) * LG,), (LG,), np.int64(T.nnz), np.int64(nchunks),
             np.int32(mode), np.int32(chunk), subs.data, vals.data, *[f.data for f in facs],
             Bd.data, dt(eps), out.data, bnd_row, bnd_val)
-        self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out)
+        self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out, T)
         return out
 
-    def _boundary_buffers(self, nchunks, R, dtype):
-        """Raw pooled buffers for a boundary list of 2 * nchunks (row, R values) entries (no
-        Array objects: their bookkeeping costs more host time than the small kernels)."""
+    def _boundary_buffers(self, nchunks, R, dtype, T=None, level=0):
+        """Raw buffers for a boundary list of 2 * nchunks (row, R values) entries (no Array
+        objects: their bookkeeping costs more host time than the small kernels): ``T``'s own,
+        kept for its next calls, where it keeps launchers (the same buffers, the same kernel
+        arguments), else from the pool."""
         n = max(2 * nchunks, 1)
-        return (self.allocator(8 * n), self.allocator(n * R * np.dtype(dtype).itemsize))
+        nbytes = (8 * n, n * R * np.dtype(dtype).itemsize)
+        cache = getattr(T, "launchers", None)
+        if cache is None:
+            return tuple(self.allocator(b) for b in nbytes)
+        key = ("boundary", level)
+        got = cache.get(key)
+        if got is None or got[0].size < nbytes[0] or got[1].size < nbytes[1]:
+            got = cache[key] = tuple(self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE, b)
+                                     for b in nbytes)
+        return got
 
-    def _reduce_boundaries(self, rows, vals, n, R, RP, dtype, out):
+    def _reduce_boundaries(self, rows, vals, n, R, RP, dtype, out, T=None):
         """Fold the sorted (row, partial sum) boundary list into ``out``, level by level."""
-        knl = self.dense_kernel(dtype, "reduce_level")
+        source = lambda: self._header(dtype) + self._source("dense.cl")  # noqa: E731
+        level = 0
         while True:
+            level += 1
+            knl = self._launcher(T, (("dense", np.dtype(dtype).str), "reduce_level", level),
+                                 source, "dense.cl (for reduce_level)")
             chunk = self.LEVEL_CHUNK
             nch = -(-n // chunk)
             final = nch == 1
@@ -200,7 +274,7 @@ class SparseKernels:
             if final:
                 nrows, nvals = rows, vals  # unused
             else:
-                nrows, nvals = self._boundary_buffers(nch, R, dtype)
+                nrows, nvals = self._boundary_buffers(nch, R, dtype, T, level)
             knl(self.queue, (RP, ngroups * LG), (RP, LG), np.int64(n), np.int32(R),
                 np.int32(chunk), np.int32(final), rows, vals, out.data, nrows, nvals)
             if final:

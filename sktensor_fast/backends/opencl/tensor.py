@@ -370,6 +370,9 @@ class OpenCLTensor(DeviceTensor):
         #: chunk-interleaved copies for the MTTKRP / Φ kernels of the layouts "lanes" and
         #: "wide", {(mode, chunk): (subs, vals)}
         self.interleaved = {}
+        #: the kernel objects of this tensor's MTTKRP / Φ launches with the arguments they were
+        #: last given, and their boundary buffers (:class:`~.accumulate.Launcher`)
+        self.launchers = {}
         self.subs = _ModeCopies(self, 0)
         self.vals = _ModeCopies(self, 1)
         for mode, chunk in interleave:
@@ -478,6 +481,8 @@ class OpenCLTensor(DeviceTensor):
         if got is None:
             for old in [k for k in self.interleaved if k[0] == mode]:
                 del self.interleaved[old]
+            # the launchers hold the arguments of their last launch: the old copy with them
+            self.launchers.clear()
             got = self.interleaved[key] = self._gather(mode, chunk)
         return got
 

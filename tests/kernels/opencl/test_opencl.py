@@ -391,3 +391,55 @@ def test_max_tensor_bytes_is_an_option():
     assert OpenCLOptions(max_tensor_bytes="2K").max_tensor_bytes == 2048
     assert get_backend("opencl", {"max_tensor_bytes": "1M"}).max_tensor_bytes == 1 << 20
     assert OpenCLBackend("opencl", max_tensor_bytes=4096).options.max_tensor_bytes == 4096
+
+
+def test_repeated_calls_set_the_arguments_that_changed(layout_be, monkeypatch):
+    """A tensor's kernels keep the arguments of their last launch and set only those that
+    changed: calls in turn with other factors, outputs, ranks, kernels and the same arrays
+    changed in place each give the reference, with fewer arguments set than launched."""
+    be = layout_be
+    rng = np.random.default_rng(3)
+    X = random_sparse((40, 30, 20), 3000, rng)
+    T = be.prepare(X)
+    sets = []
+    orig = cl.Kernel.set_arg
+    monkeypatch.setattr(cl.Kernel, "set_arg", lambda self, i, a: sets.append(i)
+                        or orig(self, i, a))
+    fa = [be.asarray(rng.random((s, 8))) for s in X.shape]
+    fb = [rng.random((s, 8)) for s in X.shape]
+    f5 = [rng.random((s, 5)) for s in X.shape]
+    out = [be.zeros((s, 8), X.dtype) for s in X.shape]
+    for _ in range(2):
+        for m in range(3):
+            for f in (fa, fb, fa, f5):
+                host_f = [be.to_numpy(a) if not isinstance(a, np.ndarray) else a for a in f]
+                o = out[m] if f is fa else None
+                _close(be.to_numpy(be.mttkrp(T, f, m, out=o)), mttkrp_ref(X, host_f, m))
+                _close(be.to_numpy(be.phi(T, f, m, f[m], 1e-10)),
+                       phi_ref(X, host_f, m, host_f[m], 1e-10))
+        fa[0].set(rng.random((40, 8)))        # the same device array, new values
+    assert T.launchers
+    # the repeated MTTKRP into the same output with the same factors sets nothing
+    sets.clear()
+    be.mttkrp(T, fa, 1, out=out[1])
+    assert sets                               # the output and factors of the call before
+    sets.clear()
+    be.mttkrp(T, fa, 1, out=out[1])
+    assert len(sets) == 0
+    _close(be.to_numpy(out[1]), mttkrp_ref(X, [be.to_numpy(a) for a in fa], 1))
+
+
+def _close(got, ref):
+    np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-12 * np.abs(ref).max())
+
+
+def test_launcher_compares_scalars_by_type_and_value():
+    from sktensor_fast.backends.opencl.accumulate import _same_arg
+    assert _same_arg(np.int64(3), np.int64(3))
+    assert not _same_arg(np.int64(3), np.int32(3))
+    assert not _same_arg(np.float64(0.5), np.float64(0.25))
+    assert not _same_arg(np.float64(np.nan), np.float64(np.nan))   # set again: harmless
+    assert _same_arg(cl.LocalMemory(64), cl.LocalMemory(64))
+    assert not _same_arg(cl.LocalMemory(64), cl.LocalMemory(128))
+    a, b = object(), object()
+    assert _same_arg(a, a) and not _same_arg(a, b)
