@@ -2,9 +2,11 @@
 
     python benchmarks/experiments/bench_launch.py --device gpu
 
-An empty kernel of 15 arguments (8 buffers, 7 scalars) launched 2000 times three ways:
-PyOpenCL's ``kernel(queue, global, local, *args)`` (every argument set at every launch), the
-arguments set once and ``enqueue_nd_range_kernel`` alone, and ``set_args`` then the enqueue;
+An empty kernel of 15 arguments (8 buffers, 7 scalars) launched 2000 times: PyOpenCL's
+``kernel(queue, global, local, *args)`` (every argument set at every launch), the arguments set
+once and ``enqueue_nd_range_kernel`` alone, ``set_args`` then the enqueue, and the first and
+last again with the scalars' types declared (``program.typed_kernel``, as the package's
+kernels are);
 then ``backend.mttkrp`` on a small tensor (Uber's shape, 200,000 nonzeros, R = 16, into a kept
 output) with the queue finished after 500 calls.  Microseconds per launch / call: the host's
 time to enqueue, and with the device's work finished.
@@ -58,6 +60,11 @@ def main(argv=None):
                  lambda: cl.enqueue_nd_range_kernel(q, knl2, g, l)))
     rows.append(("set_args, enqueue_nd_range_kernel",
                  lambda: (knl2.set_args(*kargs), cl.enqueue_nd_range_kernel(q, knl2, g, l))))
+    from sktensor_fast.backends.opencl.program import ARG_INFO, typed_kernel
+    knl3 = typed_kernel(cl.Program(be.ctx, src).build(options=[ARG_INFO]).k)
+    rows.append(("scalar types declared, kernel(queue, ...)", lambda: knl3(q, g, l, *kargs)))
+    rows.append(("scalar types declared, set_args, enqueue",
+                 lambda: (knl3.set_args(*kargs), cl.enqueue_nd_range_kernel(q, knl3, g, l))))
     for name, fn in rows:
         e, t = _time(q, fn, 2000)
         print(f"  {name:42s} {e:7.1f} / {t:7.1f}")

@@ -31,11 +31,11 @@ def _same_arg(a, b):
 
 class Launcher:
     """A kernel object of its own that remembers the arguments it was last launched with and
-    sets only those that changed before the next launch.
+    sets them again only when one changed.
 
     PyOpenCL's ``kernel(queue, ...)`` sets every argument at every launch; for the MTTKRP / Φ
-    kernels and their boundary reductions that host work costs more than a small tensor's
-    kernels themselves (measured in ``benchmarks/experiments/bench_gpu_overheads.py``).  A
+    kernels and their boundary reductions that host work cost more than a small tensor's
+    kernels themselves (``benchmarks/experiments/bench_gpu_overheads.py``).  A
     launcher is kept by the tensor it serves (:attr:`~.tensor.OpenCLTensor.launchers`): the
     arguments it holds (the tensor's own buffers, the factors and outputs of the last call)
     live no longer than the tensor, and no other launch touches its kernel object.
@@ -48,12 +48,8 @@ class Launcher:
 
     def __call__(self, queue, glob, local, *args):
         old = self.args
-        if old is None or len(old) != len(args):
+        if old is None or len(old) != len(args) or not all(map(_same_arg, args, old)):
             self.knl.set_args(*args)
-        else:
-            for i, (a, b) in enumerate(zip(args, old)):
-                if not _same_arg(a, b):
-                    self.knl.set_arg(i, a)
         self.args = args
         return self.cl.enqueue_nd_range_kernel(queue, self.knl, glob, local)
 

@@ -187,6 +187,43 @@ def header(dtype, nmodes=None, idx="int", extra=()):
     return "\n".join(lines) + "\n"
 
 
+#: build option that keeps the kernels' argument types (read by :func:`typed_kernel`)
+ARG_INFO = "-cl-kernel-arg-info"
+
+#: NumPy types of the OpenCL C scalar types a kernel argument may have
+_SCALARS = {"char": np.int8, "uchar": np.uint8, "short": np.int16, "ushort": np.uint16,
+            "int": np.int32, "uint": np.uint32, "long": np.int64, "ulong": np.uint64,
+            "float": np.float32, "double": np.float64}
+
+
+def typed_kernel(knl):
+    """``knl`` with its scalar arguments' types declared to PyOpenCL
+    (``set_scalar_arg_dtypes``), read from the program's argument information.
+
+    PyOpenCL sets an undeclared scalar argument by trying it as a buffer, local memory, a
+    sampler and so on first: about 7 µs per scalar on the hosts measured, which made the
+    argument setting of a launch cost several times the launch itself
+    (``benchmarks/experiments/bench_launch.py``).  A declared one is packed directly.  A kernel
+    whose argument information the device does not give, or with an argument of a private type
+    not in the table (a vector, a struct), is returned as it is."""
+    cl = import_cl()
+    try:
+        types = []
+        for i in range(knl.num_args):
+            if knl.get_arg_info(i, cl.kernel_arg_info.ADDRESS_QUALIFIER) \
+                    != cl.kernel_arg_address_qualifier.PRIVATE:
+                types.append(None)
+                continue
+            name = knl.get_arg_info(i, cl.kernel_arg_info.TYPE_NAME).strip().rstrip("\x00")
+            if name not in _SCALARS:
+                return knl
+            types.append(_SCALARS[name])
+    except (cl.Error, cl.LogicError, cl.RuntimeError):
+        return knl
+    knl.set_scalar_arg_dtypes(types)
+    return knl
+
+
 class ProgramCache:
     """The compiled programs and kernels of one OpenCL context, each built on first use.
 
@@ -212,14 +249,16 @@ class ProgramCache:
         use (``what`` names it in a build error)."""
         prog = self._programs.get(key)
         if prog is None:
-            prog = self._programs[key] = build_program(self.ctx, source(), options, what)
+            prog = self._programs[key] = build_program(self.ctx, source(),
+                                                       list(options) + [ARG_INFO], what)
         return prog
 
     def kernel(self, key, name, source, options=(), what="kernels"):
         """Kernel ``name`` of the program named ``key`` (see :meth:`program`)."""
         knl = self._kernels.get((key, name))
         if knl is None:
-            knl = import_cl().Kernel(self.program(key, source, options, what), name)
+            knl = typed_kernel(import_cl().Kernel(self.program(key, source, options, what),
+                                                  name))
             self._kernels[(key, name)] = knl
         return knl
 
@@ -227,7 +266,7 @@ class ProgramCache:
         """A kernel object ``name`` of the program named ``key`` of its own, not the shared
         one of :meth:`kernel`: for a caller that sets its arguments once and enqueues it many
         times (the GCP steps), which no other launch may overwrite."""
-        return import_cl().Kernel(self.program(key, source, options, what), name)
+        return typed_kernel(import_cl().Kernel(self.program(key, source, options, what), name))
 
     def clear(self):
         """Forget every program and kernel (the next use builds them again)."""

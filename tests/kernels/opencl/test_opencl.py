@@ -394,17 +394,17 @@ def test_max_tensor_bytes_is_an_option():
 
 
 def test_repeated_calls_set_the_arguments_that_changed(layout_be, monkeypatch):
-    """A tensor's kernels keep the arguments of their last launch and set only those that
-    changed: calls in turn with other factors, outputs, ranks, kernels and the same arrays
-    changed in place each give the reference, with fewer arguments set than launched."""
+    """A tensor's kernels keep the arguments of their last launch and set them again only
+    when one changed: calls in turn with other factors, outputs, ranks, kernels and the same
+    arrays changed in place each give the reference; a repeated call sets nothing."""
     be = layout_be
     rng = np.random.default_rng(3)
     X = random_sparse((40, 30, 20), 3000, rng)
     T = be.prepare(X)
     sets = []
-    orig = cl.Kernel.set_arg
-    monkeypatch.setattr(cl.Kernel, "set_arg", lambda self, i, a: sets.append(i)
-                        or orig(self, i, a))
+    orig = cl.Kernel.set_args
+    monkeypatch.setattr(cl.Kernel, "set_args", lambda self, *a: sets.append(len(a))
+                        or orig(self, *a))
     fa = [be.asarray(rng.random((s, 8))) for s in X.shape]
     fb = [rng.random((s, 8)) for s in X.shape]
     f5 = [rng.random((s, 5)) for s in X.shape]
@@ -443,3 +443,32 @@ def test_launcher_compares_scalars_by_type_and_value():
     assert not _same_arg(cl.LocalMemory(64), cl.LocalMemory(128))
     a, b = object(), object()
     assert _same_arg(a, a) and not _same_arg(a, b)
+
+
+def test_kernels_declare_their_scalar_types(be):
+    """The backend's kernels have their scalar arguments' types declared, read from the
+    program's argument info (PyOpenCL then packs them directly, and plain Python numbers are
+    accepted, which an undeclared scalar argument is not)."""
+    from sktensor_fast.backends.opencl.program import ARG_INFO, typed_kernel
+    src = ("__kernel void k(__global double* a, const long n, const int r, const double e, "
+           "const uint u, __local float* l) { if (get_global_id(0) == 0) a[0] = n + r + e + u; }")
+    a = cl.Buffer(be.ctx, cl.mem_flags.READ_WRITE, 8)
+    plain = cl.Program(be.ctx, src).build(options=[ARG_INFO]).k
+    with pytest.raises(Exception):
+        plain(be.queue, (1,), None, a, 1, np.int32(2), 0.5, 3, cl.LocalMemory(8))
+    k = typed_kernel(plain)
+    k(be.queue, (1,), None, a, 1, np.int32(2), 0.5, 3, cl.LocalMemory(8))
+    got = np.empty(1)
+    cl.enqueue_copy(be.queue, got, a)
+    assert got[0] == 6.5
+    # the backend's own kernels: scale_columns(I, R, A, s) with Python integers
+    A = be.asarray(np.ones((3, 2)))
+    s_ = be.asarray(np.array([2.0, 3.0]))
+    be.dense_kernel(np.float64, "scale_columns")(be.queue, (2, 3), None, 3, 2, A.data, s_.data)
+    np.testing.assert_array_equal(A.get(), [[2.0, 3.0]] * 3)
+    # a vector type is not in the table: the kernel is left as it was, and still runs
+    k2 = typed_kernel(cl.Program(be.ctx, "__kernel void k(__global double* a, const int2 v) "
+                                 "{ a[0] = v.x + v.y; }").build(options=[ARG_INFO]).k)
+    k2(be.queue, (1,), None, a, np.array([1, 2], np.int32))
+    cl.enqueue_copy(be.queue, got, a)
+    assert got[0] == 3.0
