@@ -180,16 +180,18 @@ class SparseKernels:
             # the butterfly stays inside one warp of 32 lanes
             variant = "local" if self.phi_variant == "shuffle" and RV > 32 else self.phi_variant
         interleaved = self.layout == "lanes"
+        # a streamed tensor's blocks are laid out for their chunk; a resident tensor's by size
+        chunk = getattr(T, "chunk", None) or self.lanes_chunk(T.nnz)
         if interleaved:
-            subs, vals = self._interleaved(T, mode, self.chunk)
+            subs, vals = self._interleaved(T, mode, chunk)
         else:
             subs, vals = T.subs[mode], T.vals[mode]
         LG = max(1, min(self.group_size, self.max_wg) // RV)
-        nchunks = -(-T.nnz // self.chunk)
+        nchunks = -(-T.nnz // chunk)
         # 32-bit offsets where every one fits: positions x modes, factor and output rows x R,
         # boundary slots x R
         limit = 2 ** 31 - 1
-        off32 = self.off32 and max(nchunks * self.chunk * T.ndim, max(T.shape) * R,
+        off32 = self.off32 and max(nchunks * chunk * T.ndim, max(T.shape) * R,
                                    (2 * nchunks + 2) * R) < limit
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
                              interleaved=interleaved, off32=off32, prefetch=self.prefetch,
@@ -199,7 +201,7 @@ class SparseKernels:
         lsize = (RV, LG)
         dt = np.dtype(T.dtype).type
         bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype, T)
-        args = [np.int64(T.nnz), np.int32(R), np.int32(mode), np.int32(self.chunk),
+        args = [np.int64(T.nnz), np.int32(R), np.int32(mode), np.int32(chunk),
                 np.int64(nchunks), subs.data, vals.data] + [f.data for f in facs]
         if B is not None:
             Bd = self.asarray(B, dtype=T.dtype)

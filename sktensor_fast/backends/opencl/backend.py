@@ -72,9 +72,9 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         device's defaults)."""
         if not isinstance(options, OpenCLOptions):
             raise TypeError(f"options must be an OpenCLOptions, got {type(options).__name__}")
-        # nonzeros per work-item; 256 was the fastest of 64/128/256 on an H200, 128 of 8..512
-        # on an H100 (doc/guide/tuning.rst, "OpenCL nonzeros per work-item")
-        self.chunk = options.chunk or 256
+        # nonzeros per work-item; None: by the tensor's size (lanes_chunk; doc/guide/
+        # tuning.rst, "OpenCL nonzeros per work-item")
+        self._chunk = options.chunk
         # columns per lane: None is the per-kernel default VEC
         self.vec = options.vec
         # how Φ forms <B[row], π>: "shuffle" (a register butterfly across the lanes of a warp,
@@ -171,10 +171,40 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         return knl(queue or self.queue, glob, local, *args, wait_for=wait_for)
 
     # ------------------------------------------------------------------ device copies
-    def _interleave_plan(self, ndim):
-        """(mode, chunk) of the chunk-interleaved copies the layout reads, built at prepare."""
+    #: nonzeros per work-item of the "lanes" kernels by default (:attr:`chunk`)
+    DEFAULT_CHUNK = 256
+    #: ... and on a GPU for a tensor of fewer than FILL_CHUNKS chunks of DEFAULT_CHUNK per
+    #: compute unit: more work-items where the default ones would leave the device part idle
+    SMALL_CHUNK = 128
+    FILL_CHUNKS = 1024
+
+    @property
+    def chunk(self):
+        """Nonzeros per work-item of the "lanes" kernels: the ``chunk`` option, else
+        :attr:`DEFAULT_CHUNK` (a resident tensor on a GPU may take :meth:`lanes_chunk`'s)."""
+        return self._chunk or self.DEFAULT_CHUNK
+
+    @chunk.setter
+    def chunk(self, value):
+        self._chunk = value
+
+    def lanes_chunk(self, nnz):
+        """Nonzeros per work-item of the "lanes" kernels over a resident tensor of ``nnz``
+        nonzeros: the ``chunk`` option where it is set; on a GPU, :attr:`SMALL_CHUNK` for a
+        tensor with fewer than :attr:`FILL_CHUNKS` default chunks per compute unit (Uber's 3.3M
+        nonzeros on an H100: the kernel 0.18 -> 0.12 ms a mode; NELL-2's 76.9M keep 256, within
+        1 % of 128 there); :attr:`DEFAULT_CHUNK` otherwise."""
+        if self._chunk is not None or not self.is_gpu:
+            return self.chunk
+        if int(nnz) // self.DEFAULT_CHUNK >= self.FILL_CHUNKS * int(self.device.max_compute_units):
+            return self.DEFAULT_CHUNK
+        return self.SMALL_CHUNK
+
+    def _interleave_plan(self, ndim, nnz=0):
+        """(mode, chunk) of the chunk-interleaved copies the layout reads, built at prepare
+        (for a tensor of ``nnz`` nonzeros)."""
         if self.layout == "lanes":
-            return [(m, self.chunk) for m in range(ndim)]
+            return [(m, self.lanes_chunk(nnz)) for m in range(ndim)]
         if self.layout == "wide":
             return [(m, self.wide_chunk) for m in range(ndim)]
         return []
@@ -223,7 +253,7 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
             return streamed.StreamedTensor(self, X, cap)
         self._check_memory(X)
         try:
-            T = OpenCLTensor(self, X, interleave=self._interleave_plan(X.ndim))
+            T = OpenCLTensor(self, X, interleave=self._interleave_plan(X.ndim, X.nnz))
             if self.layout == "lanes-sorted":
                 for m in range(1, X.ndim):
                     T.sorted_copy(m)

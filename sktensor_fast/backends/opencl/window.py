@@ -309,7 +309,7 @@ def stream_window(backend, history, X, T, fmt):
     slices = kept.concat(batch)
     stats = slices.combined()
     W = OpenCLTensor.from_device(backend, subs, vals, shape, stats["sum_sq"],
-                                 interleave=backend._interleave_plan(N))
+                                 interleave=backend._interleave_plan(N, int(subs.shape[0])))
     if backend.layout == "lanes-sorted":
         for m in range(1, N):
             W.sorted_copy(m)

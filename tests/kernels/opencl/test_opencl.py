@@ -472,3 +472,30 @@ def test_kernels_declare_their_scalar_types(be):
     k2(be.queue, (1,), None, a, np.array([1, 2], np.int32))
     cl.enqueue_copy(be.queue, got, a)
     assert got[0] == 3.0
+
+
+def test_lanes_chunk_by_size(be, monkeypatch):
+    """On a GPU, a tensor too small to fill the device with chunks of the default size gets
+    shorter chunks (more work-items); the chunk option, a CPU device and large tensors keep
+    the default.  The prepared copies and the kernels use the chunk of the tensor's size."""
+    monkeypatch.setattr(be, "is_gpu", True)
+    monkeypatch.setattr(be, "_chunk", None)
+    monkeypatch.setattr(be, "layout", "lanes")
+    cu = int(be.device.max_compute_units)
+    big = be.FILL_CHUNKS * cu * be.DEFAULT_CHUNK
+    assert be.lanes_chunk(big) == be.DEFAULT_CHUNK == be.chunk
+    assert be.lanes_chunk(big - be.DEFAULT_CHUNK) == be.SMALL_CHUNK
+    assert be.lanes_chunk(0) == be.SMALL_CHUNK
+    rng = np.random.default_rng(4)
+    X = random_sparse((30, 20, 10), 2000, rng)
+    T = be.prepare(X)
+    assert set(T.interleaved) == {(m, be.SMALL_CHUNK) for m in range(3)}
+    f = [rng.random((s, 4)) for s in X.shape]
+    for m in range(3):
+        _close(be.to_numpy(be.mttkrp(T, f, m)), mttkrp_ref(X, f, m))
+    assert set(T.interleaved) == {(m, be.SMALL_CHUNK) for m in range(3)}   # no other copy
+    monkeypatch.setattr(be, "_chunk", 64)                 # the option wins
+    assert be.lanes_chunk(0) == be.lanes_chunk(big) == 64
+    monkeypatch.setattr(be, "_chunk", None)
+    monkeypatch.setattr(be, "is_gpu", False)
+    assert be.lanes_chunk(0) == be.DEFAULT_CHUNK
