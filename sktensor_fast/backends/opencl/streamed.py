@@ -83,10 +83,11 @@ def default_max_bytes():
     return parse_max_bytes(os.environ.get(ENV_MAX_TENSOR_BYTES) or None, ENV_MAX_TENSOR_BYTES)
 
 
-def _chunk_of(backend):
-    """Nonzeros per chunk of the copies the backend's layout reads (0: mode-sorted)."""
+def _chunk_of(backend, nnz=None):
+    """Nonzeros per chunk of the copies the backend's layout reads (0: mode-sorted); for a
+    tensor of ``nnz`` nonzeros, the chunk its resident copies would have (the same sums)."""
     if backend.layout == "lanes":
-        return int(backend.chunk)
+        return int(backend.chunk if nnz is None else backend.lanes_chunk(nnz))
     if backend.layout == "wide":
         return int(backend.wide_chunk)
     return 0
@@ -223,7 +224,7 @@ class StreamedTensor(DeviceTensor):
         import pyopencl.array as cla
         describe(self, backend, X)
         self.cap = int(cap)
-        self.chunk = _chunk_of(backend)
+        self.chunk = _chunk_of(backend, self.nnz)
         row = self.ndim * 4 + self.dtype.itemsize
         step = self.chunk or 1
         if self.cap < 2 * step * row:

@@ -199,3 +199,17 @@ def test_block_cuts():
     assert sum(b - a for a, b in cuts) == coords.size
     assert all(b - a <= 4 for a, b in cuts)
     assert [a for a, _ in cuts] == sorted(a for a, _ in cuts)
+
+
+def test_streamed_blocks_take_the_resident_chunk(be, monkeypatch):
+    """A streamed tensor's blocks are cut into the chunks its resident copies would have (on a
+    GPU a small tensor's are shorter), so that one block per mode gives the resident sums."""
+    monkeypatch.setattr(be, "is_gpu", True)
+    monkeypatch.setattr(be, "_chunk", None)
+    monkeypatch.setattr(be, "layout", "lanes")
+    monkeypatch.setattr(streamed.StreamedTensor, "PINNED", False)
+    X = _heavy_tensor()
+    monkeypatch.setattr(be, "max_tensor_bytes", streamed.resident_bytes(be, X) // 4)
+    S = be.prepare(_fresh(X))
+    assert isinstance(S, streamed.StreamedTensor)
+    assert S.chunk == be.lanes_chunk(X.nnz) == be.SMALL_CHUNK
