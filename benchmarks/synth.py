@@ -1,4 +1,7 @@
 """Synthetic sparse tensors with Zipf-skewed coordinates, shaped like FROSTT tensors."""
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from sktensor_fast import SparseTensor
@@ -18,9 +21,31 @@ def zipf_indices(n, size, rng, a=1.2):
     p = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** a
     cdf = np.cumsum(p)
     cdf /= cdf[-1]
-    idx = np.searchsorted(cdf, rng.random(size), side="right")
-    np.minimum(idx, n - 1, out=idx)
-    return rng.permutation(n)[idx]
+    u = rng.random(size)
+    perm = rng.permutation(n)
+    out = np.empty(size, dtype=np.int64)
+
+    def piece(lo):
+        # the search and the gather of a slice (NumPy releases the GIL in both)
+        hi = min(size, lo + _PIECE)
+        idx = np.searchsorted(cdf, u[lo:hi], side="right")
+        np.minimum(idx, n - 1, out=idx)
+        np.take(perm, idx, out=out[lo:hi])
+
+    starts = range(0, size, _PIECE)
+    if _THREADS > 1 and size > _PIECE:
+        with ThreadPoolExecutor(_THREADS) as pool:
+            list(pool.map(piece, starts))
+    else:
+        for lo in starts:
+            piece(lo)
+    return out
+
+
+#: slices of :func:`zipf_indices`' searches, done on this many threads (the same draws: the
+#: uniforms and the permutation are drawn first, in the order they always were)
+_PIECE = 1 << 20
+_THREADS = os.cpu_count() or 1
 
 
 def synthetic_tensor(shape, nnz, seed=0, a=1.2, dtype=np.float64, exact=True):
