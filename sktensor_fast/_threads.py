@@ -214,6 +214,22 @@ def threads_for_load(n):
     return max(1, min(n, free))
 
 
+def cpu_left_free():
+    """Whether a CPU of this process is free right now: ``/proc/loadavg`` counts fewer threads
+    of the machine running or ready to run (the caller's included) than the CPUs this process
+    may run on.  True where it cannot be read.  Unlike :func:`threads_for_load` it does not
+    depend on who chose the thread count: it decides extra work that no thread count asked
+    for (GCP's thread drawing the samples of steps ahead)."""
+    running = _running_threads()
+    if running is None:
+        return True
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover
+        cpus = _CPUS
+    return running < cpus
+
+
 @contextlib.contextmanager
 def load_adapted():
     """Context of a fit, transform or score (the CPU backend's ``compute_scope``): inside it,

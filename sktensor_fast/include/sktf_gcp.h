@@ -1,7 +1,8 @@
 /* sktensor_fast: pieces of GCP's CPU kernels (backends/cpu/_gcp.pyx): the optimiser steps on
  * chunks of entries and a sample's contribution to a gradient row (plain C loops that the
- * compiler vectorises), and the OpenMP helpers of the multi-threaded gradient (claims of its
- * chunks, the team's size, a barrier).  The samplers are in sktf_gcp_sample.h. */
+ * compiler vectorises), the OpenMP helpers of the multi-threaded gradient (claims of its
+ * chunks, the team's size, a barrier), and the flags and the short sleep of the thread that
+ * draws the samples of serial steps ahead.  The samplers are in sktf_gcp_sample.h. */
 #ifndef SKTF_GCP_H
 #define SKTF_GCP_H
 
@@ -189,5 +190,42 @@ static inline void sktf_omp_barrier(void) {
 #pragma omp barrier
 #endif
 }
+
+/* The drawing thread of the serial loop of steps (_gcp.pyx, _steps_drawn_ahead): the one
+   thread computing the steps and the one drawing their samples ahead share a ring of steps'
+   samples through three kinds of flags, each written by one thread only: a slot's "ready"
+   (the step whose samples it holds, written by the drawer after the samples), "consumed"
+   (steps finished, written by the computing thread after it read a slot) and "stop".  A
+   release store publishes what the thread wrote (or read) before it; an acquire load sees it. */
+#if defined(_MSC_VER) && !defined(__clang__)
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+/* interlocked operations: full barriers, on every target of the compiler */
+static inline int64_t sktf_load_acquire(const int64_t* p) {
+    return InterlockedCompareExchange64((volatile LONG64*)p, 0, 0);
+}
+static inline void sktf_store_release(int64_t* p, int64_t v) {
+    InterlockedExchange64((volatile LONG64*)p, v);
+}
+/* gives up the rest of the time slice (Sleep(1) would sleep a timer tick, up to 16 ms) */
+static inline void sktf_nap(void) { Sleep(0); }
+#else
+#include <time.h>
+static inline int64_t sktf_load_acquire(const int64_t* p) {
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+static inline void sktf_store_release(int64_t* p, int64_t v) {
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+/* a short sleep (the kernel rounds it up by its timer slack, about 50 us on Linux) */
+static inline void sktf_nap(void) {
+    struct timespec ts;
+    ts.tv_sec = 0;
+    ts.tv_nsec = 10000;
+    nanosleep(&ts, NULL);
+}
+#endif
 
 #endif /* SKTF_GCP_H */

@@ -656,6 +656,109 @@ def test_fused_steps_on_several_blocks_and_threads_are_bitwise_the_same(solver, 
         np.testing.assert_array_equal(V[2], U0[2])
 
 
+@pytest.mark.parametrize("sampler,solver", [("stratified", "adam"), ("semi-stratified", "adam"),
+                                            ("uniform", "sgd"), ("stratified", "adagrad")])
+def test_steps_with_samples_drawn_ahead_are_bitwise_the_serial_steps(sampler, solver):
+    """The serial loop of steps with a second thread drawing the samples of the next steps
+    (``draw_ahead``: a ring of slots, the computing thread drawing a step itself when its
+    slot is not ready) gives the bits of the gradient and optimiser step called one step at a
+    time: 90 steps, more than the ring's slots (it wraps), several runs (the threads' timing
+    differs), an inactive mode untouched; semi-stratified samples carry correction flags.
+    Every step is counted once, from a slot or drawn by the computing thread, and the slots
+    were used.  Without ``draw_ahead``, with steps on two threads, or for one step, the
+    loop runs without the drawing thread."""
+    rng = np.random.default_rng(4)
+    shape = (17, 40, 9)
+    X, _ = small_problem(seed=6, shape=shape, density=0.2, R=4)
+    be = get_backend("cpu")
+    T = be.prepare(X)
+    loss = get_loss("poisson")
+    lam = rng.uniform(0.5, 1.5, 4)
+    U0 = [rng.uniform(0.1, 1.0, (s, 4)) for s in shape]
+    active = np.array([1, 1, 0], np.int8)
+    n_grad = (0, 60) if sampler == "uniform" else (30, 25)
+    state = be.gcp.setup(T, sampler, n_grad, (5, 5), 0)
+    code = _gcp.SOLVER_CODES[solver]
+    n_steps = 90
+
+    def optimizer(V):
+        opt = make_optimizer(solver, learning_rate=1e-2, beta1=0.9, beta2=0.999,
+                             epsilon=1e-8).start(be, V)
+        opt.t = 2
+        return opt
+
+    with num_threads(1):
+        U = [u.copy() for u in U0]
+        opt = optimizer(U)
+        G = None
+        for s in range(n_steps):
+            G, _ = be.gcp.sampled_gradient(T, state, lam, U, loss, 5, 2 + s, out=G,
+                                           active=active.astype(bool))
+            opt.step(be, U, G, loss.lower, active.astype(bool))
+    from_slots = 0
+    runs = [(1, n_steps, True, 10 ** 9)] * 4 + [(1, n_steps, False, 10 ** 9),
+                                                (2, n_steps, True, 1), (1, 1, True, 10 ** 9)]
+    for threads, steps, ahead, per_thread in runs:
+        V = [u.copy() for u in U0]
+        opt2 = optimizer(V)
+        G2 = [np.full_like(u, np.nan) for u in V]
+        m = opt2.moments
+        before = _gcp.ahead_stats()
+        done, timed_out = _gcp.run_steps(
+            state.grad_sampler, np.uint64(5), 2, steps, loss.code, loss.param, lam, V, G2,
+            active, code, list(m[0]) if m else None, list(m[1]) if len(m) > 1 else None,
+            1e-2, 3, 0.9, 0.999, 1e-8, loss.lower, threads, work_per_thread=per_thread,
+            draw_ahead=ahead)
+        assert (done, timed_out) == (steps, False)
+        if steps < n_steps:
+            continue
+        if ahead and threads == 1:
+            stats = _gcp.ahead_stats()
+            assert sum(stats) == n_steps
+            from_slots += stats[0]
+        else:
+            assert _gcp.ahead_stats() == before      # no drawing thread
+        for a, b in zip(V, U):
+            np.testing.assert_array_equal(a, b)
+        for arrs, ref in zip(opt2.moments, opt.moments):
+            for a, b in zip(arrs, ref):
+                np.testing.assert_array_equal(a, b)
+        for k in (0, 1):
+            np.testing.assert_array_equal(G2[k], G[k])
+        np.testing.assert_array_equal(V[2], U0[2])
+    assert from_slots > 0
+
+
+def test_default_poisson_fit_with_samples_drawn_ahead_is_the_one_thread_fit(monkeypatch):
+    """The default Poisson fit of the embedded data, whose steps of 304 samples are too small
+    to share between threads: on two threads, with a CPU free, a second thread draws their
+    samples ahead (``gcp_ops.DRAW_AHEAD``), and the model has the bits of the one-thread fit,
+    of two threads without it, and of two threads when no CPU is free (no drawing thread)."""
+    from sktensor_fast.backends.cpu import parallel_costs as pc
+    from sktensor_fast.datasets import load_flights_routes
+    X = load_flights_routes().tensor
+    # measured costs that keep such steps on one thread (a step on two would cost 1 ms more)
+    monkeypatch.setattr(gcp_ops, "MIN_SAMPLES_PER_THREAD", None)
+    monkeypatch.setattr(pc, "_COSTS", {("gcp", 2): (50e-9, 1e-3)})
+    models = []
+    for threads, ahead, free in ((1, True, True), (2, True, True), (2, False, True),
+                                 (2, True, False)):
+        monkeypatch.setattr(gcp_ops, "DRAW_AHEAD", ahead)
+        monkeypatch.setattr(gcp_ops, "cpu_left_free", lambda: free)
+        before = _gcp.ahead_stats()
+        with num_threads(threads):
+            est = GCP(loss="poisson", random_state=1, max_iter=3, epoch_iters=200).fit(X)
+        models.append(est)
+        if threads == 2 and ahead and free:
+            assert sum(_gcp.ahead_stats()) == 200       # the last epoch's steps
+        else:
+            assert _gcp.ahead_stats() == before
+    for est in models[1:]:
+        assert est.loss_history_.tolist() == models[0].loss_history_.tolist()
+        for a, b in zip(est.factors_, models[0].factors_):
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("solver", ["adam", "adagrad", "sgd"])
 def test_fused_steps_equal_the_primitives_step_by_step(solver):
     """The CPU backend's compiled loop of steps gives the bits of gradient + optimiser step
@@ -1042,7 +1145,8 @@ def test_sample_counts_at_the_bound_pass_validation():
 def test_large_sampling_step_is_interruptible():
     """A step of 2·10⁹ samples runs for minutes inside one compiled call: Ctrl-C (SIGINT)
     stops it within a fraction of a second, on one thread and on two; so it does an epoch of
-    a million short steps on two threads (all steps in one parallel region)."""
+    a million short steps on two threads (all steps in one parallel region), and an epoch of
+    10⁹ steps of 20 samples on one thread with a second drawing their samples ahead."""
     import subprocess
     import sys
     code = r'''
@@ -1073,12 +1177,29 @@ try:
     print("finished steps")
 except KeyboardInterrupt:
     print("interrupted steps", time.perf_counter() - t - 0.5)
+# steps of 20 samples: on one thread, a second one drawing their samples ahead (as when a
+# CPU is free)
+from sktensor_fast.backends.cpu import gcp_ops
+gcp_ops.cpu_left_free = lambda: True
+gcp_ops.MIN_SAMPLES_PER_THREAD = 10 ** 6
+est = GCP(rank=2, loss="poisson", n_samples_grad=(10, 10), epoch_iters=10 ** 9,
+          max_iter=1, random_state=0)
+timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+t = time.perf_counter()
+timer.start()
+try:
+    with num_threads(2):
+        est.fit(X)
+    print("finished ahead")
+except KeyboardInterrupt:
+    print("interrupted ahead", time.perf_counter() - t - 0.5)
 '''
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
     lines = [ln.split() for ln in out.stdout.splitlines()]
     assert [ln[:2] for ln in lines] == [["interrupted", "1"], ["interrupted", "2"],
-                                        ["interrupted", "steps"]], out.stdout + out.stderr
+                                        ["interrupted", "steps"], ["interrupted", "ahead"]], \
+        out.stdout + out.stderr
     for ln in lines:
         assert float(ln[2]) < 5.0, out.stdout  # seconds from the signal to the exception
 

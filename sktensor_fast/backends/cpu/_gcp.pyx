@@ -35,6 +35,13 @@ region per block (one block per step at the default sample counts):
 One parallel driver (``_fused_parallel``) runs both: a gradient is its one step without an
 optimiser, an epoch of :func:`run_steps` its steps in one parallel region.
 
+Steps too small for that (a few hundred samples: two barriers a step would cost more than the
+shares save) run on one thread; with ``draw_ahead`` a second thread draws the samples of the
+next steps meanwhile, into a ring of a few steps' samples (``_steps_drawn_ahead``).  Samples
+do not depend on the factors, so the thread computing the steps reads them from the ring
+instead of drawing them, with the same sums in the same order; a step whose samples are not
+there yet it draws itself, so it never waits for the other thread.
+
 Storing, sorting and re-forming the contributions costs about half as much as drawing the
 samples; the first thread's chunks are spared it, and a thread that the operating system holds
 back delays only the chunk it holds (the others take the rest from either end).  A step wakes
@@ -101,6 +108,9 @@ cdef extern from "sktf_gcp.h":
     void sktf_gcp_add_stored(double* g_k, double** fac, const int64_t* srows,
                              const double* sy, int64_t i0, int64_t i1, int N, int k,
                              const double* lam, int64_t R) noexcept nogil
+    int64_t sktf_load_acquire(const int64_t* p) noexcept nogil
+    void sktf_store_release(int64_t* p, int64_t v) noexcept nogil
+    void sktf_nap() noexcept nogil
 
 cdef extern from "sktf_rng.h":
     # the counter-based generator, written once for every device (sktensor_fast/include);
@@ -174,6 +184,12 @@ cdef enum:
     SAMPLE_WORK = 32
     # samples between two checks for a pending signal (Ctrl-C) in the long-running kernels
     SIGNAL_EVERY = 1 << 20
+    # the ring of the drawing thread (_steps_drawn_ahead): at most this many steps' samples,
+    # and about this many bytes of them
+    AHEAD_MAX_SLOTS = 32
+    AHEAD_BYTES = 1 << 19
+    # int64 words between two of its flags (one cache line each)
+    FLAG_STRIDE = 8
 
 #: Loss codes the kernels evaluate (those of sktensor_fast._loss_table).
 LOSS_CODES = tuple(range(SKTF_N_LOSSES))
@@ -1287,12 +1303,216 @@ cdef void _opt_apply(int solver, double* u, const double* g, double* s1, double*
                    beta2, a, e, lower)
 
 
+# ---------------------------------------------------------------------------- drawn ahead
+#: Most samples a step may have for the serial loop of steps to draw them on a second thread
+#: (the ring holds at least two steps' samples).
+AHEAD_MAX_SAMPLES = 1 << 16
+
+
+# steps of the last _steps_drawn_ahead of the process computed from the drawing thread's
+# slots, and drawn by the computing thread itself (see ahead_stats)
+cdef int64_t _AHEAD_STATS[2]
+
+
+def ahead_stats():
+    """``(from_slots, drawn_here)`` of the last loop of steps with a drawing thread in this
+    process (:func:`run_steps` with ``draw_ahead``): the steps whose samples the drawing
+    thread had ready, and those the computing thread drew itself (for tests and
+    benchmarks)."""
+    return int(_AHEAD_STATS[0]), int(_AHEAD_STATS[1])
+
+
+cdef struct Ahead:
+    # what the computing thread and the drawing thread of _steps_drawn_ahead share
+    Src src                    # the sampler (its key set per step)
+    uint64_t seed
+    int64_t first_draw, n_steps, ns, nslots
+    int64_t* subs              # per slot: ns N coordinates
+    double* x                  # per slot: ns data values
+    double* w                  # per slot: ns weights
+    int8_t* corr               # per slot: ns correction flags
+    int64_t* flags             # FLAG_STRIDE words apart: ready of each slot, consumed, stop
+    Py_ssize_t R
+    int64_t done               # steps done (set by the computing thread; -1: no memory)
+    int64_t here               # of which drawn by the computing thread
+
+
+cdef inline int64_t _ahead_slots(int64_t ns, int N) noexcept nogil:
+    """Slots of the ring: about AHEAD_BYTES of samples, at least 2, at most AHEAD_MAX_SLOTS."""
+    cdef int64_t per = ns * (8 * N + 17)
+    cdef int64_t n = AHEAD_BYTES // (per if per > 0 else 1)
+    if n < 2:
+        return 2
+    return n if n < AHEAD_MAX_SLOTS else AHEAD_MAX_SLOTS
+
+
+cdef void _ahead_draw(Ahead* A) noexcept nogil:
+    """The drawing thread: the samples of the steps after the one being computed, into their
+    slots of the ring (slot s % nslots for step s), as far ahead as the ring allows; a step
+    the computing thread has reached is skipped (it draws that one itself).  Returns when
+    every step is drawn or ``stop`` is set."""
+    cdef Src S = A.src
+    cdef int N = S.nmodes
+    cdef int64_t s = 0, c, j, slot, ns = A.ns
+    cdef int k
+    cdef bint resting = False
+    cdef bint touch = _prefetches(&S, A.R)
+    while True:
+        if sktf_load_acquire(A.flags + (A.nslots + 1) * FLAG_STRIDE):
+            return
+        c = sktf_load_acquire(A.flags + A.nslots * FLAG_STRIDE)   # steps consumed
+        if s <= c:      # step c is being computed (its slot was looked at): the next one
+            s = c + 1
+        if s >= A.n_steps:
+            return
+        # a full ring: sleep until half of it is free again (few wake-ups; the ring holds
+        # enough steps for the computing thread meanwhile)
+        if s >= c + A.nslots - (A.nslots // 2 if resting else 0):
+            resting = True
+            sktf_nap()
+            continue
+        resting = False
+        slot = s % A.nslots
+        S.key = sktf_mix_seed(A.seed, <uint64_t> (A.first_draw + s + 1))
+        if touch:
+            sktf_gcp_touch_first(&S.g, S.key, 0, ns, LOOKAHEAD)
+        for j in range(ns):
+            if touch:
+                sktf_gcp_touch_ahead(&S.g, S.key, j, ns, LOOKAHEAD)
+            k = 0
+            A.x[slot * ns + j] = sktf_gcp_sample(&S.g, S.key, j, A.subs + (slot * ns + j) * N,
+                                                 &A.w[slot * ns + j], &k)
+            A.corr[slot * ns + j] = <int8_t> k
+        sktf_store_release(A.flags + slot * FLAG_STRIDE, s)
+        s += 1
+
+
+cdef void _ahead_compute(Ahead* A, int code, double param, const double* lam,
+                         double** fac, double** grad, const int8_t* active,
+                         const int64_t* shape, const OptRule* rule,
+                         bint* interrupted) noexcept nogil:
+    """The computing thread: the steps in order, as the serial loop of :func:`run_steps`
+    computes them, each from the samples the drawing thread left in its slot when they are
+    there, else drawn here (the same samples: they depend on the step key and their number
+    only).  Pending signals are handled every ``SIGNAL_EVERY`` samples (``interrupted``: a
+    handler raised).  Leaves the steps done in ``A.done`` (-1: out of memory); sets
+    ``stop``."""
+    cdef Src E, Sl
+    cdef int N = A.src.nmodes, k
+    cdef int64_t s, slot, ns = A.ns, since = 0, done = 0, here = 0
+    cdef Py_ssize_t R = A.R
+    cdef double total = 0.0
+    cdef int64_t* ring = <int64_t*> malloc(LOOKAHEAD * N * sizeof(int64_t))
+    cdef double* ring_x = <double*> malloc(2 * LOOKAHEAD * sizeof(double))
+    cdef int* ring_c = <int*> malloc(LOOKAHEAD * sizeof(int))
+    cdef double* suf = <double*> malloc((N * R + R + 1) * sizeof(double))
+    cdef const double** rows = <const double**> malloc(N * sizeof(double*))
+    if ring != NULL and ring_x != NULL and ring_c != NULL and suf != NULL and rows != NULL:
+        # the slots read as explicit samples (the same _sample, _terms and sums)
+        E = A.src
+        E.xn = ns
+        E.xy = NULL
+        for s in range(A.n_steps):
+            slot = s % A.nslots
+            for k in range(N):
+                if active[k] and shape[k] > 0:
+                    memset(grad[k], 0, shape[k] * R * sizeof(double))
+            if sktf_load_acquire(A.flags + slot * FLAG_STRIDE) == s:
+                E.xsubs = A.subs + slot * ns * N
+                E.xvals = A.x + slot * ns
+                E.xw = A.w + slot * ns
+                E.xcorr = A.corr + slot * ns
+                _serial_range(&E, 0, ns, code, param, lam, fac, grad, active, R, False,
+                              &total, NULL, ring, ring_x, ring_c, suf, rows)
+            else:
+                here += 1
+                Sl = A.src
+                Sl.key = sktf_mix_seed(A.seed, <uint64_t> (A.first_draw + s + 1))
+                _serial_range(&Sl, 0, ns, code, param, lam, fac, grad, active, R, False,
+                              &total, NULL, ring, ring_x, ring_c, suf, rows)
+            # the slot is read: the drawing thread may fill it again
+            sktf_store_release(A.flags + A.nslots * FLAG_STRIDE, s + 1)
+            for k in range(N):
+                if active[k] and fac[k] != NULL:
+                    _opt_apply(rule.solver, fac[k], grad[k], rule.m1[k], rule.m2[k],
+                               shape[k] * R, rule.lr, rule.beta1, rule.beta2, rule.eps,
+                               <double> (rule.t_first + s), rule.lower, 1)
+            done = s + 1
+            since += ns
+            if since >= SIGNAL_EVERY and done < A.n_steps:
+                since = 0
+                if _interrupted():
+                    interrupted[0] = True
+                    break
+    else:
+        done = -1
+    free(ring); free(ring_x); free(ring_c); free(suf); free(<void*> rows)
+    A.done = done
+    A.here = here
+    sktf_store_release(A.flags + (A.nslots + 1) * FLAG_STRIDE, 1)
+
+
+cdef int64_t _steps_drawn_ahead(const Src* S0, uint64_t seed, int64_t first_draw,
+                                int64_t n_steps, int code, double param, const double* lam,
+                                double** fac, double** grad, const int8_t* active,
+                                const int64_t* shape, Py_ssize_t R, const OptRule* rule,
+                                bint* interrupted) except -1:
+    """The serial loop of steps of :func:`run_steps` with a second thread drawing the samples
+    of the next steps meanwhile (``_ahead_draw``, into a ring of a few steps' samples),
+    while the first computes the steps (``_ahead_compute``) exactly as the serial loop does:
+    the same samples, sums in the same order, the same bits.  For steps too small to share
+    between threads (barriers at every step would cost more than the shares save), whose
+    drawing (random numbers, look-ups among the nonzeros) is a good part of their time.
+    Nothing waits for the drawing thread: a step whose samples are not in their slot when the
+    computing thread gets there is drawn by it (a drawing thread that the operating system
+    holds back costs only its share).  The drawing thread sleeps while the ring is full,
+    until half of it is free.  Returns the steps done."""
+    cdef int N = S0.nmodes
+    cdef Ahead A
+    cdef int64_t ns = _n_samples(S0), i
+    cdef int me = 0
+    memset(&A, 0, sizeof(Ahead))
+    A.src = S0[0]
+    A.seed = seed
+    A.first_draw = first_draw
+    A.n_steps = n_steps
+    A.ns = ns
+    A.R = R
+    A.nslots = _ahead_slots(ns, N)
+    A.subs = <int64_t*> malloc(A.nslots * ns * N * sizeof(int64_t))
+    A.x = <double*> malloc(A.nslots * ns * sizeof(double))
+    A.w = <double*> malloc(A.nslots * ns * sizeof(double))
+    A.corr = <int8_t*> malloc(A.nslots * ns * sizeof(int8_t))
+    A.flags = <int64_t*> malloc((A.nslots + 2) * FLAG_STRIDE * sizeof(int64_t))
+    try:
+        if A.subs == NULL or A.x == NULL or A.w == NULL or A.corr == NULL or A.flags == NULL:
+            raise MemoryError()
+        for i in range(A.nslots + 2):
+            A.flags[i * FLAG_STRIDE] = -1
+        A.flags[A.nslots * FLAG_STRIDE] = 0        # consumed
+        A.flags[(A.nslots + 1) * FLAG_STRIDE] = 0  # stop
+        with nogil, parallel(num_threads=2):
+            me = threadid()
+            if me == 0:
+                _ahead_compute(&A, code, param, lam, fac, grad, active, shape, rule,
+                               interrupted)
+            else:
+                _ahead_draw(&A)
+        if A.done < 0:
+            raise MemoryError()
+        _AHEAD_STATS[0] = A.done - A.here
+        _AHEAD_STATS[1] = A.here
+        return A.done
+    finally:
+        free(A.subs); free(A.x); free(A.w); free(A.corr); free(A.flags)
+
+
 def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_steps,
               int code, double param, const double[::1] weights, list factors, list grads,
               const int8_t[::1] active, int solver, list moments1, list moments2, double lr,
               int64_t t_first, double beta1, double beta2, double eps, double lower,
               int num_threads=1, object work=None, object deadline=None, object clock=None,
-              int64_t work_per_thread=0, int64_t block=0):
+              int64_t work_per_thread=0, int64_t block=0, bint draw_ahead=False):
     """``n_steps`` steps of a stochastic solver in one call: for each, the fused sampled
     gradient of every active mode (the draw ``first_draw + s`` of ``seed``, as
     :func:`gradient` at key ``step_key(seed, first_draw + s + 1)``), then the optimiser step
@@ -1305,7 +1525,12 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
     gradients.  Between steps pending signals are handled (Ctrl-C raises) and, when
     ``deadline`` is given, ``clock()`` is compared with it.  ``work_per_thread`` and
     ``block`` (samples per block of the multi-threaded gradient, 0 for
-    :func:`default_block`) as for :func:`gradient`.  Returns ``(steps_done, timed_out)``.
+    :func:`default_block`) as for :func:`gradient`.  ``draw_ahead``: when the steps run on
+    one thread (``num_threads`` 1, or too few samples per thread for ``work_per_thread``),
+    without ``deadline``, and have at most :data:`AHEAD_MAX_SAMPLES` samples, one more
+    thread draws the samples of the next steps meanwhile (``_steps_drawn_ahead``; the same
+    bits); the caller asks for it when a second CPU is free.
+    Returns ``(steps_done, timed_out)``.
     """
     cdef int N = len(factors)
     cdef Src S = sampler.src
@@ -1354,6 +1579,15 @@ def run_steps(GcpSampler sampler, uint64_t seed, int64_t first_draw, int64_t n_s
         rule.eps = eps
         rule.lower = lower
         rule.t_first = t_first
+        if (draw_ahead and nt == 1 and R > 0 and 0 < ns <= AHEAD_MAX_SAMPLES
+                and deadline is None and n_steps > 1):
+            # one thread computes the steps, another draws their samples ahead
+            done = _steps_drawn_ahead(&S, seed, first_draw, n_steps, code, param,
+                                      &weights[0], fac, grad, &active[0], shape, R, &rule,
+                                      &interrupted)
+            if interrupted:
+                _reraise()
+            return done, False
         if R > 0 and ns > 0 and nt > 1 and deadline is None and n_steps > 0:
             # every step in one parallel region (no deadline to check between steps)
             done = _fused_parallel(&S, &seed, first_draw, n_steps, code, param, &weights[0],

@@ -11,7 +11,7 @@ for tensors of at most ``GCP_DENSE_LIMIT`` entries (checked by the estimator).
 """
 import numpy as np
 
-from ..._threads import get_num_threads, threads_for_load
+from ..._threads import cpu_left_free, get_num_threads, threads_for_load
 from .. import gcp_plan
 from ..base import GcpKernels
 from ..gcp_dense import dense_model, dense_mttkrp, full_loss_grad
@@ -212,6 +212,11 @@ def sampled_gradient(T, state, weights, factors, loss, seed, step, out=None, act
 MIN_SAMPLES_PER_THREAD = None
 
 
+#: Whether steps that run on one thread while more are free have a second thread draw their
+#: samples ahead (``_gcp.run_steps``'s ``draw_ahead``; the same bits either way).
+DRAW_AHEAD = True
+
+
 def step_threads(n_samples, nmodes, rank, num_threads):
     """Threads worth the compiled step loop, up to ``num_threads``, for steps of ``n_samples``
     samples: a step of few samples runs on fewer threads (two barriers a step cost more than
@@ -225,11 +230,14 @@ def step_threads(n_samples, nmodes, rank, num_threads):
 
 
 def run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps, optimizer, lower,
-              active=None, out=None, deadline=None, clock=None, num_threads=1):
+              active=None, out=None, deadline=None, clock=None, num_threads=1,
+              draw_ahead=False):
     """``n_steps`` stochastic steps of a built-in loss in one compiled call
     (``_gcp.run_steps``), from the optimiser's update rule, moments and parameters: the same
-    bits as :func:`sampled_gradient` then ``optimizer.step`` step by step.  Advances the
-    optimiser's step counter by the steps done.  Returns ``(grads, steps_done, timed_out)``."""
+    bits as :func:`sampled_gradient` then ``optimizer.step`` step by step.  ``draw_ahead``:
+    steps on one thread have a second thread draw their samples ahead (the same bits).
+    Advances the optimiser's step counter by the steps done.  Returns ``(grads, steps_done,
+    timed_out)``."""
     N = len(factors)
     act = np.ones(N, dtype=np.int8) if active is None else np.asarray(active, dtype=np.int8)
     if out is None:
@@ -248,7 +256,8 @@ def run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps, optim
         list(moments[1]) if len(moments) > 1 else None, float(p["lr"]),
         int(optimizer.t) + 1, float(p.get("beta1", 0.0)), float(p.get("beta2", 0.0)),
         float(p.get("epsilon", 0.0)), float(lower), num_threads,
-        work=_workspace(state, N, lam), deadline=deadline, clock=clock)
+        work=_workspace(state, N, lam), deadline=deadline, clock=clock,
+        draw_ahead=bool(draw_ahead))
     optimizer.advance(done)
     return out, int(done), bool(timed_out)
 
@@ -379,10 +388,15 @@ class CpuGcpKernels(GcpKernels):
         # one call runs many steps with two barriers each: the CPUs other programs leave free
         # are looked at again for every call (threads_for_load), and a step of few samples
         # runs on fewer threads (its barriers would cost more than the shares save)
+        free = threads_for_load(get_num_threads())
         n = step_threads(state.grad_sampler.n_samples, len(factors),
-                         int(factors[0].shape[1]), threads_for_load(get_num_threads()))
+                         int(factors[0].shape[1]), free)
+        # steps too small to share: a second thread draws their samples ahead, when a CPU is
+        # free now (looked at for every call: on a CPU that another program keeps busy it
+        # would take the time of the thread computing the steps)
+        ahead = DRAW_AHEAD and n == 1 and free > 1 and cpu_left_free()
         return run_steps(T, state, weights, factors, loss, seed, first_draw, n_steps,
-                         optimizer, lower, active, out, deadline, clock, n)
+                         optimizer, lower, active, out, deadline, clock, n, ahead)
 
 
 # ---------------------------------------------------------------------- thread costs

@@ -281,6 +281,22 @@ def test_steps_keep_a_users_thread_count_and_policy(steps_env, monkeypatch):
     assert _threads.threads_for_load(4) == 4
 
 
+def test_a_cpu_is_left_free_when_fewer_threads_run_than_cpus(steps_env, monkeypatch):
+    """cpu_left_free (whether GCP's steps get a thread drawing their samples ahead): fewer
+    running threads than CPUs, the caller's included; whoever chose the thread count; True
+    where /proc/loadavg cannot be read."""
+    _threads, state, _ = steps_env
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    for running, free in ((1, True), (2, False), (3, False)):
+        state["running"] = running
+        assert _threads.cpu_left_free() is free
+        monkeypatch.setattr(_threads, "_chosen_by_user", lambda: True)
+        assert _threads.cpu_left_free() is free
+        monkeypatch.setattr(_threads, "_chosen_by_user", lambda: False)
+    state["running"] = None
+    assert _threads.cpu_left_free() is True
+
+
 def test_chosen_by_user_sees_set_num_threads_and_the_environment(monkeypatch):
     from sktensor_fast import _threads
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
