@@ -196,6 +196,15 @@ _SCALARS = {"char": np.int8, "uchar": np.uint8, "short": np.int16, "ushort": np.
             "float": np.float32, "double": np.float64}
 
 
+def _has_arg_info(ctx):
+    """Whether every device of ``ctx`` takes :data:`ARG_INFO` (OpenCL 1.2 and later)."""
+    for dev in ctx.devices:
+        m = re.match(r"OpenCL\s+(\d+)\.(\d+)", str(getattr(dev, "version", "")))
+        if m is None or (int(m.group(1)), int(m.group(2))) < (1, 2):
+            return False
+    return True
+
+
 def typed_kernel(knl):
     """``knl`` with its scalar arguments' types declared to PyOpenCL
     (``set_scalar_arg_dtypes``), read from the program's argument information.
@@ -249,8 +258,9 @@ class ProgramCache:
         use (``what`` names it in a build error)."""
         prog = self._programs.get(key)
         if prog is None:
+            extra = [ARG_INFO] if _has_arg_info(self.ctx) else []
             prog = self._programs[key] = build_program(self.ctx, source(),
-                                                       list(options) + [ARG_INFO], what)
+                                                       list(options) + extra, what)
         return prog
 
     def kernel(self, key, name, source, options=(), what="kernels"):

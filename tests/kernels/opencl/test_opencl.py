@@ -499,3 +499,14 @@ def test_lanes_chunk_by_size(be, monkeypatch):
     monkeypatch.setattr(be, "_chunk", None)
     monkeypatch.setattr(be, "is_gpu", False)
     assert be.lanes_chunk(0) == be.DEFAULT_CHUNK
+
+
+def test_argument_info_asked_of_opencl_1_2_devices_only():
+    """Programs are built with -cl-kernel-arg-info only where every device knows it (OpenCL
+    1.2 on); an older driver gets the plain build and untyped kernels, which still run."""
+    from types import SimpleNamespace as NS
+    from sktensor_fast.backends.opencl.program import _has_arg_info
+    ctx = lambda *v: NS(devices=[NS(version=x) for x in v])  # noqa: E731
+    assert _has_arg_info(ctx("OpenCL 3.0 CUDA", "OpenCL 1.2 pocl"))
+    assert not _has_arg_info(ctx("OpenCL 3.0 CUDA", "OpenCL 1.1 old"))
+    assert not _has_arg_info(ctx("unknown"))
