@@ -25,36 +25,14 @@ import sys
 import time
 
 import numpy as np
-import pyopencl as cl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-_CQ = cl.CommandQueue
+from benchmarks.experiments._profiling import device_seconds, install  # noqa: E402
 
-
-class _ProfQueue(_CQ):
-    def __init__(self, ctx, device=None, properties=None):
-        super().__init__(ctx, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
-
-
-cl.CommandQueue = _ProfQueue
 EVENTS = []
 RECORD = [False]
-
-
-def _recording(fn, name_of):
-    def wrapped(*a, **k):
-        ev = fn(*a, **k)
-        if RECORD[0] and isinstance(ev, cl.Event):
-            EVENTS.append((name_of(a), ev))
-        return ev
-    return wrapped
-
-
-cl.Kernel.__call__ = _recording(cl.Kernel.__call__, lambda a: a[0].function_name)
-cl.enqueue_nd_range_kernel = _recording(cl.enqueue_nd_range_kernel, lambda a: a[1].function_name)
-cl.enqueue_copy = _recording(cl.enqueue_copy, lambda a: "copy")
-cl.enqueue_fill_buffer = _recording(cl.enqueue_fill_buffer, lambda a: "fill")
+install(EVENTS, lambda: RECORD[0], transfers=True)
 
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 from sktensor_fast import CPALS  # noqa: E402
@@ -67,10 +45,9 @@ def _device_times(events):
     by = collections.defaultdict(float)
     n = 0
     for name, ev in events:
-        try:
-            s, e = ev.profile.start, ev.profile.end
-        except cl.Error:
+        if device_seconds(ev) is None:
             continue
+        s, e = ev.profile.start, ev.profile.end
         n += 1
         tot += (e - s) * 1e-9
         by[name] += (e - s) * 1e-9
