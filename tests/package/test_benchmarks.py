@@ -607,3 +607,30 @@ def test_gpu_section_runs_on_an_opencl_device(tmp_path):
             assert f["n_iter"] == cpu["n_iter"]
             assert f["score"] == pytest.approx(cpu["score"], rel=1e-9)
     assert "gpu.png" in rep["plots"]
+
+
+def test_launch_and_overhead_scripts_run(tmp_path):
+    """bench_launch and bench_gpu_overheads (each in its own process: the second makes every
+    queue a profiling one) time a launch, an MTTKRP call and a CP-ALS fit on the device."""
+    import json
+    import subprocess
+    from _reference import checkout_env, opencl_backend_or_skip
+    opencl_backend_or_skip()
+    exp = ROOT / "benchmarks" / "experiments"
+    r = subprocess.run([sys.executable, str(exp / "bench_launch.py"), "--device", "opencl",
+                        "--nnz", "3000"], capture_output=True, text=True, timeout=300,
+                       env=checkout_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "scalar types declared" in r.stdout and "backend.mttkrp" in r.stdout
+    out = tmp_path / "o.json"
+    r = subprocess.run([sys.executable, str(exp / "bench_gpu_overheads.py"), "--device",
+                        "opencl", "--shape", "30", "20", "10", "--nnz", "2000", "--repeat", "2",
+                        "--als-iters", "2", "--chunks", "64", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300, env=checkout_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    for kind in ("mttkrp", "phi", "mttkrp_chunk64"):
+        assert len(res["kernels"][kind]) == 3
+        assert all(k["launches"] >= 1 and k["device_ms"] > 0 for k in res["kernels"][kind])
+    fit = res["cpals_fit"][0]
+    assert fit["launches"] > 0 and 0 < fit["kernels_s"] <= fit["device_s"]
