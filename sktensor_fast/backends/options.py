@@ -68,7 +68,8 @@ class OpenCLOptions:
         ``'wide'`` (one work-item per chunk holds whole rows, ranks up to 16; the default on
         CPU devices).
     chunk : int, optional
-        Nonzeros per work-item of the lanes layouts (default 256).
+        Nonzeros per work-item of the lanes layouts (default 256; on a GPU, 128 for a
+        tensor too small to give every compute unit 1024 chunks of 256).
     vec : {1, 2, 4, 8}, optional
         Columns per lane (default: 4, or 2 for the fp64 MTTKRP over ``'lanes-sorted'``); the
         largest divisor of the rank that is at most this is used.
