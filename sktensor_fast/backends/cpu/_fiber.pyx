@@ -38,6 +38,13 @@ cdef extern from "sktf_fiber.h":
                               int64_t lo, double* scratch, int simd) noexcept nogil
     void sktf_fiber_chunk_f32(const sktf_fiber_job* jb, int64_t f0, int64_t f1, float* buf,
                               int64_t lo, float* scratch, int simd) noexcept nogil
+    double sktf_fiber_lln_f64(const sktf_fiber_job* jb, const double* weights, int64_t f0,
+                              int64_t f1, double eps, double* scratch, int simd) noexcept nogil
+    double sktf_fiber_lln_f32(const sktf_fiber_job* jb, const float* weights, int64_t f0,
+                              int64_t f1, double eps, float* scratch, int simd) noexcept nogil
+
+cdef extern from "sktf_log.h":
+    int sktf_log_init(int level) nogil
 
 ctypedef fused floating:
     float
@@ -46,6 +53,17 @@ ctypedef fused floating:
 #: 2 when the CPU has AVX2 and FMA (the kernels then take their instances compiled for
 #: them; rounding differs by the fused multiply-adds, one process always takes the same).
 SIMD_LEVEL = int(sktf_fiber_simd_level())
+
+#: The instance of the data term's vectorised logarithm this module takes (``sktf_log.h``;
+#: 0 generic, 1 AVX2 with FMA, 2 AVX-512): the best the CPU runs.
+LOG_LEVEL = int(sktf_log_init(-1))
+
+
+def _set_log_level(int level):
+    """Make the data term of this module take the logarithm's instance ``level`` (-1: the
+    best the CPU runs; a higher one than that: that).  Returns the level taken.  Only for
+    tests and benchmarks."""
+    return int(sktf_log_init(level))
 
 
 def accumulate(const int64_t[::1] fptr, const int32_t[::1] fa, const int32_t[::1] fb,
@@ -149,3 +167,54 @@ def accumulate(const int64_t[::1] fptr, const int32_t[::1] fa, const int32_t[::1
         free(boff)
         if own:
             free(bufs)
+
+
+def poisson_data_term(const int64_t[::1] fptr, const int32_t[::1] fa, const int32_t[::1] fb,
+                      const int32_t[::1] leaf, const floating[::1] vals,
+                      const int64_t[::1] cptr, const floating[:, ::1] Aa,
+                      const floating[:, ::1] Ab, const floating[:, ::1] Ac,
+                      const floating[::1] weights, double eps, int num_threads=1):
+    """Σ x log(max(m, eps)) over the nonzeros with x != 0, m their model values (``weights``
+    and the factors of the root, middle and leaf modes; formed on the fly).  One partial sum
+    per chunk of ``cptr``, added in chunk order: the same result for every thread count."""
+    cdef Py_ssize_t nch = cptr.shape[0] - 1
+    cdef Py_ssize_t R = weights.shape[0]
+    cdef sktf_fiber_job jb
+    cdef double* part
+    cdef floating* scratch
+    cdef Py_ssize_t q
+    cdef double total = 0
+    cdef int simd = SIMD_LEVEL
+    if nch <= 0 or vals.shape[0] == 0 or R == 0:
+        return 0.0
+    jb.fptr = &fptr[0]
+    jb.fa = &fa[0]
+    jb.fb = &fb[0]
+    jb.leaf = &leaf[0]
+    jb.vals = &vals[0]
+    jb.Aa = &Aa[0, 0]
+    jb.Ab = &Ab[0, 0]
+    jb.Ac = &Ac[0, 0]
+    jb.B = NULL
+    jb.eps = eps
+    jb.R = R
+    jb.out = 0
+    part = <double*> malloc(nch * sizeof(double))
+    if part == NULL:
+        raise MemoryError()
+    try:
+        with nogil, parallel(num_threads=num_threads):
+            scratch = <floating*> malloc(R * sizeof(floating))
+            for q in prange(nch, schedule='dynamic'):
+                if floating is double:
+                    part[q] = sktf_fiber_lln_f64(&jb, &weights[0], cptr[q], cptr[q + 1], eps,
+                                                 scratch, simd)
+                else:
+                    part[q] = sktf_fiber_lln_f32(&jb, &weights[0], cptr[q], cptr[q + 1], eps,
+                                                 scratch, simd)
+            free(scratch)
+        for q in range(nch):
+            total += part[q]
+        return total
+    finally:
+        free(part)

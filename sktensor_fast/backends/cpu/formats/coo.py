@@ -138,9 +138,14 @@ class CooFormat:
         return n
 
     def poisson_data_term(self, weights, factors, eps, num_threads):
-        """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
+        """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly;
+        over the fibers where MTTKRP and Φ use them)."""
+        nt = useful_threads(self.nnz, num_threads, len(weights))
+        fibers = self.fibers()
+        if fibers is not None:
+            return fibers.poisson_data_term(weights, factors, eps, nt)
         return _kernels.poisson_data_term(self.subs, self.vals, weights, factors, float(eps),
-                                          useful_threads(self.nnz, num_threads, len(weights)))
+                                          nt)
 
     def fibers(self):
         """The :class:`.fibers.TinyFibers` of this tensor when it has two tiny modes and long

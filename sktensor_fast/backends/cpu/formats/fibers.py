@@ -136,6 +136,16 @@ class TinyFibers:
                           which, out, B, float(eps), int(num_threads), self._work)
         return out
 
+    def poisson_data_term(self, weights, factors, eps, num_threads):
+        """Σ x log(max(m, eps)) over the nonzeros, m the model values of ``weights`` and
+        ``factors`` (as the formats' ``poisson_data_term``): per fiber the product of its
+        weights and root and middle rows once, per nonzero its dot product with one leaf
+        row."""
+        a, b, c = self.modes
+        return _fiber.poisson_data_term(self.fptr, self.fa, self.fb, self.leaf, self.vals,
+                                        self.cptr, factors[a], factors[b], factors[c],
+                                        weights, float(eps), int(num_threads))
+
 
 def fibers_of(T):
     """The :class:`TinyFibers` of the prepared tensor ``T`` (its ``subs``, ``vals``, ``shape``
