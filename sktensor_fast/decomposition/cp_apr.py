@@ -446,11 +446,11 @@ class CPAPR(BaseCP):
                 for _ in range(self.max_inner_iter):
                     n_inner += 1
                     Phi[n] = backend.phi(T, A, n, B, eps, out=Phi[n])
-                    kkt_mode[n] = backend.apr.kkt_violation(B, Phi[n])
+                    # the KKT violation, and B *= Φ unless it is below tol
+                    kkt_mode[n] = backend.apr.mu_step_(B, Phi[n], self.tol)
                     if kkt_mode[n] < self.tol:
                         break
                     converged = False
-                    backend.apr.multiply_(B, Phi[n])
                 weights = _normalize_columns(backend, B)
             kkt = float(kkt_mode.max())
             out_of_time = self._finish_outer(backend, T, A, weights, it, kkt, n_inner, t0,

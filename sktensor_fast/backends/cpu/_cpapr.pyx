@@ -215,3 +215,37 @@ def row_solve(const int64_t[:, ::1] subs, const double[::1] vals, const int64_t[
             raise MemoryError("CP-APR row solver: cannot allocate the per-thread workspace")
     finally:
         free(fac)
+
+
+ctypedef fused real:
+    float
+    double
+
+
+def mu_step(real[::1] B, const real[::1] Phi, double tol):
+    """One multiplicative update of CP-APR MU in one pass: ``kkt = max |min(B, 1 - Phi)|``
+    over all entries, then ``B *= Phi`` unless ``kkt < tol``; returns ``kkt`` (a float).
+
+    The same numbers as NumPy's ``np.abs(np.minimum(B, 1 - Phi)).max()`` and ``B *= Phi``
+    (``1 - Phi`` in the arrays' type, NaN propagated: a NaN anywhere makes ``kkt`` NaN, and
+    then ``B`` is multiplied, as ``kkt < tol`` is false).  ``B`` and ``Phi``: flat views of
+    arrays of the same shape (the caller checks)."""
+    cdef Py_ssize_t n = B.shape[0], i
+    cdef real t, k = 0
+    if n == 0:
+        return 0.0
+    with nogil:
+        for i in range(n):
+            t = 1 - Phi[i]
+            if B[i] < t or B[i] != B[i]:
+                t = B[i]
+            if t < 0:
+                t = -t
+            if t > k or t != t:
+                k = t
+                if k != k:
+                    break
+        if not (k < tol):
+            for i in range(n):
+                B[i] = B[i] * Phi[i]
+    return float(k)

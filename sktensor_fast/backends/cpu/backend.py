@@ -260,6 +260,16 @@ class CpuAprKernels(AprKernels):
         np.multiply(B, Phi, out=B)
         return B
 
+    def _mu_step_(self, B, Phi, tol):
+        # one compiled pass where both are C-contiguous of one floating type (the fits'
+        # arrays): between two Φ kernels, which leave the caches cold for NumPy's own code,
+        # the five NumPy calls of the two steps took 20-40 µs on a 24 x 8 factor
+        if (B.dtype == Phi.dtype and B.dtype in (np.float64, np.float32)
+                and B.flags.c_contiguous and Phi.flags.c_contiguous and B.flags.writeable):
+            from . import _cpapr
+            return _cpapr.mu_step(B.reshape(-1), Phi.reshape(-1), float(tol))
+        return super()._mu_step_(B, Phi, tol)
+
     def _mu_rows_(self, B, Phi, tol):
         if B.size == 0:
             return 0
