@@ -155,6 +155,15 @@ def test_mu_step_is_kkt_then_multiply(dtype):
     assert be.apr.mu_step_(B, Phi.astype(np.float16), 0.0) == np.max(
         np.abs(np.minimum(A, 1 - Phi.astype(np.float16))))
     assert be.apr.mu_step_(np.zeros((0, 5), dtype), np.zeros((0, 5), dtype), 0.0) == 0.0
+    B = A.copy()                                          # Φ the same array as B
+    assert be.apr.mu_step_(B, B, 0.0) == np.max(np.abs(np.minimum(A, 1 - A)))
+    np.testing.assert_array_equal(B, A * A)
+    # infinities: the exact pass (np.minimum's rules)
+    B, P = A.copy(), Phi.copy()
+    B[0, 0], P[1, 1], P[2, 2] = np.inf, np.inf, -np.inf
+    with np.errstate(invalid="ignore"):
+        ref = np.max(np.abs(np.minimum(B, 1 - P)))
+    assert be.apr.mu_step_(B.copy(), P, 0.0) == ref
     with pytest.raises(ValueError, match="Phi has shape"):
         be.apr.mu_step_(A.copy(), Phi[:-1], 0.0)
     with pytest.raises((TypeError, ValueError), match="tol"):

@@ -108,6 +108,9 @@ class TinyFibers:
             n0 = self.fptr[f0]
             self.lo[2] = np.minimum.reduceat(self.leaf, n0)
             self.hi[2] = np.maximum.reduceat(self.leaf, n0)
+        # rows of the chunks' buffers in each role, summed: a kernel call's buffer needs this
+        # many rows (kept as Python ints: NumPy calls between two kernels cost tens of µs)
+        self._buffer_rows = [int(r) for r in (self.hi - self.lo + 1).sum(axis=1)]
         self._work = None
 
     @property
@@ -128,7 +131,7 @@ class TinyFibers:
         ``accumulate``); the buffers are kept on this object between calls."""
         a, b, c = self.modes
         which = self.modes.index(int(mode))
-        need = int(np.sum(self.hi[which] - self.lo[which] + 1)) * out.shape[1]
+        need = self._buffer_rows[which] * out.shape[1]
         if self._work is None or self._work.dtype != out.dtype or self._work.shape[0] < need:
             self._work = np.empty(max(need, 1), dtype=out.dtype)
         _fiber.accumulate(self.fptr, self.fa, self.fb, self.leaf, self.vals, self.cptr,
