@@ -443,9 +443,15 @@ class CPAPR(BaseCP):
                 # B = (A + S) Λ: fold the weights into mode n
                 backend.scale_columns(A[n], weights)
                 B = A[n]
+                plan = None
                 for _ in range(self.max_inner_iter):
                     n_inner += 1
-                    Phi[n] = backend.phi(T, A, n, B, eps, out=Phi[n])
+                    if plan is None:
+                        Phi[n] = backend.phi(T, A, n, B, eps, out=Phi[n])
+                        # the next inner iterations: the same arrays, updated in place
+                        plan = backend.phi_plan(T, A, n, B, eps, Phi[n])
+                    else:
+                        Phi[n] = plan()
                     # the KKT violation, and B *= Φ unless it is below tol
                     kkt_mode[n] = backend.apr.mu_step_(B, Phi[n], self.tol)
                     if kkt_mode[n] < self.tol:

@@ -581,3 +581,24 @@ def test_same_float32_model_on_every_device(device):
     assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-4)
     for fa, fb in zip(a.factors_, b.factors_):
         np.testing.assert_allclose(fb, fa, rtol=1e-3, atol=1e-4 * np.abs(fa).max())
+
+
+def test_mu_fit_same_with_and_without_phi_plans(monkeypatch):
+    """CP-APR MU over fibers is the same bits whether its inner iterations run the compiled
+    Φ plan or backend.phi on every call."""
+    from sktensor_fast.backends.base import Backend
+    from sktensor_fast.backends.cpu.backend import CpuBackend
+    rng = np.random.default_rng(3)
+    X = SparseTensor.from_dense(rng.poisson(3.0, (10, 9, 200)).astype(float))
+
+    def fit():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return CPAPR(rank=5, solver="mu", max_iter=3, max_inner_iter=4, tol=0,
+                         random_state=0).fit(X)
+    planned = fit()
+    monkeypatch.setattr(CpuBackend, "_phi_plan", Backend._phi_plan)
+    plain = fit()
+    for a, b in zip(planned.factors_, plain.factors_):
+        np.testing.assert_array_equal(a, b)
+    assert planned.log_likelihood_ == plain.log_likelihood_

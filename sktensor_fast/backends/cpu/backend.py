@@ -151,6 +151,20 @@ class CpuBackend(Backend):
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
         return T.accumulate(facs, mode, out, _c(B, T.dtype), float(eps), _threads_for(T, R))
 
+    def _phi_plan(self, T, factors, mode, B, eps, out):
+        # over fibers: a compiled plan with every array bound (no Python work per call);
+        # only where the kernel would read the caller's arrays themselves (no conversion)
+        R = out.shape[1]
+        facs = self._factors(T, factors)
+        plan_of = getattr(T, "accumulate_plan", None)
+        if (plan_of is not None and all(f is g for f, g in zip(facs, factors))
+                and _c(B, T.dtype) is B and isinstance(out, np.ndarray)
+                and out.dtype == T.dtype and out.flags.c_contiguous and out.flags.writeable):
+            plan = plan_of(facs, mode, out, B, float(eps), _threads_for(T, R))
+            if plan is not None:
+                return plan
+        return super()._phi_plan(T, factors, mode, B, eps, out)
+
     def _model_values(self, T, weights, factors):
         facs = self._factors(T, factors)
         out = np.empty(T.nnz, dtype=T.dtype)

@@ -428,6 +428,15 @@ class AltoFormat:
         return self.codec.decode(self.lin, int(num_threads))
 
     # ------------------------------------------------------------------ kernels
+    def accumulate_plan(self, factors, mode, out, B, eps, num_threads):
+        """:meth:`accumulate` with these arguments bound, as a callable, where the fibers run
+        it (:meth:`.fibers.TinyFibers.accumulate_plan`); else None."""
+        fibers = self.fibers() if self.conflict == "auto" else None
+        if fibers is None:
+            return None
+        return fibers.accumulate_plan(factors, mode, out, B, eps,
+                                      self.threads_for(num_threads, out.shape[1]))
+
     def accumulate(self, factors, mode, out, B, eps, num_threads, conflict=None, times=None):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``.
 

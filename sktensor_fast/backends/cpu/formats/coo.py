@@ -153,6 +153,15 @@ class CooFormat:
         on first use and kept."""
         return fibers_of(self)
 
+    def accumulate_plan(self, factors, mode, out, B, eps, num_threads):
+        """:meth:`accumulate` with these arguments bound, as a callable, where the fibers run
+        it (:meth:`.fibers.TinyFibers.accumulate_plan`); else None."""
+        fibers = self.fibers()
+        if fibers is None:
+            return None
+        return fibers.accumulate_plan(factors, mode, out, B, eps,
+                                      useful_threads(self.nnz, num_threads, out.shape[1]))
+
     def accumulate(self, factors, mode, out, B, eps, num_threads):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``."""
         fibers = self.fibers()

@@ -139,6 +139,20 @@ class TinyFibers:
                           which, out, B, float(eps), int(num_threads), self._work)
         return out
 
+    def accumulate_plan(self, factors, mode, out, B, eps, num_threads):
+        """:meth:`accumulate` of these arguments as a callable with every array bound once
+        (``_fiber.PhiPlan.run``): each call computes into ``out`` from the arrays' current
+        contents and returns it."""
+        a, b, c = self.modes
+        which = self.modes.index(int(mode))
+        need = self._buffer_rows[which] * out.shape[1]
+        if self._work is None or self._work.dtype != out.dtype or self._work.shape[0] < need:
+            self._work = np.empty(max(need, 1), dtype=out.dtype)
+        return _fiber.PhiPlan(self.fptr, self.fa, self.fb, self.leaf, self.vals, self.cptr,
+                              self.lo[which], self.hi[which], factors[a], factors[b],
+                              factors[c], which, out, B, float(eps), int(num_threads),
+                              self._work).run
+
     def poisson_data_term(self, weights, factors, eps, num_threads):
         """Σ x log(max(m, eps)) over the nonzeros, m the model values of ``weights`` and
         ``factors`` (as the formats' ``poisson_data_term``): per fiber the product of its
