@@ -24,6 +24,17 @@ Timed, at every ``--threads`` count, in turn within each of ``--repeat`` rounds:
     python benchmarks/experiments/bench_apr_tiny.py                       # 1 and 2 threads
     python benchmarks/experiments/bench_apr_tiny.py --repeat 7 --json out.json
     python benchmarks/experiments/bench_apr_tiny.py --checkout ../main    # another checkout
+    python benchmarks/experiments/bench_apr_tiny.py --ab ../main --repeat 15
+
+``--ab CHECKOUT``: this checkout (A) against another (B), each in a process of its own that
+builds the same tensor and start; the rounds alternate between the two (A B, then B A, ...),
+so that a change of load on a shared machine falls on both alike.  Per round and thread
+count: the fits of 1 and ``1 + --iters`` outer iterations and the Poisson data term (the
+log-likelihood's kernel) alone, best of 3.  The table gives per outer iteration the
+difference of the best fits of each length over the rounds (on a loaded machine the best of
+the per-round differences favours rounds whose short fit was slowed down), the median of the
+per-round differences, the ratio B / A, the best data term, and pyttb's time over each
+(pyttb timed in this process, after them).
 
 Prints the machine, the load average before and after, and a table; ``--json`` writes every
 number.
@@ -31,6 +42,7 @@ number.
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -131,6 +143,121 @@ def loglik(X, weights, factors):
     return float(np.sum(X.vals * np.log(m)) - total.sum())
 
 
+def time_data_term(be, T, init, repeat=3):
+    """Best of ``repeat`` calls of the Poisson data term Σ x log m of the start model."""
+    w = np.ones(init[0].shape[1])
+    be.poisson_data_term(T, w, init, 1e-10)
+    best = np.inf
+    for _ in range(repeat):
+        t = time.perf_counter()
+        be.poisson_data_term(T, w, init, 1e-10)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def worker(args):
+    """``--worker``: build the tensor and start, then answer one line of JSON per request
+    ``<threads>`` read from stdin (per-outer-iteration time and data term time); stdout
+    carries nothing else."""
+    from sktensor_fast import num_threads
+    from sktensor_fast.backends import get_backend
+    X = make_tensor(args.seed, tuple(args.shape))
+    rng = np.random.default_rng(1)
+    init = [rng.random((s, args.rank)) for s in X.shape]
+    be = get_backend("cpu")
+    T = be.prepare(X, "auto")
+    fit_ours(X, init, args.rank, 1)                       # warm-up
+    import sktensor_fast
+    print(json.dumps({"module": sktensor_fast.__file__}), flush=True)
+    for line in sys.stdin:
+        t = int(line)
+        with num_threads(t):
+            t1, _ = fit_ours(X, init, args.rank, 1)
+            tk, _ = fit_ours(X, init, args.rank, 1 + args.iters)
+            dt = time_data_term(be, T, init)
+        print(json.dumps({"fit_1_s": t1, "fit_k_s": tk, "per_outer_s": (tk - t1) / args.iters,
+                          "data_term_s": dt}), flush=True)
+
+
+def main_ab(args, here, other):
+    """``--ab``: the rounds of two checkouts interleaved (see the module's docstring)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--rank", str(args.rank),
+           "--iters", str(args.iters), "--seed", str(args.seed), "--shape",
+           *map(str, args.shape)]
+    sides = {"A": here, "B": other}
+    procs = {k: subprocess.Popen(cmd + ["--checkout", str(v)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+             for k, v in sides.items()}
+    load0 = os.getloadavg()
+    res = {k: {t: {"fit_1_s": [], "fit_k_s": [], "per_outer_s": [], "data_term_s": []}
+               for t in args.threads} for k in sides}
+    try:
+        for k, p in procs.items():
+            module = Path(json.loads(p.stdout.readline())["module"]).resolve()
+            if sides[k] not in module.parents:
+                raise RuntimeError(f"the worker of {sides[k]} imported {module}")
+        for r in range(args.repeat):
+            for t in args.threads:
+                for k in (("A", "B") if r % 2 == 0 else ("B", "A")):
+                    procs[k].stdin.write(f"{t}\n")
+                    procs[k].stdin.flush()
+                    out = json.loads(procs[k].stdout.readline())
+                    for key, v in out.items():
+                        res[k][t][key].append(v)
+    finally:
+        for p in procs.values():
+            p.stdin.close()
+            p.wait()
+    load1 = os.getloadavg()
+    pyttb = None
+    if not args.no_pyttb:
+        X = make_tensor(args.seed, tuple(args.shape))
+        rng = np.random.default_rng(1)
+        init = [rng.random((s, args.rank)) for s in X.shape]
+        times = []
+        for _ in range(args.pyttb_repeat):
+            t1, _ = fit_pyttb(X, init, args.rank, 1)
+            t2, _ = fit_pyttb(X, init, args.rank, 2)
+            times.append(t2 - t1)
+        pyttb = {"per_outer_s": times, "per_outer_best_s": min(times)}
+    load2 = os.getloadavg()
+    print(f"A: {here}\nB: {other}")
+    print(f"CPU {cpu_model()}, {os.cpu_count()} logical CPUs; load average {load0[0]:.2f} "
+          f"at the start, {load1[0]:.2f} after the rounds, {load2[0]:.2f} after pyttb")
+    print(f"{args.repeat} rounds, alternating.  Per outer iteration: (best fit of "
+          f"{1 + args.iters} - best fit of 1) / {args.iters} over the rounds, in brackets the "
+          f"median of the rounds' differences; data term: best of the rounds\n")
+    print("| threads | A per outer (s) | B per outer (s) | B / A | A data term (ms) | "
+          "B data term (ms) |" + (" pyttb / A | pyttb / B |" if pyttb else ""))
+    print("|---|---|---|---|---|---|" + ("---|---|" if pyttb else ""))
+    report = {"A": str(here), "B": str(other), "rounds": args.repeat, "cpu": cpu_model(),
+              "logical_cpus": os.cpu_count(), "load_average": [load0, load1, load2],
+              "tensor": {"shape": list(args.shape), "seed": args.seed}, "rank": args.rank,
+              "results": res, "pyttb": pyttb}
+    for t in args.threads:
+        a, b = res["A"][t], res["B"][t]
+        # the difference of the best fits: the best of the per-round differences would favour
+        # rounds whose short fit was slowed down
+        pa, pb = ((min(r["fit_k_s"]) - min(r["fit_1_s"])) / args.iters for r in (a, b))
+        report.setdefault("per_outer_best_fits_s", {})[t] = {"A": pa, "B": pb}
+        line = (f"| {t} | {pa:.4f} ({np.median(a['per_outer_s']):.4f}) | {pb:.4f} "
+                f"({np.median(b['per_outer_s']):.4f}) | {pb / pa:.2f} | "
+                f"{min(a['data_term_s']) * 1e3:.2f} | {min(b['data_term_s']) * 1e3:.2f} |")
+        if pyttb:
+            line += (f" {pyttb['per_outer_best_s'] / pa:.1f} | "
+                     f"{pyttb['per_outer_best_s'] / pb:.1f} |")
+        print(line)
+    if pyttb:
+        print(f"\npyttb: {pyttb['per_outer_best_s']:.2f} s per outer iteration (best of "
+              f"{len(pyttb['per_outer_s'])})")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2, default=float)
+        print(f"wrote {args.json}")
+    return report
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -145,9 +272,16 @@ def main(argv=None):
     ap.add_argument("--checkout", default=None,
                     help="import sktensor_fast from this checkout (default: this one)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--ab", default=None, metavar="CHECKOUT",
+                    help="this checkout against another, rounds interleaved (see above)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     root = Path(args.checkout).resolve() if args.checkout else Path(__file__).resolve().parents[2]
+    if args.ab:
+        return main_ab(args, root, Path(args.ab).resolve())
     sys.path.insert(0, str(root))
+    if args.worker:
+        return worker(args)
     import sktensor_fast
     from sktensor_fast import num_threads
     from sktensor_fast.backends import get_backend

@@ -76,6 +76,13 @@ class AprKernels:
         check_same_shape(B, Phi, "B")
         return self._multiply_(B, Phi)
 
+    def mu_step_(self, B, Phi, tol):
+        """One inner step of CP-APR MU: ``kkt = max |min(B, 1 - Phi)|`` (as
+        :meth:`kkt_violation`), then ``B *= Phi`` in place unless ``kkt < tol``; returns
+        ``kkt``.  The same numbers as the two calls, in one call (backends may fuse them)."""
+        check_same_shape(B, Phi, "B")
+        return self._mu_step_(B, Phi, check_real(tol, "tol"))
+
     def mu_rows_(self, B, Phi, tol):
         """B[i] *= Phi[i] in place for the rows whose KKT violation max_r |min(B, 1 - Phi)|
         is at least ``tol``; returns how many rows were updated (row-wise MU steps, so that a
@@ -116,6 +123,12 @@ class AprKernels:
 
     def _multiply_(self, B, Phi):
         self._missing("multiply_")
+
+    def _mu_step_(self, B, Phi, tol):
+        kkt = self._kkt_violation(B, Phi)
+        if not kkt < tol:
+            self._multiply_(B, Phi)
+        return kkt
 
     def _mu_rows_(self, B, Phi, tol):
         """Through the host: backends should override it."""

@@ -18,6 +18,7 @@ the interface (:mod:`.checks`): the public methods (``mttkrp``, ``phi``, ``model
 message.
 """
 import contextlib
+import functools
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -90,6 +91,21 @@ class Backend(ABC):
         """CP-APR's Φ = (X_(n) ⊘ max(B Π, eps)) Πᵀ, computed without storing Π."""
         self.check_factors(T, factors, mode, B=B, out=out)
         return self._phi(T, factors, mode, B, eps, out)
+
+    def phi_plan(self, T, factors, mode, B, eps, out):
+        """A callable that computes ``phi(T, factors, mode, B, eps, out=out)`` each time it is
+        called, from the arrays' contents at that time, and returns the result: for a loop of
+        Φ over arrays updated in place (CP-APR MU's inner iterations update ``B``).  The
+        arguments are checked here, once; the factor matrices, ``B`` and ``out`` must stay
+        the same arrays (updated in place, not replaced) while the plan is used."""
+        if out is None:
+            raise ValueError("phi_plan needs the output array out")
+        self.check_factors(T, factors, mode, B=B, out=out)
+        return self._phi_plan(T, list(factors), mode, B, eps, out)
+
+    def _phi_plan(self, T, factors, mode, B, eps, out):
+        """:meth:`phi_plan` with checked arguments (default: :meth:`_phi` on every call)."""
+        return functools.partial(self._phi, T, factors, mode, B, eps, out)
 
     def model_values(self, T, weights, factors):
         """Values of the Kruskal model at the nonzeros of ``T`` (length nnz, backend array)."""

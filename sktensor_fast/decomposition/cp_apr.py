@@ -443,14 +443,20 @@ class CPAPR(BaseCP):
                 # B = (A + S) Λ: fold the weights into mode n
                 backend.scale_columns(A[n], weights)
                 B = A[n]
+                plan = None
                 for _ in range(self.max_inner_iter):
                     n_inner += 1
-                    Phi[n] = backend.phi(T, A, n, B, eps, out=Phi[n])
-                    kkt_mode[n] = backend.apr.kkt_violation(B, Phi[n])
+                    if plan is None:
+                        Phi[n] = backend.phi(T, A, n, B, eps, out=Phi[n])
+                        # the next inner iterations: the same arrays, updated in place
+                        plan = backend.phi_plan(T, A, n, B, eps, Phi[n])
+                    else:
+                        Phi[n] = plan()
+                    # the KKT violation, and B *= Φ unless it is below tol
+                    kkt_mode[n] = backend.apr.mu_step_(B, Phi[n], self.tol)
                     if kkt_mode[n] < self.tol:
                         break
                     converged = False
-                    backend.apr.multiply_(B, Phi[n])
                 weights = _normalize_columns(backend, B)
             kkt = float(kkt_mode.max())
             out_of_time = self._finish_outer(backend, T, A, weights, it, kkt, n_inner, t0,

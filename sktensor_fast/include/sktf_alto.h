@@ -15,6 +15,7 @@
 
 #include "sktf_macros.h"
 #include "sktf_cp.h"
+#include "sktf_log.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(SKTF_NO_BMI2)
 #include <immintrin.h>
@@ -430,6 +431,7 @@ ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_
     const int64_t R = jb->R;                                                              \
     const int N = cd->nmodes;                                                             \
     T * const *fac = (T * const *) jb->fac;                                               \
+    SKTF_LOG_DECL                                                                         \
     for (int64_t j = s; j < e; ++j) {                                                     \
         uint64_t lo, hi;                                                                  \
         sktf_load(cd, jb->lin, j, &lo, &hi);                                              \
@@ -443,8 +445,10 @@ ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_
         for (int64_t r = 0; r < R; ++r) acc = acc + weights[r] * pi[r];                   \
         if (vals == NULL) { res[j] = acc; continue; }                                     \
         if (vals[j] == 0) continue;                                                       \
-        *sum += SKTF_DATA_TERM((double) vals[j], (double) acc, eps);                      \
+        SKTF_LOG_PUSH((double) vals[j], (double) acc, eps)                                \
     }                                                                                     \
+    SKTF_LOG_FLUSH(eps)                                                                   \
+    if (vals != NULL) *sum += tot_;                                                       \
 }
 
 /* software prefetch, SKTF_PF_DIST nonzeros ahead, of the rows a nonzero will touch: the
@@ -581,7 +585,7 @@ ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_
     const int pf_ = jb->pf;                                                               \
     DSETUP(NM, NM)                                                                        \
     (void) R; (void) cd;                                                                  \
-    double tot = 0;                                                                       \
+    SKTF_LOG_DECL                                                                         \
     for (int64_t j = s; j < e; ++j) {                                                     \
         int64_t co_[NM], row_;                                                            \
         if (SKTF_PF_DIST > 0 && j + SKTF_PF_DIST < e) {                                   \
@@ -598,9 +602,10 @@ ATTR static void FN(const sktf_alto_job *jb, const T *weights, int64_t s, int64_
         _Pragma("omp simd reduction(+:acc)")                                              \
         for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * SKTF_ALL_##NM(p, r);  \
         if (vals == NULL) { res[j] = acc; continue; }                                     \
-        tot += SKTF_DATA_TERM((double) vals[j], (double) acc, eps);                       \
+        SKTF_LOG_PUSH((double) vals[j], (double) acc, eps)                                \
     }                                                                                     \
-    if (vals != NULL) *sum += tot;                                                        \
+    SKTF_LOG_FLUSH(eps)                                                                   \
+    if (vals != NULL) *sum += tot_;                                                       \
 }
 
 /* KERNEL at ranks R (any), 8, 16, 32, for NM modes and decoder DNAME: functions

@@ -26,6 +26,7 @@ static int sktf_max_threads(void) { return 1; }
 
 #include "sktf_macros.h"
 #include "sktf_cp.h"
+#include "sktf_log.h"
 
 /* prefetch distances (nonzeros ahead): coordinates of nonzero j + 2 D, rows of j + D */
 #define SKTF_COO_PF 16
@@ -99,17 +100,20 @@ ATTR static void FN(const int64_t *subs, const T *vals, const int64_t *perm, int
 
 /* Σ x_j log(max(m_j, eps)) over nonzeros s..e (zeros skipped), m_j = Σ_r weights[r] ALL(r)
    with ALL(r) the product of all NMV rows of nonzero j; hooks as above (scratch: R entries
-   for the generic row). */
+   for the generic row).  The logarithms are taken in blocks (sktf_log.h).  PFR: as for
+   the partitions (0: factors that stay in cache, no prefetching); ATTR: an instruction set */
 #define SKTF_COO_LL_SKELETON(FN, T, RR, NMV, DECL, PF_ROWS, SETUP, ALL)                   \
-static double FN(const int64_t *subs, const T *vals, int64_t s, int64_t e,                \
+    SKTF_COO_LL_SKELETON_AT(, FN, T, RR, NMV, DECL, PF_ROWS, SETUP, ALL, 1)
+#define SKTF_COO_LL_SKELETON_AT(ATTR, FN, T, RR, NMV, DECL, PF_ROWS, SETUP, ALL, PFR)     \
+ATTR static double FN(const int64_t *subs, const T *vals, int64_t s, int64_t e,           \
                  T * const *fac, int nmodes, const T *weights, int64_t R, double eps,     \
                  T *scratch)                                                              \
 {                                                                                         \
     DECL                                                                                  \
-    double tot = 0;                                                                       \
+    SKTF_LOG_DECL                                                                         \
     (void) R; (void) nmodes; (void) scratch;                                              \
     for (int64_t j = s; j < e; ++j) {                                                     \
-        if (j + SKTF_COO_PF < e) {                                                        \
+        if ((PFR) && j + SKTF_COO_PF < e) {                                               \
             const int64_t *qs = subs + (j + SKTF_COO_PF) * (NMV);                         \
             PF_ROWS(T, RR, NMV, qs)                                                       \
         }                                                                                 \
@@ -119,9 +123,10 @@ static double FN(const int64_t *subs, const T *vals, int64_t s, int64_t e,      
         T acc = 0;                                                                        \
         SKTF_SIMD_SUM(acc)                                                                \
         for (int64_t r = 0; r < (RR); ++r) acc = acc + weights[r] * ALL(NMV, r);          \
-        tot = tot + SKTF_DATA_TERM((double) vals[j], (double) acc, eps);                  \
+        SKTF_LOG_PUSH((double) vals[j], (double) acc, eps)                                \
     }                                                                                     \
-    return tot;                                                                           \
+    SKTF_LOG_FLUSH(eps)                                                                   \
+    return tot_;                                                                          \
 }
 
 /* ------------------------------------------------------- hooks for 3-, 4-, 5-way tensors */
@@ -174,6 +179,22 @@ static int sktf_coo_simd_level(void) { return 1; }
 #endif
 #define SKTF_COO_LLN(FN, T, RR, NM)                                                       \
     SKTF_COO_LL_SKELETON(FN, T, RR, NM, , SKTF_COO_NA_PF, SKTF_COO_NA_SETUP, SKTF_COO_NA_ALL)
+/* ... factors in cache: no prefetching, and (x86-64) an instance for AVX2 with FMA; any
+   other number of modes takes the kernel for any (sktf_coo_ll_any_<SUF>) */
+#define SKTF_COO_LLC(FN, T, RR, NM)                                                       \
+    SKTF_COO_LL_SKELETON_AT(, FN, T, RR, NM, , SKTF_COO_NA_PF, SKTF_COO_NA_SETUP,         \
+                            SKTF_COO_NA_ALL, 0)
+#if SKTF_COO_HAVE_AVX2_PATH
+#define SKTF_COO_LLX(FN, T, RR, NM)                                                       \
+    SKTF_COO_LL_SKELETON_AT(__attribute__((target("avx2,fma"))), FN, T, RR, NM, ,          \
+                            SKTF_COO_NA_PF, SKTF_COO_NA_SETUP, SKTF_COO_NA_ALL, 0)
+#else
+#define SKTF_COO_LLX SKTF_COO_LLC
+#endif
+#define sktf_coo_llc_any_f64 sktf_coo_ll_any_f64
+#define sktf_coo_llc_any_f32 sktf_coo_ll_any_f32
+#define sktf_coo_llx_any_f64 sktf_coo_ll_any_f64
+#define sktf_coo_llx_any_f32 sktf_coo_ll_any_f32
 
 /* ------------------------------------------------------- hooks for any number of modes */
 /* the Khatri-Rao row of the nonzero with coordinates sub (modes other than skip; a row of
@@ -272,6 +293,12 @@ SKTF_COO_AT_RANKS(SKTF_COO_PARTN, sktf_coo_part, T, SUF, 5)                     
 SKTF_COO_AT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 3)                                   \
 SKTF_COO_AT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 4)                                   \
 SKTF_COO_AT_RANKS(SKTF_COO_LLN, sktf_coo_ll, T, SUF, 5)                                   \
+SKTF_COO_AT_RANKS(SKTF_COO_LLC, sktf_coo_llc, T, SUF, 3)                                  \
+SKTF_COO_AT_RANKS(SKTF_COO_LLC, sktf_coo_llc, T, SUF, 4)                                  \
+SKTF_COO_AT_RANKS(SKTF_COO_LLC, sktf_coo_llc, T, SUF, 5)                                  \
+SKTF_COO_AT_RANKS(SKTF_COO_LLX, sktf_coo_llx, T, SUF, 3)                                  \
+SKTF_COO_AT_RANKS(SKTF_COO_LLX, sktf_coo_llx, T, SUF, 4)                                  \
+SKTF_COO_AT_RANKS(SKTF_COO_LLX, sktf_coo_llx, T, SUF, 5)                                  \
 SKTF_COO_KRP_ROW(T, SUF)                                                                  \
 SKTF_COO_PART_SKELETON(sktf_coo_part_any_##SUF, T, R, nmodes, T *pi_ = scratch + R;,      \
                        SKTF_COO_ANY_PF, SKTF_COO_ANY_SETUP_##SUF, SKTF_COO_ANY_KR, 1)     \
@@ -308,9 +335,17 @@ static void sktf_coo_partn_##SUF(const int64_t *subs, const T *vals, const int64
 }                                                                                         \
 static double sktf_coo_lln_##SUF(const int64_t *subs, const T *vals, int64_t s,           \
                int64_t e, T * const *fac, int nmodes, const T *weights, int64_t R,        \
-               double eps, T *scratch)                                                    \
+               double eps, T *scratch, int cached)                                        \
 {                                                                                         \
     double res_;                                                                          \
+    if (cached == 2) {                                                                    \
+        SKTF_COO_NWAY_CALL(res_ =, res_, sktf_coo_llx, SUF, (subs, vals, s, e, fac,       \
+                           nmodes, weights, R, eps, scratch))                             \
+    }                                                                                     \
+    if (cached) {                                                                         \
+        SKTF_COO_NWAY_CALL(res_ =, res_, sktf_coo_llc, SUF, (subs, vals, s, e, fac,       \
+                           nmodes, weights, R, eps, scratch))                             \
+    }                                                                                     \
     SKTF_COO_NWAY_CALL(res_ =, res_, sktf_coo_ll, SUF, (subs, vals, s, e, fac, nmodes,    \
                        weights, R, eps, scratch))                                         \
 }

@@ -21,6 +21,7 @@
 
 #include "sktf_macros.h"
 #include "sktf_cp.h"
+#include "sktf_log.h"
 
 typedef struct {
     const int64_t *fptr;      /* (nf + 1) offsets of the fibers into leaf / vals */
@@ -101,6 +102,40 @@ ATTR static void FN(const sktf_fiber_job *jb, int64_t f0, int64_t f1, T *buf, in
     }                                                                                     \
 }
 
+/* the Poisson data term of the fibers f0..f1: Σ x log(max(m, eps)) over their nonzeros with
+   x != 0, m = g . A_c[ic] with g = weights * A_a[ia] * A_b[ib] formed once per fiber (the
+   logarithms in blocks, sktf_log.h); DECL declares g (RR entries) */
+#define SKTF_FIBER_LL(FN, T, RR, ATTR, DECL)                                              \
+ATTR static double FN(const sktf_fiber_job *jb, const T *weights, int64_t f0, int64_t f1, \
+                      double eps, T *scratch)                                             \
+{                                                                                         \
+    const int64_t R = jb->R;                                                              \
+    const int64_t * const fptr = jb->fptr;                                                \
+    const int32_t * const leaf = jb->leaf;                                                \
+    const T * const vals = (const T *) jb->vals;                                          \
+    const T * const Aa = (const T *) jb->Aa;                                              \
+    const T * const Ab = (const T *) jb->Ab;                                              \
+    const T * const Ac = (const T *) jb->Ac;                                              \
+    DECL                                                                                  \
+    SKTF_LOG_DECL                                                                         \
+    (void) R; (void) scratch;                                                             \
+    for (int64_t f = f0; f < f1; ++f) {                                                   \
+        const T *ra = Aa + (int64_t) jb->fa[f] * (RR);                                    \
+        const T *rb = Ab + (int64_t) jb->fb[f] * (RR);                                    \
+        SKTF_SIMD for (int64_t r = 0; r < (RR); ++r) g[r] = weights[r] * (ra[r] * rb[r]);  \
+        for (int64_t t = fptr[f]; t < fptr[f + 1]; ++t) {                                 \
+            if (vals[t] == 0) continue;                                                   \
+            const T *rc = Ac + (int64_t) leaf[t] * (RR);                                  \
+            T m = 0;                                                                      \
+            SKTF_SIMD_SUM(m)                                                              \
+            for (int64_t r = 0; r < (RR); ++r) m = m + g[r] * rc[r];                      \
+            SKTF_LOG_PUSH((double) vals[t], (double) m, eps)                              \
+        }                                                                                 \
+    }                                                                                     \
+    SKTF_LOG_FLUSH(eps)                                                                   \
+    return tot_;                                                                          \
+}
+
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define SKTF_FIBER_AVX2 1
 #define SKTF_FIBER_ATTR __attribute__((target("avx2,fma")))
@@ -151,6 +186,28 @@ SKTF_FIBER_CHUNK(sktf_fiber_##SUF##_rr, T, R, , SKTF_FIBER_SCR(T), A)           
 SKTF_FIBER_CHUNK(sktf_fiber_x_##SUF##_8, T, 8, SKTF_FIBER_ATTR, SKTF_FIBER_ARR(T, 8), V)  \
 SKTF_FIBER_CHUNK(sktf_fiber_x_##SUF##_16, T, 16, SKTF_FIBER_ATTR, SKTF_FIBER_ARR(T, 16), V)\
 SKTF_FIBER_CHUNK(sktf_fiber_x_##SUF##_rr, T, R, SKTF_FIBER_ATTR, SKTF_FIBER_SCR(T), A)    \
+SKTF_FIBER_LL(sktf_fiber_ll_##SUF##_8, T, 8, , T g[8];)                                   \
+SKTF_FIBER_LL(sktf_fiber_ll_##SUF##_16, T, 16, , T g[16];)                                \
+SKTF_FIBER_LL(sktf_fiber_ll_##SUF##_rr, T, R, , T * const g = scratch;)                   \
+SKTF_FIBER_LL(sktf_fiber_ll_x_##SUF##_8, T, 8, SKTF_FIBER_ATTR, T g[8];)                  \
+SKTF_FIBER_LL(sktf_fiber_ll_x_##SUF##_16, T, 16, SKTF_FIBER_ATTR, T g[16];)               \
+SKTF_FIBER_LL(sktf_fiber_ll_x_##SUF##_rr, T, R, SKTF_FIBER_ATTR, T * const g = scratch;)  \
+static double sktf_fiber_lln_##SUF(const sktf_fiber_job *jb, const T *weights, int64_t f0, \
+                                   int64_t f1, double eps, T *scratch, int simd)          \
+{                                                                                         \
+    if (simd == 2) {                                                                      \
+        switch (jb->R) {                                                                  \
+        case 8: return sktf_fiber_ll_x_##SUF##_8(jb, weights, f0, f1, eps, scratch);      \
+        case 16: return sktf_fiber_ll_x_##SUF##_16(jb, weights, f0, f1, eps, scratch);    \
+        default: return sktf_fiber_ll_x_##SUF##_rr(jb, weights, f0, f1, eps, scratch);    \
+        }                                                                                 \
+    }                                                                                     \
+    switch (jb->R) {                                                                      \
+    case 8: return sktf_fiber_ll_##SUF##_8(jb, weights, f0, f1, eps, scratch);            \
+    case 16: return sktf_fiber_ll_##SUF##_16(jb, weights, f0, f1, eps, scratch);          \
+    default: return sktf_fiber_ll_##SUF##_rr(jb, weights, f0, f1, eps, scratch);          \
+    }                                                                                     \
+}                                                                                         \
 static void sktf_fiber_chunk_##SUF(const sktf_fiber_job *jb, int64_t f0, int64_t f1,      \
                                    T *buf, int64_t lo, T *scratch, int simd)              \
 {                                                                                         \

@@ -120,6 +120,78 @@ def test_row_ptr_and_elementwise_primitives():
     np.testing.assert_array_equal(B_host, expect)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_mu_step_is_kkt_then_multiply(dtype):
+    """mu_step_ (the CPU's one compiled pass) gives the KKT violation and the update of the
+    two NumPy steps, bit for bit: B *= Φ unless the violation is below tol, NaN propagated
+    (and then B is updated, as NaN < tol is false); other layouts take the two steps."""
+    from sktensor_fast.backends.base import AprKernels
+    be = get_backend("cpu")
+    rng = np.random.default_rng(1)
+    A = (rng.random((40, 5)) * 1.5).astype(dtype)
+    A[rng.random(A.shape) < 0.2] = 0
+    Phi = (rng.random((40, 5)) * 2).astype(dtype)
+    kkt = np.max(np.abs(np.minimum(A, 1 - Phi)))
+    for tol, moves in ((0.0, True), (float(kkt), True), (float(kkt) * 1.01, False)):
+        B, B_host = A.copy(), A.copy()
+        got = be.apr.mu_step_(B, Phi, tol)
+        assert got == be.apr.kkt_violation(A, Phi) == kkt and isinstance(got, float)
+        assert AprKernels.mu_step_(be.apr, B_host, Phi, tol) == got        # the two steps
+        np.testing.assert_array_equal(B, A * Phi if moves else A)
+        np.testing.assert_array_equal(B, B_host)
+    for where in ((3, 2), (39, 4)):
+        for arr in ("B", "Phi"):
+            B, P = A.copy(), Phi.copy()
+            (B if arr == "B" else P)[where] = np.nan
+            with np.errstate(invalid="ignore"):
+                ref = B * P
+            assert np.isnan(be.apr.mu_step_(B, P, 1e300))
+            np.testing.assert_array_equal(B, ref)
+    # a transposed (F-ordered) B and a Φ of another dtype: the two NumPy steps
+    B = np.asfortranarray(A)
+    assert be.apr.mu_step_(B, Phi, 0.0) == kkt
+    np.testing.assert_array_equal(B, A * Phi)
+    B = A.copy()
+    assert be.apr.mu_step_(B, Phi.astype(np.float16), 0.0) == np.max(
+        np.abs(np.minimum(A, 1 - Phi.astype(np.float16))))
+    assert be.apr.mu_step_(np.zeros((0, 5), dtype), np.zeros((0, 5), dtype), 0.0) == 0.0
+    B = A.copy()                                          # Φ the same array as B
+    assert be.apr.mu_step_(B, B, 0.0) == np.max(np.abs(np.minimum(A, 1 - A)))
+    np.testing.assert_array_equal(B, A * A)
+    # infinities: the exact pass (np.minimum's rules)
+    B, P = A.copy(), Phi.copy()
+    B[0, 0], P[1, 1], P[2, 2] = np.inf, np.inf, -np.inf
+    with np.errstate(invalid="ignore"):
+        ref = np.max(np.abs(np.minimum(B, 1 - P)))
+    assert be.apr.mu_step_(B.copy(), P, 0.0) == ref
+    with pytest.raises(ValueError, match="Phi has shape"):
+        be.apr.mu_step_(A.copy(), Phi[:-1], 0.0)
+    with pytest.raises((TypeError, ValueError), match="tol"):
+        be.apr.mu_step_(A.copy(), Phi, "x")
+
+
+def test_mu_fit_same_with_fused_and_separate_steps(monkeypatch):
+    """A CP-APR MU fit is the same bits whether each inner step is the compiled pass or the
+    two NumPy steps."""
+    from sktensor_fast.backends.base import AprKernels
+    from sktensor_fast.backends.cpu.backend import CpuAprKernels
+    rng = np.random.default_rng(2)
+    X = random_sparse((30, 20, 10), 800, rng, counts=True)
+
+    def fit():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return CPAPR(rank=4, solver="mu", max_iter=4, max_inner_iter=5, tol=1e-6,
+                         random_state=0).fit(X)
+    fused = fit()
+    monkeypatch.setattr(CpuAprKernels, "_mu_step_", AprKernels._mu_step_)
+    separate = fit()
+    np.testing.assert_array_equal(fused.weights_, separate.weights_)
+    for a, b in zip(fused.factors_, separate.factors_):
+        np.testing.assert_array_equal(a, b)
+    assert fused.log_likelihood_ == separate.log_likelihood_
+
+
 @pytest.mark.parametrize("fmt", ["coo", "alto"])
 @pytest.mark.parametrize("shape,rank", [((10, 8, 6), 4), ((7, 5, 4, 3), 16), ((40, 30), 3)])
 def test_poisson_data_term(fmt, shape, rank):
@@ -509,3 +581,24 @@ def test_same_float32_model_on_every_device(device):
     assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-4)
     for fa, fb in zip(a.factors_, b.factors_):
         np.testing.assert_allclose(fb, fa, rtol=1e-3, atol=1e-4 * np.abs(fa).max())
+
+
+def test_mu_fit_same_with_and_without_phi_plans(monkeypatch):
+    """CP-APR MU over fibers is the same bits whether its inner iterations run the compiled
+    Φ plan or backend.phi on every call."""
+    from sktensor_fast.backends.base import Backend
+    from sktensor_fast.backends.cpu.backend import CpuBackend
+    rng = np.random.default_rng(3)
+    X = SparseTensor.from_dense(rng.poisson(3.0, (10, 9, 200)).astype(float))
+
+    def fit():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return CPAPR(rank=5, solver="mu", max_iter=3, max_inner_iter=4, tol=0,
+                         random_state=0).fit(X)
+    planned = fit()
+    monkeypatch.setattr(CpuBackend, "_phi_plan", Backend._phi_plan)
+    plain = fit()
+    for a, b in zip(planned.factors_, plain.factors_):
+        np.testing.assert_array_equal(a, b)
+    assert planned.log_likelihood_ == plain.log_likelihood_

@@ -538,6 +538,24 @@ def test_apr_tiny_script_runs(tmp_path, capsys):
     assert "Φ floor per mode" in capsys.readouterr().out
 
 
+def test_apr_tiny_ab_interleaves_two_checkouts(tmp_path, capsys):
+    """bench_apr_tiny --ab: two worker processes (here both of this checkout), their rounds
+    alternating, every round's per-iteration and data term times of each side."""
+    from benchmarks.experiments import bench_apr_tiny
+    root = str(Path(bench_apr_tiny.__file__).resolve().parents[2])
+    rep = bench_apr_tiny.main(["--shape", "12", "9", "120", "--rank", "3", "--repeat", "3",
+                               "--iters", "1", "--ab", root, "--no-pyttb",
+                               "--json", str(tmp_path / "ab.json")])
+    assert rep["A"] == rep["B"] == root and rep["rounds"] == 3
+    for side in "AB":
+        for t in (1, 2):
+            r = rep["results"][side][t]
+            assert len(r["per_outer_s"]) == 3 and all(np.isfinite(r["per_outer_s"]))
+            assert len(r["data_term_s"]) == 3 and all(x > 0 for x in r["data_term_s"])
+    assert _strict_json(tmp_path / "ab.json")["rounds"] == 3
+    assert "B / A" in capsys.readouterr().out
+
+
 def test_shapes_section_runs_its_scripts():
     """The shapes section runs each experiment script in a process of its own with the
     preset's arguments and keeps its JSON report (tiny sizes: a smoke test)."""

@@ -45,6 +45,9 @@ cimport numpy as cnp
 
 cnp.import_array()
 
+cdef extern from "sktf_log.h":
+    int sktf_log_init(int level) nogil
+
 cdef extern from "sktf_alto.h":
     ctypedef struct sktf_codec:
         int nmodes
@@ -128,6 +131,18 @@ sktf_use_pext = sktf_pext_is_fast()
 
 #: Whether this build can use BMI2 PEXT/PDEP (x86-64 with GCC or Clang).
 HAVE_PEXT_BUILD = bool(SKTF_BMI2_BUILD)
+
+
+#: The instance of the data term's vectorised logarithm this module takes (``sktf_log.h``;
+#: 0 generic, 1 AVX2 with FMA, 2 AVX-512): the best the CPU runs.
+LOG_LEVEL = int(sktf_log_init(-1))
+
+
+def _set_log_level(int level):
+    """Make the data term of this module take the logarithm's instance ``level`` (-1: the
+    best the CPU runs; a higher one than that: that).  Returns the level taken.  Only for
+    tests and benchmarks (the instances round differently, within the tested bound)."""
+    return int(sktf_log_init(level))
 
 
 def pext_available():

@@ -30,6 +30,9 @@ from libc.string cimport memset, memcpy
 from libc.stdint cimport int64_t, int8_t
 
 import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
 
 #: Methods understood by :func:`row_solve`.
 PDNR = 0
@@ -215,3 +218,53 @@ def row_solve(const int64_t[:, ::1] subs, const double[::1] vals, const int64_t[
             raise MemoryError("CP-APR row solver: cannot allocate the per-thread workspace")
     finally:
         free(fac)
+
+
+
+cdef extern from "sktf_apr_mu.h":
+    double sktf_mu_step_f64(double* B, const double* P, int64_t n, double tol) noexcept nogil
+    double sktf_mu_step_f32(float* B, const float* P, int64_t n, double tol) noexcept nogil
+
+
+
+def mu_step_arrays(B, Phi, tol):
+    """:func:`mu_step` on two NumPy arrays, or None where they do not qualify: both C-contiguous
+    arrays of one shape and of type float64 or float32, ``B`` writeable, their memory apart,
+    ``tol`` a float that is not NaN (the caller then takes its checked path, which raises
+    the errors).  Reads the arrays through NumPy's C API: called between two Φ kernels,
+    whose nonzeros leave the caches cold, every Python-level check costs microseconds."""
+    cdef cnp.ndarray b, p
+    cdef int nd, typ, i
+    cdef Py_ssize_t n = 1
+    cdef double t
+    cdef char* b0
+    cdef char* p0
+    if type(B) is not np.ndarray or type(Phi) is not np.ndarray or type(tol) is not float:
+        return None
+    b = <cnp.ndarray> B
+    p = <cnp.ndarray> Phi
+    t = <double> tol
+    nd = cnp.PyArray_NDIM(b)
+    typ = cnp.PyArray_TYPE(b)
+    if (t != t or nd != cnp.PyArray_NDIM(p) or typ != cnp.PyArray_TYPE(p)
+            or (typ != cnp.NPY_DOUBLE and typ != cnp.NPY_FLOAT)
+            or not cnp.PyArray_IS_C_CONTIGUOUS(b) or not cnp.PyArray_IS_C_CONTIGUOUS(p)
+            or not cnp.PyArray_ISWRITEABLE(b)):
+        return None
+    for i in range(nd):
+        if cnp.PyArray_DIM(b, i) != cnp.PyArray_DIM(p, i):
+            return None
+        n *= cnp.PyArray_DIM(b, i)
+    if n == 0:
+        return 0.0
+    b0 = <char*> cnp.PyArray_DATA(b)
+    p0 = <char*> cnp.PyArray_DATA(p)
+    if b0 < p0 + cnp.PyArray_NBYTES(p) and p0 < b0 + cnp.PyArray_NBYTES(b):
+        return None                                       # overlapping memory
+    with nogil:
+        if typ == cnp.NPY_DOUBLE:
+            t = sktf_mu_step_f64(<double*> b0, <const double*> p0, n, t)
+        else:
+            t = sktf_mu_step_f32(<float*> b0, <const float*> p0, n, t)
+    return t
+

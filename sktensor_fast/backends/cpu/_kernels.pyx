@@ -43,14 +43,20 @@ cdef extern from "sktf_coo.h":
                             int cached) noexcept nogil
     double sktf_coo_lln_f64(const int64_t* subs, const double* vals, int64_t s, int64_t e,
                             double** fac, int nmodes, const double* weights, int64_t R,
-                            double eps, double* scratch) noexcept nogil
+                            double eps, double* scratch, int cached) noexcept nogil
     double sktf_coo_lln_f32(const int64_t* subs, const float* vals, int64_t s, int64_t e,
                             float** fac, int nmodes, const float* weights, int64_t R,
-                            double eps, float* scratch) noexcept nogil
+                            double eps, float* scratch, int cached) noexcept nogil
     void sktf_coo_krp_f64(double* pi, const int64_t* sub, double** fac, int nmodes, int skip,
                           int64_t R) noexcept nogil
     void sktf_coo_krp_f32(float* pi, const int64_t* sub, float** fac, int nmodes, int skip,
                           int64_t R) noexcept nogil
+
+cdef extern from "sktf_log.h":
+    int sktf_log_level
+    int sktf_log_init(int level) nogil
+    int sktf_log_cpu_level() nogil
+    void sktf_log_array(const double* v, double* out, int64_t n, int level) noexcept nogil
 
 ctypedef fused floating:
     float
@@ -58,6 +64,39 @@ ctypedef fused floating:
 
 #: Whether the extension was compiled with OpenMP.
 HAVE_OPENMP = bool(SKTF_HAVE_OPENMP)
+
+#: The instance of the data term's vectorised logarithm this module takes (``sktf_log.h``;
+#: 0 generic, 1 AVX2 with FMA, 2 AVX-512): the best the CPU runs.
+LOG_LEVEL = int(sktf_log_init(-1))
+
+
+def _set_log_level(int level):
+    """Make the data term of this module take the logarithm's instance ``level`` (-1: the
+    best the CPU runs; a higher one than that: that).  Returns the level taken.  Only for
+    tests and benchmarks (the instances round differently, within the tested bound)."""
+    return int(sktf_log_init(level))
+
+
+def log_levels():
+    """The instances of the data term's logarithm this CPU runs: ``range(best + 1)``."""
+    return list(range(int(sktf_log_cpu_level()) + 1))
+
+
+def log_array(const double[::1] v, int level=-1):
+    """``log(v)`` by the data term's vectorised logarithm, instance ``level`` (-1: the one the
+    data term of this module takes; one the CPU does not run: :class:`ValueError`).  For the
+    tests."""
+    cdef Py_ssize_t n = v.shape[0]
+    if level == -1:
+        level = sktf_log_level
+    if level < 0 or level > sktf_log_cpu_level():
+        raise ValueError(f"level must be -1 or one of {log_levels()}, got {level}")
+    out = np.empty(n, dtype=np.float64)
+    cdef double[::1] o = out
+    if n > 0:
+        with nogil:
+            sktf_log_array(&v[0], &o[0], n, level)
+    return out
 
 #: Bytes of a core's level-2 cache (what the C library reports, else 256 KiB), read once.
 CACHE_BYTES = int(sktf_cache_bytes())
@@ -238,7 +277,9 @@ def poisson_data_term(const int64_t[:, ::1] subs, const floating[::1] vals,
 
     The model value of each nonzero is formed and used at once (no array of nnz model values).
     Entries with x_j = 0 contribute nothing.  Partial sums over fixed chunks of nonzeros are
-    added in chunk order, so the result is the same for every thread count.
+    added in chunk order, so the result is the same for every thread count.  The logarithms
+    are taken in blocks (``sktf_log.h``); factors that stay in cache (:func:`factors_cached`)
+    are not prefetched, and on CPUs with AVX2 and FMA their kernel is compiled for them.
     """
     cdef Py_ssize_t nnz = subs.shape[0]
     cdef int nmodes = subs.shape[1]
@@ -250,12 +291,14 @@ def poisson_data_term(const int64_t[:, ::1] subs, const floating[::1] vals,
     cdef Py_ssize_t b, e
     cdef floating* pi
     cdef double acc, total = 0
+    cdef int cached
     if fac == NULL or part == NULL:
         free(fac)
         free(part)
         raise MemoryError()
     try:
-        _fill_pointers(factors, fac, dummy)
+        cached = SIMD_LEVEL if factors_cached(_fill_pointers(factors, fac, dummy) * R
+                                              * sizeof(floating)) else 0
         with nogil, parallel(num_threads=num_threads):
             pi = <floating*> malloc((R if R > 0 else 1) * sizeof(floating))
             for b in prange(nchunks, schedule='dynamic'):
@@ -263,10 +306,10 @@ def poisson_data_term(const int64_t[:, ::1] subs, const floating[::1] vals,
                 e = min(b * _SUM_CHUNK + _SUM_CHUNK, nnz)
                 if floating is double:
                     acc = sktf_coo_lln_f64(&subs[0, 0], &vals[0], b * _SUM_CHUNK, e, fac, nmodes,
-                                           &weights[0] if R > 0 else NULL, R, eps, pi)
+                                           &weights[0] if R > 0 else NULL, R, eps, pi, cached)
                 else:
                     acc = sktf_coo_lln_f32(&subs[0, 0], &vals[0], b * _SUM_CHUNK, e, fac, nmodes,
-                                           &weights[0] if R > 0 else NULL, R, eps, pi)
+                                           &weights[0] if R > 0 else NULL, R, eps, pi, cached)
                 part[b] = acc
             free(pi)
         for b in range(nchunks):

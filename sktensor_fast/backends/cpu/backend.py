@@ -16,9 +16,9 @@ from .formats.alto import MAX_BITS as ALTO_MAX_BITS  # noqa: F401 - reported by 
 from .formats.coo import useful_threads
 
 try:
-    from . import _dense, _kernels
+    from . import _cpapr, _dense, _kernels
 except ImportError as exc:  # pragma: no cover - only when the package was not built
-    _kernels = _dense = None
+    _kernels = _dense = _cpapr = None
     _IMPORT_ERROR = exc
 else:
     _IMPORT_ERROR = None
@@ -151,6 +151,20 @@ class CpuBackend(Backend):
             out = np.empty((T.shape[mode], R), dtype=T.dtype)
         return T.accumulate(facs, mode, out, _c(B, T.dtype), float(eps), _threads_for(T, R))
 
+    def _phi_plan(self, T, factors, mode, B, eps, out):
+        # over fibers: a compiled plan with every array bound (no Python work per call);
+        # only where the kernel would read the caller's arrays themselves (no conversion)
+        R = out.shape[1]
+        facs = self._factors(T, factors)
+        plan_of = getattr(T, "accumulate_plan", None)
+        if (plan_of is not None and all(f is g for f, g in zip(facs, factors))
+                and _c(B, T.dtype) is B and isinstance(out, np.ndarray)
+                and out.dtype == T.dtype and out.flags.c_contiguous and out.flags.writeable):
+            plan = plan_of(facs, mode, out, B, float(eps), _threads_for(T, R))
+            if plan is not None:
+                return plan
+        return super()._phi_plan(T, factors, mode, B, eps, out)
+
     def _model_values(self, T, weights, factors):
         facs = self._factors(T, factors)
         out = np.empty(T.nnz, dtype=T.dtype)
@@ -259,6 +273,14 @@ class CpuAprKernels(AprKernels):
     def _multiply_(self, B, Phi):
         np.multiply(B, Phi, out=B)
         return B
+
+    def mu_step_(self, B, Phi, tol):
+        # the fits' arrays (C-contiguous NumPy arrays of one floating type and shape, tol a
+        # float) go straight to one compiled call that checks them itself: between two Φ
+        # kernels, which leave the caches cold, the checks of the public method and the five
+        # NumPy calls of the two steps took 40-60 µs on a 24 x 8 factor, this 10-20 µs
+        k = _cpapr.mu_step_arrays(B, Phi, tol)
+        return super().mu_step_(B, Phi, tol) if k is None else k
 
     def _mu_rows_(self, B, Phi, tol):
         if B.size == 0:

@@ -145,3 +145,74 @@ def test_cpapr_mu_same_fit_with_and_without_fibers(monkeypatch):
     np.testing.assert_allclose(a.log_likelihood_, c.log_likelihood_, rtol=1e-12)
     for x, y in zip(a.factors_, c.factors_):
         np.testing.assert_allclose(x, y, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("R", [3, 8, 16, 40])
+def test_phi_plan_is_phi_of_the_current_arrays(dtype, R, monkeypatch):
+    """backend.phi_plan over fibers: a compiled plan whose calls give the bits of backend.phi
+    on the arrays' contents at the time of the call (B and the factors updated in place),
+    on 1 and 2 threads, for every mode; MTTKRP's plan (B None) too."""
+    monkeypatch.setattr(fib_mod, "CHUNK_NNZ", 1000)
+    rng = np.random.default_rng(R + 7)
+    X = _tiny_tensor(rng, dtype=dtype)
+    be = get_backend("cpu")
+    for fmt in (CooFormat, AltoFormat):
+        T = fmt(X)
+        factors = [rng.random((s, R)).astype(dtype) for s in X.shape]
+        for threads in (1, 2):
+            with num_threads(threads):
+                for m in range(3):
+                    B = factors[m]
+                    out = np.empty_like(B)
+                    plan = be.phi_plan(T, factors, m, B, 1e-10, out)
+                    assert isinstance(plan.__self__, _fiber.PhiPlan)
+                    for _ in range(2):
+                        assert plan() is out
+                        ref = be.phi(T, factors, m, B, 1e-10)
+                        np.testing.assert_array_equal(out, ref)
+                        B *= ref                              # an MU step, in place
+                        factors[(m + 1) % 3] *= dtype(0.5)    # another factor, in place
+                    F = T.fibers()
+                    which = F.modes.index(m)
+                    a, b, c = F.modes
+                    mt = _fiber.PhiPlan(F.fptr, F.fa, F.fb, F.leaf, F.vals, F.cptr,
+                                        F.lo[which], F.hi[which], factors[a], factors[b],
+                                        factors[c], which, np.empty_like(B), None, 0.0,
+                                        threads, np.empty(10 ** 6, dtype))
+                    np.testing.assert_array_equal(mt.run(), be.mttkrp(T, factors, m))
+
+
+def test_phi_plan_falls_back_and_checks():
+    """Without fibers, or where the kernel would read converted copies, phi_plan calls Φ on
+    every call (still the current contents); its arguments are checked once."""
+    rng = np.random.default_rng(8)
+    X = _tiny_tensor(rng)
+    be = get_backend("cpu")
+    f = [rng.random((s, 4)) for s in X.shape]
+    out = np.empty_like(f[0])
+    T = AltoFormat(X, conflict="buffer")                      # no fibers
+    f32 = [a.astype(np.float32) for a in f]                   # converted on every call
+    for TT, ff in ((T, f), (AltoFormat(X), f32)):
+        plan = be.phi_plan(TT, ff, 0, ff[0], 1e-10, out)
+        assert not isinstance(getattr(plan, "__self__", None), _fiber.PhiPlan)
+        for _ in range(2):
+            plan()
+            f64 = [a.astype(np.float64) for a in ff]
+            np.testing.assert_allclose(out, phi_ref(X, f64, 0, f64[0], 1e-10), rtol=1e-5)
+            ff[0] *= 2
+    with pytest.raises(ValueError, match="out"):
+        be.phi_plan(T, f, 0, f[0], 1e-10, None)
+    with pytest.raises(ValueError, match="B has shape"):
+        be.phi_plan(T, f, 0, f[1], 1e-10, out)
+    F = CooFormat(X).fibers()
+    args = [F.fptr, F.fa, F.fb, F.leaf, F.vals, F.cptr, F.lo[0], F.hi[0], f[1], f[2], f[0]]
+    with pytest.raises(ValueError, match="which"):
+        _fiber.PhiPlan(*args, 3, np.empty((150, 4)), None, 0.0, 1, np.empty(10 ** 5))
+    with pytest.raises(TypeError, match="Ac must be"):
+        _fiber.PhiPlan(*args[:-1], f32[0], 0, np.empty((150, 4)), None, 0.0, 1,
+                       np.empty(10 ** 5))
+    with pytest.raises(ValueError, match="work holds"):
+        _fiber.PhiPlan(*args, 0, np.empty((150, 4)), None, 0.0, 1, np.empty(10))
+    with pytest.raises(ValueError, match="columns"):
+        _fiber.PhiPlan(*args, 0, np.empty((150, 3)), None, 0.0, 1, np.empty(10 ** 5))

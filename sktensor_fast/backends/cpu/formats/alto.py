@@ -428,6 +428,15 @@ class AltoFormat:
         return self.codec.decode(self.lin, int(num_threads))
 
     # ------------------------------------------------------------------ kernels
+    def accumulate_plan(self, factors, mode, out, B, eps, num_threads):
+        """:meth:`accumulate` with these arguments bound, as a callable, where the fibers run
+        it (:meth:`.fibers.TinyFibers.accumulate_plan`); else None."""
+        fibers = self.fibers() if self.conflict == "auto" else None
+        if fibers is None:
+            return None
+        return fibers.accumulate_plan(factors, mode, out, B, eps,
+                                      self.threads_for(num_threads, out.shape[1]))
+
     def accumulate(self, factors, mode, out, B, eps, num_threads, conflict=None, times=None):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``.
 
@@ -500,10 +509,14 @@ class AltoFormat:
         return out
 
     def poisson_data_term(self, weights, factors, eps, num_threads=1):
-        """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
+        """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly;
+        over the fibers where MTTKRP and Φ use them)."""
+        nt = self.threads_for(num_threads, len(weights))
+        fibers = self.fibers() if self.conflict == "auto" else None
+        if fibers is not None:
+            return fibers.poisson_data_term(weights, factors, eps, nt)
         return _alto.poisson_data_term(self.codec, self.lin, self.sorted_vals, weights, factors,
-                                       float(eps), self.threads_for(num_threads, len(weights)),
-                                       self.rows_cached(len(weights)))
+                                       float(eps), nt, self.rows_cached(len(weights)))
 
     # ------------------------------------------------------------------ COO view
     def _coo_view(self):

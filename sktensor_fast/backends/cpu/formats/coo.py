@@ -138,15 +138,29 @@ class CooFormat:
         return n
 
     def poisson_data_term(self, weights, factors, eps, num_threads):
-        """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly)."""
+        """Σ x log(max(m, eps)) over the nonzeros, m the model values (formed on the fly;
+        over the fibers where MTTKRP and Φ use them)."""
+        nt = useful_threads(self.nnz, num_threads, len(weights))
+        fibers = self.fibers()
+        if fibers is not None:
+            return fibers.poisson_data_term(weights, factors, eps, nt)
         return _kernels.poisson_data_term(self.subs, self.vals, weights, factors, float(eps),
-                                          useful_threads(self.nnz, num_threads, len(weights)))
+                                          nt)
 
     def fibers(self):
         """The :class:`.fibers.TinyFibers` of this tensor when it has two tiny modes and long
         fibers (:func:`.fibers.fiber_modes`), which MTTKRP and Φ then use; else None.  Built
         on first use and kept."""
         return fibers_of(self)
+
+    def accumulate_plan(self, factors, mode, out, B, eps, num_threads):
+        """:meth:`accumulate` with these arguments bound, as a callable, where the fibers run
+        it (:meth:`.fibers.TinyFibers.accumulate_plan`); else None."""
+        fibers = self.fibers()
+        if fibers is None:
+            return None
+        return fibers.accumulate_plan(factors, mode, out, B, eps,
+                                      useful_threads(self.nnz, num_threads, out.shape[1]))
 
     def accumulate(self, factors, mode, out, B, eps, num_threads):
         """Run the CPU MTTKRP (``B is None``) or Φ kernel for ``mode`` into ``out``."""

@@ -108,6 +108,9 @@ class TinyFibers:
             n0 = self.fptr[f0]
             self.lo[2] = np.minimum.reduceat(self.leaf, n0)
             self.hi[2] = np.maximum.reduceat(self.leaf, n0)
+        # rows of the chunks' buffers in each role, summed: a kernel call's buffer needs this
+        # many rows (kept as Python ints: NumPy calls between two kernels cost tens of µs)
+        self._buffer_rows = [int(r) for r in (self.hi - self.lo + 1).sum(axis=1)]
         self._work = None
 
     @property
@@ -128,13 +131,37 @@ class TinyFibers:
         ``accumulate``); the buffers are kept on this object between calls."""
         a, b, c = self.modes
         which = self.modes.index(int(mode))
-        need = int(np.sum(self.hi[which] - self.lo[which] + 1)) * out.shape[1]
+        need = self._buffer_rows[which] * out.shape[1]
         if self._work is None or self._work.dtype != out.dtype or self._work.shape[0] < need:
             self._work = np.empty(max(need, 1), dtype=out.dtype)
         _fiber.accumulate(self.fptr, self.fa, self.fb, self.leaf, self.vals, self.cptr,
                           self.lo[which], self.hi[which], factors[a], factors[b], factors[c],
                           which, out, B, float(eps), int(num_threads), self._work)
         return out
+
+    def accumulate_plan(self, factors, mode, out, B, eps, num_threads):
+        """:meth:`accumulate` of these arguments as a callable with every array bound once
+        (``_fiber.PhiPlan.run``): each call computes into ``out`` from the arrays' current
+        contents and returns it."""
+        a, b, c = self.modes
+        which = self.modes.index(int(mode))
+        need = self._buffer_rows[which] * out.shape[1]
+        if self._work is None or self._work.dtype != out.dtype or self._work.shape[0] < need:
+            self._work = np.empty(max(need, 1), dtype=out.dtype)
+        return _fiber.PhiPlan(self.fptr, self.fa, self.fb, self.leaf, self.vals, self.cptr,
+                              self.lo[which], self.hi[which], factors[a], factors[b],
+                              factors[c], which, out, B, float(eps), int(num_threads),
+                              self._work).run
+
+    def poisson_data_term(self, weights, factors, eps, num_threads):
+        """Σ x log(max(m, eps)) over the nonzeros, m the model values of ``weights`` and
+        ``factors`` (as the formats' ``poisson_data_term``): per fiber the product of its
+        weights and root and middle rows once, per nonzero its dot product with one leaf
+        row."""
+        a, b, c = self.modes
+        return _fiber.poisson_data_term(self.fptr, self.fa, self.fb, self.leaf, self.vals,
+                                        self.cptr, factors[a], factors[b], factors[c],
+                                        weights, float(eps), int(num_threads))
 
 
 def fibers_of(T):
