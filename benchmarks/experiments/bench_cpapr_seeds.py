@@ -31,7 +31,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     X = load_flights_routes().tensor
     n_inf = 0
-    print(f"| solver | rank | " + " | ".join(f"seed {s}" for s in args.seeds) + " |")
+    print("| solver | rank | " + " | ".join(f"seed {s}" for s in args.seeds) + " |")
     print("|---|---|" + "---|" * len(args.seeds))
     with num_threads(1):
         for solver in args.solvers:
