@@ -194,7 +194,7 @@ static int sktf_fiber_simd_level(void) { return 1; }
    4 nonzeros' sums are formed together after a 4 x 4 transposition; the division is the
    correctly rounded one either way.  MTTKRP takes the scalar loop. */
 #define SKTF_FIBER_SEG 64
-#define SKTF_FIBER_GROUP 4
+#define SKTF_FIBER_GROUP 8
 SKTF_FIBER_ATTR static inline __m256d sktf_fiber_dot4_(__m256d s0, __m256d s1, __m256d s2,
                                                        __m256d s3)
 {
