@@ -53,8 +53,10 @@ ctypedef fused floating:
     float
     double
 
-#: 2 when the CPU has AVX2 and FMA (the kernels then take their instances compiled for
-#: them; rounding differs by the fused multiply-adds, one process always takes the same).
+#: 3 when the CPU has AVX2 and FMA (the kernels then take their instances compiled for
+#: them; rounding differs by the fused multiply-adds, one process always takes the same),
+#: else 1.  2 (tests): the same instances without Φ's blocked loop in float64 at ranks 8
+#: and 16 (``sktf_fiber.h``), whose results are those of 2 bit for bit.
 SIMD_LEVEL = int(sktf_fiber_simd_level())
 
 #: The instance of the data term's vectorised logarithm this module takes (``sktf_log.h``;

@@ -216,3 +216,60 @@ def test_phi_plan_falls_back_and_checks():
         _fiber.PhiPlan(*args, 0, np.empty((150, 4)), None, 0.0, 1, np.empty(10))
     with pytest.raises(ValueError, match="columns"):
         _fiber.PhiPlan(*args, 0, np.empty((150, 3)), None, 0.0, 1, np.empty(10 ** 5))
+
+
+@pytest.mark.skipif(_fiber.SIMD_LEVEL < 3, reason="the blocked loop needs AVX2 with FMA")
+@pytest.mark.parametrize("long_fibers", [True, False])
+@pytest.mark.parametrize("R", [8, 16])
+def test_blocked_phi_gives_the_bits_of_the_scalar_loop(R, long_fibers, monkeypatch):
+    """Φ in float64 at ranks 8 and 16 with AVX2 (SIMD_LEVEL 3) forms its weights 4 nonzeros
+    at a time and in segments of a fiber, and (leaf output) adds runs of fibers over the same
+    consecutive rows row by row: the same bits as the loop of one nonzero at a time
+    (SIMD_LEVEL 2), for every mode, with fibers longer than a segment, fibers whose length is
+    no multiple of 4, model values under eps and zero, NaN and infinite values in B, on 1 and
+    2 threads, by backend.phi and by its plan."""
+    monkeypatch.setattr(fib_mod, "CHUNK_NNZ", 3000)
+    rng = np.random.default_rng(R + 11)
+    if long_fibers:
+        dense = rng.poisson(3.0, size=(150, 4, 140)).astype(np.float64) + 1
+        dense[rng.random(dense.shape) > 0.93] = 0         # fibers of every length mod 4
+        dense[3, 1, 5:] = 0                               # a fiber of 5 nonzeros
+    else:
+        # runs of full fibers (the leaf output's rows then loaded once per run), runs over
+        # the same rows not starting at row 0, and fibers with gaps between them
+        dense = rng.poisson(3.0, size=(200, 6, 22)).astype(np.float64) + 1
+        dense[rng.random(dense.shape) > 0.997] = 0
+        dense[40:60, :, :5] = 0
+        dense[70:75, 2:, 19:] = 0
+    X = SparseTensor.from_dense(dense)
+    T = CooFormat(X)
+    F = T.fibers()
+    n = np.diff(F.fptr)
+    assert F is not None and len(set(n % 4)) == 4
+    if long_fibers:
+        assert n.max() > 128
+    else:
+        run = (F.leaf[F.fptr[1:] - 1] - F.leaf[F.fptr[:-1]] == n - 1)
+        assert run.mean() > 0.9 and np.any(run & (F.leaf[F.fptr[:-1]] > 0))
+    factors = [rng.random((s, R)) - 0.05 for s in X.shape]  # some model values < eps
+    factors[2][7] = 0.0                                   # a zero leaf row
+    be = get_backend("cpu")
+    res = {}
+    for level in (2, 3):
+        monkeypatch.setattr(_fiber, "SIMD_LEVEL", level)
+        for threads in (1, 2):
+            with num_threads(threads):
+                for m in range(3):
+                    B = factors[m].copy()
+                    B[1, 2] = np.nan if m == 0 else np.inf
+                    got = be.phi(T, factors, m, B, 1e-3)
+                    out = np.empty_like(B)
+                    be.phi_plan(T, factors, m, B, 1e-3, out)()
+                    np.testing.assert_array_equal(out, got)
+                    res[level, threads, m] = got
+    for key, got in res.items():
+        np.testing.assert_array_equal(got, res[(2,) + key[1:]])
+    for m in range(3):
+        B = factors[m]
+        np.testing.assert_allclose(be.phi(T, factors, m, B, 1e-3),
+                                   phi_ref(X, factors, m, B, 1e-3), rtol=1e-11, atol=1e-12)
