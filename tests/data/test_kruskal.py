@@ -285,3 +285,41 @@ def test_pyttb_roundtrip():
     np.testing.assert_array_equal(back.weights, K.weights)
     for a, b in zip(back.factors, K.factors):
         np.testing.assert_array_equal(a, b)
+
+
+def _normalize_reference(weights, factors):
+    """normalize(sort=True, signs=True) written the plain NumPy way (arg-max across the rows of
+    the whole matrix, a fancy-indexed column permutation)."""
+    w = np.asarray(weights, dtype=np.float64).copy()
+    fs = []
+    for f in factors:
+        norms = np.linalg.norm(f, ord=2, axis=0)
+        fs.append(f / np.where(norms > 0, norms, 1).astype(f.dtype))
+        w = w * norms
+    neg = w < 0
+    w[neg] = -w[neg]
+    fs[0][:, neg] = -fs[0][:, neg]
+    for f in fs[:-1]:
+        if f.shape[0]:
+            s = np.sign(f[np.argmax(np.abs(f), axis=0), np.arange(f.shape[1])])
+            s[s == 0] = 1
+            f *= s[None, :]
+            fs[-1] *= s[None, :]
+    order = np.argsort(-w, kind="stable")
+    return w[order], [np.ascontiguousarray(f[:, order]) for f in fs]
+
+
+def test_normalize_sorted_signed_equals_the_plain_numpy_way():
+    """The column-by-column arg-max and the np.take permutation give the same bits as the
+    plain NumPy formulation, with ties, a zero column, a NaN and negative weights."""
+    rng = np.random.default_rng(5)
+    F = [np.round(rng.standard_normal((s, 6)), 1) for s in (40, 7, 300)]   # ties in |f|
+    F[0][:, 2] = 0.0
+    F[1][3, 4] = np.nan
+    w = rng.standard_normal(6)
+    K = KruskalTensor._wrap(w, [f.copy() for f in F])   # the estimators' way (NaN allowed)
+    N = K.normalize(sort=True, signs=True)
+    rw, rf = _normalize_reference(w, [f.copy() for f in F])
+    assert N.weights.tobytes() == rw.tobytes()
+    for a, b in zip(N.factors, rf):
+        assert a.flags.c_contiguous and a.tobytes() == b.tobytes()
