@@ -15,7 +15,9 @@ spreads it; one warm-up fit of one iteration first), the bytes every process rec
 iteration (counted by the distributed backend) against the model below, the seconds spent in
 MPI, and the memory of each process's share.  With P = 1 the one-process fit without MPI is
 timed too: speedups are against it.  Strong scaling keeps ``--nnz`` fixed; weak scaling
-(``--weak``) gives each process ``--nnz`` nonzeros.  Every process runs ``--threads`` OpenMP
+(``--weak``) gives each process ``--nnz`` nonzeros; with ``--stacked`` each process generates its
+own part (a tensor of ``--shape``, seed = its rank) as its block of mode-0 rows of a tensor
+``P`` times as tall, joined by :func:`sktensor_fast.distributed.from_parts`.  Every process runs ``--threads`` OpenMP
 threads.  The collective micro-benchmark times, per mode, the ``Allgatherv`` of an
 ``I_n x R`` factor that owner-computes needs and the ``Allreduce`` of the same size that a
 partition reducing partial MTTKRP rows would need.
@@ -169,14 +171,28 @@ def worker(cfg, out):
     nnz = cfg["nnz"] * (P if cfg["weak"] else 1)
     X = X1 = None
     t0 = time.perf_counter()
-    if rank == 0:
-        X = synthetic_tensor(shape, nnz, seed=0)
-        # the one-process reference: the same tensor (strong), or one process's share (weak)
-        X1 = synthetic_tensor(shape, cfg["nnz"], seed=0) if cfg["weak"] and P > 1 else X
-    t_gen = time.perf_counter() - t0
-    comm.Barrier()
-    t0 = time.perf_counter()
-    Xd = scatter(X)
+    if cfg.get("stacked") and cfg["weak"]:
+        # every process its own part, stacked along mode 0; process 0's part is the reference
+        from sktensor_fast.distributed import from_parts
+        part = synthetic_tensor(shape, cfg["nnz"], seed=rank)
+        X1 = part if rank == 0 else None
+        subs = np.array(part.subs, dtype=np.int64)
+        subs[:, 0] += rank * shape[0]
+        shape = (P * shape[0],) + tuple(shape[1:])
+        t_gen = time.perf_counter() - t0
+        comm.Barrier()
+        t0 = time.perf_counter()
+        Xd = from_parts(subs, part.vals, shape)
+        del subs
+    else:
+        if rank == 0:
+            X = synthetic_tensor(shape, nnz, seed=0)
+            # the one-process reference: the same tensor (strong), or one process's share
+            X1 = synthetic_tensor(shape, cfg["nnz"], seed=0) if cfg["weak"] and P > 1 else X
+        t_gen = time.perf_counter() - t0
+        comm.Barrier()
+        t0 = time.perf_counter()
+        Xd = scatter(X)
     comm.Barrier()
     t_scatter = time.perf_counter() - t0
     R = cfg["rank"]
@@ -436,6 +452,11 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="OpenMP threads per process")
     ap.add_argument("--weak", action="store_true", help="weak scaling only")
+    ap.add_argument("--stacked", action="store_true",
+                    help="weak scaling: process p generates its own part (a tensor of --shape "
+                         "and --nnz, seed p) as rows p I_0 .. (p + 1) I_0 - 1 of mode 0, and "
+                         "the parts are joined by from_parts (nothing is generated or sent by "
+                         "process 0 alone; the one-process reference is part 0)")
     ap.add_argument("--strong", action="store_true", help="strong scaling only")
     ap.add_argument("--out", default=None, help="JSON report (default: print only)")
     ap.add_argument("--extrapolate", action="store_true",
@@ -506,7 +527,7 @@ def main(argv=None):
                "repeat": args.repeat,
                "algos": args.algos, "device": args.device, "threads": args.threads,
                "weak": weak, "timeline": args.timeline, "gcp_steps": args.gcp_steps,
-               "pageable": args.pageable}
+               "pageable": args.pageable, "stacked": args.stacked}
         jobs = [run_job(P, cfg, tmp) for P in args.procs]
         key = "weak" if weak else "strong"
         report["runs"][key] = {"jobs": jobs,

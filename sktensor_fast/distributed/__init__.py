@@ -9,8 +9,9 @@ a distributed tensor and calls ``fit`` with the same parameters::
     model = CPAPR(rank=10, random_state=0).fit(Xd)   # same fitted attributes on every process
 
 ``load_tensor(path)`` reads a binary file of :func:`sktensor_fast.save_tensor` the same way (each
-process its share of the nonzeros); ``scatter(X)`` spreads a tensor held by process 0 instead.  The fit runs the estimators' own
-algorithms on :class:`~sktensor_fast.distributed.backend.DistributedBackend`, which wraps
+process its share of the nonzeros); ``scatter(X)`` spreads a tensor held by process 0 instead,
+and ``from_parts(subs, vals, shape)`` builds one from the nonzeros each process holds.  The
+fit runs the estimators' own algorithms on :class:`~sktensor_fast.distributed.backend.DistributedBackend`, which wraps
 each process's backend (``device="cpu"``, or ``device="gpu"``: the process's own GPU, chosen
 by its rank on the host).  See ``doc/scaling.md`` for the partition and its cost.
 
@@ -23,7 +24,8 @@ this package works and using it raises an ImportError that names the extra.
 """
 from ._mpi import install_abort_hook, launched_in_a_job, require_mpi
 
-__all__ = ["scatter", "load_tns", "load_tensor", "DistributedTensor", "DistributedBackend", "require_mpi"]
+__all__ = ["scatter", "from_parts", "load_tns", "load_tensor", "DistributedTensor",
+           "DistributedBackend", "require_mpi"]
 
 
 if launched_in_a_job():
@@ -40,6 +42,13 @@ def scatter(X, comm=None):
     require_mpi()
     from .tensor import scatter as _scatter
     return _scatter(X, comm)
+
+
+def from_parts(subs, vals, shape, comm=None, dtype=None):
+    """The tensor of the nonzeros every process holds (see :func:`.tensor.from_parts`)."""
+    require_mpi()
+    from .tensor import from_parts as _from_parts
+    return _from_parts(subs, vals, shape, comm, dtype)
 
 
 def load_tns(path, comm=None, **kwargs):

@@ -326,6 +326,77 @@ def scatter(X, comm=None):
     return _build(comm, subs, vals, shape, dtype)
 
 
+def from_parts(subs, vals, shape, comm=None, dtype=None):
+    """A :class:`DistributedTensor` of the nonzeros every process holds (collective).
+
+    Every process passes its own nonzeros, in any order: the tensor is their union, with
+    repeated coordinates (on one process or several) summed, as ``SparseTensor`` sums them.
+    Use it where each process reads or generates its own part of the data; the nonzeros are
+    then sent to their owners as :func:`scatter` sends them.
+
+    Parameters
+    ----------
+    subs : array_like of int, shape (n, len(shape))
+        This process's coordinates (0-based); ``n`` may be 0.
+    vals : array_like of float, shape (n,)
+        Their values.
+    shape : tuple of int
+        The tensor's shape, the same on every process.
+    comm : mpi4py communicator, default ``MPI.COMM_WORLD``
+    dtype : {float64, float32}, optional
+        The tensor's dtype, the same on every process (default: float64, or float32 where
+        ``vals`` is float32 on every process).
+
+    Returns
+    -------
+    DistributedTensor
+
+    Raises
+    ------
+    ValueError, TypeError
+        On every process, when any process's part is not a valid set of nonzeros of
+        ``shape`` (the message of ``SparseTensor`` and the process that found it), or when the
+        processes pass different shapes or dtypes.
+
+    Examples
+    --------
+    Run with ``mpiexec -n 2 python script.py``::
+
+        from mpi4py import MPI
+        from sktensor_fast.distributed import from_parts
+        r = MPI.COMM_WORLD.rank
+        Xd = from_parts([[r, 0, 0], [r, 1, 2]], [1.0, 2.0], (2, 2, 3))
+    """
+    comm = get_comm(comm)
+    meta = None
+    with agree_on_errors(comm):
+        shape_t = tuple(int(x) for x in shape)
+        if dtype is None:
+            v = np.asarray(vals)
+            dt = np.float32 if v.dtype == np.float32 else np.float64
+        else:
+            dt = np.dtype(dtype).type
+        subs = np.asarray(subs)
+        if subs.size == 0:       # a process without nonzeros
+            subs = subs.reshape(0, len(shape_t)).astype(np.int64)
+        # every check of SparseTensor on this process's part (and its repeats summed)
+        part = SparseTensor(subs, vals, shape_t, dtype=dt)
+        meta = (shape_t, np.dtype(part.dtype).str)
+    metas = comm.allgather(meta)
+    with agree_on_errors(comm):
+        if dtype is None and len({m[1] for m in metas}) > 1:
+            metas = [(m[0], np.dtype(np.float64).str) for m in metas]
+        if len({m[0] for m in metas}) > 1:
+            raise ValueError(f"from_parts: the processes passed different shapes: "
+                             f"{[m[0] for m in metas]}")
+        if len({m[1] for m in metas}) > 1:
+            raise ValueError(f"from_parts: the processes passed different dtypes: "
+                             f"{[np.dtype(m[1]).name for m in metas]}")
+    dt = np.dtype(metas[0][1])
+    return _build(comm, np.ascontiguousarray(part.subs, dtype=np.int64),
+                  np.ascontiguousarray(part.vals, dtype=dt), shape_t, dt)
+
+
 # ---------------------------------------------------------------------------------- reading
 def _line_start_after(f, pos):
     """Offset of the first line that starts at or after byte ``pos`` of the open file."""

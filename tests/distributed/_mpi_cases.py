@@ -25,7 +25,7 @@ from _reference import ScaledSquares  # noqa: E402
 
 from sktensor_fast import CPALS, CPAPR, GCP, SparseTensor, save_tns
 from sktensor_fast import load_tns as load_tns_serial
-from sktensor_fast.distributed import load_tensor, load_tns, scatter
+from sktensor_fast.distributed import from_parts, load_tensor, load_tns, scatter
 
 comm = MPI.COMM_WORLD
 RANK, SIZE = comm.Get_rank(), comm.Get_size()
@@ -632,6 +632,40 @@ def gcp_same_samples_same_model():
     assert serial.n_iter_ == dist.n_iter_
     assert abs(serial.loss_ - dist.loss_) <= 1e-8 * abs(serial.loss_)
     assert rel(serial.factors_[1], dist.factors_[1]) < 1e-6
+
+
+@case
+def from_parts_is_the_union_of_the_parts():
+    # every process passes its own nonzeros (a coordinate repeated on every process): the
+    # tensor is their union, repeats summed, the same as scattering the union of process 0
+    shape = (12, 9, 7)
+    parts = [random_tensor(shape, 150, seed=40 + p) for p in range(SIZE)]
+    mine = parts[RANK]
+    subs = np.vstack([mine.subs, [[1, 2, 3]]])
+    vals = np.append(mine.vals, 0.5)
+    Xd = from_parts(subs, vals, shape)
+    union = SparseTensor(np.vstack([p.subs for p in parts] + [[[1, 2, 3]]] * SIZE),
+                         np.concatenate([p.vals for p in parts] + [[0.5]] * SIZE), shape)
+    Xs = scatter(union if RANK == 0 else None)
+    a = CPALS(rank=3, random_state=0, max_iter=4, tol=0).fit(Xd)
+    b = CPALS(rank=3, random_state=0, max_iter=4, tol=0).fit(Xs)
+    serial = CPALS(rank=3, random_state=0, max_iter=4, tol=0).fit(union)
+    # an empty part, float32 values on every process
+    empty = from_parts(np.zeros((0, 3), np.int64) if RANK else mine.subs,
+                       np.zeros(0, np.float32) if RANK else mine.vals.astype(np.float32),
+                       shape, dtype=np.float32)
+    expect_error_everywhere(lambda: from_parts(mine.subs, mine.vals, (12, 9, 7 + RANK)),
+                            ValueError, "different shapes")
+    bad = mine.subs.copy()
+    if RANK == SIZE - 1:
+        bad[0, 2] = 7
+    expect_error_everywhere(lambda: from_parts(bad, mine.vals, shape), ValueError)
+    assert Xd.nnz == union.nnz == Xs.nnz
+    assert empty.nnz == parts[0].nnz and empty.dtype == np.float32
+    compare_models(serial, a, "from_parts")
+    np.testing.assert_array_equal(a.weights_, b.weights_)
+    for fa, fb in zip(a.factors_, b.factors_):
+        np.testing.assert_array_equal(fa, fb)
 
 
 @case

@@ -357,3 +357,24 @@ def test_one_process_on_a_device_gathers_nothing_through_the_host():
     for name, plain, one, diff in lines:
         assert int(one) == int(plain), (name, plain, one)
         assert float(diff) == 0.0, (name, diff)
+
+
+@needs_mpi
+def test_weak_scaling_benchmark_with_stacked_parts(tmp_path):
+    """bench_distributed.py --weak --stacked: each process generates its part and the parts
+    are joined by from_parts; P = 2 holds twice the nonzeros of P = 1 in a tensor twice as
+    tall, and the report says so."""
+    out = tmp_path / "weak.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_distributed.py"),
+                        "--procs", "1", "2", "--weak", "--stacked", "--shape", "40,30,20",
+                        "--nnz", "3000", "--iters", "1", "--repeat", "1", "--algos", "cpals",
+                        "--out", str(out)], capture_output=True, text=True, timeout=JOB_TIMEOUT,
+                       env=_env())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    jobs = rep["runs"]["weak"]["jobs"]
+    (one,), two = jobs[0], jobs[1]
+    assert one["P"] == 1 and one["nnz"] == 3000
+    assert [j["P"] for j in two] == [2, 2] and two[0]["nnz"] == 6000
+    assert two[0]["shape"] == [80, 30, 20] and one["shape"] == [40, 30, 20]
+    assert sum(two[0]["local_nnz"]) > 0
