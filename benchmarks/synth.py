@@ -48,9 +48,33 @@ _PIECE = 1 << 20
 _THREADS = os.cpu_count() or 1
 
 
+#: a folder where :func:`synthetic_tensor` keeps the tensors it generates and reads them back
+#: (the same arrays; several benchmarks of one job on a large tensor generate it once)
+CACHE_ENV = "SKTF_SYNTH_CACHE"
+
+
 def synthetic_tensor(shape, nnz, seed=0, a=1.2, dtype=np.float64, exact=True):
     """A sparse tensor of the given shape with ``nnz`` distinct nonzeros (about ``nnz`` when
-    ``exact`` is False: repeated coordinates are summed).  Values are counts 1..4."""
+    ``exact`` is False: repeated coordinates are summed).  Values are counts 1..4.  With the
+    environment variable ``SKTF_SYNTH_CACHE`` naming a folder, the coordinates and values are
+    kept there and read back by the next call with the same arguments."""
+    folder = os.environ.get(CACHE_ENV)
+    if not folder:
+        return _generate(shape, nnz, seed, a, dtype, exact)
+    key = "_".join(map(str, [*shape, nnz, seed, a, np.dtype(dtype).str, int(exact)]))
+    path = os.path.join(folder, f"synth_{key}.npz")
+    if os.path.exists(path):
+        with np.load(path) as z:
+            return SparseTensor(z["subs"], z["vals"], shape, dtype=dtype, copy=False)
+    X = _generate(shape, nnz, seed, a, dtype, exact)
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, subs=X.subs, vals=X.vals)
+    os.replace(tmp, path)
+    return X
+
+
+def _generate(shape, nnz, seed, a, dtype, exact):
     rng = np.random.default_rng(seed)
     total = 1
     for s in shape:

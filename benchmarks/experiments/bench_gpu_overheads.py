@@ -92,6 +92,9 @@ def main(argv=None):
     p.add_argument("--als-iters", type=int, default=10)
     p.add_argument("--chunks", type=int, nargs="*", default=[],
                    help="also the device time of MTTKRP with these nonzeros per chunk")
+    p.add_argument("--level-chunks", type=int, nargs="*", default=[],
+                   help="also MTTKRP with these boundary-list entries per work-item at the "
+                        "levels of the boundary reduction (SparseKernels.LEVEL_CHUNK)")
     p.add_argument("--out", default=None, help="JSON file for the results")
     args = p.parse_args(argv)
     X = synthetic_tensor(tuple(args.shape), int(args.nnz), seed=0)
@@ -129,6 +132,19 @@ def main(argv=None):
             f"{x['device_ms']:.3f}" for x in r) + ", accumulate alone " + " ".join(
             f"{x['by_kernel_ms'].get('accumulate', 0):.3f}" for x in r), flush=True)
     be.chunk = default_chunk
+    default_level = be.LEVEL_CHUNK
+    for lc in args.level_chunks:
+        be.LEVEL_CHUNK = lc
+        T.launchers.clear()      # the levels' buffers are sized for the level chunk
+        r = [_call(be, lambda m=m: be.mttkrp(T, F, m, out=out[m]), args.repeat)
+             for m in range(X.ndim)]
+        res["kernels"][f"mttkrp_level{lc}"] = r
+        print(f"level chunk {lc}: MTTKRP wall ms per mode " + " ".join(
+            f"{x['wall_ms']:.3f}" for x in r) + ", device " + " ".join(
+            f"{x['device_ms']:.3f}" for x in r) + ", launches " + " ".join(
+            str(x['launches']) for x in r), flush=True)
+    be.LEVEL_CHUNK = default_level
+    T.launchers.clear()
     # a whole CP-ALS fit of the prepared tensor (the estimator finds the prepared copy)
     est = CPALS(rank=args.rank, max_iter=2, tol=0, random_state=0, device=args.device)
     est.fit(X)

@@ -34,6 +34,14 @@ __all__ = ["Backend", "AprKernels", "GcpKernels", "FORMATS"]
 FORMATS = ("auto", "coo", "alto")
 
 
+class _ALSDone:
+    """The result of an update of :meth:`Backend.als_start` that ran at once."""
+    ready = True
+
+    def __init__(self, weights, gram, inner):
+        self.weights, self.gram, self.inner = weights, gram, inner
+
+
 class Backend(ABC):
     """Abstract kernel backend."""
 
@@ -188,6 +196,51 @@ class Backend(ABC):
         scale = np.where(weights > 0, 1.0 / np.where(weights > 0, weights, 1), 1.0)
         self.scale_columns(U, scale)
         return U, weights, self.gram(U)
+
+    def als_start(self, M, grams, mode, first=False, col_scale=None, inner=False):
+        """Begin CP-ALS's update of factor ``mode`` (:meth:`als_update`); :meth:`als_finish`
+        ends it.  Between the two, an algorithm may enqueue the next MTTKRP, which then reads
+        the new factor before its columns are scaled: a backend whose device works while the
+        host waits (OpenCL) scales them only in :meth:`als_finish`, so that the device never
+        waits for the host's small R x R steps.
+
+        Parameters
+        ----------
+        M, grams, mode, first
+            As for :meth:`als_update`.
+        col_scale : ndarray of shape (R,) or None, default=None
+            ``M``'s columns are to be multiplied by these first: the scales that
+            :meth:`als_finish` returned as deferred for a factor that ``M``'s MTTKRP read
+            before they were applied (the MTTKRP is linear in each factor's columns).
+        inner : bool, default=False
+            Whether :meth:`als_finish` is also to return ``inner(U, M)`` of the finished
+            factor and the (scaled) MTTKRP: the ``⟨X, M⟩`` of the fit.
+
+        Returns
+        -------
+        U : backend array of shape (I_mode, R)
+            The new factor; its columns may be scaled only by :meth:`als_finish`.
+        pending : object
+            Handed to :meth:`als_finish`; ``pending.ready`` tells whether the host has
+            anything left to wait for (False: enqueueing device work before
+            :meth:`als_finish` overlaps it with the wait).
+
+        The default runs the whole update at once (:meth:`als_update`): nothing is deferred.
+        """
+        if col_scale is not None:
+            M = self.scale_columns(M, np.asarray(col_scale, dtype=np.float64))
+        U, weights, gram = self.als_update(M, grams, mode, first)
+        ip = np.asarray(self.inner(U, M), dtype=np.float64) if inner else None
+        return U, _ALSDone(weights, gram, ip)
+
+    def als_finish(self, pending):
+        """End the update begun by :meth:`als_start`: ``(weights, gram, deferred, inner)``,
+        the column weights and ``UᵀU`` of the finished factor as :meth:`als_update` returns
+        them, ``deferred`` None or the scales applied to the factor's columns only now (a
+        MTTKRP enqueued since :meth:`als_start` read the factor without them: its columns
+        are to be multiplied by these), and ``inner`` the per-column ``inner(U, M)`` asked
+        for by ``als_start(..., inner=True)`` (else None)."""
+        return pending.weights, pending.gram, None, pending.inner
 
     #: shapes of the kernels' dense arguments, checked before any compiled code runs
     check_factors = staticmethod(check_factors)

@@ -60,3 +60,23 @@ def als_weights(stat, first):
     weights = np.sqrt(stat) if first else np.maximum(stat, 1.0)
     scale = np.where(weights > 0, 1.0 / np.where(weights > 0, weights, 1), 1.0)
     return weights, scale
+
+
+def als_matrix(grams, mode, col_scale=None):
+    """The R x R matrix that CP-ALS multiplies the MTTKRP of ``mode`` by: the inverse of the
+    element-wise product of the other Gram matrices, its rows multiplied by ``col_scale``
+    first where given (the MTTKRP read a factor whose columns were scaled only after it:
+    see :meth:`~.base.Backend.als_start`)."""
+    Yinv = inverse_gram(hadamard_except(grams, mode))
+    if col_scale is not None:
+        Yinv = np.asarray(col_scale, dtype=np.float64)[:, None] * Yinv
+    return Yinv
+
+
+def als_inner(ip, scale, col_scale=None):
+    """``inner(U S, M C)`` per column from ``inner(U, M)`` (None stays None): the factor's
+    columns scaled by ``scale`` after the product, the MTTKRP's by ``col_scale``."""
+    if ip is None:
+        return None
+    ip = np.asarray(ip, dtype=np.float64) * scale
+    return ip if col_scale is None else ip * np.asarray(col_scale, dtype=np.float64)

@@ -235,13 +235,30 @@ class CPALS(BaseCP):
         t0 = time.perf_counter()
         n_iter = 0
         stop = "max_iter"
+        # Each factor's update is begun (als_start) and, where the backend's device works
+        # while the host waits, finished (als_finish) only after the next MTTKRP has been
+        # enqueued: that MTTKRP reads the new factor before its columns are scaled, and its
+        # columns are scaled afterwards instead (``corr``, folded into the next update).
+        ahead = None      # mode 0's MTTKRP of the next iteration, enqueued before the fit
+        corr = None
         for it in range(self.max_iter):
             fit_old = fit
+            pending = None
             for n in range(N):
-                M = backend.mttkrp(T, U, n)
-                U[n], weights, grams[n] = backend.als_update(M, grams, n, first=it == 0)
+                M = ahead if ahead is not None else backend.mttkrp(T, U, n)
+                ahead = None
+                if pending is not None:
+                    weights, grams[n - 1], corr, _ = backend.als_finish(pending)
+                U[n], pending = backend.als_start(M, grams, n, first=it == 0, col_scale=corr,
+                                                  inner=n == N - 1)
+                corr = None
+            if not pending.ready and it + 1 < self.max_iter:
+                ahead = backend.mttkrp(T, U, 0)
+            weights, grams[N - 1], corr, ip = backend.als_finish(pending)
+            if ahead is None:
+                corr = None
             # ⟨X, M⟩ from the last MTTKRP; ‖M‖² from the Gram matrices
-            iprod = float(np.dot(backend.inner(U[N - 1], M), weights))
+            iprod = float(np.dot(ip, weights))
             norm_m2 = float(weights @ _hadamard_except(grams, -1) @ weights)
             residual = np.sqrt(abs(norm_x2 + norm_m2 - 2.0 * iprod))
             fit = 1.0 - residual / norm_x

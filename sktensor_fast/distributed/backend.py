@@ -156,6 +156,19 @@ class DistributedGcpState(GcpState):
         self.work = None
 
 
+class _DistALS:
+    """An update of :meth:`DistributedBackend.als_start`: of the process's backend
+    (``local``, its own pending update), or of the own rows with their partials in flight."""
+
+    def __init__(self, local=None, U=None, handle=None, first=False, col_scale=None):
+        self.local, self.U, self.handle = local, U, handle
+        self.first, self.col_scale = first, col_scale
+
+    @property
+    def ready(self):
+        return self.local.ready if self.local is not None else self.handle is None
+
+
 class DistributedBackend(Backend):
     """Kernel interface over MPI processes, each running its own ``local`` backend.
 
@@ -469,32 +482,69 @@ class DistributedBackend(Backend):
         self._wrote_part(out)
         return out
 
+    @staticmethod
+    def _whole(M):
+        """Whether this process holds the whole of ``M`` (current)."""
+        return M.full_ok or (M.layout is not None and M.layout.whole and M.part_ok)
+
     def als_update(self, M, grams, mode, first=False):
-        """CP-ALS's update (:meth:`Backend.als_update`): by the process's backend when this
-        process holds the whole matrix; else on the own rows, with the column statistics and
-        the Gram matrix of the own rows reduced over the processes together where the
-        process's backend computes them in one pass (``als_partials``)."""
+        """CP-ALS's update (:meth:`Backend.als_update`): :meth:`als_start` and
+        :meth:`als_finish` at once (the interface's steps where neither applies)."""
         M = self._darray(M)
-        if M.full_ok or (M.layout is not None and M.layout.whole and M.part_ok):
-            U, w, g = self.local.als_update(M.full if M.full_ok else M.part, grams, mode,
-                                            first)
-            return self._new(tuple(U.shape), U.dtype, full=U), w, g
-        partials = getattr(self.local, "als_partials", None)
-        if partials is None:
+        if not (self._whole(M) or hasattr(self.local, "als_partials_begin")):
             return super().als_update(M, grams, mode, first)
-        from ..backends.gram import als_weights, hadamard_except, inverse_gram
-        U = self.matmul_small(M, inverse_gram(hadamard_except(grams, mode)))
-        stat, G = partials(U.part, first)
+        U, pending = self.als_start(M, grams, mode, first)
+        weights, G, _, _ = self.als_finish(pending)
+        return U, weights, G
+
+    def als_start(self, M, grams, mode, first=False, col_scale=None, inner=False):
+        """:meth:`Backend.als_start`: by the process's backend when this process holds the
+        whole matrix; else on the own rows, whose column statistics, Gram matrix (and inner
+        products with ``M``) the process's backend enqueues without waiting where it can
+        (``als_partials_begin``).  :meth:`als_finish` then reduces them over the processes
+        (one MPI call on the first iteration, two after) and scales the columns of every
+        copy of the factor: the next MTTKRP, enqueued in between, may have gathered its rows
+        unscaled."""
+        M = self._darray(M)
+        if self._whole(M):
+            U, p = self.local.als_start(M.full if M.full_ok else M.part, grams, mode, first,
+                                        col_scale, inner)
+            return self._new(tuple(U.shape), U.dtype, full=U), _DistALS(local=p)
+        begin = getattr(self.local, "als_partials_begin", None)
+        if begin is None:
+            return super().als_start(M, grams, mode, first, col_scale, inner)
+        from ..backends.gram import als_matrix
+        U = self.matmul_small(M, als_matrix(grams, mode, col_scale))
+        handle = begin(U.part, first, self._part(M, U.layout) if inner else None)
+        return U, _DistALS(U=U, handle=handle, first=first, col_scale=col_scale)
+
+    def als_finish(self, pending):
+        p = pending
+        if not isinstance(p, _DistALS):       # the interface's update, done at once
+            return super().als_finish(p)
+        if p.local is not None:
+            return self.local.als_finish(p.local)
+        from ..backends.gram import als_inner, als_weights
+        stat, G, ip = self.local.als_partials_end(p.handle)
         R = G.shape[0]
-        if first:
-            both = self.channel.sum(np.concatenate([stat, G.reshape(-1)]))
-            stat, G = both[:R], both[R:].reshape(R, R)
+        rest = [G.reshape(-1)] + ([] if ip is None else [ip])
+        if p.first:
+            both = self.channel.sum(np.concatenate([stat] + rest))
+            stat, rest = both[:R], both[R:]
         else:
-            stat, G = self.channel.max(stat), self.channel.sum(G)
-        weights, scale = als_weights(stat, first)
-        self.local.scale_columns(U.part, scale)
-        self._wrote_part(U)
-        return U, weights, G * scale[:, None] * scale[None, :]
+            stat, rest = self.channel.max(stat), self.channel.sum(np.concatenate(rest))
+        G, ip = rest[:R * R].reshape(R, R), (rest[R * R:] if ip is not None else None)
+        weights, scale = als_weights(stat, p.first)
+        U = p.U
+        # every current copy: the own rows, and the whole factor if a MTTKRP gathered it
+        # (the same rows, scaled alike); a part that is the whole array is scaled once
+        if U.part_ok:
+            self.local.scale_columns(U.part, scale)
+        if U.full_ok and not (U.part_ok and U.view):
+            self.local.scale_columns(U.full, scale)
+        p.U = p.handle = None
+        return weights, G * scale[:, None] * scale[None, :], scale, \
+            als_inner(ip, scale, p.col_scale)
 
     def column_norms(self, A, ord=2):
         A = self._darray(A)

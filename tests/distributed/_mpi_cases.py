@@ -433,6 +433,15 @@ def opencl_device_same_model():
     b = est.fit(Xd)
     assert_same_everywhere([b.weights_, *b.factors_])
     compare_models(a, b, "CPAPR mu on OpenCL")
+    # CP-ALS: each process's update of its own rows finished after the next MTTKRP has
+    # gathered them (unscaled), by max_iter and by tol (the same iterations)
+    for kw in (dict(max_iter=10, tol=0), dict(max_iter=200, tol=1e-6)):
+        als = CPALS(rank=3, random_state=0, device="opencl", **kw)
+        serial = CPALS(**als.get_params()).fit(X)
+        dist = als.fit(Xd)
+        assert_same_everywhere([dist.weights_, *dist.factors_, dist.loss_history_])
+        assert dist.n_iter_ == serial.n_iter_, (dist.n_iter_, serial.n_iter_)
+        compare_models(serial, dist, f"CPALS {kw} on OpenCL")
     # GCP: each process draws the samples it owns on the host and computes their gradient on
     # its device; the one-process fit draws them on the device
     for kw in (dict(loss="poisson"),

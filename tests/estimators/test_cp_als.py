@@ -216,3 +216,22 @@ def test_same_model_on_every_device(device):
         np.testing.assert_allclose(fb, fa, rtol=1e-9, atol=1e-9 * np.abs(fa).max())
     np.testing.assert_allclose(b.transform(X[:5]), a.transform(X[:5]), rtol=1e-8, atol=1e-10)
     assert b.score(X) == pytest.approx(a.score(X), rel=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(30, 20), (12, 10, 8, 6)])
+def test_same_iterations_and_history_on_every_device(device, shape):
+    """Where the device overlaps the next MTTKRP with the wait for an update (the columns of
+    the new factor scaled afterwards, the MTTKRP corrected), the fit still follows the host's
+    iterations: the same fits at every iteration, the same stop by ``tol`` (a MTTKRP enqueued
+    ahead of the test is dropped), and by ``max_iter``."""
+    rng = np.random.default_rng(5)
+    X = random_sparse(shape, 400 if len(shape) == 2 else 2000, rng)
+    init = [rng.random((s, 3)) for s in X.shape]
+    for kw in (dict(max_iter=200, tol=1e-7), dict(max_iter=7, tol=0)):
+        a, b = fits_to_compare(lambda **k: CPALS(rank=3, init=[f.copy() for f in init],
+                                                 **kw, **k), X, device)
+        assert b.stop_reason_ == a.stop_reason_ and b.n_iter_ == a.n_iter_
+        np.testing.assert_allclose(b.loss_history_, a.loss_history_, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(b.weights_, a.weights_, rtol=1e-8)
+        for fa, fb in zip(a.factors_, b.factors_):
+            np.testing.assert_allclose(fb, fa, rtol=1e-8, atol=1e-8 * np.abs(fa).max())

@@ -9,10 +9,20 @@ import collections
 
 import numpy as np
 
+from ..gram import als_inner, als_matrix, als_weights
+
 __all__ = ["DenseSteps", "DENSE_CL"]
 
 #: the kernel file of the element-wise steps and reductions
 DENSE_CL = "dense.cl"
+
+
+class _PendingALS:
+    """An update of :meth:`DenseSteps.als_start` whose downloads are in flight."""
+    ready = False
+
+    def __init__(self, U, first, col_scale, handle):
+        self.U, self.first, self.col_scale, self.handle = U, first, col_scale, handle
 
 
 class DenseSteps:
@@ -106,32 +116,52 @@ class DenseSteps:
 
     def als_update(self, M, grams, mode, first=False):
         """CP-ALS's update of a factor (see :meth:`Backend.als_update`) with one wait for the
-        device: the product with the inverse, the column norms and the Gram matrix of the
-        product are enqueued together and come back in one download; the columns are then
-        scaled on the device and the Gram matrix of the scaled factor is ``S G S`` (S the
-        scales), formed on the host."""
-        from ..gram import als_weights, hadamard_except, inverse_gram
-        U = self.matmul_small(M, inverse_gram(hadamard_except(grams, mode)))
-        stat, G = self.als_partials(U, first)
-        weights, scale = als_weights(stat, first)
-        self.scale_columns(U, scale)
-        return U, weights, G * scale[:, None] * scale[None, :]
+        device: :meth:`als_start` and :meth:`als_finish` at once (the product with the
+        inverse, the column statistics and the Gram matrix of the product enqueued together
+        and brought back in one wait; the columns then scaled on the device, and the Gram
+        matrix of the scaled factor ``S G S``, S the scales, formed on the host)."""
+        U, pending = self.als_start(M, grams, mode, first)
+        weights, G, _, _ = self.als_finish(pending)
+        return U, weights, G
 
-    def als_partials(self, U, first):
-        """``(column sums of squares (first) or largest magnitudes, UᵀU)`` of the device
-        matrix ``U``, float64 host arrays, computed together and brought back in one
-        download."""
-        R = int(U.shape[1])
-        stat_d = self._column_dev(U, U, 0 if first else 1)
-        gram_d = self._cross_dev(U, U)
-        stat = np.empty(R, dtype=U.dtype)
-        G = np.empty(R * R, dtype=U.dtype)
-        # the first download's event kept until the second, blocking one has waited: one wait
-        first = self.cl.enqueue_copy(self.queue, stat, stat_d.data, is_blocking=False)
-        self.cl.enqueue_copy(self.queue, G, gram_d.data, is_blocking=True)
-        del first
+    def als_partials_begin(self, U, first, M=None):
+        """Enqueue the column statistics of the device matrix ``U`` (sums of squares on the
+        ``first`` iteration, else largest magnitudes), ``UᵀU`` and, with ``M``, the column
+        inner products of ``U`` and ``M``, with their downloads, without waiting;
+        :meth:`als_partials_end` waits for them (one wait) and returns them."""
+        parts = [self._column_dev(U, U, 0 if first else 1), self._cross_dev(U, U)]
+        if M is not None:
+            parts.append(self._column_dev(U, M, 0))
+        hosts = [np.empty(int(p.shape[0]), dtype=U.dtype) for p in parts]
+        events = [self.cl.enqueue_copy(self.queue, h, p.data, is_blocking=False)
+                  for h, p in zip(hosts, parts)]
+        return int(U.shape[1]), hosts, events
+
+    def als_partials_end(self, handle):
+        """``(stat, G, inner or None)`` of :meth:`als_partials_begin`, float64 host arrays."""
+        R, hosts, events = handle
+        # an in-order queue: the last download done means all of them are
+        self.cl.wait_for_events(events[-1:])
         self._uploads_done()
-        return stat.astype(np.float64), G.astype(np.float64).reshape(R, R)
+        ip = hosts[2].astype(np.float64) if len(hosts) > 2 else None
+        return hosts[0].astype(np.float64), hosts[1].astype(np.float64).reshape(R, R), ip
+
+    def als_start(self, M, grams, mode, first=False, col_scale=None, inner=False):
+        """:meth:`Backend.als_start` without waiting: the product with the inverse (and
+        ``col_scale``, folded into the R x R matrix), then :meth:`als_partials_begin`;
+        :meth:`als_finish` waits for those and scales the columns."""
+        U = self.matmul_small(M, als_matrix(grams, mode, col_scale))
+        return U, _PendingALS(U, first, col_scale,
+                              self.als_partials_begin(U, first, M if inner else None))
+
+    def als_finish(self, pending):
+        p = pending
+        stat, G, ip = self.als_partials_end(p.handle)
+        weights, scale = als_weights(stat, p.first)
+        self.scale_columns(p.U, scale)
+        p.U = p.handle = None
+        return weights, G * scale[:, None] * scale[None, :], scale, \
+            als_inner(ip, scale, p.col_scale)
 
     def column_norms(self, A, ord=2):
         if ord == 2:
