@@ -95,6 +95,10 @@ def main(argv=None):
     p.add_argument("--level-chunks", type=int, nargs="*", default=[],
                    help="also MTTKRP with these boundary-list entries per work-item at the "
                         "levels of the boundary reduction (SparseKernels.LEVEL_CHUNK)")
+    p.add_argument("--tail-rounds", type=int, nargs="*", default=[],
+                   help="also MTTKRP with the boundary reduction's last levels in one launch "
+                        "from this many rounds of its work-group (SparseKernels.TAIL_ROUNDS; "
+                        "0: a launch per level)")
     p.add_argument("--out", default=None, help="JSON file for the results")
     args = p.parse_args(argv)
     X = synthetic_tensor(tuple(args.shape), int(args.nnz), seed=0)
@@ -132,18 +136,22 @@ def main(argv=None):
             f"{x['device_ms']:.3f}" for x in r) + ", accumulate alone " + " ".join(
             f"{x['by_kernel_ms'].get('accumulate', 0):.3f}" for x in r), flush=True)
     be.chunk = default_chunk
-    default_level = be.LEVEL_CHUNK
-    for lc in args.level_chunks:
-        be.LEVEL_CHUNK = lc
+    default_level, default_tail = be.LEVEL_CHUNK, be.TAIL_ROUNDS
+    settings = [("level", lc) for lc in args.level_chunks]
+    settings += [("tail", t) for t in args.tail_rounds]
+    for what, v in settings:
+        be.LEVEL_CHUNK, be.TAIL_ROUNDS = default_level, default_tail
+        setattr(be, "LEVEL_CHUNK" if what == "level" else "TAIL_ROUNDS", v)
         T.launchers.clear()      # the levels' buffers are sized for the level chunk
         r = [_call(be, lambda m=m: be.mttkrp(T, F, m, out=out[m]), args.repeat)
              for m in range(X.ndim)]
-        res["kernels"][f"mttkrp_level{lc}"] = r
-        print(f"level chunk {lc}: MTTKRP wall ms per mode " + " ".join(
-            f"{x['wall_ms']:.3f}" for x in r) + ", device " + " ".join(
+        res["kernels"][f"mttkrp_{what}{v}"] = r
+        print(f"{what} {v}: MTTKRP wall ms per mode " + " ".join(
+            f"{x['wall_ms']:.3f}" for x in r) + ", enqueue " + " ".join(
+            f"{x['enqueue_ms']:.3f}" for x in r) + ", device " + " ".join(
             f"{x['device_ms']:.3f}" for x in r) + ", launches " + " ".join(
             str(x['launches']) for x in r), flush=True)
-    be.LEVEL_CHUNK = default_level
+    be.LEVEL_CHUNK, be.TAIL_ROUNDS = default_level, default_tail
     T.launchers.clear()
     # a whole CP-ALS fit of the prepared tensor (the estimator finds the prepared copy)
     est = CPALS(rank=args.rank, max_iter=2, tol=0, random_state=0, device=args.device)

@@ -88,6 +88,12 @@ class SparseKernels:
     #: entries of the boundary list per work-item at the reduction levels
     LEVEL_CHUNK = 16
 
+    #: the last levels of the boundary reduction run in one launch of one work-group of
+    #: (up to) this many work-items (``reduce_tail``), from the first level at which the group
+    #: covers the list's chunks in at most :attr:`TAIL_ROUNDS` rounds (0: a launch per level)
+    TAIL_GROUP = 1024
+    TAIL_ROUNDS = 4
+
     def cp_kernel(self, dtype, nmodes, name, phi=False, vec=1, rank=None, interleaved=False,
                   off32=False, prefetch=False, T=None, role=None):
         """Kernel ``name`` of cp.cl for ``nmodes`` factors of ``dtype``, from the backend's
@@ -257,15 +263,30 @@ class SparseKernels:
         return got
 
     def _reduce_boundaries(self, rows, vals, n, R, RP, dtype, out, T=None):
-        """Fold the sorted (row, partial sum) boundary list into ``out``, level by level."""
+        """Fold the sorted (row, partial sum) boundary list into ``out``, level by level: a
+        launch per level while the list is long, then the last levels in one launch of one
+        work-group (``reduce_tail``) once a pass of that group over the list takes at most
+        :attr:`TAIL_ROUNDS` chunks per work-item."""
         source = lambda: self._header(dtype) + self._source("dense.cl")  # noqa: E731
+        chunk = self.LEVEL_CHUNK
+        if chunk < 4:      # 2 entries out of a chunk of 3 or fewer: the list may not shrink
+            raise ValueError(f"LEVEL_CHUNK is {chunk}; the boundary reduction needs at least 4")
+        tail = self._launcher(T, (("dense", np.dtype(dtype).str), "reduce_tail", 0),
+                              source, "dense.cl (for reduce_tail)") if self.TAIL_ROUNDS else None
+        tail_lg = self._tail_group(tail, dtype) // RP if tail is not None else 0
         level = 0
         while True:
             level += 1
+            nch = -(-n // chunk)
+            if nch > 1 and nch <= self.TAIL_ROUNDS * tail_lg:
+                knl = tail
+                lg = min(tail_lg, nch)
+                brows, bvals = self._boundary_buffers(nch, R, dtype, T, "tail")
+                knl(self.queue, (RP, lg), (RP, lg), np.int64(n), np.int32(R), np.int32(chunk),
+                    rows, vals, out.data, brows, bvals)
+                return out
             knl = self._launcher(T, (("dense", np.dtype(dtype).str), "reduce_level", level),
                                  source, "dense.cl (for reduce_level)")
-            chunk = self.LEVEL_CHUNK
-            nch = -(-n // chunk)
             final = nch == 1
             LG = max(1, min(256, self.max_wg) // RP)
             ngroups = -(-nch // LG)
@@ -278,6 +299,18 @@ class SparseKernels:
             if final:
                 return out
             rows, vals, n = nrows, nvals, 2 * nch
+
+    def _tail_group(self, knl, dtype):
+        """Work-items of the one work-group of ``reduce_tail`` (``knl``, a launcher or kernel):
+        :attr:`TAIL_GROUP`, at most what the device allows for that kernel."""
+        key = ("tail_group", np.dtype(dtype).str)
+        got = self.__dict__.setdefault("_group_sizes", {}).get(key)
+        if got is None:
+            k = getattr(knl, "knl", knl)
+            most = int(k.get_work_group_info(self.cl.kernel_work_group_info.WORK_GROUP_SIZE,
+                                             self.device))
+            got = self._group_sizes[key] = max(1, min(self.TAIL_GROUP, self.max_wg, most))
+        return got
 
     def _launch_model_values(self, T, weights, factors):
         """The model's values at the nonzeros of a resident tensor (or a block's)."""

@@ -393,6 +393,46 @@ def test_max_tensor_bytes_is_an_option():
     assert OpenCLBackend("opencl", max_tensor_bytes=4096).options.max_tensor_bytes == 4096
 
 
+@pytest.mark.parametrize("tail_rounds, tail_group, level_chunk",
+                         [(0, 1024, 16), (4, 1024, 16), (1, 32, 4), (3, 64, 5), (50, 32, 4)])
+def test_boundary_levels_and_tail(layout_be, monkeypatch, tail_rounds, tail_group,
+                                  level_chunk):
+    """The boundary reduction gives the reference whether its last levels run in one launch of
+    one work-group (``reduce_tail``: one level or many, each level in one round of the group
+    or several) or a launch per level; the tail is launched where its rounds allow, once."""
+    be = layout_be
+    monkeypatch.setattr(be, "TAIL_ROUNDS", tail_rounds)
+    monkeypatch.setattr(be, "TAIL_GROUP", tail_group)
+    monkeypatch.setattr(be, "LEVEL_CHUNK", level_chunk)
+    monkeypatch.setattr(be, "_group_sizes", {}, raising=False)
+    monkeypatch.setattr(be, "chunk", 8)
+    monkeypatch.setattr(be, "wide_chunk", 8)
+    rng = np.random.default_rng(7)
+    from sktensor_fast import SparseTensor
+    n = 6000
+    # a heavy row (spanning many chunks) among rows of a few nonzeros each
+    subs = np.stack([np.where(rng.random(n) < 0.3, 5, rng.integers(0, 900, n)),
+                     rng.integers(0, 40, n), rng.integers(0, 50, n)], axis=1)
+    X = SparseTensor(subs, rng.random(n), (900, 40, 50))
+    T = be.prepare(X)
+    f = [rng.random((s, 4)) for s in X.shape]
+    names = []
+    orig = cl.enqueue_nd_range_kernel
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel",
+                        lambda q, k, *a, **kw: names.append(k.function_name)
+                        or orig(q, k, *a, **kw))
+    np.testing.assert_allclose(be.to_numpy(be.mttkrp(T, f, 0)), mttkrp_ref(X, f, 0),
+                               rtol=1e-11)
+    np.testing.assert_allclose(be.to_numpy(be.phi(T, f, 0, f[0], 1e-10)),
+                               phi_ref(X, f, 0, f[0], 1e-10), rtol=1e-11)
+    tails = names.count("reduce_tail")
+    levels = names.count("reduce_level")
+    assert tails == (0 if tail_rounds == 0 else 2), names
+    assert levels >= (4 if tail_rounds == 0 else 0), names
+    if tail_rounds >= 50:
+        assert levels == 0, names      # the first level already fits the tail's rounds
+
+
 def test_repeated_calls_set_the_arguments_that_changed(layout_be, monkeypatch):
     """A tensor's kernels keep the arguments of their last launch and set them again only
     when one changed: calls in turn with other factors, outputs, ranks, kernels and the same

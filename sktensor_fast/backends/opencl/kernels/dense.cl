@@ -120,17 +120,15 @@ __kernel void multiply_inplace(const long n, __global VAL_T* B, __global const V
     if (i < n) B[i] *= Phi[i];
 }
 
-/* One level of the boundary reduction: the same run-by-run scheme over a list of (row, R-vector)
- * entries sorted by row.  With `final` (a single chunk covers the list) every run is stored. */
-__kernel void reduce_level(const long n, const int R, const int chunk, const int final,
-                           __global const long* rows, __global const VAL_T* vals,
-                           __global VAL_T* out, __global long* bnd_row, __global VAL_T* bnd_val)
+/* Chunk c of a boundary level: the runs of rows of entries s..e-1 of a list of (row, R-vector)
+ * entries sorted by row; a run inside the chunk is a whole row's sum and is stored, the first
+ * and last runs go to the next level's list (entries 2c, 2c + 1), or are stored too with
+ * `final` (a single chunk covers the list).  Column r of the R. */
+inline void reduce_chunk(const long c, const long s, const long e, const int R, const int r,
+                         const int final, __global const long* rows,
+                         __global const VAL_T* vals, __global VAL_T* out,
+                         __global long* bnd_row, __global VAL_T* bnd_val)
 {
-    const int r = get_local_id(0);
-    const long c = get_global_id(1);
-    const long s = c * (long)chunk;
-    const long e = min(s + (long)chunk, n);
-    if (r >= R || s >= e) return;
     const long first_row = rows[s];
     const long last_row = rows[e - 1];
     long cur = first_row;
@@ -150,6 +148,52 @@ __kernel void reduce_level(const long n, const int R, const int chunk, const int
         return;
     }
     close_chunk(c, R, r, cur, first_row, last_row, acc, bnd_row, bnd_val);
+}
+
+/* One level of the boundary reduction: chunk get_global_id(1) of the list (see reduce_chunk). */
+__kernel void reduce_level(const long n, const int R, const int chunk, const int final,
+                           __global const long* rows, __global const VAL_T* vals,
+                           __global VAL_T* out, __global long* bnd_row, __global VAL_T* bnd_val)
+{
+    const int r = get_local_id(0);
+    const long c = get_global_id(1);
+    const long s = c * (long)chunk;
+    const long e = min(s + (long)chunk, n);
+    if (r >= R || s >= e) return;
+    reduce_chunk(c, s, e, R, r, final, rows, vals, out, bnd_row, bnd_val);
+}
+
+/* The last levels of the boundary reduction in one launch of one work-group: level after level
+ * (each a pass of the group's work-items over the level's chunks, then a barrier), the lists
+ * alternating between (rows_a, vals_a), which holds the first, and (rows_b, vals_b), until one
+ * chunk covers the list.  The barrier's global fence makes a level's writes visible to the whole
+ * group before the next level reads them. */
+__kernel void reduce_tail(long n, const int R, const int chunk,
+                          __global long* rows_a, __global VAL_T* vals_a, __global VAL_T* out,
+                          __global long* rows_b, __global VAL_T* vals_b)
+{
+    const int r = get_local_id(0);
+    const long lg = get_local_size(1);
+    __global long* src_row = rows_a;
+    __global VAL_T* src_val = vals_a;
+    __global long* dst_row = rows_b;
+    __global VAL_T* dst_val = vals_b;
+    for (;;) {
+        const long nch = (n + chunk - 1) / chunk;
+        const int final = nch == 1;
+        if (r < R) {
+            for (long c = get_local_id(1); c < nch; c += lg) {
+                const long s = c * (long)chunk;
+                reduce_chunk(c, s, min(s + (long)chunk, n), R, r, final, src_row, src_val,
+                             out, dst_row, dst_val);
+            }
+        }
+        if (final) return;
+        barrier(CLK_GLOBAL_MEM_FENCE);
+        n = 2 * nch;
+        __global long* tr = src_row; src_row = dst_row; dst_row = tr;
+        __global VAL_T* tv = src_val; src_val = dst_val; dst_val = tv;
+    }
 }
 
 /* dst[j] = src[order[j]] for the nonzeros (coordinates row-major, ncols per nonzero): builds a
