@@ -163,33 +163,45 @@ class KruskalTensor:
         (array([5.]), array([0.6, 0.8]), array([-1.]))
         """
         weights = self.weights.copy()
-        factors = []
+        scales = []
         for f in self.factors:
             norms = np.linalg.norm(f, ord=ord, axis=0)
-            scale = np.where(norms > 0, norms, 1).astype(f.dtype)
-            factors.append(f / scale)
+            scales.append(np.where(norms > 0, norms, 1).astype(f.dtype))
             weights = weights * norms.astype(weights.dtype)
         neg = weights < 0
         if neg.any():
             weights[neg] = -weights[neg]
+        # the components in their final order from the start: each factor is taken in that
+        # order once and then changed in place (the same bits as scaling, flipping and then
+        # permuting; one new matrix per factor)
+        order = np.argsort(-weights, kind="stable") if sort else None
+        if order is not None:
+            weights, neg = weights[order], neg[order]
+        factors = []
+        for f, scale in zip(self.factors, scales):
+            if order is None:
+                factors.append(f / scale)
+            else:
+                out = np.take(f, order, axis=1)
+                np.divide(out, scale[order], out=out)
+                factors.append(out)
+        if neg.any():
             factors[0][:, neg] = -factors[0][:, neg]
         if signs:
             # every mode but the last: the entry of largest magnitude positive (exact flips)
+            a = None
             for f in factors[:-1]:
                 if f.shape[0] == 0:
                     continue
                 # column by column: NumPy's argmax across the rows of a C-ordered matrix
                 # copies it transposed first (2-3x the time, measured on 30,000 x 16)
-                a = np.abs(f)
+                a = np.abs(f, out=a if a is not None and a.shape == f.shape else None)
                 idx = np.array([np.argmax(a[:, r]) for r in range(f.shape[1])], dtype=np.intp)
                 s = np.sign(f[idx, np.arange(f.shape[1])])
                 s[s == 0] = 1
                 f *= s[None, :]
                 factors[-1] *= s[None, :]
-        out = KruskalTensor._wrap(weights, factors)
-        if sort:
-            out = out._permuted(np.argsort(-weights, kind="stable"))
-        return out
+        return KruskalTensor._wrap(weights, factors)
 
     def _permuted(self, order):
         # np.take makes the C-ordered result directly (f[:, order] then a contiguous copy

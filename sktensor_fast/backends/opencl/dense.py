@@ -44,27 +44,47 @@ class DenseSteps:
         return a
 
     def _blocks(self, I):
+        """``(blocks, rows per block)`` of a blocked reduction over ``I`` rows: every block
+        holds at least one row, so the kernel writes every partial (nothing to zero)."""
+        if I <= 0:
+            return 1, 1
         nblocks = int(min(max(1, I // 64), 256))
-        return nblocks, -(-I // nblocks)
+        rpb = -(-I // nblocks)
+        return -(-I // rpb), rpb
 
     def _empty(self, shape, dtype):
         import pyopencl.array as cla
         return cla.empty(self.queue, shape, dtype=dtype, allocator=self.allocator)
+
+    def _scratch(self, n, dtype):
+        """A device buffer of ``n`` entries of ``dtype`` from the pool, for the partial results
+        of a reduction: a raw buffer, not a ``pyopencl.array.Array`` (whose construction
+        costs the host tens of µs, several times the launch it serves)."""
+        return self.allocator(max(1, int(n)) * np.dtype(dtype).itemsize)
+
+    def _download(self, buf, n, dtype):
+        """The first ``n`` entries of the device buffer ``buf``, a float64 host array (one
+        blocking transfer)."""
+        h = np.empty(int(n), dtype=dtype)
+        if n:
+            self.cl.enqueue_copy(self.queue, h, buf, is_blocking=True)
+        self._uploads_done()
+        return h.astype(np.float64)
 
     #: host-to-device transfers of small arrays kept in flight at most (their events; the
     #: oldest is waited for when more are enqueued)
     PENDING_UPLOADS = 32
 
     def _upload_async(self, host, dtype):
-        """A device copy of the small host array ``host`` (copied first), enqueued without
-        waiting.  PyOpenCL's event of such a transfer keeps the host array alive and, when it
+        """A device copy of the small host array ``host`` (copied first; a raw buffer),
+        enqueued without waiting.  PyOpenCL's event of such a transfer keeps the host array alive and, when it
         is freed, waits for the transfer: the events are kept (at most
         :attr:`PENDING_UPLOADS`) until a download has waited for the queue anyway."""
         h = np.array(host, dtype=dtype, order="C", copy=True)
-        out = self._empty(h.shape, h.dtype)
+        out = self._scratch(h.size, h.dtype)
         if h.nbytes:
             pending = self.__dict__.setdefault("_pending_uploads", collections.deque())
-            pending.append(self.cl.enqueue_copy(self.queue, out.data, h, is_blocking=False))
+            pending.append(self.cl.enqueue_copy(self.queue, out, h, is_blocking=False))
             while len(pending) > self.PENDING_UPLOADS:
                 pending.popleft()
         return out
@@ -77,42 +97,47 @@ class DenseSteps:
             pending.clear()
 
     def _finish_dev(self, partial, nblocks, K, op, dtype):
-        out = self._empty((K,), dtype)
+        out = self._scratch(K, dtype)
         self.launch(self.dense_kernel(dtype, "finish_partial"), (K,), np.int32(nblocks),
-                    np.int32(K), np.int32(op), partial.data, out.data)
+                    np.int32(K), np.int32(op), partial, out)
         return out
 
-    def _finish(self, partial, nblocks, K, op, dtype):
-        return self._finish_dev(partial, nblocks, K, op, dtype).get().astype(np.float64)
-
     def _cross_dev(self, A, C):
+        """``AᵀC`` (R x R, row-major) in a device buffer, not waited for."""
         I, R = A.shape
         nblocks, rpb = self._blocks(I)
-        # zeroed: a block past the last row (nblocks * rpb may exceed I) writes nothing
-        partial = self.zeros((nblocks, R * R), A.dtype)
+        partial = self._scratch(nblocks * R * R, A.dtype)
         if I:
             self.launch(self.dense_kernel(A.dtype, "cross_partial"), (R * R, nblocks), np.int64(I),
-                        np.int32(R), np.int64(rpb), A.data, C.data, partial.data)
+                        np.int32(R), np.int64(rpb), A.data, C.data, partial)
+        else:
+            self.cl.enqueue_fill_buffer(self.queue, partial, np.zeros(1, A.dtype), 0,
+                                        R * R * A.dtype.itemsize)
         return self._finish_dev(partial, nblocks, R * R, 0, A.dtype)
 
     def _cross(self, A, C):
         R = A.shape[1]
-        return self._cross_dev(A, C).get().astype(np.float64).reshape(R, R)
+        return self._download(self._cross_dev(A, C), R * R, A.dtype).reshape(R, R)
 
     def gram(self, A):
         return self._cross(A, A)
 
     def _column_dev(self, A, C, op):
+        """The column reduction ``op`` of ``A`` (and ``C``) in a device buffer of R entries,
+        not waited for (ops as in dense.cl's column_partial)."""
         I, R = A.shape
         nblocks, rpb = self._blocks(I)
-        partial = self.zeros((nblocks, R), A.dtype)     # zeroed: see _cross_dev
+        partial = self._scratch(nblocks * R, A.dtype)
         if I:
             self.launch(self.dense_kernel(A.dtype, "column_partial"), (R, nblocks), np.int64(I),
-                        np.int32(R), np.int64(rpb), np.int32(op), A.data, C.data, partial.data)
+                        np.int32(R), np.int64(rpb), np.int32(op), A.data, C.data, partial)
+        else:
+            self.cl.enqueue_fill_buffer(self.queue, partial, np.zeros(1, A.dtype), 0,
+                                        R * A.dtype.itemsize)
         return self._finish_dev(partial, nblocks, R, op, A.dtype)
 
     def _column(self, A, C, op):
-        return self._column_dev(A, C, op).get().astype(np.float64)
+        return self._download(self._column_dev(A, C, op), A.shape[1], A.dtype)
 
     def als_update(self, M, grams, mode, first=False):
         """CP-ALS's update of a factor (see :meth:`Backend.als_update`) with one wait for the
@@ -129,13 +154,14 @@ class DenseSteps:
         ``first`` iteration, else largest magnitudes), ``UᵀU`` and, with ``M``, the column
         inner products of ``U`` and ``M``, with their downloads, without waiting;
         :meth:`als_partials_end` waits for them (one wait) and returns them."""
-        parts = [self._column_dev(U, U, 0 if first else 1), self._cross_dev(U, U)]
+        R = int(U.shape[1])
+        parts = [(self._column_dev(U, U, 0 if first else 1), R), (self._cross_dev(U, U), R * R)]
         if M is not None:
-            parts.append(self._column_dev(U, M, 0))
-        hosts = [np.empty(int(p.shape[0]), dtype=U.dtype) for p in parts]
-        events = [self.cl.enqueue_copy(self.queue, h, p.data, is_blocking=False)
-                  for h, p in zip(hosts, parts)]
-        return int(U.shape[1]), hosts, events
+            parts.append((self._column_dev(U, M, 0), R))
+        hosts = [np.empty(n, dtype=U.dtype) for _, n in parts]
+        events = [self.cl.enqueue_copy(self.queue, h, buf, is_blocking=False)
+                  for h, (buf, _) in zip(hosts, parts)]
+        return R, hosts, events
 
     def als_partials_end(self, handle):
         """``(stat, G, inner or None)`` of :meth:`als_partials_begin`, float64 host arrays."""
@@ -183,7 +209,7 @@ class DenseSteps:
         if I:
             Md = self._upload_async(M, A.dtype)
             self.launch(self.dense_kernel(A.dtype, "matmul_small"), (Q, I), np.int64(I),
-                        np.int32(R), np.int32(Q), A.data, Md.data, out.data)
+                        np.int32(R), np.int32(Q), A.data, Md, out.data)
         return out
 
     def scale_columns(self, A, s):
@@ -191,7 +217,7 @@ class DenseSteps:
         if I:
             sd = self._upload_async(np.asarray(s), A.dtype)
             self.launch(self.dense_kernel(A.dtype, "scale_columns"), (R, I), np.int64(I),
-                        np.int32(R), A.data, sd.data)
+                        np.int32(R), A.data, sd)
         return A
 
     # --- CP-APR primitives ------------------------------------------------------------
@@ -199,9 +225,9 @@ class DenseSteps:
         """Reduce ``n`` entries with kernel ``vec_partial`` (sum for ops 0/2, max for 1)."""
         # a whole number of work-groups (the kernel's stride is the global size)
         G = self.geometry((min(max(1, n), 16384 if self.is_gpu else 256),))[0][0]
-        partial = self.zeros((G,), A.dtype)
+        partial = self._scratch(G, A.dtype)       # every work-item writes its partial
         self.launch(self.dense_kernel(A.dtype, "vec_partial"), (G,), np.int64(n), np.int32(op),
-                    A.data, C.data, A.dtype.type(p), partial.data)
-        part = partial.get().astype(np.float64)
+                    A.data, C.data, A.dtype.type(p), partial)
+        part = self._download(partial, G, A.dtype)
         return float(part.max() if op == 1 else part.sum())
 
