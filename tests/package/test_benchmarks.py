@@ -262,6 +262,42 @@ def test_streamed_script_runs(tmp_path):
     assert be.max_tensor_bytes == before      # the backend's setting is restored
 
 
+def test_streamed_script_stacks_the_parts_of_the_weak_runs(tmp_path):
+    """bench_streamed --parts 2 fits the tensor of bench_distributed --weak --stacked for two
+    processes (two parts stacked along mode 0) and reports per-iteration times both ways."""
+    import json
+    pytest.importorskip("pyopencl")
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    from benchmarks import bench_streamed
+    from benchmarks.synth import synthetic_tensor
+    out = tmp_path / "streamed.json"
+    bench_streamed.main(["--device", "opencl", "--shape", "uber", "--nnz", "3000", "--rank", "3",
+                         "--iters", "1", "--repeat", "1", "--algos", "cpals", "--parts", "2",
+                         "--out", str(out)])
+    rep = json.loads(out.read_text())
+    assert rep["nnz"] == 6000 and rep["parts"] == 2
+    assert rep["shape"][0] == 2 * 183 and rep["shape"][1:] == [24, 1140, 1717]
+    X = bench_streamed._stacked((183, 24, 1140, 1717), 3000, 2, np.dtype("float64"))
+    p1 = synthetic_tensor((183, 24, 1140, 1717), 3000, seed=1)
+    top = X.subs[:, 0] >= 183
+    assert np.array_equal(np.sort(X.vals[top]), np.sort(p1.vals))
+    for kind in ("resident", "streamed"):
+        assert np.isfinite(rep["rows"][0][kind]["s_per_iter_by_difference"])
+
+
+def test_als_processes_script_runs(capsys):
+    pytest.importorskip("pyopencl")
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    from benchmarks.experiments import bench_als_processes
+    ts = bench_als_processes.main(["--device", "opencl", "--shape", "20", "15", "10", "--nnz",
+                                   "1500", "--rank", "3", "--iters", "2", "--fits", "2",
+                                   "--label", "here"])
+    assert len(ts) == 2 and np.all(ts > 0)
+    assert capsys.readouterr().out.startswith("here min ")
+
+
 def test_phi_script_runs(tmp_path, capsys):
     """bench_phi times Φ of every mode and the data term for COO and ALTO and writes JSON."""
     import json
@@ -652,3 +688,21 @@ def test_launch_and_overhead_scripts_run(tmp_path):
         assert all(k["launches"] >= 1 and k["device_ms"] > 0 for k in res["kernels"][kind])
     fit = res["cpals_fit"][0]
     assert fit["launches"] > 0 and 0 < fit["kernels_s"] <= fit["device_s"]
+
+
+def test_synthetic_tensors_kept_in_the_cache_folder(tmp_path, monkeypatch):
+    """With SKTF_SYNTH_CACHE set, a synthetic tensor is written once and read back equal; other
+    arguments make another file."""
+    from benchmarks import synth
+    monkeypatch.setenv(synth.CACHE_ENV, str(tmp_path))
+    a = synth.synthetic_tensor((30, 20, 10), 500, seed=3)
+    files = list(tmp_path.iterdir())
+    assert len(files) == 1 and files[0].suffix == ".npz"
+    b = synth.synthetic_tensor((30, 20, 10), 500, seed=3)
+    assert np.array_equal(a.subs, b.subs) and np.array_equal(a.vals, b.vals)
+    assert b.shape == a.shape
+    synth.synthetic_tensor((30, 20, 10), 500, seed=4)
+    assert len(list(tmp_path.iterdir())) == 2
+    monkeypatch.delenv(synth.CACHE_ENV)
+    c = synth.synthetic_tensor((30, 20, 10), 500, seed=3)
+    assert np.array_equal(a.subs, c.subs)
