@@ -99,6 +99,9 @@ def main(argv=None):
                    help="also MTTKRP with the boundary reduction's last levels in one launch "
                         "from this many rounds of its work-group (SparseKernels.TAIL_ROUNDS; "
                         "0: a launch per level)")
+    p.add_argument("--fp32-factors", action="store_true",
+                   help="also the fp64 MTTKRP reading float copies of the factors "
+                        "(SparseKernels.fp32_factors), against the fp64 reads")
     p.add_argument("--out", default=None, help="JSON file for the results")
     args = p.parse_args(argv)
     X = synthetic_tensor(tuple(args.shape), int(args.nnz), seed=0)
@@ -153,6 +156,17 @@ def main(argv=None):
             str(x['launches']) for x in r), flush=True)
     be.LEVEL_CHUNK, be.TAIL_ROUNDS = default_level, default_tail
     T.launchers.clear()
+    if args.fp32_factors:
+        for flag in (False, True, False, True):
+            be.fp32_factors = flag
+            r = [_call(be, lambda m=m: be.mttkrp(T, F, m, out=out[m]), args.repeat)
+                 for m in range(X.ndim)]
+            res["kernels"].setdefault(f"mttkrp_fp32_factors_{flag}", []).append(r)
+            print(f"fp32 factors {flag}: MTTKRP wall ms per mode " + " ".join(
+                f"{x['wall_ms']:.3f}" for x in r) + ", accumulate alone " + " ".join(
+                f"{x['by_kernel_ms'].get('accumulate', 0):.3f}" for x in r) + ", device " +
+                " ".join(f"{x['device_ms']:.3f}" for x in r), flush=True)
+        be.fp32_factors = False
     # a whole CP-ALS fit of the prepared tensor (the estimator finds the prepared copy)
     est = CPALS(rank=args.rank, max_iter=2, tol=0, random_state=0, device=args.device)
     est.fit(X)

@@ -77,6 +77,12 @@ class SparseKernels:
     off32 = True
     prefetch = True
 
+    #: Experimental, for the benchmarks only (``bench_gpu_overheads.py --fp32-factors``): the
+    #: fp64 MTTKRP of the lanes layouts reads float copies of the factors (made at every
+    #: call), its products and sums staying in fp64.  Results then differ from the fp64 ones
+    #: by the rounding of the factors to float (about 1e-7 relative).
+    fp32_factors = False
+
     #: work-items per work-group of the lanes MTTKRP / Φ kernel (RP lanes x LG chunks); on an
     #: H200 at R = 16, 64 and 128 were 7% faster than 256-1024 (doc/guide/tuning.rst, "OpenCL
     #: work-group size")
@@ -95,7 +101,7 @@ class SparseKernels:
     TAIL_ROUNDS = 4
 
     def cp_kernel(self, dtype, nmodes, name, phi=False, vec=1, rank=None, interleaved=False,
-                  off32=False, prefetch=False, T=None, role=None):
+                  off32=False, prefetch=False, T=None, role=None, fp32_factors=False):
         """Kernel ``name`` of cp.cl for ``nmodes`` factors of ``dtype``, from the backend's
         program cache.  ``phi``: the Φ variant (False: MTTKRP; ``"local"``, ``"shuffle"`` or
         ``"wide"``); ``vec`` columns per lane in accumulate (per vector in accumulate_wide,
@@ -119,8 +125,17 @@ class SparseKernels:
                 extra.append("#define OFF_T int")
             if prefetch:
                 extra.append("#define PREFETCH 1")
-            return self._header(dtype, nmodes, extra=extra) + self._source(CP_CL)
+            factor_t = "VAL_T"
+            if fp32_factors:
+                sfx = "" if vec == 1 else str(vec)
+                extra += ["#define FP32_FACTORS 1", f"#define FVEC_T float{sfx}",
+                          f"#define TO_VEC_T convert_double{sfx}"]
+                factor_t = "float"
+            return (self._header(dtype, nmodes, extra=extra, factor_t=factor_t)
+                    + self._source(CP_CL))
         key = ("cp", np.dtype(dtype).str, nmodes, phi, vec, rank, interleaved, off32, prefetch)
+        if fp32_factors:
+            key += ("fp32_factors",)
         return self._launcher(T, (key, name, role), source, f"{CP_CL} (for {name})")
 
     def _launcher(self, T, ident, source, what):
@@ -199,9 +214,12 @@ class SparseKernels:
         limit = 2 ** 31 - 1
         off32 = self.off32 and max(nchunks * chunk * T.ndim, max(T.shape) * R,
                                    (2 * nchunks + 2) * R) < limit
+        fp32 = bool(self.fp32_factors and B is None and np.dtype(T.dtype) == np.float64)
+        if fp32:
+            facs = [f.astype(np.float32) for f in facs]
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
                              interleaved=interleaved, off32=off32, prefetch=self.prefetch,
-                             T=T, role=mode)
+                             T=T, role=mode, fp32_factors=fp32)
         ngroups = -(-nchunks // LG)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)

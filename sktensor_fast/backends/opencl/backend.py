@@ -131,8 +131,8 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         return np.int32
 
     # ------------------------------------------------------------------ programs
-    def _header(self, dtype, nmodes=None, idx="int", extra=()):
-        return header(dtype, nmodes, idx, extra)
+    def _header(self, dtype, nmodes=None, idx="int", extra=(), factor_t="VAL_T"):
+        return header(dtype, nmodes, idx, extra, factor_t)
 
     def _source(self, name):
         return kernel_source("common.cl", name)

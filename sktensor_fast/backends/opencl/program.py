@@ -167,10 +167,11 @@ def build_program(ctx, src, options=(), what="kernels"):
     return prog
 
 
-def header(dtype, nmodes=None, idx="int", extra=()):
+def header(dtype, nmodes=None, idx="int", extra=(), factor_t="VAL_T"):
     """The ``#define`` lines that precede a kernel file: ``VAL_T`` (and ``USE_FP64``) for
     ``dtype``, ``IDX_T``, and for a kernel over the factors of ``nmodes`` modes ``NMODES``,
-    ``FACTOR_PARAMS`` and ``FACTOR_ARRAY``; then the lines of ``extra``."""
+    ``FACTOR_PARAMS`` and ``FACTOR_ARRAY`` (factor entries of type ``factor_t``); then the
+    lines of ``extra``."""
     lines = []
     if np.dtype(dtype) == np.float64:
         lines += ["#define USE_FP64 1", "#define VAL_T double"]
@@ -179,10 +180,11 @@ def header(dtype, nmodes=None, idx="int", extra=()):
     lines.append(f"#define IDX_T {idx}")
     if nmodes is not None:
         lines.append(f"#define NMODES {nmodes}")
-        params = ", ".join(f"__global const VAL_T* F{k}" for k in range(nmodes))
+        params = ", ".join(f"__global const {factor_t}* F{k}" for k in range(nmodes))
         names = ", ".join(f"F{k}" for k in range(nmodes))
         lines.append(f"#define FACTOR_PARAMS {params}")
-        lines.append(f"#define FACTOR_ARRAY __global const VAL_T* F[NMODES] = {{{names}}};")
+        lines.append(f"#define FACTOR_ARRAY __global const {factor_t}* F[NMODES] = "
+                     f"{{{names}}};")
     lines += list(extra)
     return "\n".join(lines) + "\n"
 

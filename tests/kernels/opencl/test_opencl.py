@@ -433,6 +433,29 @@ def test_boundary_levels_and_tail(layout_be, monkeypatch, tail_rounds, tail_grou
         assert levels == 0, names      # the first level already fits the tail's rounds
 
 
+@pytest.mark.parametrize("layout", ["lanes", "lanes-sorted"])
+def test_fp32_factor_reads_switch(be, monkeypatch, layout):
+    """The benchmarks' switch ``fp32_factors``: the fp64 MTTKRP reads float copies of the
+    factors (results within float rounding of the reference, not the fp64 bits); Φ and the
+    switch turned off keep fp64."""
+    monkeypatch.setattr(be, "layout", layout)
+    rng = np.random.default_rng(11)
+    X = random_sparse((30, 20, 10, 6), 3000, rng)
+    T = be.prepare(X)
+    f = [rng.random((s, 8)) for s in X.shape]
+    exact = [be.to_numpy(be.mttkrp(T, f, m)) for m in range(4)]
+    monkeypatch.setattr(be, "fp32_factors", True)
+    for m in range(4):
+        ref = mttkrp_ref(X, f, m)
+        got = be.to_numpy(be.mttkrp(T, f, m))
+        np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-6 * np.abs(ref).max())
+        assert got.dtype == np.float64 and not np.array_equal(got, exact[m])
+        np.testing.assert_allclose(be.to_numpy(be.phi(T, f, m, f[m], 1e-10)),
+                                   phi_ref(X, f, m, f[m], 1e-10), rtol=1e-11)
+    monkeypatch.setattr(be, "fp32_factors", False)
+    np.testing.assert_allclose(be.to_numpy(be.mttkrp(T, f, 1)), mttkrp_ref(X, f, 1), rtol=1e-11)
+
+
 def test_repeated_calls_set_the_arguments_that_changed(layout_be, monkeypatch):
     """A tensor's kernels keep the arguments of their last launch and set them again only
     when one changed: calls in turn with other factors, outputs, ranks, kernels and the same

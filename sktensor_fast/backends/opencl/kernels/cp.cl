@@ -24,6 +24,15 @@
 #define VEC 1
 #define VEC_T VAL_T
 #endif
+
+/* FROW(p, r): the VEC entries r of the factor row at p as a VEC_T.  With FP32_FACTORS the
+ * factors are float copies (FVEC_T, converted by TO_VEC_T); their products and sums stay in
+ * VAL_T. */
+#ifdef FP32_FACTORS
+#define FROW(p, r) TO_VEC_T(((__global const FVEC_T*)(p))[r])
+#else
+#define FROW(p, r) (((__global const VEC_T*)(p))[r])
+#endif
 #if VEC == 1
 #define VSUM(x) (x)
 #elif VEC == 2
@@ -149,7 +158,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
 #pragma unroll
                 for (int m = 0; m < NMODES; ++m) {
                     if (m != mode)
-                        pi *= ((__global const VEC_T*)(F[m] + (OFF_T)cx[m] * R))[r];
+                        pi *= FROW(F[m] + (OFF_T)cx[m] * R, r);
                 }
             }
         }
@@ -163,7 +172,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
                 pi = (VEC_T)1;
                 for (int m = 0; m < NMODES; ++m) {
                     if (m != mode)
-                        pi *= ((__global const VEC_T*)(F[m] + (OFF_T)subs[j * NMODES + m] * R))[r];
+                        pi *= FROW(F[m] + (OFF_T)subs[j * NMODES + m] * R, r);
                 }
             }
         }
