@@ -77,8 +77,8 @@ class DenseSteps:
 
     def _upload_async(self, host, dtype):
         """A device copy of the small host array ``host`` (copied first; a raw buffer),
-        enqueued without waiting.  PyOpenCL's event of such a transfer keeps the host array alive and, when it
-        is freed, waits for the transfer: the events are kept (at most
+        enqueued without waiting.  PyOpenCL's event of such a transfer keeps the host array
+        alive and, when it is freed, waits for the transfer: the events are kept (at most
         :attr:`PENDING_UPLOADS`) until a download has waited for the queue anyway."""
         h = np.array(host, dtype=dtype, order="C", copy=True)
         out = self._scratch(h.size, h.dtype)
