@@ -706,3 +706,15 @@ def test_synthetic_tensors_kept_in_the_cache_folder(tmp_path, monkeypatch):
     monkeypatch.delenv(synth.CACHE_ENV)
     c = synth.synthetic_tensor((30, 20, 10), 500, seed=3)
     assert np.array_equal(a.subs, c.subs)
+
+
+def test_synthetic_generator_sort_is_numpys():
+    """The generator's threaded radix sort of large key arrays gives NumPy's order (so the
+    synthetic tensors are the ones np.sort gave), repeated keys included."""
+    from benchmarks import synth
+    rng = np.random.default_rng(2)
+    for high in (3 * 10 ** 12, 1000):
+        x = rng.integers(0, high, (1 << 20) + 17)
+        assert np.array_equal(synth._sorted(x.copy()), np.sort(x))
+    small = rng.integers(0, 50, 100)
+    assert np.array_equal(synth._sorted(small.copy()), np.sort(small))
