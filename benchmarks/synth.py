@@ -24,11 +24,13 @@ def zipf_indices(n, size, rng, a=1.2):
     u = rng.random(size)
     perm = rng.permutation(n)
     out = np.empty(size, dtype=np.int64)
+    guide = _guide_table(cdf) if n >= 64 else None
 
     def piece(lo):
         # the search and the gather of a slice (NumPy releases the GIL in both)
         hi = min(size, lo + _PIECE)
-        idx = np.searchsorted(cdf, u[lo:hi], side="right")
+        idx = (np.searchsorted(cdf, u[lo:hi], side="right") if guide is None
+               else _search_right(cdf, guide, u[lo:hi]))
         np.minimum(idx, n - 1, out=idx)
         np.take(perm, idx, out=out[lo:hi])
 
@@ -40,6 +42,32 @@ def zipf_indices(n, size, rng, a=1.2):
         for lo in starts:
             piece(lo)
     return out
+
+
+#: bins of the guide table per entry of the CDF (:func:`_guide_table`)
+_GUIDE_BINS = 16
+
+
+def _guide_table(cdf):
+    """``g[k] = searchsorted(cdf, k / K, "right")`` for the ``K + 1`` bin edges ``k / K`` of
+    [0, 1], ``K`` = :data:`_GUIDE_BINS` x ``len(cdf)``."""
+    K = _GUIDE_BINS * len(cdf)
+    return np.searchsorted(cdf, np.arange(K + 1, dtype=np.float64) / K, side="right")
+
+
+def _search_right(cdf, guide, u):
+    """``np.searchsorted(cdf, u, "right")`` for ``u`` in [0, 1), through the guide table: where
+    the bins around ``u``'s (one more on each side, against the rounding of ``u * K``) hold no
+    entry of the CDF, the answer is the table's; the few others are searched."""
+    K = len(guide) - 1
+    b = (u * K).astype(np.int64)
+    np.clip(b, 0, K - 1, out=b)
+    lo = guide[np.maximum(b - 1, 0)]
+    hi = guide[np.minimum(b + 2, K)]
+    todo = np.flatnonzero(lo != hi)
+    if todo.size:
+        lo[todo] = np.searchsorted(cdf, u[todo], side="right")
+    return lo
 
 
 #: slices of :func:`zipf_indices`' searches, done on this many threads (the same draws: the

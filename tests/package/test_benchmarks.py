@@ -718,3 +718,22 @@ def test_synthetic_generator_sort_is_numpys():
         assert np.array_equal(synth._sorted(x.copy()), np.sort(x))
     small = rng.integers(0, 50, 100)
     assert np.array_equal(synth._sorted(small.copy()), np.sort(small))
+
+
+def test_zipf_search_through_the_guide_table_is_searchsorted():
+    """The generator's guide-table search gives np.searchsorted's indices exactly: random
+    uniforms, the bin edges and the CDF's own values with their neighbours (the ties)."""
+    from benchmarks import synth
+    rng = np.random.default_rng(8)
+    for n in (64, 183, 5000):
+        p = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** 1.2
+        cdf = np.cumsum(p)
+        cdf /= cdf[-1]
+        guide = synth._guide_table(cdf)
+        K = len(guide) - 1
+        edges = np.arange(K, dtype=np.float64) / K
+        inner = cdf[cdf < 1]
+        u = np.concatenate([rng.random(20000), edges, np.nextafter(edges, 1),
+                            np.nextafter(edges[1:], 0), inner, np.nextafter(inner, 0)])
+        assert np.array_equal(synth._search_right(cdf, guide, u),
+                              np.searchsorted(cdf, u, side="right"))
