@@ -70,8 +70,10 @@ def initialize_factors(init, X, rank, rng, allowed=("random", "nvecs"), dtype=np
             raise ValueError(f"init must be one of {sorted(allowed)}, a KruskalTensor or a list "
                              f"of factor matrices; got {init!r}")
         if init == "random":
-            return [np.ascontiguousarray(rng.uniform(size=(s, rank)), dtype=dtype)
-                    for s in X.shape]
+            # random_sample: the numbers of uniform(0, 1) (which computes 0 + 1 * x from them)
+            # without its extra pass over each matrix
+            draw = getattr(rng, "random_sample", None) or (lambda size: rng.uniform(size=size))
+            return [np.ascontiguousarray(draw(size=(s, rank)), dtype=dtype) for s in X.shape]
         if init == "nvecs":
             return [np.ascontiguousarray(nvecs(X, n, rank, rng), dtype=dtype)
                     for n in range(X.ndim)]

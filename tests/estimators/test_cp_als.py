@@ -235,3 +235,17 @@ def test_same_iterations_and_history_on_every_device(device, shape):
         np.testing.assert_allclose(b.weights_, a.weights_, rtol=1e-8)
         for fa, fb in zip(a.factors_, b.factors_):
             np.testing.assert_allclose(fb, fa, rtol=1e-8, atol=1e-8 * np.abs(fa).max())
+
+
+def test_random_start_is_the_random_states_uniform_numbers():
+    """init='random' starts from the numbers of ``RandomState(seed).uniform(size=...)`` for
+    each factor in mode order (as before the draw skipped uniform's extra pass): the same
+    models from the same seeds across versions."""
+    from sklearn.utils import check_random_state
+    from sktensor_fast.decomposition._init import initialize_factors
+    X = random_sparse((13, 7, 5), 60, np.random.default_rng(0))
+    got = initialize_factors("random", X, 3, check_random_state(11))
+    rs = check_random_state(11)
+    for f, s in zip(got, X.shape):
+        np.testing.assert_array_equal(f, rs.uniform(size=(s, 3)))
+        assert f.flags.c_contiguous and f.dtype == np.float64
