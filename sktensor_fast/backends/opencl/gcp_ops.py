@@ -80,6 +80,9 @@ _MAX_SAMPLES = 2 ** 31
 GCP_SORT_BITS = 8
 #: work-items of a group of the row sort, and samples per work-item (a tile of 1024 samples)
 _SORT_WG, _SORT_PER = 64, 16
+#: work-items of a group of ``gcp_sort_scan`` (at most; fewer where the device allows fewer;
+#: 256 made the scans of a 76.9M-nonzero tensor's steps slower on an H100: 0.075 against 0.052 ms)
+_SCAN_WG = 64
 #: sorted positions per work-item of ``gcp_run_sums`` (a run of equal rows longer than this,
 #: or across a boundary, is summed in pieces and joined by ``gcp_run_join``)
 RUN_SEGMENT = 32
@@ -162,7 +165,7 @@ def _sort_local_bytes(bits, wg, per):
     every work-item (16 bits), the group's scan and two tables of the digits."""
     tile = wg * per
     pad = tile + (tile - 1) // 32
-    return 2 * 4 * pad + 2 * (1 << bits) * wg + 4 * wg + 2 * 4 * (1 << bits)
+    return 2 * 4 * pad + 2 * ((1 << bits) * wg + 2 * wg) + 4 * wg + 2 * 4 * (1 << bits)
 
 
 def sort_config(be):
@@ -181,6 +184,18 @@ def sort_config(be):
         cfg = (bits, wg, _SORT_PER)
         be._gcp_sort_config = cfg
     return cfg
+
+
+def scan_wg(be):
+    """Work-items of a group of ``gcp_sort_scan`` on ``be``'s device: :data:`_SCAN_WG`, or the
+    largest power of two the device allows below it."""
+    wg = getattr(be, "_gcp_scan_wg", None)
+    if wg is None:
+        wg = _SCAN_WG
+        while wg > max(1, int(be.max_wg)):
+            wg //= 2
+        be._gcp_scan_wg = wg
+    return wg
 
 
 def atomics_supported(be, dtype):
@@ -204,6 +219,7 @@ def _reduction(be, dtype):
 
 def _program_parts(be, dtype, N):
     bits, wg, per = sort_config(be)
+    swg = scan_wg(be)
 
     def source():
         def params(prefix, const=""):
@@ -222,12 +238,12 @@ def _program_parts(be, dtype, N):
                  f"#define UPDATE_PARAMS {upd}",
                  f"#define UPDATE_SWITCH switch (k) {{ {cases} }}",
                  f"#define GCP_SORT_BITS {bits}", f"#define GCP_SORT_WG {wg}",
-                 f"#define GCP_SORT_PER {per}"]
+                 f"#define GCP_SORT_PER {per}", f"#define GCP_SCAN_WG {swg}"]
         if atomics_supported(be, dtype):
             extra.append("#define GCP_ATOMIC_SCATTER 1")
         return be._header(dtype, N, extra=extra) + be._source("gcp.cl")
     opts = [] if np.dtype(dtype) == np.float64 else ["-cl-single-precision-constant"]
-    return ("gcp", np.dtype(dtype).str, N, bits, wg, per), source, opts
+    return ("gcp", np.dtype(dtype).str, N, bits, wg, per, swg), source, opts
 
 
 def _kernel(be, dtype, N, name):
@@ -349,6 +365,7 @@ class _RowSort:
         q = be.queue
         N = T.ndim
         bits, self.wg, per = sort_config(be)
+        self.scan_wg = scan_wg(be)
         self.tile = self.wg * per
         self.bins = 1 << bits
         self.ntiles = -(-ns // self.tile)
@@ -631,7 +648,7 @@ class _Step:
 
     def scan_geometry(self):
         rs = self.sort
-        return (rs.bins * rs.wg, self.N), (rs.wg, 1)
+        return (rs.bins * rs.scan_wg, self.N), (rs.scan_wg, 1)
 
     def sort_geometry(self):
         rs = self.sort

@@ -200,22 +200,25 @@ def _same_sums(got, ref):
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-13 * max(np.abs(r).max(), 1e-300))
 
 
+@pytest.mark.parametrize("R", [2, 8])
 @pytest.mark.parametrize("segment", [None, 1, 10 ** 9])
-def test_rows_sampled_many_times_keep_the_cpu_order(be, cpu, monkeypatch, segment):
+def test_rows_sampled_many_times_keep_the_cpu_order(be, cpu, monkeypatch, segment, R):
     """A tiny mode: every row gets hundreds of samples (long runs of the sorted keys), summed
     in pieces of ``segment`` positions (the default, one sample each, all in one piece): the
     CPU's sums to rounding, the same bits in every run, and bit for bit the CPU's where one
-    piece holds each row's samples (the CPU kernel's order)."""
+    piece holds each row's samples (the CPU kernel's order).  R = 8: the model values read
+    four columns at a time, with the same sums."""
     if segment is not None:
         monkeypatch.setattr(ocl_ops, "RUN_SEGMENT", segment)
-    X, U = sparse_problem(shape=(2, 3, 40), density=0.5, R=2, seed=3)
+    X, U = sparse_problem(shape=(2, 3, 40), density=0.5, R=R, seed=3)
     Tc, To = cpu.prepare(X), be.prepare(X)
     loss = get_loss("gaussian")
     sc = cpu.gcp.setup(Tc, "semi-stratified", (3000, 3000), (10, 10), 0)
     so = be.gcp.setup(To, "semi-stratified", (3000, 3000), (10, 10), 0)
-    gc, _ = cpu.gcp.sampled_gradient(Tc, sc, np.ones(2), U, loss, 2, 0)
-    go = host(be, be.gcp.sampled_gradient(To, so, np.ones(2), U, loss, 2, 0)[0])
-    again = host(be, be.gcp.sampled_gradient(To, so, np.ones(2), U, loss, 2, 0)[0])
+    lam = np.linspace(0.5, 2.0, R)
+    gc, _ = cpu.gcp.sampled_gradient(Tc, sc, lam, U, loss, 2, 0)
+    go = host(be, be.gcp.sampled_gradient(To, so, lam, U, loss, 2, 0)[0])
+    again = host(be, be.gcp.sampled_gradient(To, so, lam, U, loss, 2, 0)[0])
     for g, a in zip(go, again):
         np.testing.assert_array_equal(g, a)
     if segment == 10 ** 9:
@@ -506,7 +509,8 @@ def _long_mode():
 
 
 def _many_tiles():
-    """70,000 samples: 69 tiles, more than the work-items of a group of the tiles' scan."""
+    """70,000 samples: 69 tiles, more than the work-items of a group of the tiles' scan (set
+    to 32 for this case below)."""
     rng = np.random.default_rng(9)
     shape = (300, 20, 10)
     subs = np.column_stack([rng.integers(0, s, 3000) for s in shape])
@@ -522,6 +526,8 @@ def test_row_sort_and_gradient_equal_cpu(be, cpu, monkeypatch, case, bits):
     where their samples span segments)."""
     if bits is not None:   # narrow digits: more passes on the same shapes
         monkeypatch.setattr(be, "_gcp_sort_config", (bits, 64, 16))
+    if case is _many_tiles:   # several tiles per work-item of the tiles' scan
+        monkeypatch.setattr(be, "_gcp_scan_wg", 32, raising=False)
     X, n_grad = case()
     N = X.ndim
     Tc, To = cpu.prepare(X), be.prepare(X)
@@ -546,6 +552,8 @@ def test_row_sort_and_gradient_equal_cpu(be, cpu, monkeypatch, case, bits):
     want_bits = bits or ocl_ops.GCP_SORT_BITS
     assert rs.npass == max(1, -(-(max(X.shape) - 1).bit_length() // want_bits))
     assert not rs.cnt.get().any()    # the digit counts are cleared for the next step
+    assert rs.scan_wg == ocl_ops.scan_wg(be) and (case is not _many_tiles
+                                                  or rs.ntiles > rs.scan_wg)
 
 
 def test_row_sort_counts_cleared_after_a_failing_user_loss(be, cpu):

@@ -84,6 +84,21 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
 /* one padding word every 32 (local memory banks) */
 #define GCP_PAD(i) ((i) + ((i) >> 5))
 #define GCP_TILE_PAD (GCP_PAD(GCP_TILE - 1) + 1)
+/* the per-work-item digit counts of gcp_sort_pass (16 bits each, in [digit][work-item] order),
+ * two padding entries after every GCP_SORT_BINS: in the scan, work-item t reads the run of
+ * GCP_SORT_BINS entries from t * GCP_SORT_BINS on, and without the padding all the work-items
+ * of a warp would read the same bank at every step (a 32-way conflict; on an H100 that scan
+ * was nearly all of a sort pass's time) */
+#define GCP_LC(c) ((c) + 2 * ((c) / GCP_SORT_BINS))
+#define GCP_LCNT_SIZE (GCP_SORT_BINS * GCP_SORT_WG + 2 * GCP_SORT_WG)
+/* sorted positions whose rows and contributions gcp_run_sums reads before adding them */
+#define GCP_RUN_AHEAD 8
+
+#ifdef USE_FP64
+typedef double4 gcp_val4;
+#else
+typedef float4 gcp_val4;
+#endif
 
 /* model value, weighted derivative (into *y) and weighted loss (into *f, when want_loss) of
  * one sample; the products in the order of the CPU kernel */
@@ -93,10 +108,28 @@ inline VAL_T gcp_sample_terms(const long* ij, const int R, const int code, const
                               VAL_T* y, VAL_T* f)
 {
     VAL_T m = 0;
-    for (int r = 0; r < R; ++r) {
-        VAL_T s = 1;
-        for (int k = NMODES - 1; k >= 1; --k) s = s * F[k][ij[k] * R + r];
-        m = m + lam[r] * F[0][ij[0] * R + r] * s;
+    if (R % 4 == 0) {
+        /* the rows four columns at a time (one load of four for a work-item's four columns
+         * instead of four: a row starts on a multiple of four entries, and buffers on the
+         * device's base alignment, at least 128 bytes); the same products, added to m in
+         * the same order */
+        for (int r = 0; r < R; r += 4) {
+            gcp_val4 s = (gcp_val4) (1);
+            for (int k = NMODES - 1; k >= 1; --k)
+                s = s * *(__global const gcp_val4*) (F[k] + ij[k] * R + r);
+            const gcp_val4 p = *(__global const gcp_val4*) (lam + r)
+                * *(__global const gcp_val4*) (F[0] + ij[0] * R + r) * s;
+            m = m + p.s0;
+            m = m + p.s1;
+            m = m + p.s2;
+            m = m + p.s3;
+        }
+    } else {
+        for (int r = 0; r < R; ++r) {
+            VAL_T s = 1;
+            for (int k = NMODES - 1; k >= 1; --k) s = s * F[k][ij[k] * R + r];
+            m = m + lam[r] * F[0][ij[0] * R + r] * s;
+        }
     }
     if (code >= 0) {
         VAL_T yv = sktf_loss_deriv(code, param, x, m);
@@ -180,14 +213,14 @@ __kernel void gcp_draw_terms(const ulong key, const long ns, __global const long
     if (count) gcp_count_first(j, ij, active, dbits, ntiles, cnt);
 }
 
-/* exclusive prefix sum over the work-group of `value`; `sums`: GCP_SORT_WG ints of local
- * memory (every work-item calls it) */
-inline int gcp_group_scan(const int value, __local int* sums)
+/* exclusive prefix sum over the work-group (of n work-items) of `value`; `sums`: n ints of
+ * local memory (every work-item calls it) */
+inline int gcp_group_scan(const int value, __local int* sums, const int n)
 {
     const int t = (int) get_local_id(0);
     sums[t] = value;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = 1; s < GCP_SORT_WG; s <<= 1) {
+    for (int s = 1; s < n; s <<= 1) {
         const int add = t >= s ? sums[t - s] : 0;
         barrier(CLK_LOCAL_MEM_FENCE);
         sums[t] += add;
@@ -200,23 +233,23 @@ inline int gcp_group_scan(const int value, __local int* sums)
  * in the tiles of mode k (counts[pass][k][tile][d]) into their exclusive prefix sums over the
  * tiles, in place, and writes their total to tot[k][d]: where the pass puts each tile's
  * samples of digit d, relative to the first of them.  Integer sums: the same on every device. */
-__kernel __attribute__((reqd_work_group_size(GCP_SORT_WG, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(GCP_SCAN_WG, 1, 1)))
 void gcp_sort_scan(const int ntiles, const int pass, __global const int* active,
                    __global int* cnt, __global int* tot)
 {
-    __local int sums[GCP_SORT_WG];
+    __local int sums[GCP_SCAN_WG];
     const int k = (int) get_global_id(1);
     if (!active[k]) return;
     const int t = (int) get_local_id(0);
     const int d = (int) get_group_id(0);
     const long region = (long) NMODES * ntiles * GCP_SORT_BINS;
     __global int* ck = cnt + pass * region + (long) k * ntiles * GCP_SORT_BINS + d;
-    const int per = (ntiles + GCP_SORT_WG - 1) / GCP_SORT_WG;
+    const int per = (ntiles + GCP_SCAN_WG - 1) / GCP_SCAN_WG;
     const int u0 = min(t * per, ntiles), u1 = min(u0 + per, ntiles);
     int run = 0;
     for (int u = u0; u < u1; ++u) run += ck[(long) u * GCP_SORT_BINS];
-    int acc = gcp_group_scan(run, sums);
-    if (t == GCP_SORT_WG - 1) tot[k * GCP_SORT_BINS + d] = acc + run;
+    int acc = gcp_group_scan(run, sums, GCP_SCAN_WG);
+    if (t == GCP_SCAN_WG - 1) tot[k * GCP_SORT_BINS + d] = acc + run;
     for (int u = u0; u < u1; ++u) {
         const int c = ck[(long) u * GCP_SORT_BINS];
         ck[(long) u * GCP_SORT_BINS] = acc;
@@ -240,7 +273,8 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
 {
     __local int lrow[GCP_TILE_PAD];
     __local int lidx[GCP_TILE_PAD];
-    __local ushort lcnt[GCP_SORT_BINS * GCP_SORT_WG];      /* [digit][work-item] */
+    __local uint lcntw[GCP_LCNT_SIZE / 2];     /* [digit][work-item], padded, two per word */
+    __local ushort* lcnt = (__local ushort*) lcntw;
     __local int sums[GCP_SORT_WG];
     __local int start[GCP_SORT_BINS];
     __local int dest[GCP_SORT_BINS];
@@ -269,7 +303,7 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
             }
         }
     }
-    for (int d = 0; d < GCP_SORT_BINS; ++d) lcnt[d * GCP_SORT_WG + t] = 0;
+    for (int e = t; e < GCP_LCNT_SIZE / 2; e += GCP_SORT_WG) lcntw[e] = 0;
     /* the samples of each digit in the tiles before this one (dest) and in all (start), from
      * gcp_sort_scan */
     for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) {
@@ -282,7 +316,7 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
         const int d0 = min(t * per, GCP_SORT_BINS), d1 = min(d0 + per, GCP_SORT_BINS);
         int run = 0;
         for (int d = d0; d < d1; ++d) run += start[d];
-        int acc = gcp_group_scan(run, sums);
+        int acc = gcp_group_scan(run, sums, GCP_SORT_WG);
         for (int d = d0; d < d1; ++d) {
             dest[d] += acc;
             acc += start[d];
@@ -296,29 +330,47 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
         pr[j] = i < m ? lrow[GCP_PAD(i)] : 0;
         pi[j] = i < m ? lidx[GCP_PAD(i)] : 0;
         if (i < m) {
-            const int c = ((pr[j] >> shift) & mask) * GCP_SORT_WG + t;
+            const int c = GCP_LC(((pr[j] >> shift) & mask) * GCP_SORT_WG + t);
             lcnt[c] = (ushort) (lcnt[c] + 1);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    {   /* exclusive prefix sum of lcnt in its [digit][work-item] order */
+    {   /* exclusive prefix sum of lcnt in its [digit][work-item] order: work-item t takes
+         * the GCP_SORT_BINS entries from t * GCP_SORT_BINS on (an even number of them, from a
+         * word boundary: a word at a time where the device is little-endian) */
         int run = 0;
-        for (int e = 0; e < GCP_SORT_BINS; ++e) run += lcnt[t * GCP_SORT_BINS + e];
-        int acc = gcp_group_scan(run, sums);
+#ifdef __ENDIAN_LITTLE__
+        __local uint* cw = lcntw + GCP_LC(t * GCP_SORT_BINS) / 2;
+        for (int e = 0; e < GCP_SORT_BINS / 2; ++e) {
+            const uint v = cw[e];
+            run += (int) (v & 0xFFFFu) + (int) (v >> 16);
+        }
+        int acc = gcp_group_scan(run, sums, GCP_SORT_WG);
+        for (int e = 0; e < GCP_SORT_BINS / 2; ++e) {
+            const uint v = cw[e];
+            const uint lo = (uint) acc;
+            acc += (int) (v & 0xFFFFu);
+            cw[e] = lo | ((uint) acc << 16);
+            acc += (int) (v >> 16);
+        }
+#else
+        for (int e = 0; e < GCP_SORT_BINS; ++e) run += lcnt[GCP_LC(t * GCP_SORT_BINS + e)];
+        int acc = gcp_group_scan(run, sums, GCP_SORT_WG);
         for (int e = 0; e < GCP_SORT_BINS; ++e) {
-            const int c = lcnt[t * GCP_SORT_BINS + e];
-            lcnt[t * GCP_SORT_BINS + e] = (ushort) acc;
+            const int c = lcnt[GCP_LC(t * GCP_SORT_BINS + e)];
+            lcnt[GCP_LC(t * GCP_SORT_BINS + e)] = (ushort) acc;
             acc += c;
         }
+#endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) start[d] = lcnt[d * GCP_SORT_WG];
+    for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) start[d] = lcnt[GCP_LC(d * GCP_SORT_WG)];
     barrier(CLK_LOCAL_MEM_FENCE);
     /* the tile ordered by digit, in local memory */
     for (int j = 0; j < GCP_SORT_PER; ++j) {
         const int i = t * GCP_SORT_PER + j;
         if (i < m) {
-            const int c = ((pr[j] >> shift) & mask) * GCP_SORT_WG + t;
+            const int c = GCP_LC(((pr[j] >> shift) & mask) * GCP_SORT_WG + t);
             const int p = lcnt[c];
             lcnt[c] = (ushort) (p + 1);
             lrow[GCP_PAD(p)] = pr[j];
@@ -350,9 +402,15 @@ inline VAL_T gcp_contribution(const long j, const int k, const int r, const int 
 {
     __global const IDX_T* ij = ssubs + j * NMODES;
     VAL_T pre = y[j] * lam[r];
-    for (int l = 0; l < k; ++l) pre = pre * F[l][(long) ij[l] * R + r];
+    /* loops over every mode (constant bounds, unrolled): F indexed by constants stays in
+     * registers, where bounds of k would leave it in memory and read it at every product */
+#pragma unroll
+    for (int l = 0; l < NMODES; ++l)
+        if (l < k) pre = pre * F[l][(long) ij[l] * R + r];
     VAL_T suf = 1;
-    for (int l = NMODES - 1; l > k; --l) suf = suf * F[l][(long) ij[l] * R + r];
+#pragma unroll
+    for (int l = NMODES - 1; l >= 0; --l)
+        if (l > k) suf = suf * F[l][(long) ij[l] * R + r];
     return pre * suf;
 }
 
@@ -387,20 +445,38 @@ __kernel void gcp_run_sums(const long ns, const int R, __global const VAL_T* lam
     __global const int* kr = rows + k * ns;
     __global const int* ki = idx + k * ns;
     const long a = s * seg, b = min(ns, a + seg);
-    long q = a;
-    while (q < b) {
-        const int row = kr[q];
-        const long q0 = q;
-        VAL_T acc = 0;
-        for (; q < b && kr[q] == row; ++q)
-            acc = acc + gcp_contribution(ki[q], k, r, R, lam, F, ssubs, y);
-        if (q0 == a && a > 0 && kr[a - 1] == row)
-            part[((2L * k) * nseg + s) * R + r] = acc;           /* head: came from before */
-        else if (q == b && b < ns && kr[b] == row)
-            part[((2L * k + 1) * nseg + s) * R + r] = acc;       /* tail: goes on */
-        else
-            G[k][(long) row * R + r] = acc;
+    int cur = kr[a];
+    int head = a > 0 && kr[a - 1] == cur;       /* the run at a came from before */
+    VAL_T acc = 0;
+    /* GCP_RUN_AHEAD positions at a time: their rows and contributions are read first (the
+     * gathers of a block in flight together), then added in order */
+    for (long q0 = a; q0 < b; q0 += GCP_RUN_AHEAD) {
+        int rw[GCP_RUN_AHEAD];
+        VAL_T c[GCP_RUN_AHEAD];
+        for (int u = 0; u < GCP_RUN_AHEAD; ++u) {
+            const long q = q0 + u;
+            rw[u] = q < b ? kr[q] : 0;
+            c[u] = q < b ? gcp_contribution(ki[q], k, r, R, lam, F, ssubs, y) : 0;
+        }
+        for (int u = 0; u < GCP_RUN_AHEAD && q0 + u < b; ++u) {
+            if (rw[u] != cur) {                 /* the run of cur ended inside the segment */
+                if (head)
+                    part[((2L * k) * nseg + s) * R + r] = acc;    /* head: came from before */
+                else
+                    G[k][(long) cur * R + r] = acc;
+                head = 0;
+                cur = rw[u];
+                acc = 0;
+            }
+            acc = acc + c[u];
+        }
     }
+    if (head)
+        part[((2L * k) * nseg + s) * R + r] = acc;
+    else if (b < ns && kr[b] == cur)
+        part[((2L * k + 1) * nseg + s) * R + r] = acc;           /* tail: goes on */
+    else
+        G[k][(long) cur * R + r] = acc;
 }
 
 /* The rows of the runs that go on past their segment: work-item (r, s, k), where segment s's
@@ -422,12 +498,17 @@ __kernel void gcp_run_join(const long ns, const int R, __global const int* rows,
     const int row = kr[b - 1];
     if (kr[b] != row) return;                               /* the last run ends here */
     if (kr[a] == row && a > 0 && kr[a - 1] == row) return;  /* it began before: not ours */
-    VAL_T acc = part[((2L * k + 1) * nseg + s) * R + r];
-    for (long t = s + 1; t < nseg; ++t) {
-        acc = acc + part[((2L * k) * nseg + t) * R + r];
-        const long tb = min(ns, (t + 1) * seg);
-        if (!(tb < ns && kr[tb - 1] == row && kr[tb] == row)) break;
+    /* the run ends before `end`, the first position after b of a larger row (the rows are
+     * sorted); its pieces are the heads of segments s + 1 .. (end - 1) / seg */
+    long lo = b, hi = ns;
+    while (lo < hi) {
+        const long mid = lo + (hi - lo) / 2;
+        if (kr[mid] == row) lo = mid + 1; else hi = mid;
     }
+    const long last = (lo - 1) / seg;
+    __global const VAL_T* heads = part + (2L * k) * nseg * R + r;
+    VAL_T acc = part[((2L * k + 1) * nseg + s) * R + r];
+    for (long t = s + 1; t <= last; ++t) acc = acc + heads[t * R];
     G[k][(long) row * R + r] = acc;
 }
 
