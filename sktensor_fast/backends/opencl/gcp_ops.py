@@ -695,8 +695,15 @@ class _Step:
         return "gcp_scatter_atomic" if self.atomic else "gcp_run_sums"
 
     def scatter_size(self):
-        """The index space of the scatter kernel: (columns, segments or samples, modes)."""
-        return (self.R, self.ns if self.atomic else self.sort.nseg, self.N)
+        """The index space of the scatter kernel: (columns, samples, modes) for the atomic
+        one; (groups of four columns, segments, modes) for gcp_run_sums."""
+        if self.atomic:
+            return (self.R, self.ns, self.N)
+        return (-(-self.R // 4), self.sort.nseg, self.N)
+
+    def join_size(self):
+        """The index space of gcp_run_join: (columns, segments, modes)."""
+        return (self.R, self.sort.nseg, self.N)
 
     def reduce(self, grads):
         """Enqueue the passes of the row sort and the scatter (and join) into ``grads``, once
@@ -707,7 +714,7 @@ class _Step:
         be.launch(_kernel(be, dt, N, self.scatter_name()), self.scatter_size(),
                   *self.scatter(grads))
         if not self.atomic:
-            be.launch(_kernel(be, dt, N, "gcp_run_join"), self.scatter_size(),
+            be.launch(_kernel(be, dt, N, "gcp_run_join"), self.join_size(),
                       *self.join(grads))
         if self.sort is not None:
             self.sort.dirty = False
@@ -1102,6 +1109,7 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
         if join is not None:
             join[b].set_args(*st.join(grads[b]))
     scatter_geo = be.geometry(st.scatter_size())
+    join_geo = None if st.atomic else be.geometry(st.join_size())
     update_geo = be.geometry((1,))
     offs, sizes, total = state.offsets(R, update_geo[1][0])
     update = state.kernels("gcp_update_all", 2)
@@ -1139,7 +1147,7 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
             _enqueue(be, knl, geo)
         _enqueue(be, scatter[b], scatter_geo)
         if join is not None:
-            _enqueue(be, join[b], scatter_geo)
+            _enqueue(be, join[b], join_geo)
         update[b].set_arg(6, np.int32(s % block))
         _enqueue(be, update[b], update_geo)
         done = s + 1

@@ -200,14 +200,15 @@ def _same_sums(got, ref):
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-13 * max(np.abs(r).max(), 1e-300))
 
 
-@pytest.mark.parametrize("R", [2, 8])
+@pytest.mark.parametrize("R", [2, 7, 8])
 @pytest.mark.parametrize("segment", [None, 1, 10 ** 9])
 def test_rows_sampled_many_times_keep_the_cpu_order(be, cpu, monkeypatch, segment, R):
     """A tiny mode: every row gets hundreds of samples (long runs of the sorted keys), summed
     in pieces of ``segment`` positions (the default, one sample each, all in one piece): the
     CPU's sums to rounding, the same bits in every run, and bit for bit the CPU's where one
-    piece holds each row's samples (the CPU kernel's order).  R = 8: the model values read
-    four columns at a time, with the same sums."""
+    piece holds each row's samples (the CPU kernel's order).  R = 8: the model values and the
+    contributions read four columns at a time, with the same sums; R = 7: four columns per
+    work-item of the row sums, read and written one by one."""
     if segment is not None:
         monkeypatch.setattr(ocl_ops, "RUN_SEGMENT", segment)
     X, U = sparse_problem(shape=(2, 3, 40), density=0.5, R=R, seed=3)

@@ -72,8 +72,9 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
  *                    schedule, so the result is not bitwise reproducible.
  *
  * The sort's digit counts live in one table `cnt` of npass regions of NMODES * ntiles *
- * GCP_SORT_BINS ints: counts[pass][k][tile][digit], the samples of tile `tile` (of GCP_TILE
- * consecutive positions of the pass's input) whose digit is `digit`.  The first region is
+ * GCP_SORT_BINS ints: counts[pass][k][digit][tile], the samples of tile `tile` (of GCP_TILE
+ * consecutive positions of the pass's input) whose digit is `digit` (the tiles of a digit
+ * side by side: the scan reads each work-item's run of tiles from consecutive words).  The first region is
  * counted by gcp_draw_terms / gcp_terms, region p + 1 by pass p as it places the samples
  * (integer atomics: the counts do not depend on the order of the increments), gcp_sort_scan
  * turns a region into prefix sums over the tiles before its pass reads it, and
@@ -144,14 +145,14 @@ inline VAL_T gcp_sample_terms(const long* ij, const int R, const int code, const
     return m;
 }
 
-/* the first pass's digit of sample j in every active mode, counted in cnt[0][k][tile] */
+/* the first pass's digit of sample j in every active mode, counted in cnt[0][k][digit] */
 inline void gcp_count_first(const long j, const long* ij, __global const int* active,
                             __global const int* dbits, const int ntiles, __global int* cnt)
 {
     for (int k = 0; k < NMODES; ++k) {
         if (!active[k]) continue;
         const int d = (int) ij[k] & ((1 << dbits[k]) - 1);
-        atomic_inc(cnt + ((long) k * ntiles + j / GCP_TILE) * GCP_SORT_BINS + d);
+        atomic_inc(cnt + ((long) k * GCP_SORT_BINS + d) * ntiles + j / GCP_TILE);
     }
 }
 
@@ -230,7 +231,7 @@ inline int gcp_group_scan(const int value, __local int* sums, const int n)
 }
 
 /* Before pass `pass` of the row sort: work-group (digit d, k) turns the counts of digit d
- * in the tiles of mode k (counts[pass][k][tile][d]) into their exclusive prefix sums over the
+ * in the tiles of mode k (counts[pass][k][d][tile]) into their exclusive prefix sums over the
  * tiles, in place, and writes their total to tot[k][d]: where the pass puts each tile's
  * samples of digit d, relative to the first of them.  Integer sums: the same on every device. */
 __kernel __attribute__((reqd_work_group_size(GCP_SCAN_WG, 1, 1)))
@@ -243,16 +244,16 @@ void gcp_sort_scan(const int ntiles, const int pass, __global const int* active,
     const int t = (int) get_local_id(0);
     const int d = (int) get_group_id(0);
     const long region = (long) NMODES * ntiles * GCP_SORT_BINS;
-    __global int* ck = cnt + pass * region + (long) k * ntiles * GCP_SORT_BINS + d;
+    __global int* ck = cnt + pass * region + ((long) k * GCP_SORT_BINS + d) * ntiles;
     const int per = (ntiles + GCP_SCAN_WG - 1) / GCP_SCAN_WG;
     const int u0 = min(t * per, ntiles), u1 = min(u0 + per, ntiles);
     int run = 0;
-    for (int u = u0; u < u1; ++u) run += ck[(long) u * GCP_SORT_BINS];
+    for (int u = u0; u < u1; ++u) run += ck[u];
     int acc = gcp_group_scan(run, sums, GCP_SCAN_WG);
     if (t == GCP_SCAN_WG - 1) tot[k * GCP_SORT_BINS + d] = acc + run;
     for (int u = u0; u < u1; ++u) {
-        const int c = ck[(long) u * GCP_SORT_BINS];
-        ck[(long) u * GCP_SORT_BINS] = acc;
+        const int c = ck[u];
+        ck[u] = acc;
         acc += c;
     }
 }
@@ -307,7 +308,7 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
     /* the samples of each digit in the tiles before this one (dest) and in all (start), from
      * gcp_sort_scan */
     for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) {
-        dest[d] = ck[(long) tile * GCP_SORT_BINS + d];
+        dest[d] = ck[(long) d * ntiles + tile];
         start[d] = tot[k * GCP_SORT_BINS + d];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -388,7 +389,7 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
             row_out[mo + g] = row;
             idx_out[mo + g] = lidx[GCP_PAD(i)];
             if (!last)
-                atomic_inc(cn + (g / GCP_TILE) * GCP_SORT_BINS + ((row >> (shift + nb)) & mask));
+                atomic_inc(cn + (long) ((row >> (shift + nb)) & mask) * ntiles + g / GCP_TILE);
         }
     }
 }
@@ -414,9 +415,49 @@ inline VAL_T gcp_contribution(const long j, const int k, const int r, const int 
     return pre * suf;
 }
 
+/* gcp_contribution for columns r0 .. r0 + 3 (those below R; the others 0): the same products
+ * per column, the rows read four entries at a time where R is a multiple of four (a row then
+ * starts on a multiple of four entries, a buffer on the device's base alignment) */
+inline gcp_val4 gcp_contribution4(const long j, const int k, const int r0, const int R,
+                                  __global const VAL_T* lam, __global const VAL_T* const* F,
+                                  __global const IDX_T* ssubs, __global const VAL_T* y)
+{
+    if (R % 4 == 0) {
+        __global const IDX_T* ij = ssubs + j * NMODES;
+        gcp_val4 pre = (gcp_val4) (y[j]) * *(__global const gcp_val4*) (lam + r0);
+#pragma unroll
+        for (int l = 0; l < NMODES; ++l)
+            if (l < k) pre = pre * *(__global const gcp_val4*) (F[l] + (long) ij[l] * R + r0);
+        gcp_val4 suf = (gcp_val4) (1);
+#pragma unroll
+        for (int l = NMODES - 1; l >= 0; --l)
+            if (l > k) suf = suf * *(__global const gcp_val4*) (F[l] + (long) ij[l] * R + r0);
+        return pre * suf;
+    }
+    VAL_T v[4];
+    for (int e = 0; e < 4; ++e)
+        v[e] = r0 + e < R ? gcp_contribution(j, k, r0 + e, R, lam, F, ssubs, y) : 0;
+    return vload4(0, v);
+}
+
+/* p[0 .. min(n, 4) - 1] = the first entries of v (one store of four where n >= 4 and the row
+ * length R is a multiple of four, as gcp_contribution4's loads) */
+inline void gcp_store4(__global VAL_T* p, const gcp_val4 v, const int n)
+{
+    if (n >= 4 && ((n & 3) == 0)) {
+        *(__global gcp_val4*) p = v;
+        return;
+    }
+    p[0] = v.s0;
+    if (n > 1) p[1] = v.s1;
+    if (n > 2) p[2] = v.s2;
+    if (n > 3) p[3] = v.s3;
+}
+
 /* Gradient rows of every active mode from the sorted (row, sample) pairs, in segments of
- * `seg` consecutive positions: work-item (r, s, k) adds the contributions of every run of
- * equal rows in segment s, in increasing sample order, into column r.  A run that lies in the
+ * `seg` consecutive positions: work-item (q, s, k) adds the contributions of every run of
+ * equal rows in segment s, in increasing sample order, into columns 4q .. 4q + 3 (each
+ * column's own sum; four at a time for the loads).  A run that lies in the
  * segment is written to its row; the part of a run that goes on in the next segment is kept
  * in `part` (tail, when the run started in this segment; head, when it came from the one
  * before) for gcp_run_join, which adds the pieces in segment order: a row with many samples
@@ -437,33 +478,35 @@ __kernel void gcp_run_sums(const long ns, const int R, __global const VAL_T* lam
     const long flat = get_global_id(0) + (long) get_global_size(0)
         * (get_global_id(1) + (long) get_global_size(1) * get_global_id(2));
     for (long e = flat; e < ncnt; e += gsz) cnt[e] = 0;
-    const int r = get_global_id(0);
+    const int r0 = 4 * (int) get_global_id(0);
     const long s = get_global_id(1);
     const int k = get_global_id(2);
     const long nseg = (ns + seg - 1) / seg;
-    if (r >= R || s >= nseg || !active[k]) return;
+    if (r0 >= R || s >= nseg || !active[k]) return;
     __global const int* kr = rows + k * ns;
     __global const int* ki = idx + k * ns;
+    __global VAL_T* heads = part + (2L * k) * nseg * R + r0;
+    __global VAL_T* tails = part + (2L * k + 1) * nseg * R + r0;
     const long a = s * seg, b = min(ns, a + seg);
     int cur = kr[a];
     int head = a > 0 && kr[a - 1] == cur;       /* the run at a came from before */
-    VAL_T acc = 0;
+    gcp_val4 acc = 0;
     /* GCP_RUN_AHEAD positions at a time: their rows and contributions are read first (the
      * gathers of a block in flight together), then added in order */
     for (long q0 = a; q0 < b; q0 += GCP_RUN_AHEAD) {
         int rw[GCP_RUN_AHEAD];
-        VAL_T c[GCP_RUN_AHEAD];
+        gcp_val4 c[GCP_RUN_AHEAD];
         for (int u = 0; u < GCP_RUN_AHEAD; ++u) {
             const long q = q0 + u;
             rw[u] = q < b ? kr[q] : 0;
-            c[u] = q < b ? gcp_contribution(ki[q], k, r, R, lam, F, ssubs, y) : 0;
+            c[u] = q < b ? gcp_contribution4(ki[q], k, r0, R, lam, F, ssubs, y) : 0;
         }
         for (int u = 0; u < GCP_RUN_AHEAD && q0 + u < b; ++u) {
             if (rw[u] != cur) {                 /* the run of cur ended inside the segment */
                 if (head)
-                    part[((2L * k) * nseg + s) * R + r] = acc;    /* head: came from before */
+                    gcp_store4(heads + s * R, acc, R - r0);     /* head: came from before */
                 else
-                    G[k][(long) cur * R + r] = acc;
+                    gcp_store4(G[k] + (long) cur * R + r0, acc, R - r0);
                 head = 0;
                 cur = rw[u];
                 acc = 0;
@@ -472,11 +515,11 @@ __kernel void gcp_run_sums(const long ns, const int R, __global const VAL_T* lam
         }
     }
     if (head)
-        part[((2L * k) * nseg + s) * R + r] = acc;
+        gcp_store4(heads + s * R, acc, R - r0);
     else if (b < ns && kr[b] == cur)
-        part[((2L * k + 1) * nseg + s) * R + r] = acc;           /* tail: goes on */
+        gcp_store4(tails + s * R, acc, R - r0);                 /* tail: goes on */
     else
-        G[k][(long) cur * R + r] = acc;
+        gcp_store4(G[k] + (long) cur * R + r0, acc, R - r0);
 }
 
 /* The rows of the runs that go on past their segment: work-item (r, s, k), where segment s's
