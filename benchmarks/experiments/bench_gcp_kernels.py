@@ -1,6 +1,6 @@
 """Device time of each kernel of GCP's fused steps on an OpenCL device (profiling events).
 
-    python benchmarks/experiments/bench_gcp_kernels.py [NNZ] [DEVICE]   # default 2e7, gpu
+    python benchmarks/experiments/bench_gcp_kernels.py [NNZ] [DEVICE] [AHEAD]   # 2e7, gpu, 8
 
 The same synthetic NELL-2-shaped tensor (Zipf-skewed coordinates), rank 16, Poisson loss and
 default sample counts as ``bench_gcp_steps.py``; 20 steps to warm up, then 500 steps of
@@ -25,6 +25,9 @@ nnz = float(sys.argv[1]) if len(sys.argv) > 1 else 2e7
 shape = (12092, 9184, 28818)
 X = synthetic_tensor(shape, int(nnz), seed=0)
 be = get_backend(sys.argv[2] if len(sys.argv) > 2 else "gpu")
+if len(sys.argv) > 3:   # positions read ahead by gcp_run_sums (its programs built with it)
+    from sktensor_fast.backends.opencl import gcp_ops
+    gcp_ops.RUN_AHEAD = int(sys.argv[3])
 n_zero = int(np.prod(shape, dtype=object)) - X.nnz
 ng, nl = gcp_plan.default_counts("stratified", X.nnz, n_zero)
 T = be.prepare(X)
@@ -41,6 +44,7 @@ for name, ev in events:
     if sec is not None:
         tot[name] += sec
         cnt[name] += 1
-print(f"wall {t / 500 * 1e3:.3f} ms/step; device time per step by kernel:")
+print(f"wall {t / 500 * 1e3:.3f} ms/step; device time per step by kernel "
+      f"(total {sum(tot.values()) / 500 * 1e3:.3f} ms):")
 for name, s in sorted(tot.items(), key=lambda x: -x[1]):
     print(f"  {name:28s} {s / 500 * 1e3:8.3f} ms/step  {cnt[name] / 500:.2f} launches/step")

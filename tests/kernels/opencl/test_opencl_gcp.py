@@ -717,11 +717,12 @@ def test_fused_steps_reuse_out_and_count_launches(be, cpu, monkeypatch):
     rs = so.row_sort((True,) * 3)
     assert rs.npass == 2    # 300 rows: 9 bits
     # a handful of launches per step: draw and terms, the passes (each after its scan), the
-    # sums, the update
-    assert len(calls) == n * (2 * rs.npass + 4)
-    assert calls[:2 * rs.npass + 4] == (["gcp_draw_terms"]
+    # sums, their blocks and join, the update
+    assert len(calls) == n * (2 * rs.npass + 5)
+    assert calls[:2 * rs.npass + 5] == (["gcp_draw_terms"]
                                         + ["gcp_sort_scan", "gcp_sort_pass"] * rs.npass
-                                        + ["gcp_run_sums", "gcp_run_join", "gcp_update_all"])
+                                        + ["gcp_run_sums", "gcp_run_blocks", "gcp_run_join",
+                                           "gcp_update_all"])
     step = _run(be, To, so, U, loss, "adam", n, stepwise=True)
     for a, b in zip(fused[0], step[0]):
         np.testing.assert_array_equal(a, b)
