@@ -86,11 +86,11 @@ _SCAN_WG = 64
 #: sorted positions per work-item of ``gcp_run_sums`` (a run of equal rows longer than this,
 #: or across a boundary, is summed in pieces and joined by ``gcp_run_join``)
 RUN_SEGMENT = 32
-#: segments per block of ``gcp_run_blocks`` (GCP_JOIN_BLOCK of kernels/gcp.cl)
-JOIN_BLOCK = 32
 #: sorted positions whose contributions a work-item of ``gcp_run_sums`` reads before adding
-#: them (GCP_RUN_AHEAD; read when a program is built)
-RUN_AHEAD = 8
+#: them (GCP_RUN_AHEAD; read when a program is built).  Device time of the sums per step on an
+#: H200 (76.9M nonzeros, R = 16): 1 -> 0.092 ms, 2 -> 0.105, 4 -> 0.110, 8 -> 0.146, 16 -> 0.205
+#: (the registers of a longer read-ahead cost more than its loads in flight gain)
+RUN_AHEAD = 1
 #: ``run_steps`` with a deadline compares the clock with it every this many steps (waiting for
 #: the device to finish the steps enqueued so far)
 DEADLINE_CHECK_STEPS = 16
@@ -391,7 +391,6 @@ class _RowSort:
         self.seg = RUN_SEGMENT
         self.nseg = max(1, -(-ns // self.seg))
         self._part = None
-        self._blk = None
         self.capacity = ns
 
     def resize(self, ns):
@@ -412,19 +411,6 @@ class _RowSort:
         if self._part is None or self._part.size < n or self._part.dtype != dtype:
             self._part = cla.empty(be.queue, (n,), dtype)
         return self._part
-
-    @property
-    def nblocks(self):
-        """Blocks of :data:`JOIN_BLOCK` segments (``gcp_run_blocks``)."""
-        return -(-self.nseg // JOIN_BLOCK)
-
-    def block_sums(self, be, N, R, dtype):
-        """gcp_run_blocks' sums of the blocks of pieces inside one run (kept between steps)."""
-        import pyopencl.array as cla
-        n = N * self.nblocks * max(R, 1)
-        if self._blk is None or self._blk.size < n or self._blk.dtype != dtype:
-            self._blk = cla.empty(be.queue, (n,), dtype)
-        return self._blk
 
     def clean(self, be):
         """Zero the count table if a step stopped half-way (a user's loss raised)."""
@@ -725,18 +711,6 @@ class _Step:
         """The index space of gcp_run_join: (columns, segments, modes)."""
         return (self.R, self.sort.nseg, self.N)
 
-    def blocks_size(self):
-        """The index space of gcp_run_blocks: (columns, blocks of segments, modes)."""
-        return (self.R, self.sort.nblocks, self.N)
-
-    def blocks(self):
-        """gcp_run_blocks' arguments."""
-        rs = self.sort
-        return [np.int64(self.ns), np.int32(self.R), rs.rows[rs.final].data,
-                self.act_buf.data, np.int32(rs.seg),
-                rs.partials(self.be, self.N, self.R, self.dt).data,
-                rs.block_sums(self.be, self.N, self.R, self.dt).data]
-
     def reduce(self, grads):
         """Enqueue the passes of the row sort and the scatter (and join) into ``grads``, once
         the step's weighted derivatives are on the device."""
@@ -746,8 +720,6 @@ class _Step:
         be.launch(_kernel(be, dt, N, self.scatter_name()), self.scatter_size(),
                   *self.scatter(grads))
         if not self.atomic:
-            be.launch(_kernel(be, dt, N, "gcp_run_blocks"), self.blocks_size(),
-                      *self.blocks())
             be.launch(_kernel(be, dt, N, "gcp_run_join"), self.join_size(),
                       *self.join(grads))
         if self.sort is not None:
@@ -761,7 +733,6 @@ class _Step:
         return [np.int64(self.ns), np.int32(self.R), rs.rows[rs.final].data,
                 self.act_buf.data, np.int32(rs.seg),
                 rs.partials(self.be, self.N, self.R, self.dt).data,
-                rs.block_sums(self.be, self.N, self.R, self.dt).data,
                 *[_buf(self.be, g) for g in grads]]
 
 
@@ -1139,16 +1110,12 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
     launches += st.sort_launches(state.kernels)
     scatter = state.kernels(st.scatter_name(), 2)
     join = None if st.atomic else state.kernels("gcp_run_join", 2)
-    blocks = None if st.atomic else state.kernels("gcp_run_blocks", 1)[0]
-    if blocks is not None:
-        blocks.set_args(*st.blocks())
     for b in range(2):
         scatter[b].set_args(*st.scatter(grads[b]))
         if join is not None:
             join[b].set_args(*st.join(grads[b]))
     scatter_geo = be.geometry(st.scatter_size())
     join_geo = None if st.atomic else be.geometry(st.join_size())
-    blocks_geo = None if st.atomic else be.geometry(st.blocks_size())
     update_geo = be.geometry((1,))
     offs, sizes, total = state.offsets(R, update_geo[1][0])
     update = state.kernels("gcp_update_all", 2)
@@ -1186,7 +1153,6 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
             _enqueue(be, knl, geo)
         _enqueue(be, scatter[b], scatter_geo)
         if join is not None:
-            _enqueue(be, blocks, blocks_geo)
             _enqueue(be, join[b], join_geo)
         update[b].set_arg(6, np.int32(s % block))
         _enqueue(be, update[b], update_geo)
