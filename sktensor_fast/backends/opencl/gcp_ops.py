@@ -22,9 +22,9 @@ One gradient step (kernels of ``kernels/gcp.cl``):
    (prefix sums over the tiles, one work-group per digit: each tile of the pass reads its
    offsets instead of adding up the counts of every tile before it), so a pass is two
    launches;
-3. ``gcp_run_sums`` and ``gcp_run_join``: one work-item per (column, segment of
+3. ``gcp_run_sums`` and ``gcp_run_join``: one work-item per (four columns, segment of
    :data:`RUN_SEGMENT` consecutive sorted positions) adds the contributions of the segment's
-   runs of equal rows in increasing sample order; a run that spans segments is added in
+   runs of equal rows in increasing sample order, each column on its own; a run that spans segments is added in
    pieces, one per segment, which ``gcp_run_join`` then adds in segment order.  No atomics:
    the gradient is deterministic (the same on every device and in every run).  A row whose
    samples lie in one segment is the sum of its contributions in the order of the CPU kernel
@@ -32,7 +32,9 @@ One gradient step (kernels of ``kernels/gcp.cl``):
    more samples (a heavy row of a skewed mode) is that sum regrouped by segments, which
    differs from the CPU's in the last bits.  A heavy row is thus summed by many work-items:
    one work-item per row made the step as slow as the longest row (on an H100, 2.3 of
-   2.6 ms of a step with 120,000 samples on a Zipf-skewed NELL-2-shaped tensor).
+   2.6 ms of a step with 120,000 samples on a Zipf-skewed NELL-2-shaped tensor).  The
+   work-item that owns a run over several segments finds where it ends by steps of a
+   segment, doubled while the row goes on, then bisection.
 
 With the backend option ``gcp_reduction='atomic'`` (:class:`~sktensor_fast.OpenCLOptions`,
 ``SKTENSOR_FAST_OCL_GCP_REDUCTION=atomic``) steps 2 and 3 are replaced by

@@ -61,8 +61,8 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
  *                    their row of mode k (all active modes in one launch), GCP_SORT_BITS bits
  *                    at most per pass: the samples of a row end up together, in increasing
  *                    sample order;
- *   gcp_run_sums     one work-item per (column, segment of consecutive positions) adds the
- *   gcp_run_join     contributions of the segment's runs of equal rows in increasing sample
+ *   gcp_run_sums     one work-item per (four columns, segment of consecutive positions) adds
+ *   gcp_run_join     the contributions of the segment's runs of equal rows in increasing sample
  *                    order (the CPU kernel's order within a segment), and the pieces of the
  *                    runs that span segments are then added in segment order (no atomics,
  *                    the same sums on every device and in every run);
