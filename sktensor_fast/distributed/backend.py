@@ -241,11 +241,13 @@ class DistributedBackend(Backend):
             self.channel.allgather_rows(a.full, L.counts, L.displs)
         else:
             # the own rows down into a host buffer kept for the shape (page-locked on a GPU),
-            # the others' rows from them, the whole array up
+            # the others' rows from them; the others' rows up, the own ones copied on the device
             h = self._host_buffer(a.shape, a.dtype)
             self._download(a.part, h[L.lo:L.hi])
             self.channel.allgather_rows(h, L.counts, L.displs)
-            a.full = self._upload(h)
+            around = getattr(self.local, "upload_around", None)
+            a.full = (around(h, a.part, L.lo, L.hi) if around is not None
+                      else self._upload(h))
         a.full_ok = True
         return a.full
 

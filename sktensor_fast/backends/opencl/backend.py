@@ -346,6 +346,34 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
             self.cl.enqueue_copy(self.queue, out.data, host, is_blocking=True)
         return out
 
+    def upload_around(self, host, part, lo, hi):
+        """A new device matrix holding ``host`` (C-contiguous) but for its rows ``lo:hi``,
+        which come from the device matrix ``part`` (those rows already on the device: copied
+        there, not uploaded again).  Returns when the uploads are done."""
+        import pyopencl.array as cla
+        lo, hi = int(lo), int(hi)
+        n = int(host.shape[0])
+        if not 0 <= lo <= hi <= n or tuple(part.shape) != (hi - lo,) + tuple(host.shape[1:]):
+            raise ValueError(f"rows {lo}:{hi} of {n} from a device matrix of shape "
+                             f"{tuple(part.shape)}")
+        if part.dtype != host.dtype:
+            raise TypeError(f"device rows of {part.dtype} for a host matrix of {host.dtype}")
+        out = cla.empty(self.queue, host.shape, dtype=host.dtype, allocator=self.allocator)
+        row = host.nbytes // max(n, 1)
+        if part.nbytes:
+            self.cl.enqueue_copy(self.queue, out.data, part.data, byte_count=part.nbytes,
+                                 dst_offset=lo * row)
+        ev = []
+        if lo:
+            ev.append(self.cl.enqueue_copy(self.queue, out.data, host[:lo],
+                                           is_blocking=False))
+        if hi < n:
+            ev.append(self.cl.enqueue_copy(self.queue, out.data, host[hi:],
+                                           dst_offset=hi * row, is_blocking=False))
+        if ev:
+            self.cl.wait_for_events(ev)
+        return out
+
     # --- CP-APR primitives: backend.apr (apr.py; the row solvers are in cpapr_rows.py) ---
     def _make_apr_kernels(self):
         return OpenCLAprKernels(self)

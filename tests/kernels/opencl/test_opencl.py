@@ -278,7 +278,8 @@ def test_dense_steps(be, rows):
 
 def test_rows_and_host_transfers(be):
     """The row exchanges' helpers: rows taken on the device, a download into a host array, an
-    upload from one, a host buffer of the shape; bad ranges and sizes are refused."""
+    upload from one (whole, or around rows already on the device), a host buffer of the
+    shape; bad ranges and sizes are refused."""
     A = np.arange(30.0).reshape(10, 3)
     Ad = be.asarray(A)
     np.testing.assert_array_equal(be.to_numpy(be.take_rows(Ad, 3, 7)), A[3:7])
@@ -293,6 +294,19 @@ def test_rows_and_host_transfers(be):
             be.take_rows(Ad, lo, hi)
     with pytest.raises(ValueError, match="device bytes into a host array"):
         be.download_into(Ad, np.empty((2, 3)))
+    # the whole matrix from the host but for rows lo:hi, which come from the device (host
+    # rows there hold other numbers: they must not be read)
+    for lo, hi in ((3, 7), (0, 4), (6, 10), (0, 10), (5, 5)):
+        hh = A.copy()
+        hh[lo:hi] = -1.0
+        part = be.asarray(A[lo:hi] + 100.0)
+        want = A.copy()
+        want[lo:hi] += 100.0
+        np.testing.assert_array_equal(be.to_numpy(be.upload_around(hh, part, lo, hi)), want)
+    with pytest.raises(ValueError, match="rows 2:5 of 10"):
+        be.upload_around(A, be.asarray(A[:2]), 2, 5)
+    with pytest.raises(TypeError, match="float32"):
+        be.upload_around(A, be.asarray(A[2:5].astype(np.float32)), 2, 5)
 
 
 def test_device_errors():
