@@ -9,6 +9,7 @@ each after a fit of one epoch that builds what a first fit builds (the programs,
 tensor).  Prints the seconds of each fit, their ratio and each fit's last loss estimate.
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -36,6 +37,7 @@ def main(argv=None):
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--device", default="gpu")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
     X = synthetic_tensor(tuple(args.shape), int(args.nnz), seed=0)
     print(f"shape {X.shape}, {X.nnz} nonzeros, rank {args.rank}, {args.epochs} epochs, "
@@ -46,6 +48,15 @@ def main(argv=None):
         res[device] = fit(X, device, args.rank, args.epochs)
         print(f"  {device:8s} {res[device][0]:8.3f} s   last loss estimate {res[device][1]:.6g}")
     print(f"  cpu / {args.device}: {res['cpu'][0] / res[args.device][0]:.1f}x")
+    if args.out:
+        from sktensor_fast.backends import get_backend
+        dev = get_backend(args.device).info().get("device", args.device)
+        with open(args.out, "w") as fh:
+            json.dump({"shape": list(X.shape), "nnz": int(X.nnz), "rank": args.rank,
+                       "epochs": args.epochs, "host_threads": get_num_threads(),
+                       "device": dev,
+                       "fits": {k: {"seconds": v[0], "last_loss_estimate": v[1]}
+                                for k, v in res.items()}}, fh, indent=1)
     return res
 
 
