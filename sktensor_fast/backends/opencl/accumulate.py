@@ -168,13 +168,15 @@ class SparseKernels:
     # ------------------------------------------------------------------ launches
     def _launch_accumulate(self, T, factors, mode, B, eps, out, zero=True):
         """MTTKRP (``B`` None) or Φ of ``mode`` into ``out``; the kernels write the rows of
-        ``T``'s nonzeros only, the others are zeroed first unless ``zero`` is False."""
+        ``T``'s nonzeros only, the others are zeroed first unless ``zero`` is False (or every
+        row holds a nonzero: ``T.rows_complete``)."""
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         R = int(facs[0].shape[1])
         I = T.shape[mode]
+        complete = getattr(T, "rows_complete", None)
         if out is None:
             out = self.zeros((I, R), T.dtype)
-        elif zero:
+        elif zero and not (complete is not None and out.shape[0] == I and complete(mode)):
             self.fill_zero(out)
         if T.nnz == 0 or R == 0:
             return out

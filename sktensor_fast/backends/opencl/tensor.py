@@ -373,6 +373,8 @@ class OpenCLTensor(DeviceTensor):
         #: the kernel objects of this tensor's MTTKRP / Φ launches with the arguments they were
         #: last given, and their boundary buffers (:class:`~.accumulate.Launcher`)
         self.launchers = {}
+        #: {mode: whether every coordinate of the mode holds a nonzero} (:meth:`rows_complete`)
+        self._complete = {}
         self.subs = _ModeCopies(self, 0)
         self.vals = _ModeCopies(self, 1)
         for mode, chunk in interleave:
@@ -484,6 +486,27 @@ class OpenCLTensor(DeviceTensor):
             # the launchers hold the arguments of their last launch: the old copy with them
             self.launchers.clear()
             got = self.interleaved[key] = self._gather(mode, chunk)
+        return got
+
+    def rows_complete(self, mode):
+        """Whether every coordinate of ``mode`` holds a nonzero, so that MTTKRP and Φ write
+        every row of their output and need no zero fill first; counted on the device at the
+        first call for the mode (one pass over the coordinates and one integer read back) and
+        kept."""
+        got = self._complete.get(mode)
+        if got is None:
+            I = int(self.shape[mode])
+            got = False
+            if 0 < I <= self.nnz:
+                import pyopencl.array as cla
+                be = self.backend
+                seen = cla.zeros(be.queue, (I,), np.int32)
+                count = cla.zeros(be.queue, (1,), np.int32)
+                be.launch(be.dense_kernel(self.dtype, "count_rows"), (self.nnz,),
+                          np.int64(self.nnz), np.int32(self.ndim), np.int32(mode),
+                          self._subs0.data, seen.data, count.data)
+                got = int(count.get()[0]) == I
+            self._complete[mode] = got
         return got
 
     @property

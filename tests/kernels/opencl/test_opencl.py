@@ -587,3 +587,43 @@ def test_argument_info_asked_of_opencl_1_2_devices_only():
     assert _has_arg_info(ctx("OpenCL 3.0 CUDA", "OpenCL 1.2 pocl"))
     assert not _has_arg_info(ctx("OpenCL 3.0 CUDA", "OpenCL 1.1 old"))
     assert not _has_arg_info(ctx("unknown"))
+
+
+def test_outputs_of_complete_modes_are_not_zeroed_first(layout_be, monkeypatch):
+    """Where every coordinate of a mode holds a nonzero, MTTKRP and Φ write every row of the
+    output, so it is not zeroed first; where a row is empty it is, and that row reads 0 in an
+    output that held other numbers before."""
+    be = layout_be
+    rng = np.random.default_rng(11)
+    shape = (30, 6, 500)                     # modes 0 and 1 full, mode 2 with empty rows
+    X = random_sparse(shape, 1200, rng, skew=0)
+    present = [np.unique(X.subs[:, m]).size for m in range(3)]
+    assert present[0] == 30 and present[1] == 6 and present[2] < 500
+    T = be.prepare(X)
+    assert [T.rows_complete(m) for m in range(3)] == [True, True, False]
+    fills = []
+    orig = type(be).fill_zero
+    monkeypatch.setattr(type(be), "fill_zero", lambda self, a: fills.append(a.shape)
+                        or orig(self, a))
+    f = [rng.random((s, 4)) for s in shape]
+    for m in range(3):
+        out = be.asarray(np.full((shape[m], 4), np.nan))
+        fills.clear()
+        _close(be.to_numpy(be.mttkrp(T, f, m, out=out)), mttkrp_ref(X, f, m))
+        assert fills == ([] if m < 2 else [(shape[m], 4)])
+        out = be.asarray(np.full((shape[m], 4), 7.0))
+        _close(be.to_numpy(be.phi(T, f, m, f[m], 1e-10, out=out)),
+               phi_ref(X, f, m, f[m], 1e-10))
+
+
+def test_rows_complete_counts_each_coordinate_once(be):
+    """Distinct coordinates in any order, repeated ones, a single row, more rows than
+    nonzeros."""
+    from sktensor_fast import SparseTensor
+    subs = np.array([[2, 0], [0, 1], [2, 2], [1, 1], [0, 0], [2, 1]])
+    T = be.prepare(SparseTensor(subs, np.ones(6), (3, 4)))
+    assert T.rows_complete(0) and not T.rows_complete(1)
+    T = be.prepare(SparseTensor(subs, np.ones(6), (4, 3)))
+    assert not T.rows_complete(0) and T.rows_complete(1)
+    T = be.prepare(SparseTensor(np.zeros((1, 2), int), np.ones(1), (1, 9)))
+    assert T.rows_complete(0) and not T.rows_complete(1)

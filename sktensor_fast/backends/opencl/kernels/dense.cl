@@ -241,3 +241,16 @@ __kernel void gather_interleave(const long n, const long nchunks, const int chun
     for (int k = 0; k < ncols; ++k) dst_subs[p * ncols + k] = src_subs[o * ncols + k];
     dst_vals[p] = src_vals[o];
 }
+
+/* count[0] = the distinct coordinates of column `col` of the n x ncols rows of `subs` (in any
+ * order): seen[c] (zeroed before) is set once per coordinate c, by the one work-item whose
+ * exchange finds it unset, which also counts it; the others only read it */
+__kernel void count_rows(const long n, const int ncols, const int col,
+                         __global const IDX_T* subs, volatile __global int* seen,
+                         volatile __global int* count)
+{
+    const long j = get_global_id(0);
+    if (j >= n) return;
+    const long c = (long) subs[j * ncols + col];
+    if (!seen[c] && atomic_xchg(&seen[c], 1) == 0) atomic_inc(count);
+}
