@@ -174,9 +174,10 @@ class SparseKernels:
         R = int(facs[0].shape[1])
         I = T.shape[mode]
         complete = getattr(T, "rows_complete", None)
+        written = complete is not None and (out is None or out.shape[0] == I) and complete(mode)
         if out is None:
-            out = self.zeros((I, R), T.dtype)
-        elif zero and not (complete is not None and out.shape[0] == I and complete(mode)):
+            out = self._empty((I, R), T.dtype) if written else self.zeros((I, R), T.dtype)
+        elif zero and not written:
             self.fill_zero(out)
         if T.nnz == 0 or R == 0:
             return out
