@@ -100,14 +100,25 @@ class SparseKernels:
     TAIL_GROUP = 1024
     TAIL_ROUNDS = 4
 
+    #: the lanes kernel reduces its chunks' boundary rows in the work-group (local memory),
+    #: so the boundary list holds two entries per group instead of two per chunk: False
+    #: writes every chunk's two (the measurement's before)
+    GROUP_BOUNDARIES = True
+    #: most local memory (bytes) a group of the lanes kernel takes for that list and Φ's
+    #: exchanges; a larger need (a wide rank) keeps the list per chunk
+    GROUP_LOCAL_BYTES = 24 << 10
+
     def cp_kernel(self, dtype, nmodes, name, phi=False, vec=1, rank=None, interleaved=False,
-                  off32=False, prefetch=False, T=None, role=None, fp32_factors=False):
+                  off32=False, prefetch=False, T=None, role=None, fp32_factors=False,
+                  group_bnd=False):
         """Kernel ``name`` of cp.cl for ``nmodes`` factors of ``dtype``, from the backend's
         program cache.  ``phi``: the Φ variant (False: MTTKRP; ``"local"``, ``"shuffle"`` or
         ``"wide"``); ``vec`` columns per lane in accumulate (per vector in accumulate_wide,
         which needs the compile-time ``rank``); ``interleaved``: accumulate reads the
         chunk-interleaved copy; ``off32``: accumulate's offsets fit in int; ``prefetch``:
-        accumulate loads a step's coordinates during the step before."""
+        accumulate loads a step's coordinates during the step before; ``group_bnd``:
+        accumulate reduces its chunks' boundary rows in the work-group (two entries of the
+        boundary list per group, not per chunk)."""
         def source():
             extra = []
             if phi:
@@ -125,6 +136,8 @@ class SparseKernels:
                 extra.append("#define OFF_T int")
             if prefetch:
                 extra.append("#define PREFETCH 1")
+            if group_bnd:
+                extra.append("#define GROUP_BND 1")
             factor_t = "VAL_T"
             if fp32_factors:
                 sfx = "" if vec == 1 else str(vec)
@@ -136,6 +149,8 @@ class SparseKernels:
         key = ("cp", np.dtype(dtype).str, nmodes, phi, vec, rank, interleaved, off32, prefetch)
         if fp32_factors:
             key += ("fp32_factors",)
+        if group_bnd:
+            key += ("group_bnd",)
         return self._launcher(T, (key, name, role), source, f"{CP_CL} (for {name})")
 
     def _launcher(self, T, ident, source, what):
@@ -220,24 +235,32 @@ class SparseKernels:
         fp32 = bool(self.fp32_factors and B is None and np.dtype(T.dtype) == np.float64)
         if fp32:
             facs = [f.astype(np.float32) for f in facs]
+        ngroups = -(-nchunks // LG)
+        isz = np.dtype(T.dtype).itemsize
+        local = [2 * RV * LG * isz] if B is not None else []
+        group = [2 * LG * R * isz, 2 * LG * 8]
+        group_bnd = bool(self.GROUP_BOUNDARIES
+                         and sum(local + group) <= self.GROUP_LOCAL_BYTES)
+        if group_bnd:
+            local += group
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
                              interleaved=interleaved, off32=off32, prefetch=self.prefetch,
-                             T=T, role=mode, fp32_factors=fp32)
-        ngroups = -(-nchunks // LG)
+                             T=T, role=mode, fp32_factors=fp32, group_bnd=group_bnd)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)
         dt = np.dtype(T.dtype).type
-        bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype, T)
+        nlist = ngroups if group_bnd else nchunks     # pairs of entries in the boundary list
+        bnd_row, bnd_val = self._boundary_buffers(nlist, R, T.dtype, T)
         args = [np.int64(T.nnz), np.int32(R), np.int32(mode), np.int32(chunk),
                 np.int64(nchunks), subs.data, vals.data] + [f.data for f in facs]
         if B is not None:
             Bd = self.asarray(B, dtype=T.dtype)
-            args += [Bd.data, dt(eps), out.data, bnd_row, bnd_val,
-                     self.cl.LocalMemory(2 * RV * LG * np.dtype(T.dtype).itemsize)]
+            args += [Bd.data, dt(eps), out.data, bnd_row, bnd_val]
         else:
             args += [out.data, dt(0), out.data, bnd_row, bnd_val]  # B unused
+        args += [self.cl.LocalMemory(n) for n in local]
         knl(self.queue, gsize, lsize, *args)
-        self._reduce_boundaries(bnd_row, bnd_val, 2 * nchunks, R, RP, T.dtype, out, T)
+        self._reduce_boundaries(bnd_row, bnd_val, 2 * nlist, R, RP, T.dtype, out, T)
         return out
 
     def _interleaved(self, T, mode, chunk):

@@ -418,6 +418,8 @@ def test_boundary_levels_and_tail(layout_be, monkeypatch, tail_rounds, tail_grou
     monkeypatch.setattr(be, "TAIL_ROUNDS", tail_rounds)
     monkeypatch.setattr(be, "TAIL_GROUP", tail_group)
     monkeypatch.setattr(be, "LEVEL_CHUNK", level_chunk)
+    # the list of two entries per chunk (not per work-group), so that it takes many levels
+    monkeypatch.setattr(be, "GROUP_BOUNDARIES", False)
     monkeypatch.setattr(be, "_group_sizes", {}, raising=False)
     monkeypatch.setattr(be, "chunk", 8)
     monkeypatch.setattr(be, "wide_chunk", 8)
@@ -633,3 +635,47 @@ def test_rows_complete_counts_each_coordinate_once(be):
     assert not T.rows_complete(0) and T.rows_complete(1)
     T = be.prepare(SparseTensor(np.zeros((1, 2), int), np.ones(1), (1, 9)))
     assert T.rows_complete(0) and not T.rows_complete(1)
+
+
+@pytest.mark.parametrize("rank", [1, 4, 6, 33])
+@pytest.mark.parametrize("chunk", [2, 8, 64])
+def test_boundary_rows_reduced_in_the_work_group(be, monkeypatch, rank, chunk):
+    """The lanes kernel's work-groups reduce their chunks' first and last rows themselves
+    (two entries of the boundary list per group): rows inside a chunk, across chunks of one
+    group, across groups, a row filling whole groups, a last group with fewer chunks; every
+    column width (1, 2 and 4 columns per lane, lanes left idle); MTTKRP and Φ equal the
+    reference and the per-chunk list; the list is shorter."""
+    old = be.layout
+    monkeypatch.setattr(be, "chunk", chunk)
+    rng = np.random.default_rng(rank + chunk)
+    from sktensor_fast import SparseTensor
+    n = 5000
+    heavy = rng.random(n) < 0.4
+    subs = np.stack([np.where(heavy, 7, rng.integers(0, 300, n)),
+                     rng.integers(0, 13, n), rng.integers(0, 50, n)], axis=1)
+    X = SparseTensor(subs, rng.random(n), (300, 13, 50))
+    f = [rng.random((s, rank)) for s in X.shape]
+    sizes = []
+    orig = type(be)._reduce_boundaries
+    monkeypatch.setattr(type(be), "_reduce_boundaries",
+                        lambda self, rows, vals, n, *a, **k: sizes.append(n)
+                        or orig(self, rows, vals, n, *a, **k))
+    try:
+        for layout in ("lanes", "lanes-sorted"):
+            be.layout = layout
+            got = {}
+            for grouped in (False, True):
+                monkeypatch.setattr(be, "GROUP_BOUNDARIES", grouped)
+                T = be.prepare(X)
+                sizes.clear()
+                got[grouped] = [be.to_numpy(be.mttkrp(T, f, m)) for m in range(3)]
+                got[grouped] += [be.to_numpy(be.phi(T, f, m, f[m], 1e-10)) for m in range(3)]
+                for m in range(3):
+                    _close(got[grouped][m], mttkrp_ref(X, f, m))
+                    _close(got[grouped][3 + m], phi_ref(X, f, m, f[m], 1e-10))
+                got[grouped, "sizes"] = list(sizes)
+            for a, b in zip(got[False], got[True]):
+                np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13 * np.abs(a).max())
+            assert all(g < p for g, p in zip(got[True, "sizes"], got[False, "sizes"]))
+    finally:
+        be.layout = old

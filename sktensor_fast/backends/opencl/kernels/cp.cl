@@ -61,6 +61,16 @@ inline VAL_T shfl_xor_nv(VAL_T v, int off)
 }
 #endif
 
+/* LOCAL_STORE(v, r, p): the VEC entries of v to p[r * VEC ...] in local memory, by vstoreN
+ * (which asks only the alignment of one entry of p) */
+#if VEC == 1
+#define LOCAL_STORE(v, r, p) ((p)[r] = (v))
+#else
+#define VSTORE_CAT(a, b) a##b
+#define VSTORE_N(n) VSTORE_CAT(vstore, n)
+#define LOCAL_STORE(v, r, p) VSTORE_N(VEC)(v, r, p)
+#endif
+
 /* Position of entry k of chunk c in the copy of the nonzeros: consecutive (the mode-sorted
  * order) or chunk-interleaved (INTERLEAVED: entry k of chunk c at k * nchunks + c, the order of
  * dense.cl's interleave_nonzeros, so that the chunks of a work-group read neighbouring entries
@@ -101,6 +111,9 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
 #ifdef PHI
                          , __local VAL_T* pi_loc
 #endif
+#ifdef GROUP_BND
+                         , __local VAL_T* grp_val, __local long* grp_row
+#endif
                          )
 {
     FACTOR_ARRAY
@@ -119,6 +132,13 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         cur = first_row;
     }
     VEC_T acc = (VEC_T)0;
+    /* where the partial sum of the chunk's first row goes: its slot of the boundary list, in
+     * local memory with GROUP_BND */
+#ifdef GROUP_BND
+#define STORE_FIRST(v) LOCAL_STORE(v, r, grp_val + (2 * g) * R)
+#else
+#define STORE_FIRST(v) (((__global VEC_T*)(bnd_val + (2 * c) * R))[r] = (v))
+#endif
 #ifdef PREFETCH
     /* PREFETCH: the coordinates and value of step k+1 are loaded during step k, so that only
      * the factor-row gathers wait on memory within a step */
@@ -206,7 +226,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
 #endif
         if (valid && active) {
             if (row != cur) {
-                if (cur == first_row) ((__global VEC_T*)(bnd_val + (2 * c) * R))[r] = acc;
+                if (cur == first_row) STORE_FIRST(acc);
                 else ((__global VEC_T*)(out + cur * R))[r] = acc;
                 acc = (VEC_T)0;
                 cur = row;
@@ -214,10 +234,61 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
             acc += w * pi;
         }
     }
+#ifdef GROUP_BND
+    /* GROUP_BND: the chunks' first and last rows go to their slots 2g, 2g + 1 of a list in
+     * local memory, which the group reduces as reduce_level reduces a chunk of the global
+     * list: a row whose pieces all lie in the group's chunks (neither the group's first nor
+     * its last row) is stored, the group's first and last rows go to slots 2G and 2G + 1 of
+     * the global boundary list (G the group).  One work-item per column walks the group's
+     * 2 LG entries in order, so a row's pieces are added in chunk order. */
+    if (active) {
+        if (cur == first_row) {
+            STORE_FIRST(acc);
+            LOCAL_STORE((VEC_T)0, r, grp_val + (2 * g + 1) * R);
+        } else {
+            LOCAL_STORE(acc, r, grp_val + (2 * g + 1) * R);
+        }
+        if (r == 0) {
+            grp_row[2 * g] = (long)first_row;
+            grp_row[2 * g + 1] = (long)last_row;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int LG = get_local_size(1);
+    const OFF_T G = get_group_id(1);
+    const int nfull = (int)min((OFF_T)LG, (OFF_T)nchunks - G * LG);  /* chunks holding nonzeros */
+    if (nfull > 0) {
+        const long gfirst = grp_row[0];
+        for (int q = g * RP + r; q < R; q += RP * LG) {
+            long rowc = gfirst;
+            VAL_T a = 0;
+            for (int i = 0; i < 2 * nfull; ++i) {
+                const long row = grp_row[i];
+                if (row != rowc) {
+                    if (rowc == gfirst) bnd_val[(2 * G) * R + q] = a;
+                    else out[rowc * R + q] = a;
+                    a = 0;
+                    rowc = row;
+                }
+                a += grp_val[i * R + q];
+            }
+            if (rowc == gfirst) {
+                bnd_val[(2 * G) * R + q] = a;
+                bnd_val[(2 * G + 1) * R + q] = 0;
+            } else {
+                bnd_val[(2 * G + 1) * R + q] = a;
+            }
+        }
+        if (g == 0 && r == 0) {
+            bnd_row[2 * G] = gfirst;
+            bnd_row[2 * G + 1] = grp_row[2 * nfull - 1];
+        }
+    }
+#else
     if (active) {
         /* the chunk's first and last rows go to its two slots of the boundary list */
         if (cur == first_row) {
-            ((__global VEC_T*)(bnd_val + (2 * c) * R))[r] = acc;
+            STORE_FIRST(acc);
             ((__global VEC_T*)(bnd_val + (2 * c + 1) * R))[r] = (VEC_T)0;
         } else {
             ((__global VEC_T*)(bnd_val + (2 * c + 1) * R))[r] = acc;
@@ -227,6 +298,8 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
             bnd_row[2 * c + 1] = (long)last_row;
         }
     }
+#endif
+#undef STORE_FIRST
 }
 
 /* values of the Kruskal model at the nonzeros: out[j] = sum_r w[r] prod_m F[m][subs[j,m], r] */
