@@ -1,7 +1,7 @@
 """Host time to enqueue a zero fill of a device buffer, and its device time, three ways:
-``clEnqueueFillBuffer`` (``pyopencl.enqueue_fill_buffer``), a launch of dense.cl's
-``zero_words`` through ``backend.launch``, and the same kernel object called with its
-arguments set once.
+``clEnqueueFillBuffer`` (``pyopencl.enqueue_fill_buffer``, what ``fill_zero`` does), a launch
+of a kernel writing zero words through ``backend.launch``, and the same kernel object called
+with its arguments set once.
 
     python benchmarks/experiments/bench_fill.py [DEVICE]     # gpu by default
 
@@ -23,13 +23,15 @@ from sktensor_fast.backends import get_backend  # noqa: E402
 
 be = get_backend(sys.argv[1] if len(sys.argv) > 1 else "gpu")
 cl = be.cl
-knl = be.dense_kernel(np.float64, "zero_words")
+ZERO = """__kernel void zero_words(const long n, __global uint* a)
+{ const long i = get_global_id(0); if (i < n) a[i] = 0; }"""
+knl = cl.Program(be.ctx, ZERO).build().zero_words
 print(be.device.name)
 for rows in (24, 1717, 28818):
     a = be.zeros((rows, 16), np.float64)
     n = a.nbytes // 4
     g, l = be.geometry((n,))
-    knl2 = be.dense_kernel(np.float64, "zero_words").clone() if hasattr(knl, "clone") else knl
+    knl2 = cl.Program(be.ctx, ZERO).build().zero_words
     knl2.set_args(np.int64(n), a.data)
     ways = {
         "fill_buffer": lambda: cl.enqueue_fill_buffer(be.queue, a.data, np.zeros(1), 0, a.nbytes),

@@ -97,8 +97,11 @@ inline VAL_T shfl_xor_nv(VAL_T v, int off)
  * bnd_val[2c]) and (bnd_row[2c+1], bnd_val[2c+1]), which is sorted by row and is reduced by
  * `reduce_level` the same way, level after level.  No atomics: a row owning millions of
  * nonzeros (power-law data) costs no contention, and the result is deterministic.  Local size
- * (RP, LG): RP >= R/VEC lanes for the columns, LG chunks per group.  `out` must be zero on
- * entry; factor rows, B, out and the boundary values are VEC-aligned (R % VEC == 0).
+ * (RP, LG): RP >= R/VEC lanes for the columns, LG chunks per group.  Every row of `out` that
+ * holds a nonzero is stored (never added to), the others are left as they were: the host zeroes
+ * `out` first unless every row holds one.  Factor rows, B, out and the boundary values are
+ * VEC-aligned (R % VEC == 0).  With GROUP_BND the list holds two entries per work-group (see
+ * the end of the kernel).
  */
 __kernel void accumulate(const long nnz, const int R, const int mode, const int chunk,
                          const long nchunks,
@@ -327,7 +330,8 @@ __kernel void kruskal_values(const long nnz, const int R, __global const IDX_T* 
  * for all RANK columns instead of once per lane.  The nonzeros come in the chunk-interleaved
  * order of `interleave_nonzeros`: entry k of chunk c sits at k * nchunks + c, so neighbouring
  * work-items read neighbouring nonzeros (coalesced loads).  Runs, owned rows and the boundary
- * list are those of `accumulate`; `out` must be zero on entry. */
+ * list are those of `accumulate` without GROUP_BND; rows of `out` that hold no nonzero are left
+ * as they were. */
 #define RW (RANK / VEC)
 __kernel void accumulate_wide(const long nnz, const long nchunks, const int mode,
                               const int chunk,

@@ -254,11 +254,3 @@ __kernel void count_rows(const long n, const int ncols, const int col,
     const long c = (long) subs[j * ncols + col];
     if (!seen[c] && atomic_xchg(&seen[c], 1) == 0) atomic_inc(count);
 }
-
-/* a[i] = 0 for the n 32-bit words of a buffer (fill_zero's kernel: one launch costs the host
- * less than clEnqueueFillBuffer on some drivers) */
-__kernel void zero_words(const long n, __global uint* a)
-{
-    const long i = get_global_id(0);
-    if (i < n) a[i] = 0;
-}
