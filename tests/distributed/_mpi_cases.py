@@ -433,6 +433,18 @@ def opencl_device_same_model():
     b = est.fit(Xd)
     assert_same_everywhere([b.weights_, *b.factors_])
     compare_models(a, b, "CPAPR mu on OpenCL")
+    # MU's inner iterations enqueued ahead of their KKT tests, the tests' maxima over the
+    # processes in flight meanwhile; loops stopped by tol (the counts of a rank-2 model)
+    rng = np.random.default_rng(4)
+    F = [rng.gamma(0.5, 1.0, (s, 2)) for s in (25, 18, 12)]
+    Y = SparseTensor.from_dense(rng.poisson(3 * np.einsum("ir,jr,kr->ijk", *F)).astype(float))
+    mu = CPAPR(rank=2, random_state=1, max_iter=15, max_inner_iter=5, tol=0.3,
+               device="opencl")
+    ya = CPAPR(**mu.get_params()).fit(Y)
+    yb = mu.fit(scatter(Y if RANK == 0 else None))
+    assert ya.n_inner_iter_ == yb.n_inner_iter_ < 15 * 3 * 5, (ya.n_inner_iter_,
+                                                               yb.n_inner_iter_)
+    compare_models(ya, yb, "CPAPR mu on OpenCL, stops inside the inner loops")
     # CP-ALS: each process's update of its own rows finished after the next MTTKRP has
     # gathered them (unscaled), by max_iter and by tol (the same iterations)
     for kw in (dict(max_iter=10, tol=0), dict(max_iter=200, tol=1e-6)):

@@ -218,3 +218,42 @@ def test_vanished_nonzero_is_revived_as_on_the_cpu(be, solver):
     ref = CPAPR(1, solver=solver, init=init, max_iter=20).fit(X)
     assert np.isfinite(dev.log_likelihood_)
     assert dev.log_likelihood_ == pytest.approx(ref.log_likelihood_, rel=1e-9)
+
+
+@pytest.mark.parametrize("margin", [0.0, 2.0, np.inf])
+@pytest.mark.parametrize("tol", [0.3, 3e-2])
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_mu_with_inner_iterations_enqueued_ahead_is_the_same_fit(be, monkeypatch, margin, tol):
+    """MU on a device enqueues inner iteration i + 1 before the KKT test of iteration i comes
+    back (into second arrays, kept only when the test does not stop the loop): always
+    (margin 0), by the guess, or only at first iterations (margin inf); loops stopped by tol
+    at their first and later iterations, and by max_inner_iter.  The same fit bit for bit as
+    MU waiting for every test, with the same inner iterations; the Φ calls of the guesses
+    that were wrong are the only extra work."""
+    from sktensor_fast.decomposition import cp_apr as mod
+    rng = np.random.default_rng(4)
+    F = [rng.gamma(0.5, 1.0, (s, 2)) for s in (25, 18, 12)]      # counts of a rank-2 model
+    X = SparseTensor.from_dense(rng.poisson(3 * np.einsum("ir,jr,kr->ijk", *F)).astype(float))
+    calls = []                # Φ calls (the plans of the inner iterations call _phi too)
+    orig = type(be)._phi
+    monkeypatch.setattr(type(be), "_phi", lambda self, *a: calls.append(1) or orig(self, *a))
+    fits = {}
+    for ahead in (False, True):
+        monkeypatch.setattr(type(be.apr), "speculates", ahead)
+        monkeypatch.setattr(mod.CPAPR, "AHEAD_MARGIN", margin)
+        calls.clear()
+        est = CPAPR(2, max_iter=15, max_inner_iter=5, tol=tol, random_state=1,
+                    device="opencl").fit(X)
+        fits[ahead] = (est, len(calls))
+    (a, na), (b, nb) = fits[False], fits[True]
+    assert a.n_iter_ == b.n_iter_ and a.n_inner_iter_ == b.n_inner_iter_
+    assert a.weights_.tobytes() == b.weights_.tobytes()
+    for fa, fb in zip(a.factors_, b.factors_):
+        assert fa.tobytes() == fb.tobytes()
+    assert np.array_equal(a.loss_history_, b.loss_history_)
+    assert a.kkt_violation_ == b.kkt_violation_
+    assert na == a.n_inner_iter_ and nb >= na
+    if margin == np.inf:
+        assert nb <= na + X.ndim * a.n_iter_
+    if margin == 0.0:
+        assert nb > na          # some loops were stopped by tol with an iteration enqueued
