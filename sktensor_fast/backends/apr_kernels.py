@@ -76,28 +76,6 @@ class AprKernels:
         check_same_shape(B, Phi, "B")
         return self._multiply_(B, Phi)
 
-    #: whether CP-APR MU may enqueue its next inner iteration before the KKT test of the
-    #: current one comes back (:meth:`kkt_start`, :meth:`multiply_into`): True where the work
-    #: runs on a device ahead of the host, so that the test's round trip (and on several
-    #: processes its maximum over them) leaves no device idle
-    speculates = False
-
-    def kkt_start(self, B, Phi):
-        """Begin :meth:`kkt_violation` of ``(B, Phi)``; returns a callable that gives it.  A
-        device backend enqueues the reduction and its download without waiting, so that the
-        host may enqueue more work before it waits for the number."""
-        check_same_shape(B, Phi, "B")
-        return self._kkt_start(B, Phi)
-
-    def multiply_into(self, out, B, Phi):
-        """out = B * Phi element-wise, ``out`` another array of B's shape and type (the same
-        bits as :meth:`multiply_` of a copy of B); returns out."""
-        check_same_shape(B, Phi, "B")
-        check_same_shape(B, out, "B", "out")
-        if out is B:
-            raise ValueError("out must not be B itself (use multiply_)")
-        return self._multiply_into(out, B, Phi)
-
     def mu_step_(self, B, Phi, tol):
         """One inner step of CP-APR MU: ``kkt = max |min(B, 1 - Phi)|`` (as
         :meth:`kkt_violation`), then ``B *= Phi`` in place unless ``kkt < tol``; returns
@@ -145,13 +123,6 @@ class AprKernels:
 
     def _multiply_(self, B, Phi):
         self._missing("multiply_")
-
-    def _kkt_start(self, B, Phi):
-        v = self._kkt_violation(B, Phi)
-        return lambda: v
-
-    def _multiply_into(self, out, B, Phi):
-        self._missing("multiply_into")
 
     def _mu_step_(self, B, Phi, tol):
         kkt = self._kkt_violation(B, Phi)

@@ -248,12 +248,6 @@ class CPAPR(BaseCP):
     _tol_reached = ("every KKT violation (the distance of a factor from the optimum of its "
                     "subproblem) fell below tol={tol:g}")
 
-    #: MU on a device (``backend.apr.speculates``) enqueues an inner iteration before the KKT
-    #: test of the one before comes back unless that test is likely to stop the loop: the
-    #: test before it came within this factor of ``tol`` (a wasted Φ when the guess is wrong;
-    #: the numbers are the same either way)
-    AHEAD_MARGIN = 2.0
-
     def __init__(self, rank=5, *, solver="mu", max_iter=1000, max_inner_iter=10, tol=1e-4,
                  kappa=0.01, kappa_tol=1e-10, eps_div_zero=None, eps_active=1e-8, mu0=1e-5,
                  lbfgs_mem=3, inexact=True, init="random", random_state=None, n_init=1,
@@ -432,82 +426,15 @@ class CPAPR(BaseCP):
                   f"kappa_tol={self.kappa_tol:g} were shifted by kappa={self.kappa:g}")
         return weights, int(dead.size)
 
-    def _mu_inner(self, backend, T, A, n, eps, Phi):
-        """The inner iterations of mode ``n`` (B = A[n], updated in place); returns (inner
-        iterations, the last KKT violation)."""
-        B = A[n]
-        plan = None
-        k = kkt = 0
-        for k in range(1, self.max_inner_iter + 1):
-            if plan is None:
-                Phi[n] = backend.phi(T, A, n, B, eps, out=Phi[n])
-                # the next inner iterations: the same arrays, updated in place
-                plan = backend.phi_plan(T, A, n, B, eps, Phi[n])
-            else:
-                Phi[n] = plan()
-            # the KKT violation, and B *= Φ unless it is below tol
-            kkt = backend.apr.mu_step_(B, Phi[n], self.tol)
-            if kkt < self.tol:
-                break
-        return k, kkt
-
-    def _mu_inner_ahead(self, backend, T, A, n, eps, Phi, spare, ahead):
-        """:meth:`_mu_inner` with the next inner iteration enqueued before the KKT test of the
-        current one comes back (``backend.apr.speculates``): B ⊙ Φ goes to a second array and
-        the next Φ from it to a second output, so that a test below ``tol`` keeps B and Φ as
-        they were.  The same operations on the arrays that are kept, so the same numbers.
-        ``ahead(i, kkt)``: whether to enqueue iteration i + 1 while the test of iteration i
-        (``kkt`` the test before it, None for the first) is in flight.  ``spare[n]`` holds the
-        second arrays between calls; A[n] and Phi[n] end as the arrays kept."""
-        apr = backend.apr
-        Bs, Ps = [A[n], None], [None, None]
-        plans = [None, None]
-        if spare[n] is not None:
-            Bs[1], Ps[1] = spare[n]
-
-        def phi(c):
-            if plans[c] is None:
-                Ps[c] = backend.phi(T, A, n, Bs[c], eps, out=Ps[c] if c else Phi[n])
-                plans[c] = backend.phi_plan(T, A, n, Bs[c], eps, Ps[c])
-            else:
-                plans[c]()
-
-        cur, prev, kkt, k = 0, None, 0.0, 0
-        phi(cur)
-        for i in range(self.max_inner_iter):
-            k = i + 1
-            pending = apr.kkt_start(Bs[cur], Ps[cur])
-            early = i + 1 < self.max_inner_iter and ahead(i, prev)
-            if early:
-                if Bs[1 - cur] is None:
-                    Bs[1 - cur] = backend.copy(Bs[cur])
-                apr.multiply_into(Bs[1 - cur], Bs[cur], Ps[cur])
-                phi(1 - cur)
-            kkt = prev = pending()
-            if kkt < self.tol:
-                break
-            if early:
-                cur = 1 - cur
-            else:
-                apr.multiply_(Bs[cur], Ps[cur])
-                if i + 1 < self.max_inner_iter:
-                    phi(cur)
-        A[n], Phi[n] = Bs[cur], Ps[cur]
-        spare[n] = (Bs[1 - cur], Ps[1 - cur]) if Bs[1 - cur] is not None else None
-        return k, kkt
-
     def _iterate_mu(self, backend, T, X, A, weights, t0, eps):
         N = len(A)
         Phi = [None] * N
-        spare = [None] * N
-        last_inner = [self.max_inner_iter] * N
         kkt_mode = np.zeros(N)
         history = []
         n_inner = 0
         kkt = 0.0
         it = -1
         converged = out_of_time = False
-        ahead = getattr(backend.apr, "speculates", False)
         for it in range(self.max_iter):
             converged = True
             for n in range(N):
@@ -515,25 +442,22 @@ class CPAPR(BaseCP):
                     backend.apr.shift_inadmissible(A[n], Phi[n], self.kappa_tol, self.kappa)
                 # B = (A + S) Λ: fold the weights into mode n
                 backend.scale_columns(A[n], weights)
-                if ahead:
-                    # the next iteration is enqueued early unless the test is likely to stop
-                    # the loop: the first, where the mode's last loop stopped at its first;
-                    # a later one, where the test before it came within AHEAD_MARGIN of tol
-                    def likely(i, prev, n=n):
-                        if prev is None:
-                            return last_inner[n] > 1
-                        return prev >= self.AHEAD_MARGIN * self.tol
-                    k, kkt_mode[n] = self._mu_inner_ahead(backend, T, A, n, eps, Phi, spare,
-                                                          likely)
-                else:
-                    k, kkt_mode[n] = self._mu_inner(backend, T, A, n, eps, Phi)
-                last_inner[n] = k
-                n_inner += k
-                if not kkt_mode[n] < self.tol:
+                B = A[n]
+                plan = None
+                for _ in range(self.max_inner_iter):
+                    n_inner += 1
+                    if plan is None:
+                        Phi[n] = backend.phi(T, A, n, B, eps, out=Phi[n])
+                        # the next inner iterations: the same arrays, updated in place
+                        plan = backend.phi_plan(T, A, n, B, eps, Phi[n])
+                    else:
+                        Phi[n] = plan()
+                    # the KKT violation, and B *= Φ unless it is below tol
+                    kkt_mode[n] = backend.apr.mu_step_(B, Phi[n], self.tol)
+                    if kkt_mode[n] < self.tol:
+                        break
                     converged = False
-                elif k > 1:
-                    converged = False
-                weights = _normalize_columns(backend, A[n])
+                weights = _normalize_columns(backend, B)
             kkt = float(kkt_mode.max())
             out_of_time = self._finish_outer(backend, T, A, weights, it, kkt, n_inner, t0,
                                              history)

@@ -633,24 +633,6 @@ class _DistAprKernels(AprKernels):
         self._wrote(L, B)
         return B
 
-    @property
-    def speculates(self):
-        return self.backend.local.apr.speculates
-
-    def _kkt_start(self, B, Phi):
-        L, b, p = self._pair(B, Phi)
-        local = self.backend.local.apr._kkt_start(b, p)
-        if L is None:
-            return lambda: float(local())
-        return lambda: self.backend.channel.max(float(local()))
-
-    def _multiply_into(self, out, B, Phi):
-        L, b, p = self._pair(B, Phi)
-        o = out.full if L is None else self.backend._part(out, L)
-        self.backend.local.apr._multiply_into(o, b, p)
-        self._wrote(L, out)
-        return out
-
     def _mu_rows_(self, B, Phi, tol):
         L, b, p = self._pair(B, Phi)
         n = self.backend.local.apr._mu_rows_(b, p, tol)

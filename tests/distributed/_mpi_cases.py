@@ -433,8 +433,8 @@ def opencl_device_same_model():
     b = est.fit(Xd)
     assert_same_everywhere([b.weights_, *b.factors_])
     compare_models(a, b, "CPAPR mu on OpenCL")
-    # MU's inner iterations enqueued ahead of their KKT tests, the tests' maxima over the
-    # processes in flight meanwhile; loops stopped by tol (the counts of a rank-2 model)
+    # loops stopped by tol inside the inner iterations (the counts of a rank-2 model): the
+    # maxima of the KKT tests over the processes decide alike everywhere
     rng = np.random.default_rng(4)
     F = [rng.gamma(0.5, 1.0, (s, 2)) for s in (25, 18, 12)]
     Y = SparseTensor.from_dense(rng.poisson(3 * np.einsum("ir,jr,kr->ijk", *F)).astype(float))

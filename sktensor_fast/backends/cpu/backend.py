@@ -274,10 +274,6 @@ class CpuAprKernels(AprKernels):
         np.multiply(B, Phi, out=B)
         return B
 
-    def _multiply_into(self, out, B, Phi):
-        np.multiply(B, Phi, out=out)
-        return out
-
     def mu_step_(self, B, Phi, tol):
         # the fits' arrays (C-contiguous NumPy arrays of one floating type and shape, tol a
         # float) go straight to one compiled call that checks them itself: between two Φ

@@ -27,20 +27,6 @@ class OpenCLAprKernels(AprKernels):
             return 0.0
         return self.backend._vec_reduce(1, B, Phi, 0.0, B.size)
 
-    speculates = True
-
-    def _kkt_start(self, B, Phi):
-        if B.size == 0:
-            return lambda: 0.0
-        return self.backend._vec_reduce_start(1, B, Phi, 0.0, B.size)
-
-    def _multiply_into(self, out, B, Phi):
-        be = self.backend
-        if B.size:
-            be.launch(be.dense_kernel(B.dtype, "multiply_into"), (B.size,), np.int64(B.size),
-                      out.data, B.data, Phi.data)
-        return out
-
     def _multiply_(self, B, Phi):
         be = self.backend
         if B.size:

@@ -231,23 +231,3 @@ class DenseSteps:
         part = self._download(partial, G, A.dtype)
         return float(part.max() if op == 1 else part.sum())
 
-    def _vec_reduce_start(self, op, A, C, p, n):
-        """:meth:`_vec_reduce` enqueued with its download, not waited for: returns a callable
-        that waits for the download and gives the number (the same number)."""
-        G = self.geometry((min(max(1, n), 16384 if self.is_gpu else 256),))[0][0]
-        partial = self._scratch(G, A.dtype)
-        self.launch(self.dense_kernel(A.dtype, "vec_partial"), (G,), np.int64(n), np.int32(op),
-                    A.data, C.data, A.dtype.type(p), partial)
-        h = np.empty(G, dtype=A.dtype)
-        ev = self.cl.enqueue_copy(self.queue, h, partial, is_blocking=False)
-        self.queue.flush()
-
-        def finish():
-            ev.wait()
-            del partial_ref[:]                    # the pooled buffer goes back after the copy
-            self._uploads_done()
-            part = h.astype(np.float64)
-            return float(part.max() if op == 1 else part.sum())
-        partial_ref = [partial]
-        return finish
-

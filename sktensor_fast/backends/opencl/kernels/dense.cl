@@ -120,14 +120,6 @@ __kernel void multiply_inplace(const long n, __global VAL_T* B, __global const V
     if (i < n) B[i] *= Phi[i];
 }
 
-/* out[i] = B[i] * Phi[i] */
-__kernel void multiply_into(const long n, __global VAL_T* out, __global const VAL_T* B,
-                            __global const VAL_T* Phi)
-{
-    const long i = get_global_id(0);
-    if (i < n) out[i] = B[i] * Phi[i];
-}
-
 /* Chunk c of a boundary level: the runs of rows of entries s..e-1 of a list of (row, R-vector)
  * entries sorted by row; a run inside the chunk is a whole row's sum and is stored, the first
  * and last runs go to the next level's list (entries 2c, 2c + 1), or are stored too with
