@@ -105,7 +105,8 @@ class SparseKernels:
     #: writes every chunk's two (the measurement's before)
     GROUP_BOUNDARIES = True
     #: most local memory (bytes) a group of the lanes kernel takes for that list and Φ's
-    #: exchanges; a larger need (a wide rank) keeps the list per chunk
+    #: exchanges (and at most half of the device's); a larger need (a wide rank) keeps the
+    #: list per chunk
     GROUP_LOCAL_BYTES = 24 << 10
 
     def cp_kernel(self, dtype, nmodes, name, phi=False, vec=1, rank=None, interleaved=False,
@@ -239,8 +240,7 @@ class SparseKernels:
         isz = np.dtype(T.dtype).itemsize
         local = [2 * RV * LG * isz] if B is not None else []
         group = [2 * LG * R * isz, 2 * LG * 8]
-        group_bnd = bool(self.GROUP_BOUNDARIES
-                         and sum(local + group) <= self.GROUP_LOCAL_BYTES)
+        group_bnd = bool(self.GROUP_BOUNDARIES and sum(local + group) <= self._group_local())
         if group_bnd:
             local += group
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
@@ -262,6 +262,11 @@ class SparseKernels:
         knl(self.queue, gsize, lsize, *args)
         self._reduce_boundaries(bnd_row, bnd_val, 2 * nlist, R, RP, T.dtype, out, T)
         return out
+
+    def _group_local(self):
+        """Bytes of local memory a group of the lanes kernel may take for its boundary rows
+        and Φ's exchanges: :attr:`GROUP_LOCAL_BYTES`, at most half of what the device has."""
+        return min(self.GROUP_LOCAL_BYTES, int(self.device.local_mem_size) // 2)
 
     def _interleaved(self, T, mode, chunk):
         """The chunk-interleaved copy of the nonzeros sorted by ``mode`` (kept on ``T``)."""

@@ -679,3 +679,33 @@ def test_boundary_rows_reduced_in_the_work_group(be, monkeypatch, rank, chunk):
             assert all(g < p for g, p in zip(got[True, "sizes"], got[False, "sizes"]))
     finally:
         be.layout = old
+
+
+def test_boundary_rows_per_chunk_where_local_memory_is_short(be, monkeypatch):
+    """A device with less local memory than a group's boundary rows need (or a lower
+    GROUP_LOCAL_BYTES) keeps the list per chunk, with the same results."""
+    monkeypatch.setattr(be, "layout", "lanes")
+    monkeypatch.setattr(be, "chunk", 4)
+    rng = np.random.default_rng(2)
+    X = random_sparse((60, 9, 7), 800, rng)
+    f = [rng.random((s, 8)) for s in X.shape]
+    lists = []
+    orig = type(be)._reduce_boundaries
+    monkeypatch.setattr(type(be), "_reduce_boundaries",
+                        lambda self, rows, vals, n, *a, **k: lists.append(n)
+                        or orig(self, rows, vals, n, *a, **k))
+    got = {}
+    for limit in (24 << 10, 64):
+        monkeypatch.setattr(be, "GROUP_LOCAL_BYTES", limit)
+        T = be.prepare(X)
+        lists.clear()
+        got[limit] = be.to_numpy(be.mttkrp(T, f, 0))
+        _close(got[limit], mttkrp_ref(X, f, 0))
+        got[limit, "n"] = lists[0]
+    nchunks = -(-X.nnz // 4)
+    assert got[64, "n"] == 2 * nchunks > got[24 << 10, "n"]
+    # the device's own limit: at most half of its local memory
+    import types
+    monkeypatch.setattr(be, "GROUP_LOCAL_BYTES", 24 << 10)
+    monkeypatch.setattr(be, "device", types.SimpleNamespace(local_mem_size=16 << 10))
+    assert be._group_local() == 8 << 10
