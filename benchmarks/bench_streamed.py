@@ -41,19 +41,26 @@ def _fresh(X):
 def _stacked(shape, nnz, parts, dtype):
     """One synthetic tensor of ``shape`` (``parts`` = 1), or ``parts`` of them (seeds 0, 1,
     ...) stacked along mode 0: the tensor that ``bench_distributed.py --weak --stacked`` spreads
-    over ``parts`` processes."""
+    over ``parts`` processes.  The parts are written into one preallocated array each (a
+    tensor of a billion nonzeros is not copied again)."""
     if parts <= 1:
         return synthetic_tensor(shape, nnz, seed=0, dtype=dtype)
     from sktensor_fast import SparseTensor
-    subs, vals = [], []
+    subs = vals = None
+    at = 0
     for p in range(parts):
         part = synthetic_tensor(shape, nnz, seed=p, dtype=dtype)
-        s = np.array(part.subs, dtype=np.int64)
-        s[:, 0] += p * shape[0]
-        subs.append(s)
-        vals.append(part.vals)
-    return SparseTensor(np.concatenate(subs), np.concatenate(vals),
-                        (parts * shape[0],) + tuple(shape[1:]), dtype=dtype, copy=False)
+        n = part.nnz
+        if subs is None:
+            subs = np.empty((parts * n, len(shape)), dtype=np.int64)
+            vals = np.empty(parts * n, dtype=part.vals.dtype)
+        subs[at:at + n] = part.subs
+        subs[at:at + n, 0] += p * shape[0]
+        vals[at:at + n] = part.vals
+        at += n
+        del part
+    return SparseTensor(subs[:at], vals[:at], (parts * shape[0],) + tuple(shape[1:]),
+                        dtype=dtype, copy=False)
 
 
 def _time_fit(make, X, iters, repeat):
@@ -90,7 +97,17 @@ def main(argv=None):
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--iters", type=int, default=3, help="outer iterations timed")
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--cap-fraction", type=float, default=0.25)
+    ap.add_argument("--cap-fraction", type=float, default=0.25,
+                    help="the streamed fit's device memory cap, as a fraction of what the "
+                         "resident copies need; 0: no cap (the backend streams a tensor "
+                         "whose resident copies do not fit the device, under half of its "
+                         "memory)")
+    ap.add_argument("--kinds", nargs="+", default=["resident", "streamed"],
+                    choices=["resident", "streamed"],
+                    help="the fits to run (a tensor larger than the device: streamed only)")
+    ap.add_argument("--start", default="given", choices=["given", "random"],
+                    help="'given': the same fixed start for every fit; 'random': init='random' "
+                         "with random_state=0 (the start of bench_distributed.py's fits)")
     ap.add_argument("--algos", nargs="+", default=["cpapr"], choices=["cpapr", "cpals"])
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     ap.add_argument("--parts", type=int, default=1,
@@ -105,25 +122,37 @@ def main(argv=None):
     from sktensor_fast.backends.opencl import streamed
 
     shape = FROSTT[args.shape][0]
+    t_gen = time.perf_counter()
     X = _stacked(shape, args.nnz, args.parts, np.dtype(args.dtype))
+    t_gen = time.perf_counter() - t_gen
     shape = X.shape
     be = get_backend(args.device)
     need = streamed.resident_bytes(be, X)
-    cap = int(need * args.cap_fraction)
-    init = [np.random.default_rng(1).random((s, args.rank)) + 0.1 for s in X.shape]
+    cap = int(need * args.cap_fraction) if args.cap_fraction > 0 else None
+    device_bytes = int(be.device.global_mem_size)
+    print(f"{X.nnz:,} nonzeros of shape {X.shape}: the resident copies need "
+          f"{need / 2**30:.1f} GiB, the device has {device_bytes / 2**30:.1f} GiB; "
+          f"generated in {t_gen:.1f} s", flush=True)
+    if args.start == "given":
+        start = {"init": [np.random.default_rng(1).random((s, args.rank)) + 0.1
+                          for s in X.shape]}
+    else:
+        start = {"init": "random", "random_state": 0}
     makers = {
-        "cpapr": lambda it: CPAPR(rank=args.rank, init=init, max_iter=it, tol=0,
-                                  device=args.device),
-        "cpals": lambda it: CPALS(rank=args.rank, init=init, max_iter=it, tol=0,
-                                  device=args.device),
+        "cpapr": lambda it: CPAPR(rank=args.rank, max_iter=it, tol=0, max_inner_iter=10,
+                                  device=args.device, **start),
+        "cpals": lambda it: CPALS(rank=args.rank, max_iter=it, tol=0, device=args.device,
+                                  **start),
     }
     old = be.max_tensor_bytes
     rows = []
     try:
         for algo in args.algos:
             res = {}
-            for kind in ("resident", "streamed"):
-                be.max_tensor_bytes = None if kind == "resident" else cap
+            for kind in args.kinds:
+                # no --cap-fraction: the backend's own setting (None: its device's plan)
+                be.max_tensor_bytes = (None if kind == "resident"
+                                       else old if cap is None else cap)
                 Xk = _fresh(X)
                 sec, first, model, diff = _time_fit(makers[algo], Xk, args.iters, args.repeat)
                 from sktensor_fast._prepared import prepared
@@ -133,21 +162,24 @@ def main(argv=None):
                             "blocks": getattr(T, "nblocks", None),
                             "block_nnz": getattr(T, "block_nnz", None),
                             "pinned": getattr(T, "pinned", None)}
+                del Xk, T
                 score = model.log_likelihood_ if algo == "cpapr" else model.fit_
                 res[kind] = {"s_per_iter": sec, "s_per_iter_by_difference": diff,
                              "first_fit_s": first, "score": float(score),
                              "n_iter": int(model.n_iter_), **info}
-            r, s = res["resident"], res["streamed"]
-            row = {"algo": algo, "resident": r, "streamed": s,
-                   "ratio": s["s_per_iter"] / r["s_per_iter"],
-                   "score_rel_diff": abs(r["score"] - s["score"]) / abs(r["score"])}
+                print(f"{algo} {kind}: {sec * 1e3:.1f} ms/iter, by difference "
+                      f"{diff * 1e3:.1f} ms/iter, first fit (prepare included) {first:.1f} s, "
+                      f"{'streamed' if info['streamed'] else 'resident'}, device "
+                      f"{info['device_bytes'] / 2**20:.1f} MiB, blocks {info['blocks']}, "
+                      f"score {score:.10g}", flush=True)
+            row = {"algo": algo, **res}
+            if len(res) == 2:
+                r, s = res["resident"], res["streamed"]
+                row.update({"ratio": s["s_per_iter"] / r["s_per_iter"],
+                            "score_rel_diff": abs(r["score"] - s["score"]) / abs(r["score"])})
+                print(f"{algo}: streamed / resident {row['ratio']:.2f}, score rel. diff "
+                      f"{row['score_rel_diff']:.1e}", flush=True)
             rows.append(row)
-            print(f"{algo}: resident {r['s_per_iter'] * 1e3:.1f} ms/iter "
-                  f"({r['device_bytes'] / 2**20:.1f} MiB), streamed {s['s_per_iter'] * 1e3:.1f} "
-                  f"ms/iter ({s['device_bytes'] / 2**20:.1f} MiB, blocks {s['blocks']}), "
-                  f"ratio {row['ratio']:.2f}, score rel. diff {row['score_rel_diff']:.1e}; "
-                  f"by difference: resident {r['s_per_iter_by_difference'] * 1e3:.1f}, "
-                  f"streamed {s['s_per_iter_by_difference'] * 1e3:.1f} ms/iter", flush=True)
     finally:
         be.max_tensor_bytes = old
     report = {"benchmark": "streamed", "device": be.info(), "cpu": cpu_model(),
@@ -157,6 +189,8 @@ def main(argv=None):
               "rank": args.rank,
               "iters": args.iters, "repeat": args.repeat, "dtype": args.dtype,
               "resident_need_bytes": int(need), "cap_bytes": cap,
+              "device_global_mem_bytes": device_bytes, "generate_s": t_gen,
+              "start": args.start, "kinds": args.kinds,
               "cap_fraction": args.cap_fraction, "rows": rows}
     if args.out:
         write_report(report, args.out)

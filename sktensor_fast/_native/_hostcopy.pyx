@@ -1,14 +1,20 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False
-"""A parallel copy of host memory (OpenMP threads, one contiguous block each).
+"""Parallel copies of host memory (OpenMP threads).
 
 The OpenCL backend copies a tensor's values into page-locked staging buffers before a
 transfer to the device: one thread copies at a fraction of the memory bandwidth of a
-many-core host, several get close to it.  The bytes copied are the same for any number of
-threads.
+many-core host, several get close to it.  A streamed tensor's host blocks are gathered from
+the nonzeros in a mode's order and stored chunk-interleaved, as the device kernels read them
+(:func:`interleave_block`).  The bytes written are the same for any number of threads.
 """
 from cython.parallel cimport prange
+from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
+
+ctypedef fused value_t:
+    float
+    double
 
 #: bytes a block should hold at least before another thread is worth starting
 DEF MIN_BLOCK_C = 1 << 20
@@ -42,3 +48,107 @@ def copy_bytes(const unsigned char[::1] src, unsigned char[::1] dst, int num_thr
         lo = n * b // nb
         hi = n * (b + 1) // nb
         memcpy(pd + lo, ps + lo, hi - lo)
+
+
+#: chunks per tile of :func:`interleave_block` (a tile writes runs of this many entries)
+DEF TILE_CHUNKS = 64
+
+
+def interleave_block(const int32_t[:, ::1] subs, const value_t[::1] vals, order,
+                     Py_ssize_t start, Py_ssize_t stop, Py_ssize_t chunk,
+                     int32_t[:, ::1] out_subs, value_t[::1] out_vals, int num_threads=1):
+    """Gather nonzeros ``start:stop`` of an order into a chunk-interleaved block.
+
+    The block's ``j``-th nonzero is nonzero ``order[start + j]`` of ``subs`` / ``vals``
+    (nonzero ``start + j`` when ``order`` is None).  With ``chunk`` > 0 it is stored at
+    ``(j % chunk) * nchunks + j // chunk``, ``nchunks = ceil(n / chunk)`` for ``n = stop -
+    start`` nonzeros (entry ``k`` of chunk ``c`` at ``k * nchunks + c``: the order the device
+    kernels of the chunked layouts read); the ``nchunks * chunk - n`` positions past the last
+    nonzero get zero coordinates and values.  With ``chunk`` = 0 the block is stored in order.
+
+    Parameters
+    ----------
+    subs : (nnz, N) int32 array
+    vals : (nnz,) float32 or float64 array
+    order : (m,) int32 array or None
+        Positions into ``subs``; ``start:stop`` of it are read.
+    start, stop : int
+        The block's range of ``order`` (or of the nonzeros).
+    chunk : int
+        Nonzeros per chunk, or 0.
+    out_subs : (padded, N) int32 array, out_vals : (padded,) array of ``vals``' type
+        The block; ``padded`` = ``nchunks * chunk`` (``n`` when ``chunk`` = 0).
+    num_threads : int, default=1
+
+    Raises
+    ------
+    ValueError
+        On shapes that do not agree or positions outside the arrays.
+    """
+    cdef Py_ssize_t nnz = subs.shape[0]
+    cdef Py_ssize_t N = subs.shape[1]
+    cdef Py_ssize_t n = stop - start
+    cdef Py_ssize_t nchunks, padded, ntiles, t, c, c0, c1, k, j, p, q, src
+    cdef const int32_t[::1] ordv
+    cdef const int32_t* op = NULL
+    cdef int bad = 0
+    if vals.shape[0] != nnz:
+        raise ValueError(f"interleave_block: {nnz} coordinate rows but {vals.shape[0]} values")
+    if chunk < 0 or start < 0 or n < 0:
+        raise ValueError(f"interleave_block: bad range {start}:{stop} or chunk {chunk}")
+    if order is None:
+        if stop > nnz:
+            raise ValueError(f"interleave_block: range {start}:{stop} past {nnz} nonzeros")
+    else:
+        ordv = order
+        if stop > ordv.shape[0]:
+            raise ValueError(f"interleave_block: range {start}:{stop} past an order of "
+                             f"{ordv.shape[0]}")
+        if n:
+            op = &ordv[0]
+    if chunk:
+        nchunks = (n + chunk - 1) // chunk
+        padded = nchunks * chunk
+    else:
+        nchunks = 1
+        padded = n
+    if out_subs.shape[0] != padded or out_subs.shape[1] != N or out_vals.shape[0] != padded:
+        raise ValueError(f"interleave_block: the block needs ({padded}, {N}) coordinates and "
+                         f"{padded} values, got ({out_subs.shape[0]}, {out_subs.shape[1]}) and "
+                         f"{out_vals.shape[0]}")
+    if padded == 0:
+        return
+    cdef const int32_t* ps = &subs[0, 0] if nnz else NULL
+    cdef const value_t* pv = &vals[0] if nnz else NULL
+    cdef int32_t* ds = &out_subs[0, 0]
+    cdef value_t* dv = &out_vals[0]
+    if not chunk:
+        chunk = 1               # chunks of one: position p = j, tiles of consecutive entries
+        nchunks = n
+    ntiles = (nchunks + TILE_CHUNKS - 1) // TILE_CHUNKS
+    if num_threads < 1:
+        num_threads = 1
+    for t in prange(ntiles, nogil=True, schedule="static", num_threads=num_threads):
+        c0 = t * TILE_CHUNKS
+        c1 = c0 + TILE_CHUNKS
+        if c1 > nchunks:
+            c1 = nchunks
+        # destination order: for each entry k of the tile's chunks, a run of c1 - c0 entries
+        for k in range(chunk):
+            for c in range(c0, c1):
+                j = c * chunk + k
+                p = k * nchunks + c
+                if j < n:
+                    src = op[start + j] if op != NULL else start + j
+                    if src < 0 or src >= nnz:
+                        bad += 1
+                        src = 0
+                    for q in range(N):
+                        ds[p * N + q] = ps[src * N + q]
+                    dv[p] = pv[src]
+                else:
+                    for q in range(N):
+                        ds[p * N + q] = 0
+                    dv[p] = 0
+    if bad:
+        raise ValueError("interleave_block: the order holds positions outside the nonzeros")

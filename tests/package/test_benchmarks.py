@@ -286,6 +286,36 @@ def test_streamed_script_stacks_the_parts_of_the_weak_runs(tmp_path):
         assert np.isfinite(rep["rows"][0][kind]["s_per_iter_by_difference"])
 
 
+def test_streamed_script_streamed_only_without_a_cap(tmp_path, monkeypatch):
+    """--kinds streamed --cap-fraction 0 fits only the streamed tensor, under the cap the
+    backend itself sets (here from the environment's cap, standing for a device too small
+    for the resident copies), from bench_distributed's start (--start random)."""
+    import json
+    pytest.importorskip("pyopencl")
+    from _reference import opencl_backend_or_skip
+    be = opencl_backend_or_skip()
+    from benchmarks import bench_streamed
+    from sktensor_fast.backends.opencl import streamed
+    monkeypatch.setattr(be, "max_tensor_bytes", 60_000)
+    out = tmp_path / "streamed.json"
+    bench_streamed.main(["--device", "opencl", "--shape", "uber", "--nnz", "3000", "--rank", "3",
+                         "--iters", "1", "--repeat", "1", "--algos", "cpals", "--kinds",
+                         "streamed", "--cap-fraction", "0", "--start", "random",
+                         "--out", str(out)])
+    rep = json.loads(out.read_text())
+    row = rep["rows"][0]
+    assert rep["cap_bytes"] is None and rep["kinds"] == ["streamed"]
+    assert "resident" not in row and "ratio" not in row
+    assert row["streamed"]["streamed"] and row["streamed"]["device_bytes"] <= 60_000
+    assert rep["resident_need_bytes"] > 60_000 and rep["device_global_mem_bytes"] > 0
+    from benchmarks.synth import synthetic_tensor
+    from sktensor_fast import CPALS
+    X = synthetic_tensor((183, 24, 1140, 1717), 3000, seed=0)
+    want = CPALS(rank=3, max_iter=1, tol=0, random_state=0, device="cpu").fit(X).fit_
+    assert abs(row["streamed"]["score"] - want) < 1e-9
+    assert streamed.parse_max_bytes(be.max_tensor_bytes) == 60_000
+
+
 def test_als_processes_script_runs(capsys):
     pytest.importorskip("pyopencl")
     from _reference import opencl_backend_or_skip

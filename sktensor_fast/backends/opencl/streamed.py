@@ -40,6 +40,7 @@ import os
 import numpy as np
 
 from ... import _threads
+from ..._native import _hostcopy
 from .tensor import DeviceTensor, describe, host_orders, import_cl, narrow_subs
 
 __all__ = ["StreamedTensor", "ENV_MAX_TENSOR_BYTES", "parse_max_bytes", "resident_bytes",
@@ -156,38 +157,48 @@ class _BlockView(DeviceTensor):
 
 
 class _HostBlock:
-    __slots__ = ("mode", "r0", "r1", "nnz", "padded", "subs", "vals", "valid", "shared")
+    __slots__ = ("mode", "r0", "r1", "nnz", "padded", "subs", "vals", "shared")
 
     @property
     def rows(self):
         return self.r1 - self.r0
 
 
+class _OrderedCoords:
+    """Coordinates of one mode in a mode's order, read where asked (``coords[i]`` is
+    ``subs[order[i], mode]``) instead of gathered whole: cutting blocks reads a few."""
+
+    def __init__(self, subs, order, mode):
+        self.subs, self.order, self.mode = subs, order, mode
+        self.shape = (subs.shape[0],)
+
+    def __getitem__(self, i):
+        return self.subs[i if self.order is None else self.order[i], self.mode]
+
+
 def _block_cuts(coords, block_nnz):
-    """(start, stop) of consecutive blocks over the sorted ``coords``: at most ``block_nnz``
-    each, cut at the start of a row unless the row alone fills a block."""
+    """(start, stop) of consecutive blocks over the sorted ``coords`` (an array or anything
+    indexed by position with a ``shape``): at most ``block_nnz`` each, cut at the start of a
+    row unless the row alone fills a block."""
     n = coords.shape[0]
     cuts = []
     start = 0
     while start < n:
         stop = min(start + block_nnz, n)
         if stop < n:
-            row_start = int(np.searchsorted(coords, coords[stop], side="left"))
-            if row_start > start:
-                stop = row_start
+            row = coords[stop]
+            lo, hi = start, stop     # the first position in start:stop + 1 of ``row``
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if coords[mid] < row:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo > start:
+                stop = lo
         cuts.append((start, stop))
         start = stop
     return cuts
-
-
-def _interleave_positions(n, chunk):
-    """Position of entry j (j < n) in the chunk-interleaved order (dense.cl's
-    gather_interleave): entry k of chunk c at k * nchunks + c."""
-    j = np.arange(n, dtype=np.int64)
-    if not chunk:
-        return j, n
-    nchunks = -(-n // chunk)
-    return (j % chunk) * nchunks + j // chunk, nchunks * chunk
 
 
 class StreamedTensor(DeviceTensor):
@@ -251,16 +262,14 @@ class StreamedTensor(DeviceTensor):
         self.blocks = []
         for mode in range(self.ndim):
             order = orders[mode]
-            coords = subs32[:, mode] if order is None else subs32[order, mode]
             mode_blocks = []
-            for start, stop in _block_cuts(coords, self.block_nnz):
-                idx = slice(start, stop) if order is None else order[start:stop]
-                blk = self._host_block(mode, subs32[idx], vals[idx])
+            for start, stop in _block_cuts(_OrderedCoords(subs32, order, mode),
+                                           self.block_nnz):
+                blk = self._host_block(mode, subs32, vals, order, start, stop, nt)
                 # a row cut between this block and the one before (a row alone fills a block)
                 blk.shared = bool(mode_blocks) and mode_blocks[-1].r1 - 1 == blk.r0
                 mode_blocks.append(blk)
             self.blocks.append(mode_blocks)
-            del coords
         del subs32, orders
         q = backend.queue
         n_slot = self.block_nnz
@@ -279,24 +288,27 @@ class StreamedTensor(DeviceTensor):
         self.uploads = 0
         self.upload_bytes = 0
 
-    def _host_block(self, mode, subs, vals):
+    def _host_block(self, mode, subs32, vals, order, start, stop, num_threads):
+        """Nonzeros ``start:stop`` of the mode's order as a host block, gathered and stored
+        in the order the kernels read (a compiled threaded pass, which also zeroes the
+        padding)."""
         b = _HostBlock()
         b.mode = mode
-        b.nnz = int(subs.shape[0])
-        b.r0 = int(subs[0, mode])
-        b.r1 = int(subs[-1, mode]) + 1
-        pos, b.padded = _interleave_positions(b.nnz, self.chunk)
+        b.nnz = int(stop - start)
+        first, last = (start, stop - 1) if order is None else (order[start], order[stop - 1])
+        b.r0 = int(subs32[first, mode])
+        b.r1 = int(subs32[last, mode]) + 1
+        b.padded = -(-b.nnz // self.chunk) * self.chunk if self.chunk else b.nnz
         hs = self._host_array((b.padded, self.ndim), np.int32)
         hv = self._host_array((b.padded,), self.dtype)
-        hs[pos] = subs          # the padding stays zero: the kernels stop at nnz
-        hv[pos] = vals
+        _hostcopy.interleave_block(subs32, vals, order, start, stop, self.chunk, hs, hv,
+                                   num_threads)
         b.subs, b.vals = hs, hv
-        b.valid = pos if self.chunk else None
         return b
 
     def _host_array(self, shape, dtype):
-        """A zeroed host array, page-locked when ``_pinned`` (plain memory if the driver
-        refuses)."""
+        """A host array (its contents are written by the caller), page-locked when
+        ``_pinned`` (plain memory if the driver refuses)."""
         if self._pinned:
             cl = self._cl
             nbytes = max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
@@ -306,12 +318,11 @@ class StreamedTensor(DeviceTensor):
                 arr, _ = cl.enqueue_map_buffer(self.backend.queue, buf,
                                                cl.map_flags.READ | cl.map_flags.WRITE, 0,
                                                shape, dtype, is_blocking=True)
-                arr[...] = 0
                 self._maps.append(buf)
                 return arr
             except cl.Error:
                 self._pinned = False
-        return np.zeros(shape, dtype=dtype)
+        return np.empty(shape, dtype=dtype)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -493,7 +504,9 @@ class StreamedTensor(DeviceTensor):
         parts = []
         for blk, view, local in self._mode0_blocks(factors):
             m = self.backend.to_numpy(self.backend.model_values(view, weights, local))
-            parts.append(m[blk.valid] if blk.valid is not None else m[:blk.nnz])
+            if self.chunk:   # entry k of chunk c at k * nchunks + c: back in order
+                m = m.reshape(self.chunk, blk.padded // self.chunk).T.ravel()
+            parts.append(m[:blk.nnz])
         return np.concatenate(parts) if parts else np.zeros(0, dtype=self.dtype)
 
     def poisson_data_term(self, weights, factors, eps=0.0):

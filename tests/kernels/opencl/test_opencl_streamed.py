@@ -213,3 +213,17 @@ def test_streamed_blocks_take_the_resident_chunk(be, monkeypatch):
     S = be.prepare(_fresh(X))
     assert isinstance(S, streamed.StreamedTensor)
     assert S.chunk == be.lanes_chunk(X.nnz) == be.SMALL_CHUNK
+
+
+def test_block_cuts_read_the_order_where_asked():
+    """The cuts over a mode's order read coordinates by position (no gathered copy): the
+    same cuts as over the gathered coordinates."""
+    rng = np.random.default_rng(5)
+    subs = rng.integers(0, 30, (2000, 3)).astype(np.int32)
+    subs[:300, 1] = 4      # a row longer than a block
+    for mode in range(3):
+        order = np.argsort(subs[:, mode], kind="stable").astype(np.int32)
+        lazy = streamed._OrderedCoords(subs, order, mode)
+        for block in (1, 7, 64, 250, 5000):
+            assert (streamed._block_cuts(lazy, block)
+                    == streamed._block_cuts(subs[order, mode], block))

@@ -1,0 +1,60 @@
+"""The compiled host copies of the OpenCL backend (``_native/_hostcopy.pyx``) against NumPy:
+the same bytes for any number of threads."""
+import numpy as np
+import pytest
+
+from sktensor_fast._native import _hostcopy
+
+
+def _reference(subs, vals, order, start, stop, chunk):
+    """The block by NumPy: entry j of the block at (j % chunk) * nchunks + j // chunk."""
+    idx = np.arange(start, stop) if order is None else order[start:stop]
+    n = stop - start
+    if not chunk:
+        return subs[idx].copy(), vals[idx].copy()
+    nchunks = -(-n // chunk)
+    hs = np.zeros((nchunks * chunk, subs.shape[1]), dtype=subs.dtype)
+    hv = np.zeros(nchunks * chunk, dtype=vals.dtype)
+    j = np.arange(n)
+    pos = (j % chunk) * nchunks + j // chunk
+    hs[pos] = subs[idx]
+    hv[pos] = vals[idx]
+    return hs, hv
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("chunk", [0, 1, 8, 256])
+@pytest.mark.parametrize("with_order", [False, True])
+def test_interleave_block_equals_numpy(dtype, chunk, with_order):
+    rng = np.random.default_rng(3)
+    nnz, N = 5000, 3
+    subs = rng.integers(0, 1000, (nnz, N)).astype(np.int32)
+    vals = rng.random(nnz).astype(dtype)
+    order = rng.permutation(nnz).astype(np.int32) if with_order else None
+    for start, stop in [(0, nnz), (17, 4093), (100, 101), (300, 300)]:
+        want_s, want_v = _reference(subs, vals, order, start, stop, chunk)
+        for threads in (1, 2, 5):
+            # garbage first: the padding must be written, not left as it was
+            hs = np.full(want_s.shape, -7, dtype=np.int32)
+            hv = np.full(want_v.shape, np.nan, dtype=dtype)
+            _hostcopy.interleave_block(subs, vals, order, start, stop, chunk, hs, hv, threads)
+            assert np.array_equal(hs, want_s), (start, stop, threads)
+            assert np.array_equal(hv, want_v), (start, stop, threads)
+
+
+def test_interleave_block_refuses_what_does_not_fit():
+    subs = np.zeros((10, 3), dtype=np.int32)
+    vals = np.zeros(10)
+    hs, hv = np.empty((16, 3), dtype=np.int32), np.empty(16)
+    with pytest.raises(ValueError, match="needs"):
+        _hostcopy.interleave_block(subs, vals, None, 0, 10, 4, hs[:12], hv, 1)
+    with pytest.raises(ValueError, match="past 10 nonzeros"):
+        _hostcopy.interleave_block(subs, vals, None, 0, 11, 8, hs, hv, 1)
+    with pytest.raises(ValueError, match="past an order"):
+        _hostcopy.interleave_block(subs, vals, np.arange(5, dtype=np.int32), 0, 8, 8, hs[:8],
+                                   hv[:8], 1)
+    with pytest.raises(ValueError, match="outside the nonzeros"):
+        _hostcopy.interleave_block(subs, vals, np.full(10, 10, dtype=np.int32), 0, 10, 8, hs,
+                                   hv, 2)
+    with pytest.raises(ValueError, match="coordinate rows"):
+        _hostcopy.interleave_block(subs, vals[:9], None, 0, 9, 0, hs[:9], hv[:9], 1)
