@@ -34,8 +34,9 @@ from benchmarks.synth import FROSTT, synthetic_tensor  # noqa: E402
 
 
 def _fresh(X):
+    """The same tensor as a new object (prepared anew), sharing X's read-only arrays."""
     from sktensor_fast import SparseTensor
-    return SparseTensor(X.subs, X.vals, X.shape, dtype=X.dtype)
+    return SparseTensor(X.subs, X.vals, X.shape, dtype=X.dtype, copy=False)
 
 
 def _stacked(shape, nnz, parts, dtype):

@@ -80,21 +80,60 @@ _THREADS = os.cpu_count() or 1
 #: (the same arrays; several benchmarks of one job on a large tensor generate it once)
 CACHE_ENV = "SKTF_SYNTH_CACHE"
 
+#: the generators of :func:`synthetic_tensor`: ``"numpy"`` (NumPy's generator, the tensors
+#: the benchmarks always had) and ``"compiled"`` (the threaded passes of
+#: ``sktensor_fast._native._synth``: other tensors of the same distribution, built in a
+#: fraction of the time and memory at hundreds of millions of nonzeros)
+METHODS = ("numpy", "compiled")
 
-def synthetic_tensor(shape, nnz, seed=0, a=1.2, dtype=np.float64, exact=True):
+#: names the default method of :func:`synthetic_tensor` when set
+METHOD_ENV = "SKTF_SYNTH_METHOD"
+
+
+def default_method():
+    """The method :func:`synthetic_tensor` uses when none is given: ``SKTF_SYNTH_METHOD`` when
+    set (and not empty), else ``"numpy"``."""
+    raw = os.environ.get(METHOD_ENV, "").strip()
+    if not raw:
+        return "numpy"
+    if raw.lower() not in METHODS:
+        raise ValueError(f"{METHOD_ENV}={raw!r} names no generator: use one of "
+                         f"{', '.join(METHODS)}")
+    return raw.lower()
+
+
+def synthetic_tensor(shape, nnz, seed=0, a=1.2, dtype=np.float64, exact=True, method=None):
     """A sparse tensor of the given shape with ``nnz`` distinct nonzeros (about ``nnz`` when
     ``exact`` is False: repeated coordinates are summed).  Values are counts 1..4.  With the
     environment variable ``SKTF_SYNTH_CACHE`` naming a folder, the coordinates and values are
-    kept there and read back by the next call with the same arguments."""
+    kept there and read back by the next call with the same arguments.
+
+    ``method`` picks the generator (:data:`METHODS`; default :func:`default_method`):
+    ``"numpy"`` or ``"compiled"``.  Both draw every coordinate of mode ``k`` from the same
+    Zipf(``a``) law over ``shape[k]`` indices with the heavy indices scattered, but they
+    draw different tensors for one seed.  The compiled one gives the same tensor for any
+    number of threads."""
+    method = default_method() if method is None else method
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got "
+                         f"{method!r}")
+    generate = _generate if method == "numpy" else _generate_compiled
     folder = os.environ.get(CACHE_ENV)
     if not folder:
-        return _generate(shape, nnz, seed, a, dtype, exact)
-    key = "_".join(map(str, [*shape, nnz, seed, a, np.dtype(dtype).str, int(exact)]))
+        return generate(shape, nnz, seed, a, dtype, exact)
+    parts = [*shape, nnz, seed, a, np.dtype(dtype).str, int(exact)]
+    if method != "numpy":  # the NumPy tensors keep the names they always had
+        parts.append(method)
+    key = "_".join(map(str, parts))
     path = os.path.join(folder, f"synth_{key}.npz")
     if os.path.exists(path):
         with np.load(path) as z:
-            return SparseTensor(z["subs"], z["vals"], shape, dtype=dtype, copy=False)
-    X = _generate(shape, nnz, seed, a, dtype, exact)
+            subs, vals = z["subs"], z["vals"]
+        # read-only arrays are shared by the tensor, not copied again
+        subs.flags.writeable = False
+        vals.flags.writeable = False
+        return SparseTensor(subs, vals, shape, dtype=dtype, copy=False)
+    X = generate(shape, nnz, seed, a, dtype, exact)
     os.makedirs(folder, exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp.npz"
     np.savez(tmp, subs=X.subs, vals=X.vals)
@@ -147,6 +186,169 @@ def _generate(shape, nnz, seed, a, dtype, exact):
     else:
         subs = np.stack([zipf_indices(s, nnz, rng, a) for s in shape], axis=1)
     vals = rng.integers(1, 5, size=subs.shape[0]).astype(dtype)
+    return SparseTensor(subs, vals, shape, dtype=dtype, copy=False)
+
+
+# ---------------------------------------------------------------- the compiled generator
+#: bins of the compiled generator's guide tables per index of a mode (fewer than
+#: :data:`_GUIDE_BINS`: a compiled search of a few entries costs less than the cache misses
+#: of a larger table)
+_COMPILED_GUIDE_BINS = 4
+
+#: the compiled generator draws keys of at most this many bits (linear indices as int64)
+_COMPILED_MAX_BITS = 62
+
+#: bits of the priority histogram that finds which distinct keys an exact tensor keeps
+_PRIORITY_BITS = 16
+
+
+def _check_compiled_args(shape, nnz, seed, a, dtype):
+    """The arguments of the compiled generator, checked: (shape, nnz, seed, a, dtype)."""
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise ValueError(f"shape must be a sequence of mode lengths, got {shape!r}") from None
+    if not shape:
+        raise ValueError("shape must have at least one mode")
+    for s in shape:
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) or s < 1:
+            raise ValueError(f"shape must hold integers >= 1, got {shape!r}")
+    shape = tuple(int(s) for s in shape)
+    if isinstance(nnz, (bool, np.bool_)) or not isinstance(nnz, (int, np.integer)) or nnz < 0:
+        raise ValueError(f"nnz must be an integer >= 0, got {nnz!r}")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
+            or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0 for the compiled generator, got "
+                         f"{seed!r}")
+    try:
+        a = float(a)
+    except (TypeError, ValueError):
+        raise ValueError(f"a must be a real number, got {a!r}") from None
+    if not np.isfinite(a):
+        raise ValueError(f"a must be finite, got {a!r}")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    total = 1
+    for s in shape:
+        total *= s
+    if total >= 1 << _COMPILED_MAX_BITS:
+        raise ValueError(f"the compiled generator needs a shape of fewer than "
+                         f"2**{_COMPILED_MAX_BITS} entries (linear indices in int64), "
+                         f"{shape!r} has {total}; use method='numpy'")
+    return shape, int(nnz), int(seed), a, dtype, total
+
+
+def _zipf_tables(shape, seed, a):
+    """The tables of :func:`sktensor_fast._native._synth.draw_linear`: every mode's CDF of
+    P(i) ∝ 1/(rank i)^a, guide table and permutation (``default_rng(seed).permutation``, one
+    mode after the other), concatenated, and the row-major strides."""
+    rng = np.random.default_rng(seed)
+    cdfs, guides, perms = [], [], []
+    for n in shape:
+        p = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** a
+        cdf = np.cumsum(p)
+        cdf /= cdf[-1]
+        K = _COMPILED_GUIDE_BINS * n
+        cdfs.append(cdf)
+        guides.append(np.searchsorted(cdf, np.arange(K + 1, dtype=np.float64) / K,
+                                      side="right").astype(np.int64))
+        perms.append(rng.permutation(n).astype(np.int64))
+    starts = lambda parts: np.cumsum([0] + [len(x) for x in parts], dtype=np.int64)  # noqa: E731
+    strides = np.ones(len(shape), dtype=np.int64)
+    for k in range(len(shape) - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    return (np.concatenate(cdfs), starts(cdfs), np.concatenate(guides), starts(guides),
+            np.concatenate(perms), strides)
+
+
+def _keep_threshold(keys, nnz, seed, nt):
+    """(priority, key) of the ``nnz``-th smallest pair (priority(x), x) over the distinct
+    values ``x`` of the sorted array ``keys``: the pairs up to it are the ``nnz`` kept."""
+    from sktensor_fast._native import _synth
+    hist = _synth.priority_histogram(keys, seed, _PRIORITY_BITS, nt)
+    cum = np.cumsum(hist)
+    bucket = int(np.searchsorted(cum, nnz, side="left"))
+    before = int(cum[bucket - 1]) if bucket else 0
+    prios, members = _synth.priority_members(keys, seed, bucket, _PRIORITY_BITS, nt)
+    order = np.lexsort((members, prios))
+    last = order[nnz - before - 1]
+    return int(prios[last]), int(members[last])
+
+
+def _shrunk(arr, n):
+    """``arr[:n]`` of an array of our own, its tail given back to the allocator."""
+    arr.resize(n, refcheck=False)
+    return arr
+
+
+def _distinct_sorted(shape, nnz, seed, tables, nbits, nt):
+    """``nnz`` distinct linear indices in increasing order: rounds of draws (about
+    ``1.3 nnz`` first, then more from new draw numbers while fewer are distinct), then a
+    pseudo-random subset of the distinct ones, of exactly ``nnz``."""
+    from sktensor_fast._native import _synth
+    have, n_have, start, factor = None, 0, 0, 1.3
+    while True:
+        need = int((nnz - n_have) * factor) + 1024
+        buf = np.empty(n_have + need, dtype=np.int64)
+        if have is not None:
+            _synth.compact(have, buf[:n_have], seed, None, nt)
+            del have
+        _synth.draw_linear(buf[n_have:], seed, start, *tables, nt)
+        start += need
+        scratch = np.empty_like(buf)
+        which = _synth.radix_sort(buf.view(np.uint64), scratch.view(np.uint64), nbits, nt)
+        srt, other = (buf, scratch) if which == 0 else (scratch, buf)
+        del buf, scratch
+        n_have = _synth.count_unique(srt, nt)
+        if n_have >= nnz:
+            break
+        have = srt
+        del srt, other
+        factor *= 2
+    threshold = _keep_threshold(srt, nnz, seed, nt) if n_have > nnz else None
+    kept = _synth.compact(srt, other, seed, threshold, nt)
+    del srt
+    assert kept == nnz, (kept, nnz)
+    return _shrunk(other, nnz)
+
+
+def _generate_compiled(shape, nnz, seed, a, dtype, exact):
+    """:func:`synthetic_tensor` by the compiled passes of ``sktensor_fast._native._synth``
+    on :data:`_THREADS` threads (the same tensor for any number)."""
+    from sktensor_fast._native import _synth
+    shape, nnz, seed, a, dtype, total = _check_compiled_args(shape, nnz, seed, a, dtype)
+    nt = max(1, int(_THREADS))
+    N = len(shape)
+    if nnz == 0:
+        return SparseTensor(np.zeros((0, N), dtype=np.int64), np.zeros(0, dtype=dtype), shape,
+                            dtype=dtype, copy=False)
+    tables = _zipf_tables(shape, seed, a)
+    nbits = max(1, (total - 1).bit_length())
+    if exact and nnz <= total // 2:
+        lin = _distinct_sorted(shape, nnz, seed, tables, nbits, nt)
+        vals = np.empty(nnz, dtype=dtype)
+        _synth.draw_values(vals, seed, 0, nt)
+    else:
+        # nnz draws; the values of repeated coordinates are summed
+        buf = np.empty(nnz, dtype=np.int64)
+        _synth.draw_linear(buf, seed, 0, *tables, nt)
+        scratch = np.empty_like(buf)
+        which = _synth.radix_sort(buf.view(np.uint64), scratch.view(np.uint64), nbits, nt)
+        srt, lin = (buf, scratch) if which == 0 else (scratch, buf)
+        del buf, scratch
+        distinct = _synth.count_unique(srt, nt)
+        vals = np.empty(distinct, dtype=dtype)
+        _synth.summed_values(srt, vals, seed, nt)
+        _synth.compact(srt, lin, seed, None, nt)
+        del srt
+        lin = _shrunk(lin, distinct)
+    subs = np.empty((lin.size, N), dtype=np.int64)
+    _synth.split_linear(lin, subs, np.asarray(shape, dtype=np.int64), nt)
+    del lin
+    # read-only arrays are shared by the tensor, not copied
+    subs.flags.writeable = False
+    vals.flags.writeable = False
     return SparseTensor(subs, vals, shape, dtype=dtype, copy=False)
 
 
