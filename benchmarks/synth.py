@@ -108,11 +108,14 @@ def synthetic_tensor(shape, nnz, seed=0, a=1.2, dtype=np.float64, exact=True, me
     environment variable ``SKTF_SYNTH_CACHE`` naming a folder, the coordinates and values are
     kept there and read back by the next call with the same arguments.
 
-    ``method`` picks the generator (:data:`METHODS`; default :func:`default_method`):
-    ``"numpy"`` or ``"compiled"``.  Both draw every coordinate of mode ``k`` from the same
-    Zipf(``a``) law over ``shape[k]`` indices with the heavy indices scattered, but they
-    draw different tensors for one seed.  The compiled one gives the same tensor for any
-    number of threads."""
+    ``method`` picks the generator (:data:`METHODS`; default :func:`default_method`, that is
+    ``SKTF_SYNTH_METHOD`` or ``"numpy"``).  Both draw every coordinate of mode ``k`` from the
+    same Zipf(``a``) law over ``shape[k]`` indices with the heavy indices scattered, in the
+    same rounds (so their tensors are alike in size and skew), but they draw different
+    tensors for one seed.  ``"compiled"`` (the threaded passes of
+    ``sktensor_fast._native._synth`` on :data:`_THREADS` threads) gives the same tensor for
+    any number of threads; it needs a nonnegative integer seed and a shape of fewer than
+    2**62 entries.  Its cached tensors are kept under names of their own."""
     method = default_method() if method is None else method
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got "
@@ -191,19 +194,24 @@ def _generate(shape, nnz, seed, a, dtype, exact):
 
 # ---------------------------------------------------------------- the compiled generator
 #: bins of the compiled generator's guide tables per index of a mode (fewer than
-#: :data:`_GUIDE_BINS`: a compiled search of a few entries costs less than the cache misses
-#: of a larger table)
+#: :data:`_GUIDE_BINS`: a compiled scan of a few entries costs less than the cache misses of
+#: a larger table)
 _COMPILED_GUIDE_BINS = 4
 
-#: the compiled generator draws keys of at most this many bits (linear indices as int64)
+#: the compiled generator draws linear indices below 2**62 (int64)
 _COMPILED_MAX_BITS = 62
 
 #: bits of the priority histogram that finds which distinct keys an exact tensor keeps
 _PRIORITY_BITS = 16
 
+#: rounds of draws (each with twice the factor of the one before) after which the compiled
+#: generator gives up finding ``nnz`` distinct coordinates
+_MAX_ROUNDS = 16
+
 
 def _check_compiled_args(shape, nnz, seed, a, dtype):
-    """The arguments of the compiled generator, checked: (shape, nnz, seed, a, dtype)."""
+    """The arguments of the compiled generator, checked: (shape, nnz, seed, a, dtype, the
+    number of entries of the shape)."""
     try:
         shape = tuple(shape)
     except TypeError:
@@ -211,8 +219,10 @@ def _check_compiled_args(shape, nnz, seed, a, dtype):
     if not shape:
         raise ValueError("shape must have at least one mode")
     for s in shape:
-        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) or s < 1:
-            raise ValueError(f"shape must hold integers >= 1, got {shape!r}")
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) \
+                or not 1 <= s < 2 ** 31:
+            raise ValueError(f"shape must hold integers in [1, 2**31) for the compiled "
+                             f"generator, got {shape!r}")
     shape = tuple(int(s) for s in shape)
     if isinstance(nnz, (bool, np.bool_)) or not isinstance(nnz, (int, np.integer)) or nnz < 0:
         raise ValueError(f"nnz must be an integer >= 0, got {nnz!r}")
@@ -226,7 +236,10 @@ def _check_compiled_args(shape, nnz, seed, a, dtype):
         raise ValueError(f"a must be a real number, got {a!r}") from None
     if not np.isfinite(a):
         raise ValueError(f"a must be finite, got {a!r}")
-    dtype = np.dtype(dtype)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}") from None
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     total = 1
@@ -234,17 +247,16 @@ def _check_compiled_args(shape, nnz, seed, a, dtype):
         total *= s
     if total >= 1 << _COMPILED_MAX_BITS:
         raise ValueError(f"the compiled generator needs a shape of fewer than "
-                         f"2**{_COMPILED_MAX_BITS} entries (linear indices in int64), "
-                         f"{shape!r} has {total}; use method='numpy'")
+                         f"2**{_COMPILED_MAX_BITS} entries (linear indices in int64); "
+                         f"{shape!r} has {total}: use method='numpy'")
     return shape, int(nnz), int(seed), a, dtype, total
 
 
-def _zipf_tables(shape, seed, a):
-    """The tables of :func:`sktensor_fast._native._synth.draw_linear`: every mode's CDF of
-    P(i) ∝ 1/(rank i)^a, guide table and permutation (``default_rng(seed).permutation``, one
-    mode after the other), concatenated, and the row-major strides."""
-    rng = np.random.default_rng(seed)
-    cdfs, guides, perms = [], [], []
+def _zipf_tables(shape, a):
+    """The distribution tables of :func:`sktensor_fast._native._synth.draw_linear`: every
+    mode's CDF of P(i) ∝ 1/(rank i)^a and guide table, concatenated, and the row-major
+    strides, as a dict of its keyword arguments (the permutations aside)."""
+    cdfs, guides = [], []
     for n in shape:
         p = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** a
         cdf = np.cumsum(p)
@@ -252,14 +264,44 @@ def _zipf_tables(shape, seed, a):
         K = _COMPILED_GUIDE_BINS * n
         cdfs.append(cdf)
         guides.append(np.searchsorted(cdf, np.arange(K + 1, dtype=np.float64) / K,
-                                      side="right").astype(np.int64))
-        perms.append(rng.permutation(n).astype(np.int64))
-    starts = lambda parts: np.cumsum([0] + [len(x) for x in parts], dtype=np.int64)  # noqa: E731
+                                      side="right").astype(np.int32))
     strides = np.ones(len(shape), dtype=np.int64)
     for k in range(len(shape) - 2, -1, -1):
         strides[k] = strides[k + 1] * shape[k + 1]
-    return (np.concatenate(cdfs), starts(cdfs), np.concatenate(guides), starts(guides),
-            np.concatenate(perms), strides)
+
+    def starts(parts):
+        return np.cumsum([0] + [len(x) for x in parts], dtype=np.int64)
+
+    return dict(cdfs=np.concatenate(cdfs), cdf_starts=starts(cdfs),
+                guides=np.concatenate(guides), guide_starts=starts(guides), strides=strides)
+
+
+def _permutations(shape, rng):
+    """One permutation of the indices of every mode (``rng.permutation``, mode after mode),
+    concatenated as int32: where the heavy indices of a round of draws lie."""
+    return np.concatenate([rng.permutation(n).astype(np.int32) for n in shape])
+
+
+def _fresh(shape, dtype):
+    """An uninitialised array that a compiled pass writes from scratch, in the pages the
+    package's construction uses for such arrays (``SKTENSOR_FAST_HUGE_PAGES``)."""
+    from sktensor_fast._native.canonical import fresh_array
+    return fresh_array(shape, dtype)
+
+
+def _sorted_pair(buf, nbits, nt):
+    """The int64 array ``buf`` of nonnegative keys below ``2**nbits``, sorted: ``(sorted,
+    other)``, ``buf`` and a scratch buffer of its size in some order."""
+    from sktensor_fast._native import _synth
+    scratch = _fresh(buf.shape, buf.dtype)
+    which = _synth.radix_sort(buf.view(np.uint64), scratch.view(np.uint64), nbits, nt)
+    return (buf, scratch) if which == 0 else (scratch, buf)
+
+
+def _shrunk(arr, n):
+    """``arr[:n]`` of an array of our own, its tail given back to the allocator."""
+    arr.resize(n, refcheck=False)
+    return arr
 
 
 def _keep_threshold(keys, nnz, seed, nt):
@@ -276,41 +318,63 @@ def _keep_threshold(keys, nnz, seed, nt):
     return int(prios[last]), int(members[last])
 
 
-def _shrunk(arr, n):
-    """``arr[:n]`` of an array of our own, its tail given back to the allocator."""
-    arr.resize(n, refcheck=False)
-    return arr
-
-
 def _distinct_sorted(shape, nnz, seed, tables, nbits, nt):
-    """``nnz`` distinct linear indices in increasing order: rounds of draws (about
-    ``1.3 nnz`` first, then more from new draw numbers while fewer are distinct), then a
-    pseudo-random subset of the distinct ones, of exactly ``nnz``."""
+    """``nnz`` distinct linear indices in increasing order (int64 array).
+
+    The rounds of draws are those of the NumPy method: about ``1.3 nnz`` draws, then, while
+    fewer than ``nnz`` distinct indices were drawn, ``(nnz - distinct) * factor`` more from
+    the next draw numbers with ``factor`` doubling every round (so the two methods keep about
+    as many indices, and as skewed, for one set of arguments).  A round is drawn in batches of
+    at most ``1.3 nnz`` draws (the memory of one batch); each batch is sorted, made distinct
+    and merged into the distinct indices so far.  Of the distinct indices of the last round,
+    the ``nnz`` whose pair (priority, index) is smallest are kept: a pseudo-random subset that
+    depends on the seed and the indices only.
+
+    Like the NumPy method's, every round scatters the heavy indices of each mode by a
+    permutation of its own (``default_rng(seed).permutation``, round after round, mode after
+    mode)."""
     from sktensor_fast._native import _synth
-    have, n_have, start, factor = None, 0, 0, 1.3
-    while True:
-        need = int((nnz - n_have) * factor) + 1024
-        buf = np.empty(n_have + need, dtype=np.int64)
-        if have is not None:
-            _synth.compact(have, buf[:n_have], seed, None, nt)
-            del have
-        _synth.draw_linear(buf[n_have:], seed, start, *tables, nt)
-        start += need
-        scratch = np.empty_like(buf)
-        which = _synth.radix_sort(buf.view(np.uint64), scratch.view(np.uint64), nbits, nt)
-        srt, other = (buf, scratch) if which == 0 else (scratch, buf)
-        del buf, scratch
-        n_have = _synth.count_unique(srt, nt)
-        if n_have >= nnz:
+    rng = np.random.default_rng(seed)
+    have, count, drawn, factor = None, 0, 0, 1.3
+    cap = int(1.3 * nnz) + 1024
+    for _ in range(_MAX_ROUNDS):
+        left = int((nnz - count) * factor) + 1024
+        perms = _permutations(shape, rng)
+        while left > 0:
+            size = min(left, cap)
+            buf = _fresh(size, np.int64)
+            _synth.draw_linear(buf, seed, drawn, perms=perms, num_threads=nt, **tables)
+            drawn += size
+            left -= size
+            srt, other = _sorted_pair(buf, nbits, nt)
+            del buf
+            fresh = _synth.compact(srt, other, seed, None, nt)
+            del srt
+            other = _shrunk(other, fresh)
+            if have is None:
+                have = other
+            else:
+                merged = _fresh(_synth.merge_unique(have, other, None, nt), np.int64)
+                _synth.merge_unique(have, other, merged, nt)
+                have = merged
+                del merged
+            del other
+        count = have.size
+        if count >= nnz:
             break
-        have = srt
-        del srt, other
         factor *= 2
-    threshold = _keep_threshold(srt, nnz, seed, nt) if n_have > nnz else None
-    kept = _synth.compact(srt, other, seed, threshold, nt)
-    del srt
-    assert kept == nnz, (kept, nnz)
-    return _shrunk(other, nnz)
+    else:
+        raise ValueError(f"the compiled generator found only {count} distinct coordinates in "
+                         f"{drawn} draws, fewer than nnz={nnz}: ask for fewer nonzeros, a "
+                         f"smaller exponent a, or exact=False")
+    if count == nnz:
+        return have
+    threshold = _keep_threshold(have, nnz, seed, nt)
+    lin = _fresh(nnz, np.int64)
+    kept = _synth.compact(have, lin, seed, threshold, nt)
+    if kept != nnz:
+        raise RuntimeError(f"the compiled generator kept {kept} coordinates, not {nnz}")
+    return lin
 
 
 def _generate_compiled(shape, nnz, seed, a, dtype, exact):
@@ -323,29 +387,30 @@ def _generate_compiled(shape, nnz, seed, a, dtype, exact):
     if nnz == 0:
         return SparseTensor(np.zeros((0, N), dtype=np.int64), np.zeros(0, dtype=dtype), shape,
                             dtype=dtype, copy=False)
-    tables = _zipf_tables(shape, seed, a)
+    tables = _zipf_tables(shape, a)
     nbits = max(1, (total - 1).bit_length())
     if exact and nnz <= total // 2:
         lin = _distinct_sorted(shape, nnz, seed, tables, nbits, nt)
-        vals = np.empty(nnz, dtype=dtype)
-        _synth.draw_values(vals, seed, 0, nt)
+        vals = None
     else:
         # nnz draws; the values of repeated coordinates are summed
-        buf = np.empty(nnz, dtype=np.int64)
-        _synth.draw_linear(buf, seed, 0, *tables, nt)
-        scratch = np.empty_like(buf)
-        which = _synth.radix_sort(buf.view(np.uint64), scratch.view(np.uint64), nbits, nt)
-        srt, lin = (buf, scratch) if which == 0 else (scratch, buf)
-        del buf, scratch
+        buf = _fresh(nnz, np.int64)
+        perms = _permutations(shape, np.random.default_rng(seed))
+        _synth.draw_linear(buf, seed, 0, perms=perms, num_threads=nt, **tables)
+        srt, lin = _sorted_pair(buf, nbits, nt)
+        del buf
         distinct = _synth.count_unique(srt, nt)
-        vals = np.empty(distinct, dtype=dtype)
+        vals = _fresh(distinct, dtype)
         _synth.summed_values(srt, vals, seed, nt)
         _synth.compact(srt, lin, seed, None, nt)
         del srt
         lin = _shrunk(lin, distinct)
-    subs = np.empty((lin.size, N), dtype=np.int64)
+    subs = _fresh((lin.size, N), np.int64)
     _synth.split_linear(lin, subs, np.asarray(shape, dtype=np.int64), nt)
     del lin
+    if vals is None:
+        vals = _fresh(subs.shape[0], dtype)
+        _synth.draw_values(vals, seed, 0, nt)
     # read-only arrays are shared by the tensor, not copied
     subs.flags.writeable = False
     vals.flags.writeable = False
