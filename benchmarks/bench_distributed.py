@@ -175,7 +175,7 @@ def worker(cfg, out):
         # every process its own part, stacked along mode 0; process 0's part is the reference
         from sktensor_fast.distributed import from_parts
         part = synthetic_tensor(shape, cfg["nnz"], seed=rank)
-        X1 = part if rank == 0 else None
+        X1 = part if rank == 0 and not cfg.get("no_serial") else None
         subs = np.array(part.subs, dtype=np.int64)
         subs[:, 0] += rank * shape[0]
         shape = (P * shape[0],) + tuple(shape[1:])
@@ -220,7 +220,8 @@ def worker(cfg, out):
         # the distributed fit and the one-process fit (process 0 alone, the others idle)
         # alternate, best of ``repeat`` each: on a shared machine both see the same load
         Est(max_iter=1, **params).fit(Xd)      # warm-up: caches the copies, compiles kernels
-        if rank == 0:
+        serial = not cfg.get("no_serial")
+        if rank == 0 and serial:
             Est(max_iter=1, **params).fit(X1)
         idle_until_rank0()
         entry = {}
@@ -233,6 +234,8 @@ def worker(cfg, out):
             return time.perf_counter() - t, m_
 
         def timed_one(n):
+            if not serial:
+                return None, None
             if rank != 0:
                 idle_until_rank0()
                 return None, None
@@ -251,13 +254,13 @@ def worker(cfg, out):
             dn = min(dn, t)
             c = Xd.comm_counters()
             t, _ = timed_one(1)
-            if rank == 0:
+            if t is not None:
                 s1 = min(s1, t)
             t, m1 = timed_one(1 + cfg["iters"])
-            if rank == 0:
+            if t is not None:
                 sn = min(sn, t)
         t_iter = (dn - d1) / cfg["iters"]
-        if rank == 0:
+        if rank == 0 and serial:
             entry["serial_iter_s"] = (sn - s1) / cfg["iters"]
             entry["serial_score"] = float(m1.loss_history_[-1])
         n_inner = int(getattr(m, "n_inner_iter_", 0)) // m.n_iter_
@@ -458,6 +461,9 @@ def main(argv=None):
                          "the parts are joined by from_parts (nothing is generated or sent by "
                          "process 0 alone; the one-process reference is part 0)")
     ap.add_argument("--strong", action="store_true", help="strong scaling only")
+    ap.add_argument("--no-serial", action="store_true",
+                    help="no one-process fit of the same tensor in each job (process 0 would "
+                         "hold it beside its share: for tensors near a device's memory)")
     ap.add_argument("--out", default=None, help="JSON report (default: print only)")
     ap.add_argument("--extrapolate", action="store_true",
                     help="print the model for the Amazon and Reddit-2015 sizes and exit")
@@ -527,7 +533,8 @@ def main(argv=None):
                "repeat": args.repeat,
                "algos": args.algos, "device": args.device, "threads": args.threads,
                "weak": weak, "timeline": args.timeline, "gcp_steps": args.gcp_steps,
-               "pageable": args.pageable, "stacked": args.stacked}
+               "pageable": args.pageable, "stacked": args.stacked,
+               "no_serial": args.no_serial}
         jobs = [run_job(P, cfg, tmp) for P in args.procs]
         key = "weak" if weak else "strong"
         report["runs"][key] = {"jobs": jobs,

@@ -30,7 +30,8 @@ threads=$(( $(nproc) / P ))
 echo "P=$P, $per nonzeros per part ($(( P * per )) in all), $threads threads per process"
 if [ "$what" != streamed ]; then
   python3 "$here/bench_distributed.py" --device gpu --shape nell2 --nnz "$per" --procs 1 "$P" \
-      --weak --stacked --iters 3 --repeat 1 --threads "$threads" --algos cpals cpapr \
+      --weak --stacked --no-serial --iters 3 --repeat 1 --threads "$threads" \
+      --algos cpals cpapr \
       --out "$out/beyond_resident_P$P.json"
 fi
 if [ "$what" != resident ]; then
