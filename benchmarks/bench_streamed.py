@@ -162,7 +162,8 @@ def main(argv=None):
                             "device_bytes": int(T.nbytes),
                             "blocks": getattr(T, "nblocks", None),
                             "block_nnz": getattr(T, "block_nnz", None),
-                            "pinned": getattr(T, "pinned", None)}
+                            "pinned": getattr(T, "pinned", None),
+                            "staged": getattr(T, "staged", None)}
                 del Xk, T
                 score = model.log_likelihood_ if algo == "cpapr" else model.fit_
                 res[kind] = {"s_per_iter": sec, "s_per_iter_by_difference": diff,
@@ -172,6 +173,7 @@ def main(argv=None):
                       f"{diff * 1e3:.1f} ms/iter, first fit (prepare included) {first:.1f} s, "
                       f"{'streamed' if info['streamed'] else 'resident'}, device "
                       f"{info['device_bytes'] / 2**20:.1f} MiB, blocks {info['blocks']}, "
+                      f"pinned {info['pinned']}, staged {info['staged']}, "
                       f"score {score:.10g}", flush=True)
             row = {"algo": algo, **res}
             if len(res) == 2:

@@ -43,11 +43,16 @@ def rel(a, b):
     return float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
 
 
-@pytest.mark.parametrize("layout,pinned,divisor", [("wide", False, 16), ("lanes", True, 16),
-                                                   ("wide", True, 4), ("lanes", False, 4)])
-def test_kernels_match_resident(be, layout, pinned, divisor, monkeypatch):
+@pytest.mark.parametrize("layout,host,divisor", [
+    ("wide", "plain", 16), ("lanes", "pinned", 16), ("wide", "pinned", 4), ("lanes", "plain", 4),
+    ("lanes", "staged", 16), ("wide", "staged", 4)])
+def test_kernels_match_resident(be, layout, host, divisor, monkeypatch):
     be.layout = layout
+    pinned = host == "pinned"
     monkeypatch.setattr(streamed.StreamedTensor, "PINNED", pinned)
+    monkeypatch.setattr(streamed.StreamedTensor, "STAGED", host == "staged")
+    # staging buffers smaller than a block: every upload goes in several pieces
+    monkeypatch.setattr(streamed.StreamedTensor, "STAGE_BYTES", 4096)
     X = _heavy_tensor()
     be.max_tensor_bytes = None
     T = be.prepare(_fresh(X))
@@ -57,6 +62,10 @@ def test_kernels_match_resident(be, layout, pinned, divisor, monkeypatch):
     S = be.prepare(_fresh(X))
     assert isinstance(S, streamed.StreamedTensor)
     assert S.pinned == pinned
+    if host == "staged":
+        assert S.staged and streamed.staging(be, 4096) is not None
+    else:
+        assert not S.staged
     assert S.nbytes <= cap
     whole = divisor == 4
     b0 = S.blocks[0]
@@ -227,3 +236,14 @@ def test_block_cuts_read_the_order_where_asked():
         for block in (1, 7, 64, 250, 5000):
             assert (streamed._block_cuts(lazy, block)
                     == streamed._block_cuts(subs[order, mode], block))
+
+
+def test_host_blocks_pinned_only_beside_the_cap():
+    """Page-locked host blocks by default on GPUs only, and only where they fit within the
+    share of the device memory that the cap leaves (a driver may mirror them there)."""
+    GB = 1 << 30
+    assert streamed.pin_host_blocks(True, 9 * GB, 141 * GB, 3 * GB, 0.8)
+    # a billion nonzeros on an 80 GB card streamed under half of it: 60 GB of host blocks
+    assert not streamed.pin_host_blocks(True, 60 * GB, 80 * GB, 40 * GB, 0.8)
+    assert streamed.pin_host_blocks(True, 32 * GB, 80 * GB, 40 * GB, 0.8)
+    assert not streamed.pin_host_blocks(False, 1, 80 * GB, 40 * GB, 0.8)
