@@ -168,13 +168,14 @@ def main(argv=None):
                 score = model.log_likelihood_ if algo == "cpapr" else model.fit_
                 res[kind] = {"s_per_iter": sec, "s_per_iter_by_difference": diff,
                              "first_fit_s": first, "score": float(score),
+                             "last_loss": float(model.loss_history_[-1]),
                              "n_iter": int(model.n_iter_), **info}
                 print(f"{algo} {kind}: {sec * 1e3:.1f} ms/iter, by difference "
                       f"{diff * 1e3:.1f} ms/iter, first fit (prepare included) {first:.1f} s, "
                       f"{'streamed' if info['streamed'] else 'resident'}, device "
                       f"{info['device_bytes'] / 2**20:.1f} MiB, blocks {info['blocks']}, "
                       f"pinned {info['pinned']}, staged {info['staged']}, "
-                      f"score {score:.10g}", flush=True)
+                      f"score {score:.10g}, last loss {model.loss_history_[-1]:.10g}", flush=True)
             row = {"algo": algo, **res}
             if len(res) == 2:
                 r, s = res["resident"], res["streamed"]

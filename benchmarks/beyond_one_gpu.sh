@@ -10,7 +10,8 @@
 # 3-way fp64 tensor: the uploaded nonzeros, two orders and three copies).  Writes
 # OUTDIR/beyond_resident_P{P}.json (bench_distributed.py --weak --stacked, P = 1 and P) and
 # OUTDIR/beyond_streamed_P{P}.json (bench_streamed.py --parts P, streamed only, no cap set:
-# the backend's own plan for a tensor larger than the device).
+# the backend's own plan for a tensor larger than the device; its last model has as many
+# iterations as the distributed fits' last, 1 + 3, so that their last losses compare).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?an output folder}
@@ -36,6 +37,6 @@ if [ "$what" != streamed ]; then
 fi
 if [ "$what" != resident ]; then
   python3 "$here/bench_streamed.py" --device gpu --nnz "$per" --parts "$P" --kinds streamed \
-      --cap-fraction 0 --start random --algos cpals cpapr --iters 2 --repeat 1 \
+      --cap-fraction 0 --start random --algos cpals cpapr --iters 4 --repeat 1 \
       --out "$out/beyond_streamed_P$P.json"
 fi
