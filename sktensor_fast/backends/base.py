@@ -63,9 +63,21 @@ class Backend(ABC):
         return format
 
     @abstractmethod
-    def prepare(self, X, format="auto"):
+    def prepare(self, X, format="auto", modes=None):
         """Lay out a validated :class:`SparseTensor` for the kernels (once per fit); ``format``
-        as returned by :meth:`storage_format`."""
+        as returned by :meth:`storage_format`.  ``modes``: the modes whose MTTKRP / Φ the
+        caller will ask for (None: every mode); a backend may lay out only those (the OpenCL
+        backend builds one device copy per mode asked for)."""
+
+    @staticmethod
+    def kernel_modes(ndim, modes):
+        """``modes`` of :meth:`prepare` as a sorted tuple of valid modes (all when None)."""
+        if modes is None:
+            return tuple(range(ndim))
+        out = tuple(sorted({int(m) for m in modes}))
+        if not out or out[0] < 0 or out[-1] >= ndim:
+            raise ValueError(f"modes must name modes of a {ndim}-way tensor, got {modes!r}")
+        return out
 
     @abstractmethod
     def asarray(self, a, dtype=None):

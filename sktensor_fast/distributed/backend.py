@@ -84,7 +84,9 @@ class PreparedDistributed:
                 order = self._order(n)
                 t = SparseTensor(t.subs[:, order], t.vals, tuple(t.shape[k] for k in order),
                                  dtype=t.dtype)
-            self.local.append(local_backend.prepare(t, format))
+            # the kernels of the copy's first mode only (the others are never asked for):
+            # on a GPU one device copy instead of one per mode
+            self.local.append(local_backend.prepare(t, format, modes=(0,)))
         notes = {getattr(t, "note", None) for t in self.local if t is not None}
         notes.discard(None)
         self.note = "; ".join(sorted(notes)) or None
@@ -331,10 +333,11 @@ class DistributedBackend(Backend):
         """What the process's backend builds (every process prepares its share with it)."""
         return self.local.storage_format(format, needs)
 
-    def prepare(self, X, format="auto"):
+    def prepare(self, X, format="auto", modes=None):
         if not isinstance(getattr(X, "_prepared", None), dict) or not hasattr(X, "comm"):
             raise TypeError(f"the distributed backend prepares a DistributedTensor, got "
                             f"{type(X).__name__}")
+        self.kernel_modes(X.ndim, modes)   # every process's copies serve every mode
         key = (id(self.local), format)
         if key not in X._prepared:
             X._prepared[key] = PreparedDistributed(X, self.local, format)

@@ -467,6 +467,13 @@ def opencl_device_same_model():
     from sktensor_fast.backends import get_backend
     be = get_backend("opencl")
     from sktensor_fast.backends.opencl import streamed
+    # the resident shares hold the kernels' copy of their first mode only (the only one the
+    # backend asks for), not one per mode: every fit above ran on them
+    shares = [t for t in Xd._prepared[(id(be), be.storage_format("auto"))].local
+              if t is not None]
+    assert shares and all({m for m, _ in t.interleaved} <= {0} and set(t._sorted) == {0}
+                          for t in shares), [(set(t.interleaved), set(t._sorted))
+                                             for t in shares]
     old = be.max_tensor_bytes
     # the smallest cap the device's chunk allows (two blocks of one chunk), at least 4 KiB:
     # far below each process's resident share, whatever the driver's chunk
@@ -481,6 +488,8 @@ def opencl_device_same_model():
     finally:
         be.max_tensor_bytes = old
     assert kinds == {"StreamedTensor"}, kinds
+    assert all(t.modes == (0,) for t in Xs._prepared[(id(be), be.storage_format("auto"))].local
+               if t is not None)
     compare_models(a, c, "CPAPR mu on OpenCL, streamed")
 
 

@@ -497,7 +497,8 @@ def test_the_sampler_is_written_once():
     """The drawing of samples (the generator's words turned into entries, values, weights and
     flags) is defined once, in include/sktf_gcp_sample.h, and both the CPU kernels and the
     OpenCL kernels call it: no other compiled source of the package turns those words into
-    entries (the generator's own header, and _numerics' bindings of it for the Python side,
+    entries (the generator's own header, _numerics' bindings of it for the Python side, and
+    the benchmarks' generator of synthetic tensors, which draws coordinates of its own,
     aside), and the sampler's functions have one definition in the tree."""
     import pathlib
     import re
@@ -508,7 +509,7 @@ def test_the_sampler_is_written_once():
                if p.suffix in (".pyx", ".pxd", ".pxi", ".h", ".cl")}
     words = {p.name for p, text in sources.items()
              if re.search(r"\bsktf_(rand|below|sample_key)\s*\(", text)}
-    assert words == {"sktf_rng.h", "sktf_gcp_sample.h", "_numerics.pyx"}
+    assert words == {"sktf_rng.h", "sktf_gcp_sample.h", "_numerics.pyx", "_synth.pyx"}
     defined = [(p.name, name) for p, text in sources.items()
                for name in re.findall(r"^SKTF_INLINE\b[^;{(]*\b(sktf_gcp_\w+)\s*\(", text,
                                       re.M)]

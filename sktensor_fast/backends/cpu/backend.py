@@ -121,7 +121,8 @@ class CpuBackend(Backend):
             return "coo"
         return format
 
-    def prepare(self, X, format="auto"):
+    def prepare(self, X, format="auto", modes=None):
+        self.kernel_modes(X.ndim, modes)      # the formats serve every mode
         return build_format(X, format)
 
     def asarray(self, a, dtype=None):

@@ -209,13 +209,14 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
             return [(m, self.wide_chunk) for m in range(ndim)]
         return []
 
-    def _check_memory(self, X):
+    def _check_memory(self, X, copies=None):
         idx = 4
         # the uploaded tensor and the orders of the other modes, then the copies the kernels
-        # read: chunk-interleaved ("lanes", "wide") or mode-sorted ("lanes-sorted")
+        # read: chunk-interleaved ("lanes", "wide") or mode-sorted ("lanes-sorted"), one per
+        # mode asked for
         row = X.ndim * idx + X.vals.itemsize
         chunk = self.wide_chunk if self.layout == "wide" else self.chunk
-        copies = X.ndim if self.layout == "lanes-sorted" else X.ndim
+        copies = X.ndim if copies is None else int(copies)
         need = (X.nnz * row + (X.ndim - 1) * X.nnz * 4
                 + copies * (X.nnz + chunk) * row)
         total = int(self.device.global_mem_size)
@@ -244,19 +245,22 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
                              f"OpenCLOptions); use format='auto' or 'coo'")
         return "coo"
 
-    def prepare(self, X, format="auto"):
+    def prepare(self, X, format="auto", modes=None):
         self.storage_format(format)
         self._check_dtype(X.dtype)
         self.index_dtype(X.shape)
-        cap = streamed.plan_streaming(self, X)
+        modes = self.kernel_modes(X.ndim, modes)
+        cap = streamed.plan_streaming(self, X, modes)
         if cap is not None:
-            return streamed.StreamedTensor(self, X, cap)
-        self._check_memory(X)
+            return streamed.StreamedTensor(self, X, cap, modes)
+        self._check_memory(X, len(modes))
         try:
-            T = OpenCLTensor(self, X, interleave=self._interleave_plan(X.ndim, X.nnz))
+            T = OpenCLTensor(self, X, interleave=[
+                (m, c) for m, c in self._interleave_plan(X.ndim, X.nnz) if m in modes])
             if self.layout == "lanes-sorted":
                 for m in range(1, X.ndim):
-                    T.sorted_copy(m)
+                    if m in modes:
+                        T.sorted_copy(m)
             return T
         except self.cl.MemoryError as exc:
             raise MemoryError(f"out of device memory while uploading a tensor with {X.nnz} "

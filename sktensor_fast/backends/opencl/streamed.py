@@ -103,22 +103,25 @@ def _chunk_of(backend, nnz=None):
     return 0
 
 
-def resident_bytes(backend, X):
+def resident_bytes(backend, X, ncopies=None):
     """Device bytes of the resident tensor: the uploaded nonzeros, their orders by the other
-    modes and one copy per mode for the kernels (the estimate ``prepare`` checks)."""
+    modes and one copy for the kernels per mode (``ncopies`` of them: all modes when None)
+    (the estimate ``prepare`` checks)."""
     row = X.ndim * 4 + X.vals.itemsize
     chunk = _chunk_of(backend) or backend.chunk
-    return X.nnz * row + (X.ndim - 1) * X.nnz * 4 + X.ndim * (X.nnz + chunk) * row
+    ncopies = X.ndim if ncopies is None else int(ncopies)
+    return X.nnz * row + (X.ndim - 1) * X.nnz * 4 + ncopies * (X.nnz + chunk) * row
 
 
-def plan_streaming(backend, X):
+def plan_streaming(backend, X, modes=None):
     """The cap to stream ``X`` under, or None when the resident tensor fits: the backend's
     ``max_tensor_bytes`` when set, else half the device's memory when the resident copies
-    need more than 90% of it or one copy is larger than the largest allocation."""
+    (of ``modes``: all when None) need more than 90% of it or one copy is larger than the
+    largest allocation."""
     if X.nnz == 0:
         return None
     cap = getattr(backend, "max_tensor_bytes", None)
-    need = resident_bytes(backend, X)
+    need = resident_bytes(backend, X, None if modes is None else len(modes))
     if cap is not None:
         return cap if need > cap else None
     total = int(backend.device.global_mem_size)
@@ -255,7 +258,7 @@ class StreamedTensor(DeviceTensor):
     #: bytes of each staging buffer (the resident tensor's upload uses the same)
     STAGE_BYTES = 32 << 20
 
-    def __init__(self, backend, X, cap):
+    def __init__(self, backend, X, cap, modes=None):
         cl = import_cl()
         import pyopencl.array as cla
         describe(self, backend, X)
@@ -277,9 +280,11 @@ class StreamedTensor(DeviceTensor):
         else:
             block = min(max(self.cap // (self.SLOTS * row) // step * step, step), largest)
         self.block_nnz = int(min(block, whole))
+        #: the modes whose blocks are kept (MTTKRP / Φ of the others raise)
+        self.modes = tuple(range(self.ndim)) if modes is None else tuple(sorted(set(modes)))
         self._cl = cl
         self._pinned = (bool(self.PINNED) if self.PINNED is not None else
-                        pin_host_blocks(backend.is_gpu, self.ndim * whole * row,
+                        pin_host_blocks(backend.is_gpu, len(self.modes) * whole * row,
                                         int(backend.device.global_mem_size), self.cap,
                                         self.PINNED_SHARE))
         self._staged = backend.is_gpu if self.STAGED is None else bool(self.STAGED)
@@ -290,6 +295,9 @@ class StreamedTensor(DeviceTensor):
         orders = host_orders(subs32, self.shape, nt)
         self.blocks = []
         for mode in range(self.ndim):
+            if mode not in self.modes:
+                self.blocks.append(None)
+                continue
             order = orders[mode]
             mode_blocks = []
             for start, stop in _block_cuts(_OrderedCoords(subs32, order, mode),
@@ -303,7 +311,7 @@ class StreamedTensor(DeviceTensor):
         q = backend.queue
         n_slot = self.block_nnz
         # two slots at least when a mode has more blocks than slots (double buffering)
-        least = 1 if max(self.nblocks) == 1 else 2
+        least = 1 if max(self.nblocks) <= 1 else 2
         K = max(least, min(self.cap // (n_slot * row), sum(self.nblocks)))
         self._slots = [(cla.empty(q, (n_slot, self.ndim), self.idx_dtype),
                         cla.empty(q, (n_slot,), self.dtype)) for _ in range(K)]
@@ -357,7 +365,7 @@ class StreamedTensor(DeviceTensor):
     @property
     def nblocks(self):
         """Blocks per mode."""
-        return [len(b) for b in self.blocks]
+        return [0 if b is None else len(b) for b in self.blocks]
 
     @property
     def nslots(self):
@@ -380,7 +388,8 @@ class StreamedTensor(DeviceTensor):
 
     @property
     def host_nbytes(self):
-        return sum(b.subs.nbytes + b.vals.nbytes for bl in self.blocks for b in bl)
+        return sum(b.subs.nbytes + b.vals.nbytes for bl in self.blocks if bl is not None
+                   for b in bl)
 
     def require_resident(self, what):
         raise NotImplementedError(
@@ -414,6 +423,9 @@ class StreamedTensor(DeviceTensor):
     # ------------------------------------------------------------------ streaming
     def _plan(self, mode):
         """Slot of every block of ``mode`` for one pass, and whether it must be uploaded."""
+        if self.blocks[mode] is None:
+            raise RuntimeError(f"the streamed tensor was prepared for the kernels of modes "
+                               f"{list(self.modes)} only, not of mode {mode}")
         blocks = self.blocks[mode]
         B, K = len(blocks), len(self._slots)
         keep = B if B <= K else K - 2

@@ -132,6 +132,37 @@ def test_interleaved_copies_built_once_per_mode(be):
         be.layout, be.chunk = old
 
 
+@pytest.mark.parametrize("layout", ["lanes", "lanes-sorted"])
+def test_prepare_builds_the_copies_of_the_modes_asked_for(be, layout):
+    """prepare(X, modes=...) builds the kernels' copies of those modes only (the distributed
+    backend asks for the first mode of each share): less device memory, the same results;
+    another mode's copy is built when asked for; modes outside the tensor are refused."""
+    rng = np.random.default_rng(8)
+    X = random_sparse((30, 20, 10), 1500, rng, counts=True)
+    old = be.layout, be.chunk
+    try:
+        be.layout, be.chunk = layout, 64
+        full = be.prepare(X)
+        one = be.prepare(X, modes=(0,))
+        if layout == "lanes":
+            assert set(one.interleaved) == {(0, 64)}
+        else:
+            assert set(one._sorted) <= {0} and set(full._sorted) >= {1, 2}
+        assert one.nbytes < full.nbytes
+        f = [rng.random((s, 4)) for s in X.shape]
+        for mode in (0, 1):
+            np.testing.assert_array_equal(be.to_numpy(be.mttkrp(one, f, mode)),
+                                          be.to_numpy(be.mttkrp(full, f, mode)))
+        for bad in ((3,), (), (-1,)):
+            with pytest.raises(ValueError, match="modes must name modes of a 3-way tensor"):
+                be.prepare(X, modes=bad)
+        from sktensor_fast.backends import get_backend
+        with pytest.raises(ValueError, match="modes must name"):
+            get_backend("cpu").prepare(X, modes=(5,))
+    finally:
+        be.layout, be.chunk = old
+
+
 @pytest.mark.parametrize("var, value", [("LAYOUT", "rows"), ("WIDE_CHUNK", "0"),
                                         ("WIDE_GROUP", "-1"), ("PHI", "redundant"),
                                         ("CHUNK", "abc"), ("VEC", "3"), ("PHI", "nope"),

@@ -247,3 +247,21 @@ def test_host_blocks_pinned_only_beside_the_cap():
     assert not streamed.pin_host_blocks(True, 60 * GB, 80 * GB, 40 * GB, 0.8)
     assert streamed.pin_host_blocks(True, 32 * GB, 80 * GB, 40 * GB, 0.8)
     assert not streamed.pin_host_blocks(False, 1, 80 * GB, 40 * GB, 0.8)
+
+
+def test_streamed_tensor_of_the_modes_asked_for(be):
+    """A streamed tensor prepared for some modes keeps host blocks of those only (half the
+    host memory here) and refuses the kernels of the others with a clear error."""
+    X = _heavy_tensor(seed=2)
+    be.max_tensor_bytes = streamed.resident_bytes(be, X) // 4
+    full = be.prepare(_fresh(X))
+    one = be.prepare(_fresh(X), modes=(0, 2))
+    assert isinstance(one, streamed.StreamedTensor) and one.modes == (0, 2)
+    assert one.nblocks[1] == 0 and one.nblocks[0] == full.nblocks[0]
+    assert one.host_nbytes < full.host_nbytes
+    F = [be.asarray(np.random.default_rng(3).random((s, 4))) for s in X.shape]
+    for mode in (0, 2):
+        assert np.array_equal(be.to_numpy(be.mttkrp(one, F, mode)),
+                              be.to_numpy(be.mttkrp(full, F, mode)))
+    with pytest.raises(RuntimeError, match=r"modes \[0, 2\] only, not of mode 1"):
+        be.mttkrp(one, F, 1)
