@@ -177,6 +177,18 @@ def test_balanced_blocks():
     assert balanced_blocks(np.zeros(6, dtype=int), 3).tolist() == [0, 2, 4, 6]
 
 
+def test_owner_of_each_coordinate():
+    """The owner table read at the coordinates gives the process whose block holds each row
+    (empty blocks included), as a search of the boundaries does."""
+    import numpy as np
+    from sktensor_fast.distributed.tensor import _owner
+    rng = np.random.default_rng(2)
+    for bounds in ([0, 4, 4, 9, 12], [0, 12], [0, 0, 0, 12, 12]):
+        coords = rng.integers(0, 12, 500)
+        want = np.searchsorted(bounds, coords, side="right") - 1
+        assert np.array_equal(_owner(np.array(bounds), coords), want), bounds
+
+
 def test_gcp_draws_replicate_the_cpu_sampler():
     """The distributed draw (one process owning everything) is the CPU kernels' draw, bit for
     bit, for every sampler (rejections included: density 0.44)."""
