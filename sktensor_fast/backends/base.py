@@ -66,8 +66,9 @@ class Backend(ABC):
     def prepare(self, X, format="auto", modes=None):
         """Lay out a validated :class:`SparseTensor` for the kernels (once per fit); ``format``
         as returned by :meth:`storage_format`.  ``modes``: the modes whose MTTKRP / Φ the
-        caller will ask for (None: every mode); a backend may lay out only those (the OpenCL
-        backend builds one device copy per mode asked for)."""
+        caller will ask for (None: every mode); a backend may lay out only those now (the
+        OpenCL backend builds one device copy per mode asked for, the CPU's COO format the
+        permutations of those modes; another mode's is built when first asked for)."""
 
     @staticmethod
     def kernel_modes(ndim, modes):

@@ -122,8 +122,8 @@ class CpuBackend(Backend):
         return format
 
     def prepare(self, X, format="auto", modes=None):
-        self.kernel_modes(X.ndim, modes)      # the formats serve every mode
-        return build_format(X, format)
+        modes = self.kernel_modes(X.ndim, modes)
+        return build_format(X, format, modes)
 
     def asarray(self, a, dtype=None):
         return np.ascontiguousarray(a, dtype=dtype)

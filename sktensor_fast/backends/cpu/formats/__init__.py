@@ -17,8 +17,9 @@ __all__ = ["CooFormat", "AltoFormat", "partition_pointers", "FORMATS", "build_fo
 AUTO_ALTO_MIN_NNZ = 100_000
 
 
-def build_format(X, format="auto"):
-    """Build the storage format named ``format`` for the validated tensor ``X``.
+def build_format(X, format="auto", modes=None):
+    """Build the storage format named ``format`` for the validated tensor ``X`` (COO: with the
+    permutations of ``modes`` built now, all modes when None, the others when first used).
 
     ``"auto"`` picks ALTO when its linear index fits in 128 bits and the tensor has at least
     ``AUTO_ALTO_MIN_NNZ`` nonzeros, COO otherwise (``doc/guide/tuning.rst``, "ALTO from
@@ -33,8 +34,8 @@ def build_format(X, format="auto"):
         ok, why = alto_support(X.shape)
         if ok and X.nnz >= AUTO_ALTO_MIN_NNZ:
             return AltoFormat(X)
-        T = CooFormat(X)
+        T = CooFormat(X, modes)
         if not ok:
             T.note = why + "; using COO"
         return T
-    return CooFormat(X)
+    return CooFormat(X, modes)

@@ -521,7 +521,7 @@ class AltoFormat:
     # ------------------------------------------------------------------ COO view
     def _coo_view(self):
         if self._coo is None:
-            self._coo = CooFormat(self)  # shares subs and vals
+            self._coo = CooFormat(self, modes=())  # shares subs and vals; perms when asked
         return self._coo
 
     @property

@@ -80,6 +80,36 @@ def partition_pointers(nnz, min_part=MIN_PART, max_parts=MAX_PARTS):
     return ptr
 
 
+class _ModePerms:
+    """``perms[n]``: the stable order of the nonzeros by mode ``n`` (empty for mode 0, the
+    identity), built when first asked for; the modes given at construction are built then."""
+
+    def __init__(self, T, modes):
+        self._T = T
+        self._built = {0: np.zeros(0, dtype=np.int64)}
+        for n in modes:
+            self[n]
+
+    def __len__(self):
+        return self._T.ndim
+
+    def __getitem__(self, n):
+        n = int(n)
+        if not 0 <= n < self._T.ndim:
+            raise IndexError(f"mode {n} of a {self._T.ndim}-way tensor")
+        got = self._built.get(n)
+        if got is None:
+            got = self._built[n] = mode_order(self._T.subs[:, n], self._T.shape[n])
+        return got
+
+    def __iter__(self):
+        return (self[n] for n in range(len(self)))
+
+    def built(self):
+        """The permutations built so far."""
+        return list(self._built.values())
+
+
 class CooFormat:
     """A sparse tensor laid out for the COO kernels.
 
@@ -87,22 +117,21 @@ class CooFormat:
     ----------
     subs : (nnz, N) int64, C-contiguous, lexicographically sorted.
     vals : (nnz,) float32/float64.
-    perms : list of N int64 arrays; ``perms[0]`` is empty (identity).
+    perms : sequence of N int64 arrays; ``perms[0]`` is empty (identity).  Those of the modes
+        given (all by default) are built with the format, the others when first asked for.
     part_ptr : partition boundaries shared by every mode.
     """
 
     name = "coo"
 
-    def __init__(self, X):
+    def __init__(self, X, modes=None):
         self.shape = tuple(X.shape)
         self.ndim = X.ndim
         self.nnz = X.nnz
         self.dtype = X.dtype
         self.subs = np.ascontiguousarray(X.subs, dtype=np.int64)
         self.vals = np.ascontiguousarray(X.vals)
-        self.perms = [np.zeros(0, dtype=np.int64)]
-        for n in range(1, self.ndim):
-            self.perms.append(mode_order(self.subs[:, n], self.shape[n]))
+        self.perms = _ModePerms(self, range(self.ndim) if modes is None else modes)
         self.part_ptr = partition_pointers(self.nnz)
         with np.errstate(over="ignore"):   # inf past 1.3e154: the fits rescale such data
             self.norm_sq = float(np.dot(self.vals.astype(np.float64),
@@ -131,7 +160,7 @@ class CooFormat:
 
     @property
     def nbytes(self):
-        n = (self.subs.nbytes + self.vals.nbytes + sum(p.nbytes for p in self.perms)
+        n = (self.subs.nbytes + self.vals.nbytes + sum(p.nbytes for p in self.perms.built())
              + self.part_ptr.nbytes)
         if self.__dict__.get("_fibers") is not None:
             n += self._fibers.nbytes
