@@ -122,10 +122,11 @@ def medium_grained_comm(shape, R, P, algo, alpha, beta, n_inner_per_mode=10):
 
 
 def memory_model(shape, nnz, R, P):
-    """Bytes per process: N copies of nnz/P nonzeros (COO: N int64 coordinates, a value, a
-    permutation entry per mode > 0) plus the replicated factors (and a work copy of each)."""
+    """Bytes per process: N copies of nnz/P nonzeros (COO: N int64 coordinates and a value;
+    each copy is ordered by its own mode, so no permutation) plus the replicated factors (and
+    a work copy of each)."""
     N = len(shape)
-    per_nz = N * 8 + 8 + (N - 1) * 8
+    per_nz = N * 8 + 8
     return {"tensor": N * per_nz * nnz / P, "factors": 2 * sum(shape) * R * 8}
 
 
