@@ -292,9 +292,10 @@ def _fresh(shape, dtype):
 def _sorted_pair(buf, nbits, nt):
     """The int64 array ``buf`` of nonnegative keys below ``2**nbits``, sorted: ``(sorted,
     other)``, ``buf`` and a scratch buffer of its size in some order."""
-    from sktensor_fast._native import _synth
+    from sktensor_fast._native import _construct
     scratch = _fresh(buf.shape, buf.dtype)
-    which = _synth.radix_sort(buf.view(np.uint64), scratch.view(np.uint64), nbits, nt)
+    which = _construct.radix_sort_keys(buf.view(np.uint64), scratch.view(np.uint64), nbits,
+                                       nt)
     return (buf, scratch) if which == 0 else (scratch, buf)
 
 

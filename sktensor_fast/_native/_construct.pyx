@@ -291,6 +291,38 @@ cdef void _scatter_block(const uint64_t* keys, const value_t* vals, uint64_t* dk
         dvals[j] = vals[i]
 
 
+cdef void _scatter_keys(const uint64_t* keys, uint64_t* dkeys, Py_ssize_t lo, Py_ssize_t hi,
+                        int shift, uint64_t mask, int64_t* pos) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef uint64_t key, d
+    for i in range(lo, hi):
+        key = keys[i]
+        d = (key >> shift) & mask
+        dkeys[pos[d]] = key
+        pos[d] += 1
+
+
+cdef Py_ssize_t _digit_offsets(int64_t* hist, Py_ssize_t nb, Py_ssize_t D) noexcept nogil:
+    """The digits that occur in the counts ``hist[b * D + d]`` of ``nb`` blocks; when more
+    than one, the counts become where each block's keys of each digit go (after every key of
+    a smaller digit and the keys of that digit in the blocks before: a stable pass)."""
+    cdef Py_ssize_t b, d, nd = 0
+    cdef int64_t total, run = 0, c
+    for d in range(D):
+        total = 0
+        for b in range(nb):
+            total += hist[b * D + d]
+        if total:
+            nd += 1
+    if nd > 1:
+        for d in range(D):
+            for b in range(nb):
+                c = hist[b * D + d]
+                hist[b * D + d] = run
+                run += c
+    return nd
+
+
 def radix_plan(int nbits):
     """Digit widths of the passes for keys of ``nbits`` bits: 11 bits at most per pass, the
     passes as even as possible (fewer passes: less memory traffic)."""
@@ -318,10 +350,9 @@ def radix_sort(uint64_t[::1] keys, const value_t[::1] vals, uint64_t[::1] keys2,
     """
     cdef Py_ssize_t n = keys.shape[0]
     cdef Py_ssize_t nb = _nblocks(n, num_threads)
-    cdef Py_ssize_t b, d, D, nd
+    cdef Py_ssize_t b, D
     cdef int shift = 0, width
     cdef uint64_t mask
-    cdef int64_t run, c, total
     cdef uint64_t* src_k = &keys[0] if n else NULL
     cdef uint64_t* dst_k = &keys2[0] if n else NULL
     cdef uint64_t* tmp_k
@@ -347,22 +378,9 @@ def radix_sort(uint64_t[::1] keys, const value_t[::1] vals, uint64_t[::1] keys2,
             for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
                 _count_block(src_k, n * b // nb, n * (b + 1) // nb, shift, mask, hist + b * D)
             # one digit for every key: this pass would not move anything
-            nd = 0
-            for d in range(D):
-                total = 0
-                for b in range(nb):
-                    total += hist[b * D + d]
-                if total:
-                    nd += 1
-            if nd <= 1:
+            if _digit_offsets(hist, nb, D) <= 1:
                 shift += width
                 continue
-            run = 0
-            for d in range(D):
-                for b in range(nb):
-                    c = hist[b * D + d]
-                    hist[b * D + d] = run
-                    run += c
             for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
                 _scatter_block(src_k, src_v, dst_k, dst_v, n * b // nb, n * (b + 1) // nb,
                                shift, mask, hist + b * D)
@@ -379,6 +397,57 @@ def radix_sort(uint64_t[::1] keys, const value_t[::1] vals, uint64_t[::1] keys2,
             other_v = tmp_v
             dst_val_buf, other_val_buf = other_val_buf, dst_val_buf
         return key_buf, val_buf
+    finally:
+        free(hist)
+
+
+def radix_sort_keys(uint64_t[::1] keys, uint64_t[::1] scratch, int nbits, int num_threads=1):
+    """Sort ``keys`` by their low ``nbits`` bits (least significant digit first, keys only:
+    the passes of :func:`radix_sort` without values to carry).
+
+    ``scratch`` is a buffer of at least the same length.  Returns which buffer holds the
+    sorted keys: 0 for ``keys``, 1 for ``scratch`` (its first ``len(keys)`` entries); the
+    other one holds garbage.  Passes whose digit is the same for every key are skipped.  Keys
+    with bits set above ``nbits`` are ordered by their low bits only.
+    """
+    cdef Py_ssize_t n = keys.shape[0]
+    cdef Py_ssize_t nb, b, D
+    cdef int shift = 0, width, which = 0
+    cdef uint64_t mask
+    cdef uint64_t* src
+    cdef uint64_t* dst
+    cdef uint64_t* tmp
+    cdef int64_t* hist = NULL
+    if scratch.shape[0] < n:
+        raise ValueError(f"radix_sort_keys: scratch has {scratch.shape[0]} entries, fewer than "
+                         f"the {n} keys")
+    if nbits < 0 or nbits > 64:
+        raise ValueError(f"radix_sort_keys: nbits must be in [0, 64], got {nbits}")
+    if n < 2:
+        return 0
+    src = &keys[0]
+    dst = &scratch[0]
+    nb = _nblocks(n, num_threads)
+    hist = <int64_t*> malloc(nb * (1 << 11) * sizeof(int64_t))
+    if hist == NULL:
+        raise MemoryError()
+    try:
+        for width in radix_plan(nbits):
+            D = 1 << width
+            mask = D - 1
+            memset(hist, 0, nb * D * sizeof(int64_t))
+            for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
+                _count_block(src, n * b // nb, n * (b + 1) // nb, shift, mask, hist + b * D)
+            if _digit_offsets(hist, nb, D) > 1:
+                for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
+                    _scatter_keys(src, dst, n * b // nb, n * (b + 1) // nb, shift, mask,
+                                  hist + b * D)
+                tmp = src
+                src = dst
+                dst = tmp
+                which = 1 - which
+            shift += width
+        return which
     finally:
         free(hist)
 

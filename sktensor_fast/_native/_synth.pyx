@@ -10,7 +10,8 @@ shape), so that the coordinates are sorted and made distinct as one int64 key ea
    ``k``'s coordinate of draw ``d`` is ``perm_k[F_k^-1(u)]``, ``u`` a uniform double made from
    the counter-based generator of ``sktf_rng.h`` keyed by (seed, ``d``, ``k``), ``F_k^-1`` the
    inverse of the mode's cumulative distribution found through a guide table.
-2. :func:`radix_sort` sorts the keys (keys only, the low ``nbits`` bits; two buffers).
+2. ``_construct.radix_sort_keys`` sorts the keys (keys only, the low ``nbits`` bits; two
+   buffers).
 3. :func:`count_unique`, :func:`compact` and :func:`merge_unique` make sorted keys distinct
    and merge them with those drawn before.  An exact number of them is kept with
    :func:`priority_histogram`, :func:`priority_members` and :func:`compact`: every distinct
@@ -55,8 +56,6 @@ MIN_BLOCK = MIN_BLOCK_C
 #: draws of a chunk of :func:`draw_linear` (whose table look-ups are prefetched together)
 DEF CHUNK = 32
 
-#: widest digit of a radix sort pass (bits)
-DEF MAX_DIGIT = 11
 
 #: 2**-53: a 53-bit integer times this is a double in [0, 1)
 DEF TWO_M53 = 1.0 / 9007199254740992.0
@@ -285,108 +284,6 @@ def zipf_codes(const double[::1] cdf, const int32_t[::1] guide, const double[::1
     return out
 
 
-# ------------------------------------------------------------------------ radix sort
-cdef void _count_digits(const uint64_t* keys, Py_ssize_t lo, Py_ssize_t hi, int shift,
-                        uint64_t mask, int64_t* hist) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(lo, hi):
-        hist[(keys[i] >> shift) & mask] += 1
-
-
-cdef void _scatter_keys(const uint64_t* src, uint64_t* dst, Py_ssize_t lo, Py_ssize_t hi,
-                        int shift, uint64_t mask, int64_t* pos) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef uint64_t key, d
-    for i in range(lo, hi):
-        key = src[i]
-        d = (key >> shift) & mask
-        dst[pos[d]] = key
-        pos[d] += 1
-
-
-def radix_plan(int nbits):
-    """Digit widths of :func:`radix_sort`'s passes for keys of ``nbits`` bits: at most 11
-    bits a pass, the passes as even as possible."""
-    if nbits <= 0:
-        return []
-    npass = (nbits + MAX_DIGIT - 1) // MAX_DIGIT
-    width = (nbits + npass - 1) // npass
-    plan = []
-    left = nbits
-    while left > 0:
-        plan.append(min(width, left))
-        left -= width
-    return plan
-
-
-def radix_sort(uint64_t[::1] keys, uint64_t[::1] scratch, int nbits, int num_threads=1):
-    """Sort ``keys`` by their low ``nbits`` bits (least significant digit first, keys only).
-
-    ``scratch`` is a buffer of at least the same length.  Returns which buffer holds the
-    sorted keys: 0 for ``keys``, 1 for ``scratch`` (its first ``len(keys)`` entries); the
-    other one holds garbage.  Passes whose digit is the same for every key are skipped.  Keys
-    with bits set above ``nbits`` are ordered by their low bits only.
-    """
-    cdef Py_ssize_t n = keys.shape[0]
-    cdef Py_ssize_t nb, b, d, D, nd
-    cdef int shift = 0, width, which = 0
-    cdef uint64_t mask
-    cdef int64_t run, c, total
-    cdef uint64_t* src
-    cdef uint64_t* dst
-    cdef uint64_t* tmp
-    cdef int64_t* hist = NULL
-    if scratch.shape[0] < n:
-        raise ValueError(f"radix_sort: scratch has {scratch.shape[0]} entries, fewer than the "
-                         f"{n} keys")
-    if nbits < 0 or nbits > 64:
-        raise ValueError(f"radix_sort: nbits must be in [0, 64], got {nbits}")
-    if n < 2:
-        return 0
-    src = &keys[0]
-    dst = &scratch[0]
-    nb = _nblocks(n, num_threads)
-    hist = <int64_t*> malloc(nb * (1 << MAX_DIGIT) * sizeof(int64_t))
-    if hist == NULL:
-        raise MemoryError()
-    try:
-        for width in radix_plan(nbits):
-            D = 1 << width
-            mask = D - 1
-            memset(hist, 0, nb * D * sizeof(int64_t))
-            for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
-                _count_digits(src, n * b // nb, n * (b + 1) // nb, shift, mask, hist + b * D)
-            nd = 0
-            for d in range(D):
-                total = 0
-                for b in range(nb):
-                    total += hist[b * D + d]
-                if total:
-                    nd += 1
-            if nd <= 1:
-                shift += width
-                continue
-            # block b's keys of digit d go after every key of a smaller digit and after the
-            # keys of digit d of the blocks before b: the pass is stable
-            run = 0
-            for d in range(D):
-                for b in range(nb):
-                    c = hist[b * D + d]
-                    hist[b * D + d] = run
-                    run += c
-            for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
-                _scatter_keys(src, dst, n * b // nb, n * (b + 1) // nb, shift, mask,
-                              hist + b * D)
-            shift += width
-            tmp = src
-            src = dst
-            dst = tmp
-            which = 1 - which
-        return which
-    finally:
-        free(hist)
-
-
 # ------------------------------------------------------------------------ distinct keys
 # A pass over sorted keys handles the runs of equal keys that *start* in its block (a run
 # may go on into the next blocks): the run starts are what the distinct keys are.
@@ -484,27 +381,18 @@ cdef int64_t _merge_block(const int64_t* a, Py_ssize_t a0, Py_ssize_t a1, const 
     c = 1
     if out != NULL:
         out[0] = last
-    if out != NULL:
-        while a0 < a1 and b0 < b1:
-            x = a[a0]
-            y = b[b0]
-            take_a = x <= y
-            v = x if take_a else y
-            a0 += take_a
-            b0 += not take_a
-            c += v != last
+    # (the test of ``out`` is the same at every step: the compiler takes it out of the loop)
+    while a0 < a1 and b0 < b1:
+        x = a[a0]
+        y = b[b0]
+        take_a = x <= y
+        v = x if take_a else y
+        a0 += take_a
+        b0 += not take_a
+        c += v != last
+        if out != NULL:
             out[c - 1] = v
-            last = v
-    else:
-        while a0 < a1 and b0 < b1:
-            x = a[a0]
-            y = b[b0]
-            take_a = x <= y
-            v = x if take_a else y
-            a0 += take_a
-            b0 += not take_a
-            c += v != last
-            last = v
+        last = v
     # the rest of one of them
     if a0 >= a1:
         a = b

@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import synth  # noqa: E402
-from sktensor_fast._native import _synth  # noqa: E402
+from sktensor_fast._native import _construct, _synth  # noqa: E402
 
 NELL2 = (12092, 9184, 28818)
 
@@ -239,11 +239,11 @@ def test_radix_sort_is_numpys(n):
         for threads in (1, 3):
             keys = x.copy()
             scratch = np.empty(n + 5, dtype=np.uint64)
-            which = _synth.radix_sort(keys, scratch, nbits, threads)
+            which = _construct.radix_sort_keys(keys, scratch, nbits, threads)
             got = keys if which == 0 else scratch[:n]
             assert np.array_equal(got, np.sort(x))
     with pytest.raises(ValueError, match="scratch has 1 entries"):
-        _synth.radix_sort(np.zeros(3, np.uint64), np.zeros(1, np.uint64), 8)
+        _construct.radix_sort_keys(np.zeros(3, np.uint64), np.zeros(1, np.uint64), 8)
 
 
 def test_distinct_passes():
