@@ -152,3 +152,51 @@ def interleave_block(const int32_t[:, ::1] subs, const value_t[::1] vals, order,
                     dv[p] = 0
     if bad:
         raise ValueError("interleave_block: the order holds positions outside the nonzeros")
+
+
+ctypedef fused item_t:
+    int64_t
+    float
+    double
+
+
+def take_rows(const item_t[:, ::1] src, const int64_t[::1] order, item_t[:, ::1] out,
+              int num_threads=1):
+    """``out[i] = src[order[i]]`` for every row ``i`` of ``out`` (NumPy's ``src[order]``), in
+    ``num_threads`` contiguous blocks of ``out``.
+
+    Raises
+    ------
+    ValueError
+        On shapes that do not agree or an entry of ``order`` outside ``src``'s rows.
+    """
+    cdef Py_ssize_t n = order.shape[0]
+    cdef Py_ssize_t m = src.shape[0]
+    cdef Py_ssize_t N = src.shape[1]
+    cdef Py_ssize_t nb, b, i, lo, hi, q, r
+    cdef int bad = 0
+    if out.shape[0] != n or out.shape[1] != N:
+        raise ValueError(f"take_rows: {n} rows of {N} asked for, the output is "
+                         f"({out.shape[0]}, {out.shape[1]})")
+    if n == 0 or N == 0:
+        return
+    nb = (n * N) // (MIN_BLOCK_C // 8)
+    if nb > num_threads:
+        nb = num_threads
+    if nb < 1:
+        nb = 1
+    cdef const item_t* ps = &src[0, 0] if m else NULL
+    cdef item_t* po = &out[0, 0]
+    cdef const int64_t* pi = &order[0]
+    for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
+        lo = n * b // nb
+        hi = n * (b + 1) // nb
+        for i in range(lo, hi):
+            r = pi[i]
+            if r < 0 or r >= m:
+                bad += 1
+                continue
+            for q in range(N):
+                po[i * N + q] = ps[r * N + q]
+    if bad:
+        raise ValueError("take_rows: the order holds rows outside the source")

@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from .. import _threads
-from .._native import _construct
+from .._native import _construct, _hostcopy
 from ..tensor import SparseTensor
 from ._mpi import Channel, agree_on_errors, get_comm, install_abort_hook
 
@@ -87,12 +87,16 @@ def _exchange(chan, subs, vals, dest):
     rdispl = np.zeros(P, dtype=np.int64)
     np.cumsum(recv_counts[:-1], out=rdispl[1:])
     n_in = int(recv_counts.sum())
-    s_subs = np.ascontiguousarray(subs[order])
+    nt = _threads.get_num_threads()
+    s_subs = np.empty((order.shape[0], N), dtype=np.int64)
+    _hostcopy.take_rows(np.ascontiguousarray(subs, dtype=np.int64), order, s_subs, nt)
     r_subs = np.empty((n_in, N), dtype=np.int64)
     comm.Alltoallv([s_subs, send_counts * N, sdispl * N, MPI.INT64_T],
                    [r_subs, recv_counts * N, rdispl * N, MPI.INT64_T])
     del s_subs
-    s_vals = np.ascontiguousarray(vals[order])
+    s_vals = np.empty(order.shape[0], dtype=vals.dtype)
+    _hostcopy.take_rows(np.ascontiguousarray(vals).reshape(-1, 1), order,
+                        s_vals.reshape(-1, 1), nt)
     r_vals = np.empty(n_in, dtype=vals.dtype)
     vt = MPI.DOUBLE if vals.dtype == np.float64 else MPI.FLOAT
     comm.Alltoallv([s_vals, send_counts, sdispl, vt], [r_vals, recv_counts, rdispl, vt])

@@ -58,3 +58,23 @@ def test_interleave_block_refuses_what_does_not_fit():
                                    hv, 2)
     with pytest.raises(ValueError, match="coordinate rows"):
         _hostcopy.interleave_block(subs, vals[:9], None, 0, 9, 0, hs[:9], hv[:9], 1)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float32, np.float64])
+def test_take_rows_is_numpys(dtype):
+    rng = np.random.default_rng(4)
+    src = rng.integers(-50, 50, (3000, 3)).astype(dtype)
+    for order in (rng.integers(0, 3000, 5000), np.arange(3000)[::-1], np.zeros(0, np.int64)):
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        for threads in (1, 3):
+            out = np.full((order.size, 3), 7, dtype=dtype)
+            _hostcopy.take_rows(src, order, out, threads)
+            assert np.array_equal(out, src[order])
+    col = src[:, :1].copy()
+    out = np.empty((10, 1), dtype=dtype)
+    _hostcopy.take_rows(col, np.arange(10, dtype=np.int64), out, 2)
+    assert np.array_equal(out, col[:10])
+    with pytest.raises(ValueError, match="outside the source"):
+        _hostcopy.take_rows(src, np.array([0, 3000], dtype=np.int64), np.empty((2, 3), dtype), 2)
+    with pytest.raises(ValueError, match="the output is"):
+        _hostcopy.take_rows(src, np.array([0, 1], dtype=np.int64), np.empty((3, 3), dtype), 1)
