@@ -10,7 +10,10 @@ the nonzeros in a mode's order and stored chunk-interleaved, as the device kerne
 """
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t
+from libc.math cimport fabs
 from libc.string cimport memcpy
+
+import numpy as np
 
 ctypedef fused value_t:
     float
@@ -200,3 +203,62 @@ def take_rows(const item_t[:, ::1] src, const int64_t[::1] order, item_t[:, ::1]
                 po[i * N + q] = ps[r * N + q]
     if bad:
         raise ValueError("take_rows: the order holds rows outside the source")
+
+
+# ---------------------------------------------------------------- the normal form's passes
+def column_sumsq(const value_t[:, ::1] f, value_t[::1] out):
+    """``out[r] = Σ_i f[i, r]²``, squared and added in ``f``'s type, row after row: the bits of
+    ``np.add.reduce(f * f, axis=0)`` (NumPy adds along the rows of a C-ordered matrix in row
+    order), which :func:`numpy.linalg.norm` takes the root of, without its temporary matrix.
+    """
+    cdef Py_ssize_t I = f.shape[0], R = f.shape[1], i, r
+    cdef value_t x
+    if out.shape[0] != R:
+        raise ValueError(f"column_sumsq: {R} columns, {out.shape[0]} outputs")
+    with nogil:
+        for r in range(R):
+            out[r] = 0
+        for i in range(I):
+            for r in range(R):
+                x = f[i, r]
+                out[r] = out[r] + x * x
+
+
+def column_argmax_abs(const value_t[:, ::1] f, int64_t[::1] argmax):
+    """``argmax[r]`` = the first row of the largest ``|f[i, r]|``, the first NaN if there is
+    one: :func:`numpy.argmax` of each column's magnitudes, in one pass over the rows of a
+    C-ordered matrix (NumPy's ``argmax(axis=0)`` copies it transposed first, and an
+    ``argmax`` per column reads every row once per column).
+    """
+    cdef Py_ssize_t I = f.shape[0], R = f.shape[1], i, r
+    cdef value_t a
+    if argmax.shape[0] != R:
+        raise ValueError(f"column_argmax_abs: {R} columns, {argmax.shape[0]} outputs")
+    if R == 0:
+        return
+    cdef value_t[::1] best = np.full(R, -1, dtype=np.asarray(f[:1, :1]).dtype)
+    cdef unsigned char[::1] nan = np.zeros(R, dtype=np.uint8)
+    cdef value_t* pb = &best[0]
+    cdef int64_t* pa = &argmax[0]
+    cdef unsigned char* pn = &nan[0]
+    cdef const value_t* row
+    cdef bint gt
+    with nogil:
+        for r in range(R):
+            pa[r] = 0
+        for i in range(I):
+            row = &f[i, 0]
+            # branch-free, so that the loop over the columns vectorises; a NaN compares
+            # false and is never taken here, only noted
+            for r in range(R):
+                a = fabs(row[r])
+                gt = a > pb[r]
+                pb[r] = a if gt else pb[r]
+                pa[r] = i if gt else pa[r]
+                pn[r] |= a != a
+        for r in range(R):
+            if pn[r]:
+                for i in range(I):
+                    if f[i, r] != f[i, r]:
+                        pa[r] = i
+                        break

@@ -9,7 +9,7 @@ This module evaluates the same functions on NumPy arrays, so that
 sampler use them too instead of a copy of the formulas.
 """
 from cython.parallel cimport prange
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 
 import numpy as np
 
@@ -123,3 +123,22 @@ def find_sorted(const int64_t[::1] table, const int64_t[::1] keys, int num_threa
         else:
             o[i] = -1
     return out
+
+
+# ---------------------------------------------------------------------------- MT19937
+cdef extern from "sktf_mt19937.h":
+    void sktf_mt_random_sample(uint32_t *key, int *pos, double *out, int64_t n) noexcept nogil
+
+
+def mt19937_random_sample(uint32_t[::1] key, int pos, double[::1] out):
+    """Fill ``out`` with the next doubles of the MT19937 state ``(key, pos)`` (NumPy's legacy
+    state: 624 words and a position in ``[0, 624]``), bit for bit those of
+    ``RandomState.random_sample``; ``key`` is advanced in place and the new position returned.
+    """
+    if key.shape[0] != 624 or not 0 <= pos <= 624:
+        raise ValueError(f"an MT19937 state is 624 words and a position in [0, 624]; got "
+                         f"{key.shape[0]} words and position {pos}")
+    cdef int p = pos
+    with nogil:
+        sktf_mt_random_sample(&key[0], &p, &out[0] if out.shape[0] else NULL, out.shape[0])
+    return p

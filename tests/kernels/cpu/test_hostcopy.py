@@ -78,3 +78,37 @@ def test_take_rows_is_numpys(dtype):
         _hostcopy.take_rows(src, np.array([0, 3000], dtype=np.int64), np.empty((2, 3), dtype), 2)
     with pytest.raises(ValueError, match="the output is"):
         _hostcopy.take_rows(src, np.array([0, 1], dtype=np.int64), np.empty((3, 3), dtype), 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_sumsq_has_numpys_bits(dtype):
+    """The squares added row after row: the bits of np.linalg.norm(f, axis=0) ** 2 before its
+    root (a pairwise or reordered sum differs in the last bits at this length)."""
+    rng = np.random.default_rng(3)
+    f = (rng.standard_normal((20011, 7)) * np.logspace(-3, 3, 7)).astype(dtype)
+    out = np.full(7, np.nan, dtype=dtype)
+    _hostcopy.column_sumsq(f, out)
+    assert np.sqrt(out).tobytes() == np.linalg.norm(f, axis=0).tobytes()
+    with pytest.raises(ValueError, match="7 columns, 6 outputs"):
+        _hostcopy.column_sumsq(f, out[:6])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_argmax_abs_is_numpys(dtype):
+    rng = np.random.default_rng(4)
+    f = np.round(rng.standard_normal((3001, 9)), 1).astype(dtype)   # many ties
+    f[:, 0] = 0.0                                       # all equal: row 0
+    f[[5, 9], 1] = np.nan                               # the first NaN wins
+    f[0, 2] = np.nan
+    f[[7, 100], 3], f[50, 3] = -50, 50                  # ties of magnitude, either sign
+    f[-1, 4] = -1e6                                     # the last row
+    idx = np.full(9, -1, dtype=np.int64)
+    _hostcopy.column_argmax_abs(f, idx)
+    np.testing.assert_array_equal(idx, np.argmax(np.abs(f), axis=0))
+    assert idx[1] == 5 and idx[2] == 0 and idx[3] == 7 and idx[4] == 3000
+    with pytest.raises(ValueError, match="9 columns, 8 outputs"):
+        _hostcopy.column_argmax_abs(f, idx[:8])
+    empty = np.empty((0, 3), dtype=dtype)
+    idx = np.full(3, -1, dtype=np.int64)
+    _hostcopy.column_argmax_abs(empty, idx)   # NumPy refuses an empty argmax; here rows 0
+    np.testing.assert_array_equal(idx, 0)
