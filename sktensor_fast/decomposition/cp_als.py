@@ -282,7 +282,8 @@ class CPALS(BaseCP):
                 self._log(f"stopping: max_time={self.max_time:g}s reached")
                 break
         self._log(f"done: {n_iter} iterations, fit {fit:.8f}, {time.perf_counter() - t0:.2f}s")
-        host = [np.asarray(backend.to_numpy(u), dtype=np.float64) for u in U]
+        # _arrange makes new matrices: the downloads may sit in the backend's kept buffer
+        host = [np.asarray(u, dtype=np.float64) for u in backend.to_numpy_transient(U)]
         weights, host = _arrange(weights, host)
         return {"weights": weights, "factors": host, "n_iter": n_iter, "loss_history": history,
                 "score": fit, "converged": stop == "tol", "stop": stop,

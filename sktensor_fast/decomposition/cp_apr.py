@@ -356,7 +356,9 @@ class CPAPR(BaseCP):
             weights = weights * _normalize_columns(backend, f)
         order = np.argsort(-weights, kind="stable")
         weights = weights[order]
-        host = [np.ascontiguousarray(np.asarray(backend.to_numpy(f))[:, order]) for f in A]
+        # [:, order] makes new matrices: the downloads may sit in the backend's kept buffer
+        host = [np.ascontiguousarray(np.asarray(f)[:, order])
+                for f in backend.to_numpy_transient(A)]
         final = [backend.asarray(h) for h in host]
         loglik = self._log_likelihood(backend, T, weights, final)
         if np.isnan(loglik):

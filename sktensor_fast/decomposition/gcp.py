@@ -576,8 +576,9 @@ class GCP(BaseCP):
                           f"(nonzeros, others), loss sample {ctx.state.n_loss}")
             U, F, n_iter, history, stop = self._stochastic(backend, ctx.To, ctx.state, U, loss,
                                                            seed, t0=t0, report=True)
-        weights, factors = _arrange(np.ones(R), [np.asarray(backend.to_numpy(u), np.float64)
-                                                 for u in U])
+        # _arrange makes new matrices: the downloads may sit in the backend's kept buffer
+        weights, factors = _arrange(np.ones(R), [np.asarray(u, np.float64)
+                                                 for u in backend.to_numpy_transient(U)])
         return {"weights": weights, "factors": factors, "n_iter": n_iter,
                 "loss_history": history, "loss": float(F), "converged": stop not in ("max_iter", "max_time"),
                 "stop": stop}

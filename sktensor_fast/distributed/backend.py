@@ -372,6 +372,10 @@ class DistributedBackend(Backend):
             return np.asarray(self.local.to_numpy(self._full(a)))
         return np.asarray(self.local.to_numpy(a))
 
+    def to_numpy_transient(self, arrays):
+        full = [self._full(a) if isinstance(a, DArray) else a for a in arrays]
+        return [np.asarray(h) for h in self.local.to_numpy_transient(full)]
+
     def zeros(self, shape, dtype):
         return self._new(shape, dtype, full=self.local.zeros(shape, dtype))
 

@@ -303,6 +303,11 @@ def counting(self, a):
     downloads[0] += 1
     return orig(self, a)
 OpenCLBackend.to_numpy = counting
+orig_transient = OpenCLBackend.to_numpy_transient
+def counting_transient(self, arrays):
+    downloads[0] += len(arrays)
+    return orig_transient(self, arrays)
+OpenCLBackend.to_numpy_transient = counting_transient
 Xd = scatter(X)
 kw = {CPALS: {}, CPAPR: {}, GCP: dict(epoch_iters=20, max_iter=3)}
 for cls in (CPALS, CPAPR, GCP):

@@ -307,6 +307,35 @@ def test_dense_steps(be, rows):
     np.testing.assert_allclose(be.to_numpy(be.scale_columns(Ad, s)), A * s, rtol=1e-15)
 
 
+def test_to_numpy_transient_reuses_one_buffer_per_thread(be, monkeypatch):
+    """Downloads into a kept buffer: the values of every array (dtypes, shapes, an empty one),
+    the same memory at the next call of the thread, other memory in another thread, and a
+    plain download above the size kept or for a host array."""
+    import threading
+    rng = np.random.default_rng(0)
+    A = [rng.random((7, 3)), np.arange(5, dtype=np.float32), np.empty((0, 4)),
+         rng.random((2, 2, 2))]
+    D = [be.asarray(a) for a in A]
+    got = be.to_numpy_transient(D)
+    for g, a in zip(got, A):
+        assert g.dtype == a.dtype and g.shape == a.shape and type(g) is np.ndarray
+        np.testing.assert_array_equal(g, a)
+    again = be.to_numpy_transient(D[:1])
+    assert np.shares_memory(again[0], got[0])    # the thread's kept buffer
+    other = []
+    t = threading.Thread(target=lambda: other.extend(be.to_numpy_transient(D[:1])))
+    t.start()
+    t.join()
+    np.testing.assert_array_equal(other[0], A[0])
+    assert not np.shares_memory(other[0], got[0])
+    monkeypatch.setattr(type(be), "TRANSIENT_MAX", 8)
+    big = be.to_numpy_transient(D[:1])
+    assert not np.shares_memory(big[0], got[0])
+    np.testing.assert_array_equal(big[0], A[0])
+    host = be.to_numpy_transient([A[0]])       # not a device array: as to_numpy
+    np.testing.assert_array_equal(host[0], A[0])
+
+
 def test_rows_and_host_transfers(be):
     """The row exchanges' helpers: rows taken on the device, a download into a host array, an
     upload from one (whole, or around rows already on the device), a host buffer of the
