@@ -178,22 +178,24 @@ class KruskalTensor:
         if order is not None:
             weights, neg = weights[order], neg[order]
         factors = []
-        for f, scale in zip(self.factors, scales):
+        peaks = []    # per factor: the rows of its columns' largest magnitudes, if known
+        for k, (f, scale) in enumerate(zip(self.factors, scales)):
             if order is None:
-                factors.append(f / scale)
+                out, idx = f / scale, None
+                if k == 0 and neg.any():
+                    out[:, neg] = -out[:, neg]
             else:
-                out = np.take(f, order, axis=1)
-                np.divide(out, scale[order], out=out)
-                factors.append(out)
-        if neg.any():
-            factors[0][:, neg] = -factors[0][:, neg]
+                out, idx = _arranged(f, order, scale[order], neg if k == 0 else None)
+            factors.append(out)
+            peaks.append(idx)
         if signs:
             # every mode but the last: the entry of largest magnitude positive (exact flips)
             last = None   # the product of the other modes' signs (exact: every one is ±1)
-            for f in factors[:-1]:
+            for f, idx in zip(factors[:-1], peaks):
                 if f.shape[0] == 0:
                     continue
-                idx = _column_argmax_abs(f)
+                if idx is None:
+                    idx = _column_argmax_abs(f)
                 s = np.sign(f[idx, np.arange(f.shape[1])])
                 s[s == 0] = 1
                 if not np.all(s == 1):   # multiplying by 1 changes no bit
@@ -492,6 +494,27 @@ def _column_norms(f, ord):
         column_sumsq(f, out)
         return np.sqrt(out)
     return np.linalg.norm(f, ord=ord, axis=0)
+
+
+def _arranged(f, order, scale, neg):
+    """``f[:, order] / scale``, with the columns where ``neg`` negated, and the first rows of
+    the result's largest magnitudes per column (None where not computed): one compiled
+    threaded pass for a C-ordered float matrix, NumPy's ``take`` and division otherwise."""
+    if _compiled_columns(f):
+        from ._native._hostcopy import arrange_columns
+        from ._threads import get_num_threads, threads_for_load
+        R = len(order)
+        out = np.empty((f.shape[0], R), dtype=f.dtype)
+        idx = np.empty(R, dtype=np.int64)
+        negate = np.zeros(R, np.uint8) if neg is None else neg.astype(np.uint8)
+        arrange_columns(f, np.asarray(order, dtype=np.int64), np.ascontiguousarray(scale),
+                        negate, out, idx, threads_for_load(get_num_threads()))
+        return out, idx.astype(np.intp, copy=False)
+    out = np.take(f, order, axis=1)
+    np.divide(out, scale, out=out)
+    if neg is not None and neg.any():
+        out[:, neg] = -out[:, neg]
+    return out, None
 
 
 def _column_argmax_abs(f):

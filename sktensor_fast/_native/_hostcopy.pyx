@@ -262,3 +262,84 @@ def column_argmax_abs(const value_t[:, ::1] f, int64_t[::1] argmax):
                     if f[i, r] != f[i, r]:
                         pa[r] = i
                         break
+
+
+def arrange_columns(const value_t[:, ::1] f, const int64_t[::1] order, const value_t[::1] scale,
+                    const unsigned char[::1] negate, value_t[:, ::1] out, int64_t[::1] argmax,
+                    int num_threads=1):
+    """``out[:, r] = f[:, order[r]] / scale[r]``, negated where ``negate[r]``, and ``argmax[r]``
+    the first row of the largest ``|out[i, r]|`` (the first NaN if any, as
+    :func:`numpy.argmax`): NumPy's ``take``, division, negation, ``abs`` and ``argmax`` of the
+    normal form in one pass, the rows in ``num_threads`` blocks.  Every entry is one division
+    (and a negation), so the bits do not depend on the threads.
+
+    Raises
+    ------
+    ValueError
+        On shapes that do not agree or an entry of ``order`` outside ``f``'s columns.
+    """
+    cdef Py_ssize_t I = f.shape[0], C = f.shape[1], R = out.shape[1]
+    cdef Py_ssize_t nb, b, i, r, lo, hi
+    if (out.shape[0] != I or order.shape[0] != R or scale.shape[0] != R
+            or negate.shape[0] != R or argmax.shape[0] != R):
+        raise ValueError("arrange_columns: the shapes do not agree")
+    for r in range(R):
+        if order[r] < 0 or order[r] >= C:
+            raise ValueError(f"arrange_columns: column {order[r]} of a matrix of {C}")
+    if R == 0:
+        return
+    argmax[:] = 0
+    if I == 0:
+        return
+    nb = I // 4096
+    if nb > num_threads:
+        nb = num_threads
+    if nb < 1:
+        nb = 1
+    # per block and column: the largest magnitude, its first row, the first NaN's row (or -1)
+    cdef value_t[:, ::1] best = np.empty((nb, R), dtype=np.asarray(scale).dtype)
+    cdef int64_t[:, ::1] where = np.zeros((nb, R), dtype=np.int64)
+    cdef int64_t[:, ::1] nan = np.full((nb, R), -1, dtype=np.int64)
+    cdef value_t* pb
+    cdef int64_t* pw
+    cdef int64_t* pn
+    cdef const value_t* row
+    cdef value_t* orow
+    cdef value_t v, a
+    cdef bint gt
+    for b in prange(nb, nogil=True, schedule="static", num_threads=nb):
+        lo = I * b // nb
+        hi = I * (b + 1) // nb
+        pb = &best[b, 0]
+        pw = &where[b, 0]
+        pn = &nan[b, 0]
+        for r in range(R):
+            pb[r] = -1
+            pw[r] = lo
+        for i in range(lo, hi):
+            row = &f[i, 0]
+            orow = &out[i, 0]
+            for r in range(R):
+                v = row[order[r]] / scale[r]
+                if negate[r]:
+                    v = -v
+                orow[r] = v
+                a = fabs(v)
+                gt = a > pb[r]
+                pb[r] = a if gt else pb[r]
+                pw[r] = i if gt else pw[r]
+                if a != a and pn[r] < 0:
+                    pn[r] = i
+    # the blocks in row order: a later block wins only with a strictly larger magnitude
+    for r in range(R):
+        argmax[r] = where[0, r]
+        for b in range(nb):
+            if nan[b, r] >= 0:
+                argmax[r] = nan[b, r]
+                break
+        else:
+            a = best[0, r]
+            for b in range(1, nb):
+                if best[b, r] > a:
+                    a = best[b, r]
+                    argmax[r] = where[b, r]

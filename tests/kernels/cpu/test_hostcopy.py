@@ -112,3 +112,33 @@ def test_column_argmax_abs_is_numpys(dtype):
     idx = np.full(3, -1, dtype=np.int64)
     _hostcopy.column_argmax_abs(empty, idx)   # NumPy refuses an empty argmax; here rows 0
     np.testing.assert_array_equal(idx, 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 3, 4])
+def test_arrange_columns_is_numpys_take_divide_and_argmax(dtype, threads):
+    """The normal form's pass: NumPy's bits for any thread count, the first of tied peaks even
+    when a later block of rows holds an equal one, the first NaN even in a later block."""
+    rng = np.random.default_rng(6)
+    I, C = 20000, 6
+    f = np.round(rng.standard_normal((I, C)), 1).astype(dtype)
+    f[[100, 15000], 1] = 9.0                    # tie across blocks: row 100
+    f[[19000], 2], f[[300], 2] = -9.5, 9.5      # tie of magnitude, either sign: row 300
+    f[17000, 3], f[18000, 3] = np.nan, np.nan   # NaN only in a late block: row 17000
+    f[:, 4] = 0.0
+    order = np.array([3, 0, 5, 1, 2, 4, 1], dtype=np.int64)   # a column taken twice
+    scale = (rng.random(7) + 0.5).astype(dtype)
+    negate = np.array([0, 1, 0, 0, 1, 0, 1], dtype=np.uint8)
+    out = np.full((I, 7), np.nan, dtype=dtype)
+    idx = np.full(7, -1, dtype=np.int64)
+    _hostcopy.arrange_columns(f, order, scale, negate, out, idx, threads)
+    want = np.take(f, order, axis=1)
+    np.divide(want, scale, out=want)
+    want[:, negate.astype(bool)] *= -1
+    assert out.tobytes() == want.tobytes()
+    np.testing.assert_array_equal(idx, np.argmax(np.abs(want), axis=0))
+    assert idx[6] == 100 and idx[4] == 300 and idx[0] == 17000 and idx[5] == 0
+    with pytest.raises(ValueError, match="column 6 of a matrix of 6"):
+        _hostcopy.arrange_columns(f, order + 1, scale, negate, out, idx, threads)
+    with pytest.raises(ValueError, match="shapes"):
+        _hostcopy.arrange_columns(f, order, scale[:6], negate, out, idx, threads)
