@@ -38,10 +38,14 @@ One gradient step (kernels of ``kernels/gcp.cl``):
 
 With the backend option ``gcp_reduction='atomic'`` (:class:`~sktensor_fast.OpenCLOptions`,
 ``SKTENSOR_FAST_OCL_GCP_REDUCTION=atomic``) steps 2 and 3 are replaced by
-``gcp_scatter_atomic``, which adds every contribution into its row with a compare-and-swap
-loop: fewer launches, faster on devices with fast atomics, but the order of the additions is
-the device's schedule, so gradients (and fits) are not bitwise reproducible from run to run;
-they agree with the deterministic path to rounding.
+``gcp_scatter_atomic``, which adds every contribution into its row atomically: on NVIDIA
+devices with the hardware's floating-point reduction (PTX ``red.global.add``, see
+:data:`PTX_ATOMICS`), elsewhere with a compare-and-swap loop.  Fewer launches, but the order of
+the additions is the device's schedule, so gradients (and fits) are not bitwise reproducible
+from run to run; they agree with the deterministic path to rounding.  It pays where rows are
+not heavy: on an H100, with Zipf-skewed rows, a step took 0.129 ms against 0.196 at 20M
+nonzeros, but 0.357 against 0.366 at NELL-2's size, where the adds into the heaviest rows wait
+for each other.
 
 :meth:`OpenCLGcpKernels.steps` (``run_steps``) runs many steps with no host round trip: per
 step, the kernels above then ``gcp_update_all`` (the optimiser's step on every active factor,
@@ -96,6 +100,10 @@ RUN_AHEAD = 1
 #: ``run_steps`` with a deadline compares the clock with it every this many steps (waiting for
 #: the device to finish the steps enqueued so far)
 DEADLINE_CHECK_STEPS = 16
+#: on NVIDIA devices the atomic scatter adds with the hardware's floating-point reduction
+#: (inline PTX ``red.global.add``, which NVIDIA's OpenCL compiler accepts) instead of a
+#: compare-and-swap loop on the 64-bit word (which took 7.2 ms a step at 20M nonzeros)
+PTX_ATOMICS = True
 #: the settings of ``gcp_reduction`` (an OpenCLOptions option)
 REDUCTIONS = ("deterministic", "atomic")
 #: the optimiser's rules as gcp_update_all numbers them
@@ -249,9 +257,13 @@ def _program_parts(be, dtype, N):
                  f"#define GCP_RUN_AHEAD {RUN_AHEAD}"]
         if atomics_supported(be, dtype):
             extra.append("#define GCP_ATOMIC_SCATTER 1")
+        if ptx:
+            extra.append("#define GCP_PTX_ATOMIC 1")
         return be._header(dtype, N, extra=extra) + be._source("gcp.cl")
     opts = [] if np.dtype(dtype) == np.float64 else ["-cl-single-precision-constant"]
-    return ("gcp", np.dtype(dtype).str, N, bits, wg, per, swg, RUN_AHEAD), source, opts
+    ptx = bool(PTX_ATOMICS and getattr(be, "is_nvidia", False)
+               and getattr(be, "gcp_reduction", "deterministic") == "atomic")
+    return ("gcp", np.dtype(dtype).str, N, bits, wg, per, swg, RUN_AHEAD, ptx), source, opts
 
 
 def _kernel(be, dtype, N, name):

@@ -666,6 +666,23 @@ def test_atomic_without_int64_atomics_is_refused(be, monkeypatch):
         atomic.gcp.sampled_gradient(T, st, np.ones(2), U, get_loss("poisson"), 0, 0)
 
 
+def test_ptx_reduction_only_for_the_atomic_path_on_nvidia(be, monkeypatch):
+    """The inline PTX adds are asked for on NVIDIA devices with gcp_reduction='atomic' only
+    (another device's compiler would refuse them; the deterministic path has no atomics)."""
+    import types
+    for nvidia, red, want in ((True, "atomic", True), (True, "deterministic", False),
+                              (False, "atomic", False)):
+        fake = types.SimpleNamespace(**{n: getattr(be, n) for n in dir(be)
+                                        if not n.startswith("__")})
+        fake.is_nvidia, fake.gcp_reduction = nvidia, red
+        key, source, _ = ocl_ops._program_parts(fake, np.float64, 3)
+        assert key[-1] is want
+        assert ("#define GCP_PTX_ATOMIC 1" in source()) is want
+    monkeypatch.setattr(ocl_ops, "PTX_ATOMICS", False)
+    fake.is_nvidia, fake.gcp_reduction = True, "atomic"
+    assert ocl_ops._program_parts(fake, np.float64, 3)[0][-1] is False
+
+
 # ---------------------------------------------------------------------------- fused steps
 def _run(b, T, st, U, loss, solver, n, active=None, out=None, stepwise=False, **kw):
     F = [b.asarray(u) for u in U] if b.name != "cpu" else [u.copy() for u in U]

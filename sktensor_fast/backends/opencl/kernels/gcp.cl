@@ -567,7 +567,17 @@ __kernel void gcp_run_join(const long ns, const int R, __global const int* rows,
 }
 
 #ifdef GCP_ATOMIC_SCATTER
+#if defined(GCP_PTX_ATOMIC)
+/* *p += v with the hardware's floating-point reduction (NVIDIA devices, through PTX) */
+inline void gcp_atomic_add(__global VAL_T* p, const VAL_T v)
+{
 #ifdef USE_FP64
+    asm volatile("red.global.add.f64 [%0], %1;" :: "l"(p), "d"(v) : "memory");
+#else
+    asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory");
+#endif
+}
+#elif defined(USE_FP64)
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
 /* *p += v, atomically: a compare-and-swap loop on the 64-bit word */
 inline void gcp_atomic_add(__global VAL_T* p, const VAL_T v)
@@ -593,7 +603,10 @@ inline void gcp_atomic_add(__global VAL_T* p, const VAL_T v)
 
 /* Work-item (r, j, k) adds the contribution of sample j to column r of its row of mode k
  * (the gradients start at zero).  Not bitwise reproducible: the additions into a row happen
- * in the order the device schedules them. */
+ * in the order the device schedules them.  One column per work-item: a warp's additions go to
+ * consecutive entries of a row (16 work-items of one sample at R = 16); four columns per
+ * work-item, all modes in one, made a step 0.428 instead of 0.357 ms on an H100 at NELL-2's
+ * size (76.9M nonzeros, the scatter 0.318 ms of it). */
 __kernel void gcp_scatter_atomic(const long ns, const int R, __global const VAL_T* lam,
                                  FACTOR_PARAMS, __global const IDX_T* ssubs,
                                  __global const VAL_T* y, __global const int* active,
