@@ -76,10 +76,6 @@ class SparseKernels:
     #: 2.45 / 2.64, prefetch only 2.07-2.26 / 2.75, both 1.86-1.88 / 2.51-2.54 (MTTKRP / Φ).
     off32 = True
     prefetch = True
-    #: experimental switch too: the row of the first mode other than the output's is kept
-    #: from one nonzero to the next and read again only when its coordinate changes
-    #: (``ROW_REUSE`` in cp.cl); the same bits either way
-    row_reuse = False
 
     #: Experimental, for the benchmarks only (``bench_gpu_overheads.py --fp32-factors``): the
     #: fp64 MTTKRP of the lanes layouts reads float copies of the factors (made at every
@@ -115,7 +111,7 @@ class SparseKernels:
 
     def cp_kernel(self, dtype, nmodes, name, phi=False, vec=1, rank=None, interleaved=False,
                   off32=False, prefetch=False, T=None, role=None, fp32_factors=False,
-                  group_bnd=False, row_reuse=False):
+                  group_bnd=False):
         """Kernel ``name`` of cp.cl for ``nmodes`` factors of ``dtype``, from the backend's
         program cache.  ``phi``: the Φ variant (False: MTTKRP; ``"local"``, ``"shuffle"`` or
         ``"wide"``); ``vec`` columns per lane in accumulate (per vector in accumulate_wide,
@@ -143,8 +139,6 @@ class SparseKernels:
                 extra.append("#define PREFETCH 1")
             if group_bnd:
                 extra.append("#define GROUP_BND 1")
-            if row_reuse:
-                extra.append("#define ROW_REUSE 1")
             factor_t = "VAL_T"
             if fp32_factors:
                 sfx = "" if vec == 1 else str(vec)
@@ -158,8 +152,6 @@ class SparseKernels:
             key += ("fp32_factors",)
         if group_bnd:
             key += ("group_bnd",)
-        if row_reuse:
-            key += ("row_reuse",)
         return self._launcher(T, (key, name, role), source, f"{CP_CL} (for {name})")
 
     def _launcher(self, T, ident, source, what):
@@ -253,8 +245,7 @@ class SparseKernels:
             local += group
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
                              interleaved=interleaved, off32=off32, prefetch=self.prefetch,
-                             T=T, role=mode, fp32_factors=fp32, group_bnd=group_bnd,
-                             row_reuse=self.row_reuse)
+                             T=T, role=mode, fp32_factors=fp32, group_bnd=group_bnd)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)
         dt = np.dtype(T.dtype).type

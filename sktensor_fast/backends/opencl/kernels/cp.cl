@@ -135,21 +135,6 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         cur = first_row;
     }
     VEC_T acc = (VEC_T)0;
-#ifdef ROW_REUSE
-    /* ROW_REUSE: the row of mode `ru_mode` (the first mode other than the output's) is kept
-     * from the nonzero before and read again only when its coordinate changes.  A copy sorted
-     * by the output mode keeps the tensor's order within a row, so for a tensor in
-     * lexicographic order consecutive nonzeros share that coordinate along a fiber (4-6
-     * nonzeros on average at NELL-2's size).  The products are the same, in the same order. */
-    const int ru_mode = mode == 0 ? 1 : 0;
-    IDX_T ru_idx = -1;
-    VEC_T ru_row = (VEC_T)0;
-#define FACTOR_ROW(m, i) \
-    ((m) == ru_mode ? ((i) == ru_idx ? ru_row : (ru_idx = (i), ru_row = FROW(F[m] + (OFF_T)(i) * R, r))) \
-                    : FROW(F[m] + (OFF_T)(i) * R, r))
-#else
-#define FACTOR_ROW(m, i) FROW(F[m] + (OFF_T)(i) * R, r)
-#endif
     /* where the partial sum of the chunk's first row goes: its slot of the boundary list, in
      * local memory with GROUP_BND */
 #ifdef GROUP_BND
@@ -196,7 +181,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
 #pragma unroll
                 for (int m = 0; m < NMODES; ++m) {
                     if (m != mode)
-                        pi *= FACTOR_ROW(m, cx[m]);
+                        pi *= FROW(F[m] + (OFF_T)cx[m] * R, r);
                 }
             }
         }
@@ -210,7 +195,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
                 pi = (VEC_T)1;
                 for (int m = 0; m < NMODES; ++m) {
                     if (m != mode)
-                        pi *= FACTOR_ROW(m, subs[j * NMODES + m]);
+                        pi *= FROW(F[m] + (OFF_T)subs[j * NMODES + m] * R, r);
                 }
             }
         }
