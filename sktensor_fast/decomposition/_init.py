@@ -1,4 +1,6 @@
 """Initial guesses for the CP algorithms."""
+import contextlib
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import eigsh
@@ -53,19 +55,23 @@ def _uniform_matrices(rng, shapes):
     and the state of ``rng`` is advanced past them exactly as NumPy would.
     """
     if type(rng) is np.random.RandomState:
-        state = rng.get_state(legacy=False)
-        if state.get("bit_generator") == "MT19937":
-            from .._native import _numerics
-            key = np.array(state["state"]["key"], dtype=np.uint32)
-            pos = int(state["state"]["pos"])
-            out = []
-            for shape in shapes:
-                a = np.empty(shape, dtype=np.float64)
-                pos = _numerics.mt19937_random_sample(key, pos, a.reshape(-1))
-                out.append(a)
-            state["state"] = {"key": key, "pos": pos}
-            rng.set_state(state)
-            return out
+        # the generator's own lock (NumPy's draws take it): another thread drawing from the
+        # same RandomState waits instead of drawing the same numbers
+        lock = getattr(getattr(rng, "_bit_generator", None), "lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            state = rng.get_state(legacy=False)
+            if state.get("bit_generator") == "MT19937":
+                from .._native import _numerics
+                key = np.array(state["state"]["key"], dtype=np.uint32)
+                pos = int(state["state"]["pos"])
+                out = []
+                for shape in shapes:
+                    a = np.empty(shape, dtype=np.float64)
+                    pos = _numerics.mt19937_random_sample(key, pos, a.reshape(-1))
+                    out.append(a)
+                state["state"] = {"key": key, "pos": pos}
+                rng.set_state(state)
+                return out
     draw = getattr(rng, "random_sample", None) or (lambda size: rng.uniform(size=size))
     return [draw(size=shape) for shape in shapes]
 

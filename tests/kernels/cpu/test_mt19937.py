@@ -51,3 +51,22 @@ def test_uniform_matrices_are_random_sample_s(make):
         assert g.shape == s and g.dtype == np.float64
         np.testing.assert_array_equal(g, draw(size=s))
     assert (getattr(rng, "random_sample", None) or rng.random)() == draw()
+
+
+def test_threads_sharing_a_randomstate_draw_different_numbers():
+    """Draws from one RandomState in several threads take its lock: together they are the
+    numbers of one sequence, none drawn twice."""
+    import threading
+    rng = np.random.RandomState(5)
+    got = []
+    def draw():
+        for _ in range(20):
+            got.append(_uniform_matrices(rng, [(700, 3)])[0])
+    ts = [threading.Thread(target=draw) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    ref = np.random.RandomState(5).random_sample(80 * 2100)
+    allv = np.sort(np.concatenate([g.ravel() for g in got]))
+    np.testing.assert_array_equal(allv, np.sort(ref))
