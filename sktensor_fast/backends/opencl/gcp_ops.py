@@ -42,10 +42,9 @@ With the backend option ``gcp_reduction='atomic'`` (:class:`~sktensor_fast.OpenC
 devices with the hardware's floating-point reduction (PTX ``red.global.add``, see
 :data:`PTX_ATOMICS`), elsewhere with a compare-and-swap loop.  Fewer launches, but the order of
 the additions is the device's schedule, so gradients (and fits) are not bitwise reproducible
-from run to run; they agree with the deterministic path to rounding.  It pays where rows are
-not heavy: on an H100, with Zipf-skewed rows, a step took 0.129 ms against 0.196 at 20M
-nonzeros, but 0.357 against 0.366 at NELL-2's size, where the adds into the heaviest rows wait
-for each other.
+from run to run; they agree with the deterministic path to rounding.  On an H100 a step took
+0.129 ms against 0.196 at 20M nonzeros, but 0.357 against 0.366 at NELL-2's size, whose 22
+million adds a step take about as long as the sort and sums they replace.
 
 :meth:`OpenCLGcpKernels.steps` (``run_steps``) runs many steps with no host round trip: per
 step, the kernels above then ``gcp_update_all`` (the optimiser's step on every active factor,
