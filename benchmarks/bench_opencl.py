@@ -101,11 +101,9 @@ def main(argv=None):
     p.add_argument("--off32s", type=int, nargs="*", default=[], choices=[0, 1],
                    help="32-bit offsets in the lanes kernels off/on (the experimental switch "
                         "OpenCLBackend.off32; default on)")
-    p.add_argument("--prefetches", type=int, nargs="*", default=[], choices=[0, 1, 2, 3],
-                   help="in the lanes kernels, nothing (0), the coordinates (1), the "
-                        "coordinates and factor rows (2), and Φ's row of B (3) loaded a step "
-                        "ahead (the "
-                        "experimental switch OpenCLBackend.prefetch)")
+    p.add_argument("--prefetches", type=int, nargs="*", default=[], choices=[0, 1],
+                   help="coordinates one step ahead in the lanes kernels off/on (the "
+                        "experimental switch OpenCLBackend.prefetch; default on)")
     p.add_argument("--groups", type=int, nargs="*", default=[],
                    help="work-group sizes of the lanes kernels to sweep")
     p.add_argument("--wide-chunks", type=int, nargs="*", default=[])
@@ -162,7 +160,7 @@ def main(argv=None):
             for u in args.vecs or [be.vec] for c in args.chunks
             for gs in args.groups or [be.group_size]]:
         be.layout, be.vec, be.chunk, be.group_size = layout, vec, chunk, grp
-        be.off32, be.prefetch = bool(o32), int(pf)
+        be.off32, be.prefetch = bool(o32), bool(pf)
         T.interleaved.clear()
         entry = {"mttkrp_ms": [timed(lambda: be.mttkrp(T, dfac, m, out=out[m]), finish,
                                      args.repeat) * 1e3 for m in range(X.ndim)]}

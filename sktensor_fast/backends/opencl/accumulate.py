@@ -71,8 +71,7 @@ class SparseKernels:
     #: them off, and only the benchmarks do (``benchmarks/bench_opencl.py --off32s 0 1
     #: --prefetches 0 1`` sets these attributes on a backend).  ``off32``: 32-bit offsets where
     #: every offset fits (64-bit ones otherwise, as they must be); ``prefetch``: the next
-    #: nonzero's coordinates loaded one step ahead (2: and its factor rows, the coordinates
-    #: then two steps ahead).  On an H200 at R = 16, fp64, interleaved
+    #: nonzero's coordinates loaded one step ahead.  On an H200 at R = 16, fp64, interleaved
     #: copies, chunk 256 (ms per mode; doc/guide/tuning.rst, "32-bit offsets"): neither 2.03 / 3.00, off32 only
     #: 2.45 / 2.64, prefetch only 2.07-2.26 / 2.75, both 1.86-1.88 / 2.51-2.54 (MTTKRP / Φ).
     off32 = True
@@ -118,8 +117,7 @@ class SparseKernels:
         ``"wide"``); ``vec`` columns per lane in accumulate (per vector in accumulate_wide,
         which needs the compile-time ``rank``); ``interleaved``: accumulate reads the
         chunk-interleaved copy; ``off32``: accumulate's offsets fit in int; ``prefetch``:
-        accumulate loads a step's coordinates during the step before (2: its factor rows too, and
-        the coordinates two steps ahead); ``group_bnd``:
+        accumulate loads a step's coordinates during the step before; ``group_bnd``:
         accumulate reduces its chunks' boundary rows in the work-group (two entries of the
         boundary list per group, not per chunk)."""
         def source():
@@ -139,10 +137,6 @@ class SparseKernels:
                 extra.append("#define OFF_T int")
             if prefetch:
                 extra.append("#define PREFETCH 1")
-            if prefetch >= 2:
-                extra.append("#define ROWS_AHEAD 1")
-            if prefetch >= 3 and phi:
-                extra.append("#define B_AHEAD 1")
             if group_bnd:
                 extra.append("#define GROUP_BND 1")
             factor_t = "VAL_T"
@@ -250,7 +244,7 @@ class SparseKernels:
         if group_bnd:
             local += group
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
-                             interleaved=interleaved, off32=off32, prefetch=int(self.prefetch),
+                             interleaved=interleaved, off32=off32, prefetch=self.prefetch,
                              T=T, role=mode, fp32_factors=fp32, group_bnd=group_bnd)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)

@@ -149,45 +149,11 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
     VAL_T nv = 0;
 #pragma unroll
     for (int m = 0; m < NMODES; ++m) nx[m] = 0;
-#ifdef ROWS_AHEAD
-    /* ROWS_AHEAD: also the next nonzero's factor rows (nr[m], m != mode), its coordinate in
-     * the output mode and its value are loaded one step ahead, the coordinates two steps
-     * ahead: a step's gathers are in flight while the step before adds */
-    VEC_T nr[NMODES];
-#ifdef B_AHEAD
-    /* B_AHEAD (Φ): the next step's row of B too */
-    VEC_T nb = (VEC_T)0;
-#endif
-    OFF_T nrow = -1;
-    VAL_T nrv = 0;
-#pragma unroll
-    for (int m = 0; m < NMODES; ++m) nr[m] = (VEC_T)0;
-    if (s < e) {
-#pragma unroll
-        for (int m = 0; m < NMODES; ++m) nx[m] = subs[POS(0) * NMODES + m];
-        nrv = vals[POS(0)];
-        nrow = nx[mode];
-        if (r < RV) {
-#pragma unroll
-            for (int m = 0; m < NMODES; ++m)
-                if (m != mode) nr[m] = FROW(F[m] + (OFF_T)nx[m] * R, r);
-#ifdef B_AHEAD
-            nb = ((__global const VEC_T*)(B + nrow * R))[r];
-#endif
-        }
-        if (s + 1 < e) {
-#pragma unroll
-            for (int m = 0; m < NMODES; ++m) nx[m] = subs[POS(1) * NMODES + m];
-            nv = vals[POS(1)];
-        }
-    }
-#else
     if (s < e) {
 #pragma unroll
         for (int m = 0; m < NMODES; ++m) nx[m] = subs[POS(0) * NMODES + m];
         nv = vals[POS(0)];
     }
-#endif
 #endif
     for (int k = 0; k < chunk; ++k) {
         const OFF_T j = POS(k);
@@ -195,41 +161,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         OFF_T row = -1;
         VAL_T xv = 0;
         VEC_T pi = (VEC_T)0;
-#ifdef ROWS_AHEAD
-        /* the rows loaded a step ago are multiplied in the order of the other variants (the
-         * same bits), then the next step's loads are issued */
-        xv = nrv;
-#ifdef B_AHEAD
-        const VEC_T cb = nb;
-#endif
-        if (valid) {
-            row = nrow;
-            if (r < RV) {
-                pi = (VEC_T)1;
-#pragma unroll
-                for (int m = 0; m < NMODES; ++m)
-                    if (m != mode) pi *= nr[m];
-            }
-        }
-        if (s + k + 1 < e) {
-            nrow = nx[mode];
-            nrv = nv;
-            if (r < RV) {
-#pragma unroll
-                for (int m = 0; m < NMODES; ++m)
-                    if (m != mode) nr[m] = FROW(F[m] + (OFF_T)nx[m] * R, r);
-#ifdef B_AHEAD
-                nb = ((__global const VEC_T*)(B + nrow * R))[r];
-#endif
-            }
-            if (s + k + 2 < e) {
-                const OFF_T jn = POS(k + 2);
-#pragma unroll
-                for (int m = 0; m < NMODES; ++m) nx[m] = subs[jn * NMODES + m];
-                nv = vals[jn];
-            }
-        }
-#elif defined(PREFETCH)
+#ifdef PREFETCH
         IDX_T cx[NMODES];
 #pragma unroll
         for (int m = 0; m < NMODES; ++m) cx[m] = nx[m];
@@ -268,16 +200,11 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
             }
         }
 #endif
-#ifdef B_AHEAD
-#define BROW(row) cb
-#else
-#define BROW(row) (((__global const VEC_T*)(B + (row) * R))[r])
-#endif
 #if defined(PHI) && defined(PHI_SHUFFLE_NV)
         /* <B[row], pi> by a butterfly over the RP (<= 32) lanes of this chunk, which sit in
          * one warp: lane r holds its columns' part of the dot, five or fewer exchanges */
         VAL_T part = 0;
-        if (valid && r < RV) part = VSUM(BROW(row) * pi);
+        if (valid && r < RV) part = VSUM(((__global const VEC_T*)(B + row * R))[r] * pi);
         for (int off = RP >> 1; off > 0; off >>= 1) part += shfl_xor_nv(part, off);
         VAL_T w = 0;
         if (valid) w = SKTF_PHI_WEIGHT(xv, part, eps);
@@ -287,7 +214,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
          * passed the barrier of step k, so every lane has finished reading the same buffer at
          * step k-1. */
         __local VAL_T* buf = pi_loc + (k & 1) * (RP * get_local_size(1)) + g * RP;
-        buf[r] = (valid && r < RV) ? VSUM(BROW(row) * pi) : 0;
+        buf[r] = (valid && r < RV) ? VSUM(((__global const VEC_T*)(B + row * R))[r] * pi) : 0;
         barrier(CLK_LOCAL_MEM_FENCE);
         VAL_T w = 0;
         if (valid && r < RV) {
