@@ -83,6 +83,21 @@ class SparseKernels:
     #: by the rounding of the factors to float (about 1e-7 relative).
     fp32_factors = False
 
+    #: What the lanes MTTKRP / Φ kernel is compiled for, as constants instead of arguments:
+    #: bit 1 the output mode (a program per mode), bit 2 the rank (and the lanes per chunk
+    #: that follow from it: a program per rank, as a fit uses one).  None: the rank on GPU
+    #: devices, nothing elsewhere (where the lanes layout serves only explicit requests).  The
+    #: same bits every way.  H100, NELL-2's shape, R = 16, fp64 (ms per mode;
+    #: ``benchmarks/experiments/bench_specialize.py``): Φ 2.45-2.49 as arguments, 2.27-2.38
+    #: with the rank, 2.20-2.26 with the rank and the mode; MTTKRP 1.77-1.86, 1.76-1.81,
+    #: 1.79-1.80.  A program per mode costs a build per mode (0.3 s each there) for about
+    #: 0.08 ms a Φ, so the mode is not the default.
+    specialize = None
+
+    #: the Poisson data term (CP-APR's log-likelihood) in the lanes layout by the Φ kernel,
+    #: the model values never written out (False: ``kruskal_values``, then a reduction)
+    FUSED_DATA_TERM = True
+
     #: work-items per work-group of the lanes MTTKRP / Φ kernel (RP lanes x LG chunks); on an
     #: H200 at R = 16, 64 and 128 were 7% faster than 256-1024 (doc/guide/tuning.rst, "OpenCL
     #: work-group size")
@@ -111,7 +126,7 @@ class SparseKernels:
 
     def cp_kernel(self, dtype, nmodes, name, phi=False, vec=1, rank=None, interleaved=False,
                   off32=False, prefetch=False, T=None, role=None, fp32_factors=False,
-                  group_bnd=False):
+                  group_bnd=False, fixed=None, data_term=False):
         """Kernel ``name`` of cp.cl for ``nmodes`` factors of ``dtype``, from the backend's
         program cache.  ``phi``: the Φ variant (False: MTTKRP; ``"local"``, ``"shuffle"`` or
         ``"wide"``); ``vec`` columns per lane in accumulate (per vector in accumulate_wide,
@@ -119,7 +134,10 @@ class SparseKernels:
         chunk-interleaved copy; ``off32``: accumulate's offsets fit in int; ``prefetch``:
         accumulate loads a step's coordinates during the step before; ``group_bnd``:
         accumulate reduces its chunks' boundary rows in the work-group (two entries of the
-        boundary list per group, not per chunk)."""
+        boundary list per group, not per chunk); ``fixed``: (mode, rank, lanes per chunk)
+        compiled in as constants, the mode or the rank (with the lanes) None where they stay
+        arguments; ``data_term`` (with ``phi``): accumulate sums the Poisson data term of its
+        work-group's nonzeros instead of writing rows."""
         def source():
             extra = []
             if phi:
@@ -139,6 +157,14 @@ class SparseKernels:
                 extra.append("#define PREFETCH 1")
             if group_bnd:
                 extra.append("#define GROUP_BND 1")
+            if data_term:
+                extra.append("#define DATA_TERM 1")
+            if fixed is not None:
+                mode_c, rank_c, rp_c = fixed
+                if mode_c is not None:
+                    extra.append(f"#define FIXED_MODE {mode_c}")
+                if rank_c is not None:
+                    extra += [f"#define FIXED_RANK {rank_c}", f"#define FIXED_RP {rp_c}"]
             factor_t = "VAL_T"
             if fp32_factors:
                 sfx = "" if vec == 1 else str(vec)
@@ -152,7 +178,20 @@ class SparseKernels:
             key += ("fp32_factors",)
         if group_bnd:
             key += ("group_bnd",)
+        if fixed is not None:
+            key += ("fixed",) + tuple(fixed)
+        if data_term:
+            key += ("data_term",)
         return self._launcher(T, (key, name, role), source, f"{CP_CL} (for {name})")
+
+    def _fixed(self, mode, R, RP):
+        """cp_kernel's ``fixed`` for :attr:`specialize`: (mode or None, rank or None, RP)."""
+        spec = self.specialize
+        if spec is None:
+            spec = 2 if self.is_gpu else 0
+        if not spec:
+            return None
+        return (mode if spec & 1 else None, R if spec & 2 else None, RP)
 
     def _launcher(self, T, ident, source, what):
         """The kernel ``ident[:2]`` (program key, name) as a callable ``(queue, global, local,
@@ -182,21 +221,25 @@ class SparseKernels:
         return T.poisson_data_term(weights, factors, eps)
 
     # ------------------------------------------------------------------ launches
-    def _launch_accumulate(self, T, factors, mode, B, eps, out, zero=True):
+    def _launch_accumulate(self, T, factors, mode, B, eps, out, zero=True, data_term=False):
         """MTTKRP (``B`` None) or Φ of ``mode`` into ``out``; the kernels write the rows of
         ``T``'s nonzeros only, the others are zeroed first unless ``zero`` is False (or every
-        row holds a nonzero: ``T.rows_complete``)."""
+        row holds a nonzero: ``T.rows_complete``).  With ``data_term`` (the lanes layouts, ``B``
+        the mode's factor with the weights folded in, ``out`` unused): the Poisson data term
+        Σ x log(max(m, eps)) as a float, from the Φ kernel's model values."""
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         R = int(facs[0].shape[1])
         I = T.shape[mode]
-        complete = getattr(T, "rows_complete", None)
-        written = complete is not None and (out is None or out.shape[0] == I) and complete(mode)
-        if out is None:
-            out = self._empty((I, R), T.dtype) if written else self.zeros((I, R), T.dtype)
-        elif zero and not written:
-            self.fill_zero(out)
+        if not data_term:
+            complete = getattr(T, "rows_complete", None)
+            written = (complete is not None and (out is None or out.shape[0] == I)
+                       and complete(mode))
+            if out is None:
+                out = self._empty((I, R), T.dtype) if written else self.zeros((I, R), T.dtype)
+            elif zero and not written:
+                self.fill_zero(out)
         if T.nnz == 0 or R == 0:
-            return out
+            return 0.0 if data_term else out
         RP = 1                      # lanes per row in the boundary reduction: one per column
         while RP < R:
             RP *= 2
@@ -240,19 +283,27 @@ class SparseKernels:
         isz = np.dtype(T.dtype).itemsize
         local = [2 * RV * LG * isz] if B is not None else []
         group = [2 * LG * R * isz, 2 * LG * 8]
-        group_bnd = bool(self.GROUP_BOUNDARIES and sum(local + group) <= self._group_local())
+        group_bnd = bool(self.GROUP_BOUNDARIES and not data_term
+                         and sum(local + group) <= self._group_local())
         if group_bnd:
             local += group
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
                              interleaved=interleaved, off32=off32, prefetch=self.prefetch,
-                             T=T, role=mode, fp32_factors=fp32, group_bnd=group_bnd)
+                             T=T, role=mode, fp32_factors=fp32, group_bnd=group_bnd,
+                             fixed=self._fixed(mode, R, RV), data_term=data_term)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)
         dt = np.dtype(T.dtype).type
-        nlist = ngroups if group_bnd else nchunks     # pairs of entries in the boundary list
-        bnd_row, bnd_val = self._boundary_buffers(nlist, R, T.dtype, T)
         args = [np.int64(T.nnz), np.int32(R), np.int32(mode), np.int32(chunk),
                 np.int64(nchunks), subs.data, vals.data] + [f.data for f in facs]
+        if data_term:
+            part = self._scratch(ngroups, T.dtype)       # the groups' sums (bnd_row unused)
+            Bd = self.asarray(B, dtype=T.dtype)
+            knl(self.queue, gsize, lsize, *args, Bd.data, dt(eps), Bd.data, part, part,
+                *[self.cl.LocalMemory(n) for n in local])
+            return float(self._download(part, ngroups, T.dtype).sum())
+        nlist = ngroups if group_bnd else nchunks     # pairs of entries in the boundary list
+        bnd_row, bnd_val = self._boundary_buffers(nlist, R, T.dtype, T)
         if B is not None:
             Bd = self.asarray(B, dtype=T.dtype)
             args += [Bd.data, dt(eps), out.data, bnd_row, bnd_val]
@@ -373,9 +424,18 @@ class SparseKernels:
         return out
 
     def _launch_poisson_data_term(self, T, weights, factors, eps):
-        """Σ x log(max(m, eps)) over the nonzeros of a resident tensor (or a block's)."""
+        """Σ x log(max(m, eps)) over the nonzeros of a resident tensor (or a block's): in the
+        lanes layout by the Φ kernel of mode 0 with the weights folded into its factor (one
+        pass, the model values kept in registers), else from the model values written out."""
         if T.nnz == 0:
             return 0.0
+        if self.layout == "lanes" and self.FUSED_DATA_TERM:
+            facs = [self.asarray(f, dtype=T.dtype) for f in factors]
+            B = self._empty(facs[0].shape, T.dtype)
+            if B.size:
+                self.cl.enqueue_copy(self.queue, B.data, facs[0].data)
+            self.scale_columns(B, np.asarray(weights))
+            return self._launch_accumulate(T, facs, 0, B, eps, None, data_term=True)
         m = self._launch_model_values(T, weights, factors)
         # T.vals[0] is in the order of T.subs[0], the order model_values uses
         return self._vec_reduce(0, T.vals[0], m, eps, T.nnz)

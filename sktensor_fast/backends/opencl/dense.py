@@ -224,10 +224,12 @@ class DenseSteps:
     def _vec_reduce(self, op, A, C, p, n):
         """Reduce ``n`` entries with kernel ``vec_partial`` (sum for ops 0/2, max for 1)."""
         # a whole number of work-groups (the kernel's stride is the global size)
-        G = self.geometry((min(max(1, n), 16384 if self.is_gpu else 256),))[0][0]
-        partial = self._scratch(G, A.dtype)       # every work-item writes its partial
+        (G,), (L,) = self.geometry((min(max(1, n), 16384 if self.is_gpu else 256),))
+        ngroups = G // L
+        partial = self._scratch(ngroups, A.dtype)     # every work-group writes its partial
         self.launch(self.dense_kernel(A.dtype, "vec_partial"), (G,), np.int64(n), np.int32(op),
-                    A.data, C.data, A.dtype.type(p), partial)
-        part = self._download(partial, G, A.dtype)
+                    A.data, C.data, A.dtype.type(p), partial,
+                    self.cl.LocalMemory(L * np.dtype(A.dtype).itemsize))
+        part = self._download(partial, ngroups, A.dtype)
         return float(part.max() if op == 1 else part.sum())
 

@@ -98,6 +98,108 @@ def test_heavy_row_spanning_many_chunks(layout_be, off32, prefetch):
         be.off32, be.prefetch = old
 
 
+@pytest.mark.parametrize("nmodes, rank", [(3, 16), (3, 6), (4, 8), (2, 33), (5, 1)])
+def test_kernels_compiled_for_the_mode_and_rank_give_the_same_bits(be, nmodes, rank):
+    """The lanes kernels with the output mode, the rank, or both compiled in as constants
+    (``specialize`` 1, 2, 3; the rank is the default on GPUs) give the bits of the kernel that
+    takes them as arguments, for MTTKRP and Φ in every mode (the shuffle and local Φ, one
+    and several columns per lane, a rank of one)."""
+    rng = np.random.default_rng(nmodes * 100 + rank)
+    from sktensor_fast import SparseTensor
+    shape = (30, 20, 25, 7, 5)[:nmodes]
+    n = 4001
+    subs = np.stack([rng.integers(0, s, n) for s in shape], axis=1)
+    subs[rng.random(n) < 0.4, 0] = 3
+    X = SparseTensor(subs, rng.random(n), shape)
+    f = [rng.random((s, rank)) for s in shape]
+    old = be.layout, be.chunk, be.specialize
+    built = {}
+    try:
+        be.layout, be.chunk = "lanes", 16
+        got = {}
+        for spec in (0, 1, 2, 3):
+            be.specialize = spec
+            T = be.prepare(X)
+            got[spec] = [(be.to_numpy(be.mttkrp(T, f, m)),
+                          be.to_numpy(be.phi(T, f, m, f[m], 1e-10))) for m in range(nmodes)]
+            built[spec] = {k for k in be.programs._programs if k[0] == "cp"}
+        for m in range(nmodes):
+            np.testing.assert_allclose(got[0][m][0], mttkrp_ref(X, f, m), rtol=1e-11)
+            np.testing.assert_allclose(got[0][m][1], phi_ref(X, f, m, f[m], 1e-10), rtol=1e-11)
+            for spec in (1, 2, 3):
+                for a, b in zip(got[0][m], got[spec][m]):
+                    np.testing.assert_array_equal(a, b)
+    finally:
+        be.layout, be.chunk, be.specialize = old
+    # a program per mode where the mode is compiled in, one per rank otherwise
+    fixed = [{k for k in built[s] - built[s - 1] if "fixed" in k} for s in (1, 2)]
+    assert {k[-3] for k in fixed[0]} == set(range(nmodes))
+    assert {k[-2] for k in fixed[1]} == {rank} and {k[-3] for k in fixed[1]} == {None}
+
+
+@pytest.mark.parametrize("nmodes, rank, chunk", [(3, 16, 16), (3, 6, 5), (4, 8, 64),
+                                                  (2, 33, 7), (3, 1, 3)])
+def test_data_term_in_one_pass_of_the_phi_kernel(be, nmodes, rank, chunk, monkeypatch):
+    """In the lanes layout the Poisson data term comes from the Φ kernel of mode 0 with the
+    weights folded in (no model values written): equal to the data term from the model
+    values to 1e-13, nonzeros whose value is 0 adding nothing, -inf where the model is 0
+    with eps = 0 and NaN from a NaN factor entry."""
+    rng = np.random.default_rng(nmodes * 10 + rank)
+    from sktensor_fast import SparseTensor
+    shape = (30, 20, 25, 7)[:nmodes]
+    n = 5000
+    subs = np.stack([rng.integers(0, s, n) for s in shape], axis=1)
+    subs[rng.random(n) < 0.3, 0] = 2
+    vals = rng.random(n) * 3
+    vals[::7] = 0
+    X = SparseTensor(subs, vals, shape)
+    f = [rng.random((s, rank)) + 0.01 for s in shape]
+    w = rng.random(rank) + 0.5
+    m = np.einsum("r,nr->n", w, np.prod([f[k][X.subs[:, k]] for k in range(nmodes)], 0))
+    keep = X.vals != 0
+    ref = np.sum(X.vals[keep] * np.log(m[keep]))
+    old = be.layout, be.chunk
+    try:
+        be.layout, be.chunk = "lanes", chunk
+        T = be.prepare(X)
+        monkeypatch.setattr(be, "FUSED_DATA_TERM", False)
+        unfused = be.poisson_data_term(T, w, f, 1e-10)
+        monkeypatch.setattr(be, "FUSED_DATA_TERM", True)
+
+        def no_model_values(*args):
+            raise AssertionError("the fused data term wrote the model values")
+        monkeypatch.setattr(be, "_launch_model_values", no_model_values)
+        got = be.poisson_data_term(T, w, f, 1e-10)
+        assert abs(got - ref) <= 1e-13 * np.sum(np.abs(X.vals * np.log(m))), (got, ref)
+        assert abs(got - unfused) <= 1e-13 * abs(unfused)
+        zero = [a.copy() for a in f]
+        zero[0][X.subs[1, 0]] = 0          # a nonzero (value 3 x random) whose model is 0
+        X1 = X.vals[1]
+        assert X1 != 0
+        assert be.poisson_data_term(T, w, zero, 0.0) == -np.inf
+        assert np.isfinite(be.poisson_data_term(T, w, zero, 1e-10))
+        nan = [a.copy() for a in f]
+        nan[nmodes - 1][X.subs[3, nmodes - 1], 0] = np.nan
+        assert np.isnan(be.poisson_data_term(T, w, nan, 1e-10))
+    finally:
+        be.layout, be.chunk = old
+
+
+def test_kernels_are_compiled_for_the_rank_on_gpus_only(be):
+    """By default the rank is compiled in on GPU devices, nothing on others."""
+    old = be.specialize, be.is_gpu
+    try:
+        be.specialize = None
+        be.is_gpu = True
+        assert be._fixed(1, 16, 4) == (None, 16, 4)
+        be.is_gpu = False
+        assert be._fixed(1, 16, 4) is None
+        be.specialize = 3
+        assert be._fixed(1, 16, 4) == (1, 16, 4)
+    finally:
+        be.specialize, be.is_gpu = old
+
+
 def test_interleaved_copies_built_once_per_mode(be):
     """The chunk-interleaved copies are built by prepare (from the one upload), reused by every
     MTTKRP / Φ, replaced (not added to) when the chunk size changes, and hold every nonzero

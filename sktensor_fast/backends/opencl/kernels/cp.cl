@@ -103,7 +103,7 @@ inline VAL_T shfl_xor_nv(VAL_T v, int off)
  * VEC-aligned (R % VEC == 0).  With GROUP_BND the list holds two entries per work-group (see
  * the end of the kernel).
  */
-__kernel void accumulate(const long nnz, const int R, const int mode, const int chunk,
+__kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, const int chunk,
                          const long nchunks,
                          __global const IDX_T* restrict subs,
                          __global const VAL_T* restrict vals,
@@ -119,9 +119,25 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
 #endif
                          )
 {
+    /* FIXED_RANK / FIXED_MODE / FIXED_RP: the rank, the output mode and the lanes per chunk
+     * (the local size's first dimension) as compile-time constants */
+#ifdef FIXED_RANK
+    const int R = FIXED_RANK;
+#else
+    const int R = R_arg;
+#endif
+#ifdef FIXED_MODE
+    const int mode = FIXED_MODE;
+#else
+    const int mode = mode_arg;
+#endif
     FACTOR_ARRAY
     const int r = get_local_id(0);
+#ifdef FIXED_RP
+    const int RP = FIXED_RP;
+#else
     const int RP = get_local_size(0);
+#endif
     const int RV = R / VEC;
     const int g = get_local_id(1);
     const OFF_T c = get_global_id(1);
@@ -135,6 +151,12 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         cur = first_row;
     }
     VEC_T acc = (VEC_T)0;
+#ifdef DATA_TERM
+    /* DATA_TERM (with PHI, B the mode's factor with the weights folded in): no output rows;
+     * lane 0 of each chunk adds x log(max(<B[row], pi>, eps)) of its nonzeros (those with
+     * x != 0), and the work-group's sum goes to bnd_val[group] */
+    VAL_T dsum = 0;
+#endif
     /* where the partial sum of the chunk's first row goes: its slot of the boundary list, in
      * local memory with GROUP_BND */
 #ifdef GROUP_BND
@@ -206,6 +228,9 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         VAL_T part = 0;
         if (valid && r < RV) part = VSUM(((__global const VEC_T*)(B + row * R))[r] * pi);
         for (int off = RP >> 1; off > 0; off >>= 1) part += shfl_xor_nv(part, off);
+#ifdef DATA_TERM
+        if (valid && r == 0 && xv != 0) dsum += SKTF_DATA_TERM(xv, part, eps);
+#endif
         VAL_T w = 0;
         if (valid) w = SKTF_PHI_WEIGHT(xv, part, eps);
 #elif defined(PHI)
@@ -220,6 +245,9 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
         if (valid && r < RV) {
             VAL_T dot = 0;
             for (int q = 0; q < RV; ++q) dot += buf[q];
+#ifdef DATA_TERM
+            if (r == 0 && xv != 0) dsum += SKTF_DATA_TERM(xv, dot, eps);
+#endif
             w = SKTF_PHI_WEIGHT(xv, dot, eps);
         }
 #elif defined(PREFETCH)
@@ -227,6 +255,7 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
 #else
         const VAL_T w = valid ? vals[j] : 0;
 #endif
+#ifndef DATA_TERM
         if (valid && active) {
             if (row != cur) {
                 if (cur == first_row) STORE_FIRST(acc);
@@ -236,8 +265,22 @@ __kernel void accumulate(const long nnz, const int R, const int mode, const int 
             }
             acc += w * pi;
         }
+#endif
     }
-#ifdef GROUP_BND
+#ifdef DATA_TERM
+    /* the group's sum, in the order of its work-items (after the last step's exchanges) */
+    {
+        const int t = g * RP + r;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        pi_loc[t] = dsum;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (t == 0) {
+            VAL_T total = 0;
+            for (int q = 0; q < RP * (int)get_local_size(1); ++q) total += pi_loc[q];
+            bnd_val[get_group_id(1)] = total;
+        }
+    }
+#elif defined(GROUP_BND)
     /* GROUP_BND: the chunks' first and last rows go to their slots 2g, 2g + 1 of a list in
      * local memory, which the group reduces as reduce_level reduces a chunk of the global
      * list: a row whose pieces all lie in the group's chunks (neither the group's first nor

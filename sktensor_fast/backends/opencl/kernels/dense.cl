@@ -84,7 +84,8 @@ __kernel void scale_columns(const long I, const int R, __global VAL_T* A, __glob
  *   op 2: count of (C[i] > 1 and A[i] < p)        (CP-APR inadmissible zeros, A = A, C = Phi)
  */
 __kernel void vec_partial(const long n, const int op, __global const VAL_T* A,
-                          __global const VAL_T* C, const VAL_T p, __global VAL_T* partial)
+                          __global const VAL_T* C, const VAL_T p, __global VAL_T* partial,
+                          __local VAL_T* loc)
 {
     const long g = get_global_id(0);
     const long G = get_global_size(0);
@@ -94,7 +95,16 @@ __kernel void vec_partial(const long n, const int op, __global const VAL_T* A,
         else if (op == 1) acc = fmax(acc, fabs(fmin(A[i], (VAL_T)1 - C[i])));
         else acc += (C[i] > 1 && A[i] < p) ? 1 : 0;
     }
-    partial[g] = acc;
+    /* the work-group's result, its work-items taken in order: one partial per group */
+    const int t = get_local_id(0);
+    loc[t] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t == 0) {
+        VAL_T r = loc[0];
+        for (int q = 1; q < (int)get_local_size(0); ++q)
+            r = op == 1 ? fmax(r, loc[q]) : r + loc[q];
+        partial[get_group_id(0)] = r;
+    }
 }
 
 /* CP-APR: A[i] += kappa where Phi[i] > 1 and A[i] < tol (inadmissible zeros) */
