@@ -1,8 +1,6 @@
 """The lanes MTTKRP / Φ kernels compiled for the output mode and the rank, against the kernel
 that takes them as arguments (``OpenCLBackend.specialize``: 0 arguments, 1 the mode, 2 the
-rank, 3 both); with ``--switch packed16 --settings 0 1 2``, the coordinates read as 16-bit
-columns instead (``OpenCLBackend.packed16``: 0 the int32 copy, 1 one 16-bit load per
-coordinate, 2 the four in one 8-byte load).
+rank, 3 both).
 
     python benchmarks/experiments/bench_specialize.py --device gpu
     python benchmarks/experiments/bench_specialize.py --device gpu --shape 183 24 1140 1717 \\
@@ -24,9 +22,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.bench_opencl import timed  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402
+
+SETTINGS = (0, 1, 2, 3)
 
 
 def main(argv=None):
@@ -37,8 +36,6 @@ def main(argv=None):
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--switch", default="specialize", choices=["specialize", "packed16"])
-    p.add_argument("--settings", type=int, nargs="+", default=[0, 1, 2, 3])
     p.add_argument("--out", default=None, help="JSON file of the results")
     args = p.parse_args(argv)
 
@@ -56,12 +53,20 @@ def main(argv=None):
     modes = range(len(shape))
 
     def best(fn):
-        return timed(fn, fin, args.repeat) * 1e3
+        fn()
+        fin()
+        ts = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            fn()
+            fin()
+            ts.append(time.perf_counter() - t0)
+        return min(ts) * 1e3
 
     res = {"device": be.info()["device"], "shape": shape, "nnz": int(X.nnz), "rank": args.rank,
-           "argv": sys.argv[1:], "switch": args.switch, "builds_s": {}, "rounds": []}
-    for spec in args.settings:
-        setattr(be, args.switch, spec)
+           "argv": sys.argv[1:], "builds_s": {}, "rounds": []}
+    for spec in SETTINGS:
+        be.specialize = spec
         t0 = time.perf_counter()
         be.mttkrp(T, f, 0, out=out[0])
         be.phi(T, f, 0, f[0], 1e-10, out=out[0])
@@ -69,11 +74,10 @@ def main(argv=None):
         res["builds_s"][spec] = time.perf_counter() - t0
         print(f"first MTTKRP and Φ of mode 0, setting {spec}: "
               f"{res['builds_s'][spec]:.3f} s", flush=True)
-    setattr(be, args.switch, args.settings[0])
     ref = None
     for rnd in range(args.rounds):
-        for spec in args.settings:
-            setattr(be, args.switch, spec)
+        for spec in SETTINGS:
+            be.specialize = spec
             mt = [best(lambda: be.mttkrp(T, f, m, out=out[m])) for m in modes]
             ph = [best(lambda: be.phi(T, f, m, f[m], 1e-10, out=out[m])) for m in modes]
             got = [(be.to_numpy(be.mttkrp(T, f, m)), be.to_numpy(be.phi(T, f, m, f[m], 1e-10)))
@@ -83,7 +87,7 @@ def main(argv=None):
             same = all(np.array_equal(a, b) for g, h in zip(ref, got) for a, b in zip(g, h))
             print(f"round {rnd} setting {spec}: MTTKRP "
                   + " ".join(f"{x:.3f}" for x in mt) + " | Φ " + " ".join(f"{x:.3f}" for x in ph)
-                  + f" ms | same bits as setting {args.settings[0]}: {same}", flush=True)
+                  + f" ms | same bits as setting 0: {same}", flush=True)
             res["rounds"].append({"round": rnd, "setting": spec, "mttkrp_ms": mt, "phi_ms": ph,
                                   "same_bits": same})
     if args.out:

@@ -98,12 +98,6 @@ class SparseKernels:
     #: the model values never written out (False: ``kruskal_values``, then a reduction)
     FUSED_DATA_TERM = True
 
-    #: Experimental, for the benchmarks: a resident tensor's chunk-interleaved coordinates read
-    #: as four 16-bit columns where every mode has at most 65536 rows and there are at most
-    #: four modes (an extra copy made at the first use): 1 one coordinate per load, 2 the
-    #: four in one 8-byte load.  0: the int32 copy.
-    packed16 = 0
-
     #: work-items per work-group of the lanes MTTKRP / Φ kernel (RP lanes x LG chunks); on an
     #: H200 at R = 16, 64 and 128 were 7% faster than 256-1024 (doc/guide/tuning.rst, "OpenCL
     #: work-group size")
@@ -132,7 +126,7 @@ class SparseKernels:
 
     def cp_kernel(self, dtype, nmodes, name, phi=False, vec=1, rank=None, interleaved=False,
                   off32=False, prefetch=False, T=None, role=None, fp32_factors=False,
-                  group_bnd=False, fixed=None, data_term=False, packed16=0):
+                  group_bnd=False, fixed=None, data_term=False):
         """Kernel ``name`` of cp.cl for ``nmodes`` factors of ``dtype``, from the backend's
         program cache.  ``phi``: the Φ variant (False: MTTKRP; ``"local"``, ``"shuffle"`` or
         ``"wide"``); ``vec`` columns per lane in accumulate (per vector in accumulate_wide,
@@ -165,8 +159,6 @@ class SparseKernels:
                 extra.append("#define GROUP_BND 1")
             if data_term:
                 extra.append("#define DATA_TERM 1")
-            if packed16:
-                extra.append(f"#define PACKED16 {int(packed16)}")
             if fixed is not None:
                 mode_c, rank_c, rp_c = fixed
                 if mode_c is not None:
@@ -190,24 +182,7 @@ class SparseKernels:
             key += ("fixed",) + tuple(fixed)
         if data_term:
             key += ("data_term",)
-        if packed16:
-            key += ("packed16", int(packed16))
         return self._launcher(T, (key, name, role), source, f"{CP_CL} (for {name})")
-
-    def _packed16(self, T, mode, chunk, subs):
-        """Experimental (:attr:`packed16`): the chunk-interleaved coordinates of ``mode`` as
-        four 16-bit columns, made from ``subs`` at the first call and kept on ``T``."""
-        import pyopencl.array as cla
-        cache = T.__dict__.setdefault("_packed16_copies", {})
-        key = (mode, chunk)
-        got = cache.get(key)
-        if got is None:
-            n = subs.shape[0]
-            got = cache[key] = cla.empty(self.queue, (max(n, 1), 4), np.uint16)
-            if n:
-                self.launch(self.dense_kernel(T.dtype, "pack16"), (n,), np.int64(n),
-                            np.int32(T.ndim), subs.data, got.data)
-        return got
 
     def _fixed(self, mode, R, RP):
         """cp_kernel's ``fixed`` for :attr:`specialize`: (mode or None, rank or None, RP)."""
@@ -290,13 +265,8 @@ class SparseKernels:
         interleaved = self.layout == "lanes"
         # a streamed tensor's blocks are laid out for their chunk; a resident tensor's by size
         chunk = getattr(T, "chunk", None) or self.lanes_chunk(T.nnz)
-        packed = 0
         if interleaved:
             subs, vals = self._interleaved(T, mode, chunk)
-            if (self.packed16 and T.ndim <= 4 and max(T.shape) <= 65536
-                    and hasattr(T, "launchers")):
-                packed = int(self.packed16)
-                subs = self._packed16(T, mode, chunk, subs)
         else:
             subs, vals = T.subs[mode], T.vals[mode]
         LG = max(1, min(self.group_size, self.max_wg) // RV)
@@ -320,8 +290,7 @@ class SparseKernels:
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
                              interleaved=interleaved, off32=off32, prefetch=self.prefetch,
                              T=T, role=mode, fp32_factors=fp32, group_bnd=group_bnd,
-                             fixed=self._fixed(mode, R, RV), data_term=data_term,
-                             packed16=packed)
+                             fixed=self._fixed(mode, R, RV), data_term=data_term)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)
         dt = np.dtype(T.dtype).type

@@ -81,25 +81,6 @@ inline VAL_T shfl_xor_nv(VAL_T v, int off)
 #define POS(k) (s + (OFF_T)(k))
 #endif
 
-/* SUB(p, m): coordinate m of the nonzero at position p of the copy; SUBS_ALL(x, p): all of
- * them into x[].  PACKED16 (experimental, every mode below 65536 and at most four modes): the
- * copy holds four 16-bit coordinates per nonzero, read one by one (1) or as one 8-byte vector
- * (2). */
-#if defined(PACKED16)
-#define SUB(p, m) ((IDX_T)((__global const ushort*)subs)[(OFF_T)(p) * 4 + (m)])
-#if PACKED16 == 2
-#define SUBS_ALL(x, p) do { const ushort4 q_ = vload4((p), (__global const ushort*)subs); \
-    _Pragma("unroll") for (int m = 0; m < NMODES; ++m) \
-        (x)[m] = (IDX_T)(m == 0 ? q_.s0 : m == 1 ? q_.s1 : m == 2 ? q_.s2 : q_.s3); } while (0)
-#endif
-#else
-#define SUB(p, m) (subs[(p) * NMODES + (m)])
-#endif
-#ifndef SUBS_ALL
-#define SUBS_ALL(x, p) do { _Pragma("unroll") for (int m = 0; m < NMODES; ++m) \
-    (x)[m] = SUB(p, m); } while (0)
-#endif
-
 /* Integer type of the offsets in accumulate: int where the host has checked that every offset
  * fits (32-bit arithmetic costs fewer instructions on GPUs), long otherwise */
 #ifndef OFF_T
@@ -165,8 +146,8 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
     const int active = (r < RV) && (s < e);
     OFF_T first_row = -1, last_row = -1, cur = -1;
     if (s < e) {
-        first_row = SUB(POS(0), mode);
-        last_row = SUB(POS(e - s - 1), mode);
+        first_row = subs[POS(0) * NMODES + mode];
+        last_row = subs[POS(e - s - 1) * NMODES + mode];
         cur = first_row;
     }
     VEC_T acc = (VEC_T)0;
@@ -192,7 +173,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
     for (int m = 0; m < NMODES; ++m) nx[m] = 0;
     if (s < e) {
 #pragma unroll
-        SUBS_ALL(nx, POS(0));
+        for (int m = 0; m < NMODES; ++m) nx[m] = subs[POS(0) * NMODES + m];
         nv = vals[POS(0)];
     }
 #endif
@@ -210,7 +191,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
         if (s + k + 1 < e) {
             const OFF_T jn = POS(k + 1);
 #pragma unroll
-            SUBS_ALL(nx, jn);
+            for (int m = 0; m < NMODES; ++m) nx[m] = subs[jn * NMODES + m];
             nv = vals[jn];
         }
         if (valid) {
@@ -228,7 +209,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
         }
 #else
         if (valid) {
-            row = SUB(j, mode);
+            row = subs[j * NMODES + mode];
 #ifdef PHI
             xv = vals[j];     /* Φ: measured faster with the value loaded early */
 #endif
@@ -236,7 +217,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
                 pi = (VEC_T)1;
                 for (int m = 0; m < NMODES; ++m) {
                     if (m != mode)
-                        pi *= FROW(F[m] + (OFF_T)SUB(j, m) * R, r);
+                        pi *= FROW(F[m] + (OFF_T)subs[j * NMODES + m] * R, r);
                 }
             }
         }

@@ -234,16 +234,6 @@ __kernel void interleave_nonzeros(const long n, const long nchunks, const int ch
     dst_vals[p] = src_vals[j];
 }
 
-/* Experimental: the coordinates of a copy (n entries of ncols <= 4 columns, every one below
- * 65536) as four 16-bit columns */
-__kernel void pack16(const long n, const int ncols, __global const IDX_T* src,
-                     __global ushort* dst)
-{
-    const long p = get_global_id(0);
-    if (p >= n) return;
-    for (int k = 0; k < 4; ++k) dst[p * 4 + k] = k < ncols ? (ushort)src[p * ncols + k] : 0;
-}
-
 /* dst[p(j)] = src[o(j)] for the nonzeros: o(j) = order[j] (use_order) or j, p(j) the
  * chunk-interleaved position (j % chunk) * nchunks + j / chunk (chunk > 0) or j.  Builds a mode's
  * sorted or chunk-interleaved copy straight from the uploaded tensor and that mode's order
