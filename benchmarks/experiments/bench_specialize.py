@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from benchmarks.bench_opencl import timed  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402
 
@@ -53,15 +54,7 @@ def main(argv=None):
     modes = range(len(shape))
 
     def best(fn):
-        fn()
-        fin()
-        ts = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            fn()
-            fin()
-            ts.append(time.perf_counter() - t0)
-        return min(ts) * 1e3
+        return timed(fn, fin, args.repeat) * 1e3
 
     res = {"device": be.info()["device"], "shape": shape, "nnz": int(X.nnz), "rank": args.rank,
            "argv": sys.argv[1:], "builds_s": {}, "rounds": []}
