@@ -328,6 +328,48 @@ def test_als_processes_script_runs(capsys):
     assert capsys.readouterr().out.startswith("here min ")
 
 
+def test_specialize_script_runs(tmp_path):
+    """bench_specialize times the lanes kernels built for the mode / rank and finds the same
+    bits in every setting."""
+    pytest.importorskip("pyopencl")
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    import json
+    from benchmarks.experiments import bench_specialize
+    out = tmp_path / "spec.json"
+    bench_specialize.main(["--device", "opencl", "--shape", "20", "15", "10", "--nnz", "1500",
+                           "--rank", "4", "--repeat", "1", "--rounds", "1", "--out", str(out)])
+    rep = json.loads(out.read_text())
+    assert [r["setting"] for r in rep["rounds"]] == [0, 1, 2, 3]
+    assert all(r["same_bits"] and len(r["mttkrp_ms"]) == 3 and min(r["phi_ms"]) > 0
+               for r in rep["rounds"])
+
+
+def test_cpapr_parts_script_runs(tmp_path):
+    """bench_cpapr_parts times a CP-APR MU fit and its parts on a device; its data term is the
+    CPU backend's for the same factors."""
+    pytest.importorskip("pyopencl")
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    import json
+    from benchmarks.experiments import bench_cpapr_parts
+    from benchmarks.synth import synthetic_tensor
+    from sktensor_fast.backends import get_backend
+    out = tmp_path / "parts.json"
+    bench_cpapr_parts.main(["--device", "opencl", "--shape", "20", "15", "10", "--nnz", "1500",
+                            "--rank", "4", "--outer", "2", "--fits", "2", "--out", str(out)])
+    rep = json.loads(out.read_text())
+    assert len(rep["fit_s"]) == 2 and min(rep["fit_s"]) > 0 and len(rep["phi_ms"]) == 3
+    assert rep["kkt_ms"] > 0 and rep["data_term_ms"] > 0 and np.isfinite(rep["log_likelihood"])
+    X = synthetic_tensor((20, 15, 10), 1500, seed=0)
+    rng = np.random.default_rng(0)
+    A = [rng.random((s, 4)) + 0.1 for s in X.shape]
+    w = rng.random(4) + 0.5
+    cpu = get_backend("cpu")
+    want = cpu.poisson_data_term(cpu.prepare(X), w, A, 1e-10)
+    assert abs(rep["data_term"] - want) <= 1e-12 * abs(want)
+
+
 def test_phi_script_runs(tmp_path, capsys):
     """bench_phi times Φ of every mode and the data term for COO and ALTO and writes JSON."""
     import json
