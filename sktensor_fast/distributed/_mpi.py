@@ -202,6 +202,14 @@ class PendingMax:
         self.keep = keep            # the send buffer, alive until the operation completes
         self.value = float(out[0]) if req is None else None
 
+    def progress(self):
+        """Let MPI move this operation on without waiting (an implementation may need a call
+        into MPI for that); True once it is complete."""
+        if self.value is None and self.req.Test():
+            self.value = float(self.out[0])
+            self.req = self.keep = None
+        return self.value is not None
+
     def wait(self):
         """The maximum (waiting for the other processes where they have not all given theirs)."""
         if self.value is None:

@@ -665,6 +665,7 @@ class _DistAprKernels(AprKernels):
         if not kkt < tol:
             local._multiply_(b, p)
             self._wrote(L, B)
+        pend.progress()      # this process's part sent on, for a process that waits for it
         self._last = pend
         return kkt
 
