@@ -24,6 +24,7 @@ here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.append(here)      # appended: a tree named first by PYTHONPATH stays the one timed
 
 from benchmarks.bench_opencl import timed  # noqa: E402
+from benchmarks.experiments._args import add_tensor_args  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 import sktensor_fast  # noqa: E402
 from sktensor_fast import CPAPR  # noqa: E402
@@ -32,10 +33,7 @@ from sktensor_fast.backends import get_backend  # noqa: E402
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="gpu")
-    p.add_argument("--shape", type=int, nargs="+", default=[12092, 9184, 28818])
-    p.add_argument("--nnz", type=float, default=76879419)
-    p.add_argument("--rank", type=int, default=16)
+    add_tensor_args(p)
     p.add_argument("--outer", type=int, default=5)
     p.add_argument("--fits", type=int, default=3)
     p.add_argument("--label", default="")

@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from benchmarks.bench_opencl import timed  # noqa: E402
+from benchmarks.experiments._args import add_tensor_args  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 from sktensor_fast.backends import get_backend  # noqa: E402
 
@@ -31,10 +32,7 @@ SETTINGS = (0, 1, 2, 3)
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="gpu")
-    p.add_argument("--shape", type=int, nargs="+", default=[12092, 9184, 28818])
-    p.add_argument("--nnz", type=float, default=76879419)
-    p.add_argument("--rank", type=int, default=16)
+    add_tensor_args(p)
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", default=None, help="JSON file of the results")
