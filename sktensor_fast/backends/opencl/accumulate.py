@@ -88,9 +88,9 @@ class SparseKernels:
     #: that follow from it: a program per rank, as a fit uses one).  None: the rank on GPU
     #: devices, nothing elsewhere (where the lanes layout serves only explicit requests).  The
     #: same bits every way.  H100, NELL-2's shape, R = 16, fp64 (ms per mode;
-    #: ``benchmarks/experiments/bench_specialize.py``): Φ 2.45-2.49 as arguments, 2.27-2.38
-    #: with the rank, 2.20-2.26 with the rank and the mode; MTTKRP 1.77-1.86, 1.76-1.81,
-    #: 1.79-1.80.  A program per mode costs a build per mode (0.3 s each there) for about
+    #: ``benchmarks/experiments/bench_specialize.py``): Φ 2.48-2.54 as arguments, 2.32-2.40
+    #: with the rank, 2.21-2.34 with the rank and the mode; the MTTKRP 1.76-1.89 in every
+    #: setting.  A program per mode costs a build per mode (0.3 s each there) for about
     #: 0.08 ms a Φ, so the mode is not the default.
     specialize = None
 
