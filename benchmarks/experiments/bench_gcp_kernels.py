@@ -1,11 +1,14 @@
 """Device time of each kernel of GCP's fused steps on an OpenCL device (profiling events).
 
     python benchmarks/experiments/bench_gcp_kernels.py [NNZ] [DEVICE] [AHEAD]   # 2e7, gpu, 8
+    python benchmarks/experiments/bench_gcp_kernels.py 76879419 gpu --rank-arg
 
 The same synthetic NELL-2-shaped tensor (Zipf-skewed coordinates), rank 16, Poisson loss and
 default sample counts as ``bench_gcp_steps.py``; 20 steps to warm up, then 500 steps of
 ``backend.gcp.steps`` with every launch's start and end read from its event.  Prints the wall
-time per step and, per kernel, its device time and launches per step.
+time per step and, per kernel, its device time and launches per step.  ``--rank-arg``: the
+kernels take the rank as an argument (``specialize = 0``) where the backend would compile it
+in (GPUs).
 """
 import collections
 import os
@@ -21,13 +24,17 @@ from benchmarks.experiments import bench_gcp_steps as B  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 from sktensor_fast.backends import get_backend, gcp_plan  # noqa: E402
 from sktensor_fast.decomposition.losses import get_loss  # noqa: E402
-nnz = float(sys.argv[1]) if len(sys.argv) > 1 else 2e7
+rank_arg = "--rank-arg" in sys.argv
+argv = [a for a in sys.argv if a != "--rank-arg"]
+nnz = float(argv[1]) if len(argv) > 1 else 2e7
 shape = (12092, 9184, 28818)
 X = synthetic_tensor(shape, int(nnz), seed=0)
-be = get_backend(sys.argv[2] if len(sys.argv) > 2 else "gpu")
-if len(sys.argv) > 3:   # positions read ahead by gcp_run_sums (its programs built with it)
+be = get_backend(argv[2] if len(argv) > 2 else "gpu")
+if rank_arg:
+    be.specialize = 0
+if len(argv) > 3:   # positions read ahead by gcp_run_sums (its programs built with it)
     from sktensor_fast.backends.opencl import gcp_ops
-    gcp_ops.RUN_AHEAD = int(sys.argv[3])
+    gcp_ops.RUN_AHEAD = int(argv[3])
 n_zero = int(np.prod(shape, dtype=object)) - X.nnz
 ng, nl = gcp_plan.default_counts("stratified", X.nnz, n_zero)
 T = be.prepare(X)

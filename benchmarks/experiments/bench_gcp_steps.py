@@ -18,7 +18,10 @@ before and after each run:
 - ``steps``: one ``backend.gcp.steps`` call (the backend's own loop; on the OpenCL backend the
   steps enqueued without a host round trip);
 - ``stepwise``: the generic loop of ``GcpKernels._stepwise`` (``sampled_gradient`` then
-  ``optimizer.step``, with the host in between).
+  ``optimizer.step``, with the host in between);
+- ``steps_rank_arg``: ``steps`` with the rank passed to the kernels as an argument
+  (``specialize = 0``), where the backend compiles it in by default (GPUs): the kernels'
+  before and after in one process, on the same tensor.
 
 Launches are counted by wrapping ``pyopencl.Kernel.__call__`` and
 ``pyopencl.enqueue_nd_range_kernel`` (kernels) and the fill / copy enqueues (``other``) during
@@ -85,8 +88,15 @@ def run(be, T, state, U0, loss, n, way, counter=None, first=0):
     if counter is not None:
         counter.kernels = counter.other = 0
         counter.on = True
+    spec = getattr(be, "specialize", None)
     t = time.perf_counter()
-    if way == "steps":
+    if way == "steps_rank_arg":
+        be.specialize = 0
+        try:
+            be.gcp.steps(T, state, ones, U, loss, 7, first, n, opt, loss.lower)
+        finally:
+            be.specialize = spec
+    elif way == "steps":
         be.gcp.steps(T, state, ones, U, loss, 7, first, n, opt, loss.lower)
     else:
         be.gcp._stepwise(T, state, ones, U, loss, 7, first, n, opt, loss.lower,
@@ -113,7 +123,7 @@ def main(argv=None):
     ap.add_argument("--reduction", choices=("deterministic", "atomic"), default=None,
                     help="the gcp_reduction option (default: the backend's)")
     ap.add_argument("--ways", nargs="+", default=["steps", "stepwise"],
-                    choices=("steps", "stepwise"))
+                    choices=("steps", "stepwise", "steps_rank_arg"))
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
 
@@ -156,10 +166,12 @@ def main(argv=None):
             print(f"  {way:9s} {1e3 * per:8.3f} ms/step  {res['kernels_per_step']:6.2f} "
                   f"kernel launches/step  {res['other_enqueues_per_step']:5.2f} other "
                   f"enqueues/step")
-    if len(models) == 2:
-        diff = max(float(np.max(np.abs(a - b))) for a, b in zip(*models.values()))
-        results["max_abs_diff_steps_vs_stepwise"] = diff
-        print(f"  largest difference of the factors, steps vs stepwise: {diff:.3g}")
+    first_way = args.ways[0]
+    for way in args.ways[1:]:
+        diff = max(float(np.max(np.abs(a - b))) for a, b in zip(models[first_way],
+                                                                models[way]))
+        results[f"max_abs_diff_{first_way}_vs_{way}"] = diff
+        print(f"  largest difference of the factors, {first_way} vs {way}: {diff:.3g}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

@@ -535,6 +535,11 @@ def test_gcp_steps_script_runs(tmp_path, capsys):
     assert res["ways"]["steps"]["kernels_per_step"] == 6.0
     assert res["ways"]["stepwise"]["kernels_per_step"] > 6.0
     assert json.loads((tmp_path / "s.json").read_text())["nnz"] == 2000
+    res = bench_gcp_steps.main(["--nnz", "2000", "--shape", "40", "30", "20", "--rank", "4",
+                                "--steps", "3", "--warmup", "1", "--repeat", "1",
+                                "--ways", "steps", "steps_rank_arg"])
+    assert res["max_abs_diff_steps_vs_steps_rank_arg"] == 0.0
+    assert "steps vs steps_rank_arg: 0" in capsys.readouterr().out
 
 
 def test_gcp_threads_script_runs(tmp_path, capsys):

@@ -85,7 +85,8 @@ class SparseKernels:
 
     #: What the lanes MTTKRP / Φ kernel is compiled for, as constants instead of arguments:
     #: bit 1 the output mode (a program per mode), bit 2 the rank (and the lanes per chunk
-    #: that follow from it: a program per rank, as a fit uses one).  None: the rank on GPU
+    #: that follow from it: a program per rank, as a fit uses one; GCP's step kernels are
+    #: built for the rank too, see :meth:`fixed_rank`).  None: the rank on GPU
     #: devices, nothing elsewhere (where the lanes layout serves only explicit requests).  The
     #: same bits every way.  H100, NELL-2's shape, R = 16, fp64 (ms per mode;
     #: ``benchmarks/experiments/bench_specialize.py``): Φ 2.48-2.54 as arguments, 2.32-2.40
@@ -184,14 +185,23 @@ class SparseKernels:
             key += ("data_term",)
         return self._launcher(T, (key, name, role), source, f"{CP_CL} (for {name})")
 
-    def _fixed(self, mode, R, RP):
-        """cp_kernel's ``fixed`` for :attr:`specialize`: (mode or None, rank or None, RP)."""
+    def _specialize_bits(self):
         spec = self.specialize
         if spec is None:
             spec = 2 if self.is_gpu else 0
+        return spec
+
+    def _fixed(self, mode, R, RP):
+        """cp_kernel's ``fixed`` for :attr:`specialize`: (mode or None, rank or None, RP)."""
+        spec = self._specialize_bits()
         if not spec:
             return None
         return (mode if spec & 1 else None, R if spec & 2 else None, RP)
+
+    def fixed_rank(self, R):
+        """The rank ``R`` where :attr:`specialize` compiles the rank into kernels (GCP's
+        too), else None."""
+        return int(R) if self._specialize_bits() & 2 else None
 
     def _launcher(self, T, ident, source, what):
         """The kernel ``ident[:2]`` (program key, name) as a callable ``(queue, global, local,

@@ -231,8 +231,12 @@ def _reduction(be, dtype):
     return mode
 
 
-def _program_parts(be, dtype, N):
+def _program_parts(be, dtype, N, R=None):
+    """(key, source, options) of the GCP program; ``R``: the rank of the factors the
+    kernels will see, compiled in where the backend compiles ranks in
+    (``OpenCLBackend.fixed_rank``; the program is then one per rank)."""
     bits, wg, per = sort_config(be)
+    rank = be.fixed_rank(R) if R is not None and hasattr(be, "fixed_rank") else None
     swg = scan_wg(be)
 
     def source():
@@ -254,6 +258,8 @@ def _program_parts(be, dtype, N):
                  f"#define GCP_SORT_BITS {bits}", f"#define GCP_SORT_WG {wg}",
                  f"#define GCP_SORT_PER {per}", f"#define GCP_SCAN_WG {swg}",
                  f"#define GCP_RUN_AHEAD {RUN_AHEAD}"]
+        if rank is not None:
+            extra.append(f"#define FIXED_RANK {rank}")
         if atomics_supported(be, dtype):
             extra.append("#define GCP_ATOMIC_SCATTER 1")
         if ptx:
@@ -262,18 +268,23 @@ def _program_parts(be, dtype, N):
     opts = [] if np.dtype(dtype) == np.float64 else ["-cl-single-precision-constant"]
     ptx = bool(PTX_ATOMICS and getattr(be, "is_nvidia", False)
                and getattr(be, "gcp_reduction", "deterministic") == "atomic")
-    return ("gcp", np.dtype(dtype).str, N, bits, wg, per, swg, RUN_AHEAD, ptx), source, opts
+    key = ("gcp", np.dtype(dtype).str, N, bits, wg, per, swg, RUN_AHEAD, ptx)
+    if rank is not None:
+        key += ("rank", rank)
+    return key, source, opts
 
 
-def _kernel(be, dtype, N, name):
-    key, source, opts = _program_parts(be, dtype, N)
+def _kernel(be, dtype, N, name, R=None):
+    """The backend's shared kernel ``name``; ``R``: the rank it is launched with (see
+    :func:`_program_parts`), None for the kernels that take none."""
+    key, source, opts = _program_parts(be, dtype, N, R)
     return be.kernel(key, name, source, opts, what="the GCP kernels")
 
 
-def _new_kernel(be, dtype, N, name):
+def _new_kernel(be, dtype, N, name, R=None):
     """A kernel object of its own (not the backend's shared one): its arguments, set once,
     stay until they are set again."""
-    key, source, opts = _program_parts(be, dtype, N)
+    key, source, opts = _program_parts(be, dtype, N, R)
     return be.programs.new_kernel(key, name, source, opts, what="the GCP kernels")
 
 
@@ -515,11 +526,12 @@ class OpenCLGcpState(GcpState):
             self._offsets[(R, align)] = got
         return got
 
-    def kernels(self, name, count):
-        """``count`` kernel objects ``name`` of this state's own (see :func:`_new_kernel`)."""
-        have = self._kernels.setdefault(name, [])
+    def kernels(self, name, count, R=None):
+        """``count`` kernel objects ``name`` of this state's own (see :func:`_new_kernel`),
+        for factors of rank ``R``."""
+        have = self._kernels.setdefault((name, R), [])
         while len(have) < count:
-            have.append(_new_kernel(self.backend, self.dtype, self.T.ndim, name))
+            have.append(_new_kernel(self.backend, self.dtype, self.T.ndim, name, R))
         return have[:count]
 
 
@@ -632,6 +644,10 @@ class _Step:
         self.atomic = _reduction(be, self.dt) == "atomic"
         self.sort = None if self.atomic else state.row_sort(act)
 
+    def kernel(self, name):
+        """The backend's shared kernel ``name`` of the program of this step's rank."""
+        return _kernel(self.be, self.dt, self.N, name, self.R)
+
     def count_args(self):
         rs = self.sort
         if rs is None:
@@ -684,9 +700,9 @@ class _Step:
         out = []
         if kernels is None:
             for p in range(rs.npass):
-                out.append((_kernel(self.be, self.dt, self.N, "gcp_sort_scan"),
-                            self.scan_geometry(), self.sort_scan(p)))
-                out.append((_kernel(self.be, self.dt, self.N, "gcp_sort_pass"),
+                out.append((self.kernel("gcp_sort_scan"), self.scan_geometry(),
+                            self.sort_scan(p)))
+                out.append((self.kernel("gcp_sort_pass"),
                             self.sort_geometry(), self.sort_pass(p)))
             return out
         scans = kernels("gcp_sort_scan", rs.npass)
@@ -727,13 +743,13 @@ class _Step:
     def reduce(self, grads):
         """Enqueue the passes of the row sort and the scatter (and join) into ``grads``, once
         the step's weighted derivatives are on the device."""
-        be, dt, N = self.be, self.dt, self.N
+        be = self.be
         for knl, geometry, args in self.sort_launches():
             knl(be.queue, *geometry, *args)
-        be.launch(_kernel(be, dt, N, self.scatter_name()), self.scatter_size(),
+        be.launch(self.kernel(self.scatter_name()), self.scatter_size(),
                   *self.scatter(grads))
         if not self.atomic:
-            be.launch(_kernel(be, dt, N, "gcp_run_join"), self.join_size(),
+            be.launch(self.kernel("gcp_run_join"), self.join_size(),
                       *self.join(grads))
         if self.sort is not None:
             self.sort.dirty = False
@@ -778,12 +794,12 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
     want = bool(with_loss) and code >= 0
     f = None
     if code >= 0:
-        be.launch(_kernel(be, dt, N, "gcp_draw_terms"), (ns,), *st.draw_terms(key, want))
+        be.launch(st.kernel("gcp_draw_terms"), (ns,), *st.draw_terms(key, want))
         if with_loss:
             f = _sum_chunks(be, T, work["f"], ns, work["part"], chunk=ns)
     else:  # user-defined loss: its derivative in NumPy on the host
         draw(be, T, state.grad_sampler, key, out=work)
-        be.launch(_kernel(be, dt, N, "gcp_terms"), (ns,), *st.terms(False))
+        be.launch(st.kernel("gcp_terms"), (ns,), *st.terms(False))
         x = work["x"].get()[:ns].astype(np.float64)
         w = work["w"].get()[:ns].astype(np.float64)
         corr = work["corr"].get()[:ns]
@@ -813,7 +829,7 @@ def loss_estimate(be, T, state, weights, factors, loss):
         s["f"] = cla.empty(q, (ns,), dt)
         s["part"] = cla.empty(q, (-(-ns // _LOSS_CHUNK),), dt)
     lam_d = state.lam_buffer(lam)
-    be.launch(_kernel(be, T.dtype, T.ndim, "gcp_sample_loss"), (ns,), np.int64(ns), np.int32(R),
+    be.launch(_kernel(be, T.dtype, T.ndim, "gcp_sample_loss", R), (ns,), np.int64(ns), np.int32(R),
               np.int32(code), dt.type(param), _buf(be, lam_d), *[_buf(be, f) for f in facs],
               s["subs"].data, s["x"].data, s["w"].data, s["corr"].data, s["m"].data, s["f"].data)
     if code < 0:
@@ -946,7 +962,7 @@ def sample_gradient(be, sample, weights, factors, loss, out=None, active=None,
         step.sort.clean(be)
         step.sort.dirty = True
     want = bool(with_loss) and code >= 0
-    be.launch(_kernel(be, dt, N, "gcp_terms"), (ns,), *step.terms(want))
+    be.launch(step.kernel("gcp_terms"), (ns,), *step.terms(want))
     f = None
     if code < 0:   # a user-defined loss: its derivative in NumPy on the host
         x, w = sample[1], sample[2]
@@ -974,7 +990,7 @@ def sample_loss(be, sample, weights, factors, loss):
     work, ns = st.upload(sample)
     if ns == 0:
         return 0.0
-    be.launch(_kernel(be, dt, N, "gcp_sample_loss"), (ns,), np.int64(ns), np.int32(R),
+    be.launch(_kernel(be, dt, N, "gcp_sample_loss", R), (ns,), np.int64(ns), np.int32(R),
               np.int32(code), dt.type(param), _buf(be, st.lam_buffer(lam)),
               *[_buf(be, f) for f in facs], work["subs"].data, work["x"].data,
               work["w"].data, work["corr"].data, work["m"].data, work["f"].data)
@@ -1116,13 +1132,16 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
             be.fill_zero(out[k])
 
     # kernel objects of this state's own, their arguments set once here
-    draw_k = state.kernels("gcp_draw_terms", 1)[0]
+    def kernels(name, count):
+        return state.kernels(name, count, R)
+
+    draw_k = kernels("gcp_draw_terms", 1)[0]
     draw_k.set_args(*st.draw_terms(0, False))
     draw_geo = be.geometry((ns,))
     launches = []
-    launches += st.sort_launches(state.kernels)
-    scatter = state.kernels(st.scatter_name(), 2)
-    join = None if st.atomic else state.kernels("gcp_run_join", 2)
+    launches += st.sort_launches(kernels)
+    scatter = kernels(st.scatter_name(), 2)
+    join = None if st.atomic else kernels("gcp_run_join", 2)
     for b in range(2):
         scatter[b].set_args(*st.scatter(grads[b]))
         if join is not None:
@@ -1131,7 +1150,7 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
     join_geo = None if st.atomic else be.geometry(st.join_size())
     update_geo = be.geometry((1,))
     offs, sizes, total = state.offsets(R, update_geo[1][0])
-    update = state.kernels("gcp_update_all", 2)
+    update = kernels("gcp_update_all", 2)
     update_geo = be.geometry((max(total, 1),))
     rule = optimizer.rule
     mom = list(optimizer.moments) + [[None] * N] * (2 - len(optimizer.moments))

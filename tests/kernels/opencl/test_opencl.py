@@ -194,10 +194,14 @@ def test_kernels_are_compiled_for_the_rank_on_gpus_only(be):
         be.specialize = None
         be.is_gpu = True
         assert be._fixed(1, 16, 4) == (None, 16, 4)
+        assert be.fixed_rank(16) == 16          # GCP's kernels too
         be.is_gpu = False
         assert be._fixed(1, 16, 4) is None
+        assert be.fixed_rank(16) is None
         be.specialize = 3
         assert be._fixed(1, 16, 4) == (1, 16, 4)
+        be.specialize = 1
+        assert be.fixed_rank(16) is None
     finally:
         be.specialize, be.is_gpu = old
 

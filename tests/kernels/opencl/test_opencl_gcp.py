@@ -720,6 +720,45 @@ def test_fused_steps_equal_stepwise_and_cpu(be, cpu, solver, n_steps):
     assert not fused[0][4 + 1].any()
 
 
+@pytest.mark.parametrize("R", [16, 7, 1])
+def test_kernels_compiled_for_the_rank_give_the_same_bits(be, R):
+    """With the rank compiled in (``specialize`` 2, the default on GPUs) the fused steps,
+    a stepwise gradient with its loss, the loss estimate and the gradient of an explicit
+    sample give the bits of the kernels that take the rank as an argument; the step's
+    kernels then come from a program built for that rank (one per rank), and none is built
+    for a rank with the setting off."""
+    X, U = sparse_problem(shape=(9, 300, 5, 7), density=0.05, R=R)
+    loss = get_loss("poisson")
+    To = be.prepare(X)
+    lam = np.linspace(0.5, 1.5, R)
+    old = be.specialize
+    got, built = {}, {}
+    try:
+        for spec in (0, 2):
+            be.specialize = spec
+            before = {k for k in be.programs._programs if k[0] == "gcp"}
+            so = be.gcp.setup(To, "stratified", (700, 700), (50, 50), 1)
+            Ud = [be.asarray(u) for u in U]
+            fused = _run(be, To, so, U, loss, "adam", 5, [True, False, True, True])
+            g, f = be.gcp.sampled_gradient(To, so, lam, Ud, loss, 3, 2, with_loss=True)
+            est = be.gcp.loss_estimate(To, so, lam, Ud, loss)
+            Tc = get_backend("cpu").prepare(X)
+            sc = get_backend("cpu").gcp.setup(Tc, "stratified", (300, 300), (5, 5), 1)
+            sample = cpu_ops.draw(sc.grad_sampler, _gcp.step_key(np.uint64(3), np.uint64(1)),
+                                  4)
+            ge, fe = be.gcp.sample_gradient(sample, lam, Ud, loss, with_loss=True)
+            got[spec] = (fused[0] + host(be, g) + host(be, ge), (f, est, fe))
+            built[spec] = {k for k in be.programs._programs if k[0] == "gcp"} - before
+    finally:
+        be.specialize = old
+    assert len(got[0][0]) == len(got[2][0])
+    for a, b in zip(got[0][0], got[2][0]):
+        np.testing.assert_array_equal(a, b)
+    assert got[0][1] == got[2][1]
+    assert not any("rank" in k for k in built[0])
+    assert {k[-2:] for k in built[2]} == {("rank", R)}
+
+
 def test_fused_steps_reuse_out_and_count_launches(be, cpu, monkeypatch):
     X, U = sparse_problem(shape=(40, 300, 6), density=0.05, R=2)
     loss = get_loss("gaussian")

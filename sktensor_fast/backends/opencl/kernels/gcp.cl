@@ -24,6 +24,15 @@
 
 #define GCP_NO_KEY 0xFFFFFFFFFFFFFFFFUL
 
+/* FIXED_RANK (set by the host where the backend compiles the rank in, as for the lanes
+ * MTTKRP): the kernels' rank a constant, their loops over columns unrolled and the rows'
+ * offsets shifts; the argument is then the same number (the program is built per rank) */
+#ifdef FIXED_RANK
+#define GCP_RANK(arg) FIXED_RANK
+#else
+#define GCP_RANK(arg) (arg)
+#endif
+
 /* ----------------------------------------------------------------------------- sampling */
 /* materialise samples 0..ns-1 of step key `key` */
 __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
@@ -162,7 +171,7 @@ inline void gcp_count_first(const long j, const long* ij, __global const int* ac
 /* Per sample j < ns: the model value m (to m_out) and, for a built-in loss (code >= 0), y
  * (and the loss when want_loss) of a materialised sample; with `count`, the first pass's
  * digit counts.  (The path of user-defined losses, whose y the host computes.) */
-__kernel void gcp_terms(const long ns, const int R, const int code, const VAL_T param,
+__kernel void gcp_terms(const long ns, const int R_arg, const int code, const VAL_T param,
                         __global const VAL_T* lam, FACTOR_PARAMS,
                         __global const IDX_T* ssubs, __global const VAL_T* sx,
                         __global const VAL_T* sw, __global const char* scorr,
@@ -171,6 +180,7 @@ __kernel void gcp_terms(const long ns, const int R, const int code, const VAL_T 
                         const int count, __global const int* dbits, const int ntiles,
                         __global int* cnt)
 {
+    const int R = GCP_RANK(R_arg);
     FACTOR_ARRAY
     const long j = get_global_id(0);
     if (j >= ns) return;
@@ -193,13 +203,14 @@ __kernel void gcp_draw_terms(const ulong key, const long ns, __global const long
                              __global const IDX_T* subs, __global const VAL_T* vals,
                              __global const long* lin, __global const long* bucket,
                              __global const IDX_T* zsubs, const VAL_T wp, const VAL_T wq,
-                             const int R, const int code, const VAL_T param,
+                             const int R_arg, const int code, const VAL_T param,
                              __global const VAL_T* lam, FACTOR_PARAMS,
                              __global const int* active, const int want_loss,
                              __global IDX_T* out_subs, __global VAL_T* y_out,
                              __global VAL_T* f_out, const int count,
                              __global const int* dbits, const int ntiles, __global int* cnt)
 {
+    const int R = GCP_RANK(R_arg);
     FACTOR_ARRAY
     const long j = get_global_id(0);
     if (j >= ns) return;
@@ -469,12 +480,13 @@ inline void gcp_store4(__global VAL_T* p, const gcp_val4 v, const int n)
  * device and in every run).  Rows without samples are not written (the host zeroes the
  * gradients first).  Every work-item first zeroes its share of the sort's count table (ncnt
  * ints) for the next step.  part holds [k][head 0 / tail 1][segment][column]. */
-__kernel void gcp_run_sums(const long ns, const int R, __global const VAL_T* lam,
+__kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T* lam,
                            FACTOR_PARAMS, __global const IDX_T* ssubs, __global const VAL_T* y,
                            __global const int* rows, __global const int* idx,
                            __global const int* active, __global int* cnt, const long ncnt,
                            const int seg, __global VAL_T* part, GRAD_PARAMS)
 {
+    const int R = GCP_RANK(R_arg);
     FACTOR_ARRAY
     GRAD_ARRAY
     const long gsz = (long) get_global_size(0) * get_global_size(1) * get_global_size(2);
@@ -528,10 +540,11 @@ __kernel void gcp_run_sums(const long ns, const int R, __global const VAL_T* lam
 /* The rows of the runs that go on past their segment: work-item (r, s, k), where segment s's
  * last run started in it and goes on, adds its tail and the heads of the segments after it,
  * in order, and writes the row's column r. */
-__kernel void gcp_run_join(const long ns, const int R, __global const int* rows,
+__kernel void gcp_run_join(const long ns, const int R_arg, __global const int* rows,
                            __global const int* active, const int seg,
                            __global const VAL_T* part, GRAD_PARAMS)
 {
+    const int R = GCP_RANK(R_arg);
     GRAD_ARRAY
     const int r = get_global_id(0);
     const long s = get_global_id(1);
@@ -607,11 +620,12 @@ inline void gcp_atomic_add(__global VAL_T* p, const VAL_T v)
  * consecutive entries of a row (16 work-items of one sample at R = 16); four columns per
  * work-item, all modes in one, made a step 0.428 instead of 0.357 ms on an H100 at NELL-2's
  * size (76.9M nonzeros, the scatter 0.318 ms of it). */
-__kernel void gcp_scatter_atomic(const long ns, const int R, __global const VAL_T* lam,
+__kernel void gcp_scatter_atomic(const long ns, const int R_arg, __global const VAL_T* lam,
                                  FACTOR_PARAMS, __global const IDX_T* ssubs,
                                  __global const VAL_T* y, __global const int* active,
                                  GRAD_PARAMS)
 {
+    const int R = GCP_RANK(R_arg);
     FACTOR_ARRAY
     GRAD_ARRAY
     const int r = get_global_id(0);
@@ -626,12 +640,13 @@ __kernel void gcp_scatter_atomic(const long ns, const int R, __global const VAL_
 /* --------------------------------------------------------------------------- loss sums */
 /* Per sample: w (f(x, m) - corr f(0, m)) with m formed as the CPU's loss sum forms it
  * (lam[r] times the rows of modes 0, 1, ...); for a user-defined loss (code < 0) only m. */
-__kernel void gcp_sample_loss(const long ns, const int R, const int code, const VAL_T param,
+__kernel void gcp_sample_loss(const long ns, const int R_arg, const int code, const VAL_T param,
                               __global const VAL_T* lam, FACTOR_PARAMS,
                               __global const IDX_T* ssubs, __global const VAL_T* sx,
                               __global const VAL_T* sw, __global const char* scorr,
                               __global VAL_T* m_out, __global VAL_T* f_out)
 {
+    const int R = GCP_RANK(R_arg);
     FACTOR_ARRAY
     const long j = get_global_id(0);
     if (j >= ns) return;
