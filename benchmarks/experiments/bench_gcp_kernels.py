@@ -2,13 +2,16 @@
 
     python benchmarks/experiments/bench_gcp_kernels.py [NNZ] [DEVICE] [AHEAD]   # 2e7, gpu, 8
     python benchmarks/experiments/bench_gcp_kernels.py 76879419 gpu --rank-arg
+    python benchmarks/experiments/bench_gcp_kernels.py 76879419 gpu --no-pipe --segment 64
 
 The same synthetic NELL-2-shaped tensor (Zipf-skewed coordinates), rank 16, Poisson loss and
 default sample counts as ``bench_gcp_steps.py``; 20 steps to warm up, then 500 steps of
 ``backend.gcp.steps`` with every launch's start and end read from its event.  Prints the wall
 time per step and, per kernel, its device time and launches per step.  ``--rank-arg``: the
 kernels take the rank as an argument (``specialize = 0``) where the backend would compile it
-in (GPUs).
+in (GPUs); ``--no-pipe``: ``gcp_run_sums`` reads its positions in blocks of AHEAD, not as a
+pipeline (``gcp_ops.PIPELINE_SUMS``); ``--segment N``: positions per work-item of the row
+sums (``gcp_ops.RUN_SEGMENT``); ``--maxrreg N``: NVIDIA's register limit for the GCP program.
 """
 import collections
 import os
@@ -24,17 +27,38 @@ from benchmarks.experiments import bench_gcp_steps as B  # noqa: E402
 from benchmarks.synth import synthetic_tensor  # noqa: E402
 from sktensor_fast.backends import get_backend, gcp_plan  # noqa: E402
 from sktensor_fast.decomposition.losses import get_loss  # noqa: E402
-rank_arg = "--rank-arg" in sys.argv
-argv = [a for a in sys.argv if a != "--rank-arg"]
+def _flag(name, value=False):
+    """Remove ``name`` (and its value) from sys.argv; its value, True, or None if absent."""
+    if name not in sys.argv:
+        return None
+    i = sys.argv.index(name)
+    got = sys.argv[i + 1] if value else True
+    del sys.argv[i:i + 1 + bool(value)]
+    return got
+
+
+rank_arg = _flag("--rank-arg")
+no_pipe = _flag("--no-pipe")
+segment = _flag("--segment", True)
+maxrreg = _flag("--maxrreg", True)
+argv = list(sys.argv)
 nnz = float(argv[1]) if len(argv) > 1 else 2e7
 shape = (12092, 9184, 28818)
 X = synthetic_tensor(shape, int(nnz), seed=0)
 be = get_backend(argv[2] if len(argv) > 2 else "gpu")
 if rank_arg:
     be.specialize = 0
+from sktensor_fast.backends.opencl import gcp_ops  # noqa: E402
 if len(argv) > 3:   # positions read ahead by gcp_run_sums (its programs built with it)
-    from sktensor_fast.backends.opencl import gcp_ops
     gcp_ops.RUN_AHEAD = int(argv[3])
+if no_pipe:
+    gcp_ops.PIPELINE_SUMS = False
+if segment:
+    gcp_ops.RUN_SEGMENT = int(segment)
+if maxrreg:
+    gcp_ops.EXTRA_BUILD_OPTIONS = (f"-cl-nv-maxrregcount={int(maxrreg)}",)
+print("settings:", {"rank_arg": bool(rank_arg), "pipe": gcp_ops.PIPELINE_SUMS,
+                    "segment": gcp_ops.RUN_SEGMENT, "maxrreg": maxrreg})
 n_zero = int(np.prod(shape, dtype=object)) - X.nnz
 ng, nl = gcp_plan.default_counts("stratified", X.nnz, n_zero)
 T = be.prepare(X)

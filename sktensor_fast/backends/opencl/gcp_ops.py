@@ -96,6 +96,20 @@ RUN_SEGMENT = 32
 #: H200 (76.9M nonzeros, R = 16): 1 -> 0.092 ms, 2 -> 0.105, 4 -> 0.110, 8 -> 0.146, 16 -> 0.205
 #: (the registers of a longer read-ahead cost more than its loads in flight gain)
 RUN_AHEAD = 1
+#: ``gcp_run_sums`` as a pipeline over its positions (GCP_RUN_PIPE; RUN_AHEAD is then not
+#: used): the rows of a position are read while the coordinates and y of the next and the
+#: row and sample number of the one after are, instead of the three in a chain
+PIPELINE_SUMS = True
+#: options added to the build of the GCP program (experiments: e.g. NVIDIA's
+#: ``-cl-nv-maxrregcount=64``)
+EXTRA_BUILD_OPTIONS = ()
+#: registers per work-item the GCP program may use on NVIDIA devices (their OpenCL
+#: compiler's ``-cl-nv-maxrregcount``; None: the compiler's choice).  It bounds
+#: ``gcp_draw_terms`` (the sampler, the model value and the loss in one kernel), which
+#: otherwise takes more, at a cost in work-items resident per multiprocessor; on an H100 at
+#: NELL-2's size (76.9M nonzeros, R = 16) its device time per step went 0.100 -> 0.093 ms
+#: with 96, and 0.095 with 64, where ``gcp_run_sums`` then lost more (0.085 -> 0.102)
+NVIDIA_MAX_REGISTERS = 96
 #: ``run_steps`` with a deadline compares the clock with it every this many steps (waiting for
 #: the device to finish the steps enqueued so far)
 DEADLINE_CHECK_STEPS = 16
@@ -260,15 +274,25 @@ def _program_parts(be, dtype, N, R=None):
                  f"#define GCP_RUN_AHEAD {RUN_AHEAD}"]
         if rank is not None:
             extra.append(f"#define FIXED_RANK {rank}")
+        if pipe:
+            extra.append("#define GCP_RUN_PIPE 1")
         if atomics_supported(be, dtype):
             extra.append("#define GCP_ATOMIC_SCATTER 1")
         if ptx:
             extra.append("#define GCP_PTX_ATOMIC 1")
         return be._header(dtype, N, extra=extra) + be._source("gcp.cl")
     opts = [] if np.dtype(dtype) == np.float64 else ["-cl-single-precision-constant"]
+    if NVIDIA_MAX_REGISTERS and getattr(be, "is_nvidia", False):
+        opts.append(f"-cl-nv-maxrregcount={int(NVIDIA_MAX_REGISTERS)}")
+    opts += list(EXTRA_BUILD_OPTIONS)
+    pipe = bool(PIPELINE_SUMS)
     ptx = bool(PTX_ATOMICS and getattr(be, "is_nvidia", False)
                and getattr(be, "gcp_reduction", "deterministic") == "atomic")
     key = ("gcp", np.dtype(dtype).str, N, bits, wg, per, swg, RUN_AHEAD, ptx)
+    if not pipe:
+        key += ("no_pipe",)
+    if opts:
+        key += ("options",) + tuple(opts)
     if rank is not None:
         key += ("rank", rank)
     return key, source, opts
@@ -737,8 +761,8 @@ class _Step:
         return (-(-self.R // 4), self.sort.nseg, self.N)
 
     def join_size(self):
-        """The index space of gcp_run_join: (columns, segments, modes)."""
-        return (self.R, self.sort.nseg, self.N)
+        """The index space of gcp_run_join: (groups of four columns, segments, modes)."""
+        return (-(-self.R // 4), self.sort.nseg, self.N)
 
     def reduce(self, grads):
         """Enqueue the passes of the row sort and the scatter (and join) into ``grads``, once

@@ -201,14 +201,17 @@ def _same_sums(got, ref):
 
 
 @pytest.mark.parametrize("R", [2, 7, 8])
-@pytest.mark.parametrize("segment", [None, 1, 10 ** 9])
-def test_rows_sampled_many_times_keep_the_cpu_order(be, cpu, monkeypatch, segment, R):
+@pytest.mark.parametrize("segment", [None, 1, 2, 10 ** 9])
+@pytest.mark.parametrize("pipe", [True, False])
+def test_rows_sampled_many_times_keep_the_cpu_order(be, cpu, monkeypatch, segment, R, pipe):
     """A tiny mode: every row gets hundreds of samples (long runs of the sorted keys), summed
-    in pieces of ``segment`` positions (the default, one sample each, all in one piece): the
-    CPU's sums to rounding, the same bits in every run, and bit for bit the CPU's where one
-    piece holds each row's samples (the CPU kernel's order).  R = 8: the model values and the
-    contributions read four columns at a time, with the same sums; R = 7: four columns per
-    work-item of the row sums, read and written one by one."""
+    in pieces of ``segment`` positions (the default, one or two samples each, all in one
+    piece): the CPU's sums to rounding, the same bits in every run, and bit for bit the CPU's
+    where one piece holds each row's samples (the CPU kernel's order).  R = 8: the model
+    values and the contributions read four columns at a time, with the same sums; R = 7: four
+    columns per work-item of the row sums, read and written one by one.  Both ways of
+    reading the positions in ``gcp_run_sums`` (the pipeline and the blocks of RUN_AHEAD)."""
+    monkeypatch.setattr(ocl_ops, "PIPELINE_SUMS", pipe)
     if segment is not None:
         monkeypatch.setattr(ocl_ops, "RUN_SEGMENT", segment)
     X, U = sparse_problem(shape=(2, 3, 40), density=0.5, R=R, seed=3)
@@ -668,19 +671,25 @@ def test_atomic_without_int64_atomics_is_refused(be, monkeypatch):
 
 def test_ptx_reduction_only_for_the_atomic_path_on_nvidia(be, monkeypatch):
     """The inline PTX adds are asked for on NVIDIA devices with gcp_reduction='atomic' only
-    (another device's compiler would refuse them; the deterministic path has no atomics)."""
+    (another device's compiler would refuse them; the deterministic path has no atomics);
+    the register bound of NVIDIA's compiler is asked of NVIDIA devices only, and is part of
+    the program's key."""
     import types
     for nvidia, red, want in ((True, "atomic", True), (True, "deterministic", False),
                               (False, "atomic", False)):
         fake = types.SimpleNamespace(**{n: getattr(be, n) for n in dir(be)
                                         if not n.startswith("__")})
         fake.is_nvidia, fake.gcp_reduction = nvidia, red
-        key, source, _ = ocl_ops._program_parts(fake, np.float64, 3)
-        assert key[-1] is want
+        key, source, opts = ocl_ops._program_parts(fake, np.float64, 3)
+        assert key[8] is want
         assert ("#define GCP_PTX_ATOMIC 1" in source()) is want
+        bound = f"-cl-nv-maxrregcount={ocl_ops.NVIDIA_MAX_REGISTERS}"
+        assert (bound in opts) is nvidia and (bound in key) is nvidia
     monkeypatch.setattr(ocl_ops, "PTX_ATOMICS", False)
     fake.is_nvidia, fake.gcp_reduction = True, "atomic"
-    assert ocl_ops._program_parts(fake, np.float64, 3)[0][-1] is False
+    assert ocl_ops._program_parts(fake, np.float64, 3)[0][8] is False
+    monkeypatch.setattr(ocl_ops, "NVIDIA_MAX_REGISTERS", None)
+    assert ocl_ops._program_parts(fake, np.float64, 3)[2] == []
 
 
 # ---------------------------------------------------------------------------- fused steps

@@ -94,12 +94,14 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
 /* one padding word every 32 (local memory banks) */
 #define GCP_PAD(i) ((i) + ((i) >> 5))
 #define GCP_TILE_PAD (GCP_PAD(GCP_TILE - 1) + 1)
-/* the per-work-item digit counts of gcp_sort_pass (16 bits each, in [digit][work-item] order),
- * two padding entries after every GCP_SORT_BINS: in the scan, work-item t reads the run of
- * GCP_SORT_BINS entries from t * GCP_SORT_BINS on, and without the padding all the work-items
- * of a warp would read the same bank at every step (a 32-way conflict; on an H100 that scan
- * was nearly all of a sort pass's time) */
-#define GCP_LC(c) ((c) + 2 * ((c) / GCP_SORT_BINS))
+/* the per-work-item digit counts of gcp_sort_pass (16 bits each, in [digit][work-item] order)
+ * for the 2^lb digits of a pass (lb: the mode's bits per pass, at least 1), two padding
+ * entries after every 2^lb: in the scan, work-item t reads the run of 2^lb entries from
+ * t * 2^lb on, and without the padding all the work-items of a warp would read the same bank
+ * at every step (a 32-way conflict; on an H100 that scan was nearly all of a sort pass's
+ * time).  A mode sorted by fewer bits than GCP_SORT_BITS per pass zeroes and scans only its
+ * digits' part of the table. */
+#define GCP_LC(c, lb) ((c) + 2 * ((c) >> (lb)))
 #define GCP_LCNT_SIZE (GCP_SORT_BINS * GCP_SORT_WG + 2 * GCP_SORT_WG)
 /* sorted positions whose rows and contributions gcp_run_sums reads before adding them (set
  * by the host: RUN_AHEAD of backends/opencl/gcp_ops.py) */
@@ -302,6 +304,7 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
     const int nb = dbits[k];
     const int shift = pass * nb;
     const int mask = (1 << nb) - 1;
+    const int lb = max(nb, 1), nbin = 1 << lb;     /* the digits of this mode's passes */
     const long region = (long) NMODES * ntiles * GCP_SORT_BINS;
     __global const int* ck = cnt + pass * region + (long) k * ntiles * GCP_SORT_BINS;
     const long mo = (long) k * ns;
@@ -318,17 +321,17 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
             }
         }
     }
-    for (int e = t; e < GCP_LCNT_SIZE / 2; e += GCP_SORT_WG) lcntw[e] = 0;
+    for (int e = t; e < nbin * GCP_SORT_WG / 2 + GCP_SORT_WG; e += GCP_SORT_WG) lcntw[e] = 0;
     /* the samples of each digit in the tiles before this one (dest) and in all (start), from
      * gcp_sort_scan */
-    for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) {
+    for (int d = t; d < nbin; d += GCP_SORT_WG) {
         dest[d] = ck[(long) d * ntiles + tile];
         start[d] = tot[k * GCP_SORT_BINS + d];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     {   /* dest[d] += the samples of the smaller digits (work-item t: a run of digits) */
-        const int per = (GCP_SORT_BINS + GCP_SORT_WG - 1) / GCP_SORT_WG;
-        const int d0 = min(t * per, GCP_SORT_BINS), d1 = min(d0 + per, GCP_SORT_BINS);
+        const int per = (nbin + GCP_SORT_WG - 1) / GCP_SORT_WG;
+        const int d0 = min(t * per, nbin), d1 = min(d0 + per, nbin);
         int run = 0;
         for (int d = d0; d < d1; ++d) run += start[d];
         int acc = gcp_group_scan(run, sums, GCP_SORT_WG);
@@ -345,23 +348,23 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
         pr[j] = i < m ? lrow[GCP_PAD(i)] : 0;
         pi[j] = i < m ? lidx[GCP_PAD(i)] : 0;
         if (i < m) {
-            const int c = GCP_LC(((pr[j] >> shift) & mask) * GCP_SORT_WG + t);
+            const int c = GCP_LC(((pr[j] >> shift) & mask) * GCP_SORT_WG + t, lb);
             lcnt[c] = (ushort) (lcnt[c] + 1);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     {   /* exclusive prefix sum of lcnt in its [digit][work-item] order: work-item t takes
-         * the GCP_SORT_BINS entries from t * GCP_SORT_BINS on (an even number of them, from a
-         * word boundary: a word at a time where the device is little-endian) */
+         * the nbin entries from t * nbin on (an even number of them, from a word boundary: a
+         * word at a time where the device is little-endian) */
         int run = 0;
 #ifdef __ENDIAN_LITTLE__
-        __local uint* cw = lcntw + GCP_LC(t * GCP_SORT_BINS) / 2;
-        for (int e = 0; e < GCP_SORT_BINS / 2; ++e) {
+        __local uint* cw = lcntw + GCP_LC(t * nbin, lb) / 2;
+        for (int e = 0; e < nbin / 2; ++e) {
             const uint v = cw[e];
             run += (int) (v & 0xFFFFu) + (int) (v >> 16);
         }
         int acc = gcp_group_scan(run, sums, GCP_SORT_WG);
-        for (int e = 0; e < GCP_SORT_BINS / 2; ++e) {
+        for (int e = 0; e < nbin / 2; ++e) {
             const uint v = cw[e];
             const uint lo = (uint) acc;
             acc += (int) (v & 0xFFFFu);
@@ -369,23 +372,23 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
             acc += (int) (v >> 16);
         }
 #else
-        for (int e = 0; e < GCP_SORT_BINS; ++e) run += lcnt[GCP_LC(t * GCP_SORT_BINS + e)];
+        for (int e = 0; e < nbin; ++e) run += lcnt[GCP_LC(t * nbin + e, lb)];
         int acc = gcp_group_scan(run, sums, GCP_SORT_WG);
-        for (int e = 0; e < GCP_SORT_BINS; ++e) {
-            const int c = lcnt[GCP_LC(t * GCP_SORT_BINS + e)];
-            lcnt[GCP_LC(t * GCP_SORT_BINS + e)] = (ushort) acc;
+        for (int e = 0; e < nbin; ++e) {
+            const int c = lcnt[GCP_LC(t * nbin + e, lb)];
+            lcnt[GCP_LC(t * nbin + e, lb)] = (ushort) acc;
             acc += c;
         }
 #endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) start[d] = lcnt[GCP_LC(d * GCP_SORT_WG)];
+    for (int d = t; d < nbin; d += GCP_SORT_WG) start[d] = lcnt[GCP_LC(d * GCP_SORT_WG, lb)];
     barrier(CLK_LOCAL_MEM_FENCE);
     /* the tile ordered by digit, in local memory */
     for (int j = 0; j < GCP_SORT_PER; ++j) {
         const int i = t * GCP_SORT_PER + j;
         if (i < m) {
-            const int c = GCP_LC(((pr[j] >> shift) & mask) * GCP_SORT_WG + t);
+            const int c = GCP_LC(((pr[j] >> shift) & mask) * GCP_SORT_WG + t, lb);
             const int p = lcnt[c];
             lcnt[c] = (ushort) (p + 1);
             lrow[GCP_PAD(p)] = pr[j];
@@ -427,6 +430,43 @@ inline VAL_T gcp_contribution(const long j, const int k, const int r, const int 
     for (int l = NMODES - 1; l >= 0; --l)
         if (l > k) suf = suf * F[l][(long) ij[l] * R + r];
     return pre * suf;
+}
+
+/* gcp_contribution4 of a sample whose coordinates ij and weighted derivative yj are already
+ * read (the pipelined gcp_run_sums): the same products in the same order */
+inline gcp_val4 gcp_contribution4_at(const IDX_T* ij, const VAL_T yj, const int k,
+                                     const int r0, const int R, __global const VAL_T* lam,
+                                     __global const VAL_T* const* F)
+{
+    if (R % 4 == 0) {
+        gcp_val4 pre = (gcp_val4) (yj) * *(__global const gcp_val4*) (lam + r0);
+#pragma unroll
+        for (int l = 0; l < NMODES; ++l)
+            if (l < k) pre = pre * *(__global const gcp_val4*) (F[l] + (long) ij[l] * R + r0);
+        gcp_val4 suf = (gcp_val4) (1);
+#pragma unroll
+        for (int l = NMODES - 1; l >= 0; --l)
+            if (l > k) suf = suf * *(__global const gcp_val4*) (F[l] + (long) ij[l] * R + r0);
+        return pre * suf;
+    }
+    VAL_T v[4];
+    for (int e = 0; e < 4; ++e) {
+        const int r = r0 + e;
+        VAL_T c = 0;
+        if (r < R) {
+            VAL_T pre = yj * lam[r];
+#pragma unroll
+            for (int l = 0; l < NMODES; ++l)
+                if (l < k) pre = pre * F[l][(long) ij[l] * R + r];
+            VAL_T suf = 1;
+#pragma unroll
+            for (int l = NMODES - 1; l >= 0; --l)
+                if (l > k) suf = suf * F[l][(long) ij[l] * R + r];
+            c = pre * suf;
+        }
+        v[e] = c;
+    }
+    return vload4(0, v);
 }
 
 /* gcp_contribution for columns r0 .. r0 + 3 (those below R; the others 0): the same products
@@ -506,6 +546,50 @@ __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T*
     int cur = kr[a];
     int head = a > 0 && kr[a - 1] == cur;       /* the run at a came from before */
     gcp_val4 acc = 0;
+#ifdef GCP_RUN_PIPE
+    /* a pipeline over the positions: at position q the factor rows of q are read, the
+     * coordinates and y of sample q + 1 and the row and sample number of q + 2 (each
+     * already known), so a position waits for one gather, not for three in a chain */
+    IDX_T ij1[NMODES];
+    VAL_T y1 = 0;
+    int row1 = cur;
+    {
+        const long j = ki[a];
+        for (int l = 0; l < NMODES; ++l) ij1[l] = ssubs[j * NMODES + l];
+        y1 = y[j];
+    }
+    int row2 = a + 1 < b ? kr[a + 1] : 0;
+    long j2 = a + 1 < b ? ki[a + 1] : 0;
+    for (long q = a; q < b; ++q) {
+        IDX_T ijn[NMODES];
+        VAL_T yn = 0;
+        const int rown = row2;
+        if (q + 1 < b) {
+            for (int l = 0; l < NMODES; ++l) ijn[l] = ssubs[j2 * NMODES + l];
+            yn = y[j2];
+        } else {
+            for (int l = 0; l < NMODES; ++l) ijn[l] = 0;
+        }
+        if (q + 2 < b) {
+            row2 = kr[q + 2];
+            j2 = ki[q + 2];
+        }
+        const gcp_val4 c = gcp_contribution4_at(ij1, y1, k, r0, R, lam, F);
+        if (row1 != cur) {                      /* the run of cur ended inside the segment */
+            if (head)
+                gcp_store4(heads + s * R, acc, R - r0);         /* head: came from before */
+            else
+                gcp_store4(G[k] + (long) cur * R + r0, acc, R - r0);
+            head = 0;
+            cur = row1;
+            acc = 0;
+        }
+        acc = acc + c;
+        row1 = rown;
+        for (int l = 0; l < NMODES; ++l) ij1[l] = ijn[l];
+        y1 = yn;
+    }
+#else
     /* GCP_RUN_AHEAD positions at a time: their rows and contributions are read first (the
      * gathers of a block in flight together), then added in order */
     for (long q0 = a; q0 < b; q0 += GCP_RUN_AHEAD) {
@@ -529,6 +613,7 @@ __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T*
             acc = acc + c[u];
         }
     }
+#endif
     if (head)
         gcp_store4(heads + s * R, acc, R - r0);
     else if (b < ns && kr[b] == cur)
@@ -537,20 +622,21 @@ __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T*
         gcp_store4(G[k] + (long) cur * R + r0, acc, R - r0);
 }
 
-/* The rows of the runs that go on past their segment: work-item (r, s, k), where segment s's
+/* The rows of the runs that go on past their segment: work-item (q, s, k), where segment s's
  * last run started in it and goes on, adds its tail and the heads of the segments after it,
- * in order, and writes the row's column r. */
+ * in order, and writes the row's columns 4q .. 4q + 3 (each column's own sum, four at a time
+ * for the loads, as gcp_run_sums). */
 __kernel void gcp_run_join(const long ns, const int R_arg, __global const int* rows,
                            __global const int* active, const int seg,
                            __global const VAL_T* part, GRAD_PARAMS)
 {
     const int R = GCP_RANK(R_arg);
     GRAD_ARRAY
-    const int r = get_global_id(0);
+    const int r0 = 4 * (int) get_global_id(0);
     const long s = get_global_id(1);
     const int k = get_global_id(2);
     const long nseg = (ns + seg - 1) / seg;
-    if (r >= R || s >= nseg || !active[k]) return;
+    if (r0 >= R || s >= nseg || !active[k]) return;
     __global const int* kr = rows + k * ns;
     const long a = s * seg, b = min(ns, a + seg);
     if (b >= ns) return;
@@ -573,10 +659,24 @@ __kernel void gcp_run_join(const long ns, const int R_arg, __global const int* r
         if (kr[mid] == row) lo = mid + 1; else hi = mid;
     }
     const long last = (lo - 1) / seg;
-    __global const VAL_T* heads = part + (2L * k) * nseg * R + r;
-    VAL_T acc = part[((2L * k + 1) * nseg + s) * R + r];
-    for (long t = s + 1; t <= last; ++t) acc = acc + heads[t * R];
-    G[k][(long) row * R + r] = acc;
+    __global const VAL_T* heads = part + (2L * k) * nseg * R + r0;
+    __global const VAL_T* tail = part + ((2L * k + 1) * nseg + s) * R + r0;
+    const int n = min(4, R - r0);
+    gcp_val4 acc;
+    if (R % 4 == 0) {
+        acc = *(__global const gcp_val4*) tail;
+        for (long t = s + 1; t <= last; ++t)
+            acc = acc + *(__global const gcp_val4*) (heads + t * R);
+    } else {
+        VAL_T v[4] = {0, 0, 0, 0};
+        for (int e = 0; e < n; ++e) {
+            VAL_T c = tail[e];
+            for (long t = s + 1; t <= last; ++t) c = c + heads[t * R + e];
+            v[e] = c;
+        }
+        acc = vload4(0, v);
+    }
+    gcp_store4(G[k] + (long) row * R + r0, acc, R - r0);
 }
 
 #ifdef GCP_ATOMIC_SCATTER
