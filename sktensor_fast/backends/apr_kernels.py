@@ -79,20 +79,9 @@ class AprKernels:
     def mu_step_(self, B, Phi, tol):
         """One inner step of CP-APR MU: ``kkt = max |min(B, 1 - Phi)|`` (as
         :meth:`kkt_violation`), then ``B *= Phi`` in place unless ``kkt < tol``; returns
-        ``kkt``.  The same numbers as the two calls, in one call (backends may fuse them).  A
-        backend may return a value of at least ``tol`` that is below the maximum when that
-        already decides the step: :meth:`mu_kkt` gives the maximum of the last step."""
+        ``kkt``.  The same numbers as the two calls, in one call (backends may fuse them)."""
         check_same_shape(B, Phi, "B")
         return self._mu_step_(B, Phi, check_real(tol, "tol"))
-
-    def mu_kkt(self, kkt):
-        """The KKT violation of the last :meth:`mu_step_` as every process agrees on it: a
-        backend that returned a lower bound there (a distributed one, where its own rows
-        already decide the step) gives the maximum here; ``kkt`` otherwise."""
-        return self._mu_kkt(float(kkt))
-
-    def _mu_kkt(self, kkt):
-        return kkt
 
     def mu_rows_(self, B, Phi, tol):
         """B[i] *= Phi[i] in place for the rows whose KKT violation max_r |min(B, 1 - Phi)|

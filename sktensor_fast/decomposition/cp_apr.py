@@ -459,8 +459,6 @@ class CPAPR(BaseCP):
                     if kkt_mode[n] < self.tol:
                         break
                     converged = False
-                # the last step's violation as every process agrees on it
-                kkt_mode[n] = backend.apr.mu_kkt(kkt_mode[n])
                 weights = _normalize_columns(backend, B)
             kkt = float(kkt_mode.max())
             out_of_time = self._finish_outer(backend, T, A, weights, it, kkt, n_inner, t0,

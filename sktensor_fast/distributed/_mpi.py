@@ -192,36 +192,6 @@ def agree_on_errors(comm, catch_warnings=True):
         raise _rebuild(cls, f"{msg} [on MPI process {r} of {size}]") from None
 
 
-class PendingMax:
-    """A maximum over the processes started by :meth:`Channel.imax`."""
-
-    __slots__ = ("channel", "req", "out", "kind", "keep", "value")
-
-    def __init__(self, channel, req, out, kind, keep=None):
-        self.channel, self.req, self.out, self.kind = channel, req, out, kind
-        self.keep = keep            # the send buffer, alive until the operation completes
-        self.value = float(out[0]) if req is None else None
-
-    def progress(self):
-        """Let MPI move this operation on without waiting (an implementation may need a call
-        into MPI for that); True once it is complete."""
-        if self.value is None and self.req.Test():
-            self.value = float(self.out[0])
-            self.req = self.keep = None
-        return self.value is not None
-
-    def wait(self):
-        """The maximum (waiting for the other processes where they have not all given theirs)."""
-        if self.value is None:
-            t0 = time.perf_counter()
-            self.req.Wait()
-            self.channel._count(self.kind, 0, time.perf_counter() - t0)
-            self.channel.counters[self.kind][0] -= 1      # one operation, counted at its start
-            self.value = float(self.out[0])
-            self.req = self.keep = None
-        return self.value
-
-
 class Channel:
     """The collective operations of a distributed fit, with counters.
 
@@ -351,19 +321,6 @@ class Channel:
         self.comm.Allreduce(a, out, op=self.MPI.MAX)
         self._count(kind, (self.size - 1) * a.nbytes, time.perf_counter() - t0)
         return out if np.ndim(x) else float(out)
-
-    def imax(self, x, kind="reduce"):
-        """The maximum over processes of the float ``x``, started without waiting: a
-        :class:`PendingMax` whose ``wait()`` returns it.  Every process must start the same
-        ones in the same order, as for the blocking collectives."""
-        a = np.array([x], dtype=np.float64)
-        if self.size == 1:
-            return PendingMax(self, None, a, kind)
-        t0 = time.perf_counter()
-        out = np.empty_like(a)
-        req = self.comm.Iallreduce(a, out, op=self.MPI.MAX)
-        self._count(kind, (self.size - 1) * a.nbytes, time.perf_counter() - t0)
-        return PendingMax(self, req, out, kind, keep=a)
 
     def bcast(self, obj, root=0, kind="check"):
         """Python object of process ``root`` on every process."""

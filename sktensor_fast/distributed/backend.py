@@ -640,47 +640,6 @@ class _DistAprKernels(AprKernels):
         self._wrote(L, B)
         return B
 
-    #: the maxima of the KKT violation started and not yet waited for, oldest first
-    _pending = ()
-
-    def _mu_step_(self, B, Phi, tol):
-        """The KKT violation of this process's rows decides the step where it reaches
-        ``tol``: the maximum over the processes is at least as large, so every process
-        multiplies and goes on, and none waits for the others here.  The maximum is started
-        all the same (a non-blocking collective, every process starting the same ones in the
-        same order) and waited for one step later, or by :meth:`mu_kkt`; a process whose rows
-        are below ``tol`` waits for it at once, as the step depends on it."""
-        L, b, p = self._pair(B, Phi)
-        local = self.backend.local.apr
-        if L is None:
-            return super()._mu_step_(B, Phi, tol)
-        v = float(local._kkt_violation(b, p))
-        self._settle(keep=1)
-        pend = self.backend.channel.imax(v)
-        if v >= tol:
-            self._pending = (*self._pending, pend)
-            kkt = v
-        else:
-            kkt = pend.wait()
-        if not kkt < tol:
-            local._multiply_(b, p)
-            self._wrote(L, B)
-        pend.progress()      # this process's part sent on, for a process that waits for it
-        self._last = pend
-        return kkt
-
-    def _settle(self, keep=0):
-        """Wait for the started maxima but the newest ``keep``."""
-        while len(self._pending) > keep:
-            self._pending[0].wait()
-            self._pending = self._pending[1:]
-
-    def _mu_kkt(self, kkt):
-        last = getattr(self, "_last", None)
-        self._settle()
-        self._last = None
-        return kkt if last is None else last.wait()
-
     def _mu_rows_(self, B, Phi, tol):
         L, b, p = self._pair(B, Phi)
         n = self.backend.local.apr._mu_rows_(b, p, tol)

@@ -383,62 +383,6 @@ def fits_on_a_loaded_file():
 
 
 @case
-def mu_steps_wait_only_below_tol():
-    from sktensor_fast.distributed import _mpi
-    from sktensor_fast.distributed import backend as dist_backend
-    # the channel's maximum started without waiting: completed in any order, counted once
-    ch = _mpi.Channel(comm)
-    first, second = ch.imax(float(RANK)), ch.imax(-float(RANK))
-    assert second.wait() == 0.0 and first.wait() == float(SIZE - 1)
-    assert first.wait() == float(SIZE - 1)            # a second wait returns the same
-    n, nbytes, _ = ch.counters["reduce"]
-    assert (n, nbytes) == (2, 2 * (SIZE - 1) * 8), ch.counters
-    # a CP-APR MU fit with tol = 0: every process's own rows decide every step (at least
-    # tol), so no step waits for the maximum it started; each is waited for a step later or
-    # at the end of the mode's inner iterations, and the model is the one process's
-    X = random_tensor((25, 20, 15), 2000, seed=6, skew=True)
-    Xd = scatter(X if RANK == 0 else None)
-    step = [0]
-    waited = []
-    started = {}
-    imax, wait = _mpi.Channel.imax, _mpi.PendingMax.wait
-    mu_step = dist_backend._DistAprKernels._mu_step_
-
-    def counting_imax(self, x, kind="reduce"):
-        got = imax(self, x, kind)
-        started[id(got)] = (step[0], got)        # kept alive: ids are not reused
-        return got
-
-    def recording_wait(self):
-        if self.value is None:
-            waited.append((started.get(id(self), (None,))[0], step[0]))
-        return wait(self)
-
-    def counted_step(self, B, Phi, tol):
-        step[0] += 1
-        return mu_step(self, B, Phi, tol)
-
-    _mpi.Channel.imax, _mpi.PendingMax.wait = counting_imax, recording_wait
-    dist_backend._DistAprKernels._mu_step_ = counted_step
-    try:
-        est = CPAPR(rank=3, random_state=2, max_iter=3, max_inner_iter=4, tol=0)
-        dist = est.fit(Xd)
-    finally:
-        _mpi.Channel.imax, _mpi.PendingMax.wait = imax, wait
-        dist_backend._DistAprKernels._mu_step_ = mu_step
-    assert step[0] == 3 * 3 * 4 and len(started) >= step[0], (step, len(started))
-    assert waited and all(s is not None and w > s or w == s for s, w in waited), waited
-    inner = [(s, w) for s, w in waited if s is not None and w == s]
-    # waited in the step that started it: only the last step of a mode, by mu_kkt
-    assert len(inner) <= 3 * 3, inner
-    serial = CPAPR(**est.get_params()).fit(X)
-    compare_models(serial, dist, "CPAPR mu tol=0")
-    assert abs(serial.kkt_violation_ - dist.kkt_violation_) <= TOL * serial.kkt_violation_
-    assert serial.n_inner_iter_ == dist.n_inner_iter_ == 3 * 3 * 4
-    assert_same_everywhere([dist.kkt_violation_])
-
-
-@case
 def communication_matches_model():
     X = random_tensor((60, 50, 40), 4000, seed=9, counts=False)
     Xd = scatter(X if RANK == 0 else None)
