@@ -411,15 +411,15 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
     }
 }
 
-/* The contribution of sample j to column r of its row of mode k:
- * ((y lam[r]) prod_{l<k} A_l[i_l, r]) * (prod_{l>k} A_l[i_l, r], from the last mode down),
- * the CPU kernel's products. */
-inline VAL_T gcp_contribution(const long j, const int k, const int r, const int R,
-                              __global const VAL_T* lam, __global const VAL_T* const* F,
-                              __global const IDX_T* ssubs, __global const VAL_T* y)
+/* The contribution to column r of its row of mode k of a sample with coordinates ij and
+ * weighted derivative yj: ((yj lam[r]) prod_{l<k} A_l[i_l, r]) * (prod_{l>k} A_l[i_l, r],
+ * from the last mode down), the CPU kernel's products.  ij is read by the caller (the
+ * pipelined gcp_run_sums reads it a position ahead). */
+inline VAL_T gcp_contribution_at(const IDX_T* ij, const VAL_T yj, const int k, const int r,
+                                 const int R, __global const VAL_T* lam,
+                                 __global const VAL_T* const* F)
 {
-    __global const IDX_T* ij = ssubs + j * NMODES;
-    VAL_T pre = y[j] * lam[r];
+    VAL_T pre = yj * lam[r];
     /* loops over every mode (constant bounds, unrolled): F indexed by constants stays in
      * registers, where bounds of k would leave it in memory and read it at every product */
 #pragma unroll
@@ -432,8 +432,9 @@ inline VAL_T gcp_contribution(const long j, const int k, const int r, const int 
     return pre * suf;
 }
 
-/* gcp_contribution4 of a sample whose coordinates ij and weighted derivative yj are already
- * read (the pipelined gcp_run_sums): the same products in the same order */
+/* gcp_contribution_at for columns r0 .. r0 + 3 (those below R; the others 0): the same
+ * products per column, the rows read four entries at a time where R is a multiple of four (a
+ * row then starts on a multiple of four entries, a buffer on the device's base alignment) */
 inline gcp_val4 gcp_contribution4_at(const IDX_T* ij, const VAL_T yj, const int k,
                                      const int r0, const int R, __global const VAL_T* lam,
                                      __global const VAL_T* const* F)
@@ -450,48 +451,15 @@ inline gcp_val4 gcp_contribution4_at(const IDX_T* ij, const VAL_T yj, const int 
         return pre * suf;
     }
     VAL_T v[4];
-    for (int e = 0; e < 4; ++e) {
-        const int r = r0 + e;
-        VAL_T c = 0;
-        if (r < R) {
-            VAL_T pre = yj * lam[r];
-#pragma unroll
-            for (int l = 0; l < NMODES; ++l)
-                if (l < k) pre = pre * F[l][(long) ij[l] * R + r];
-            VAL_T suf = 1;
-#pragma unroll
-            for (int l = NMODES - 1; l >= 0; --l)
-                if (l > k) suf = suf * F[l][(long) ij[l] * R + r];
-            c = pre * suf;
-        }
-        v[e] = c;
-    }
+    for (int e = 0; e < 4; ++e)
+        v[e] = r0 + e < R ? gcp_contribution_at(ij, yj, k, r0 + e, R, lam, F) : 0;
     return vload4(0, v);
 }
 
-/* gcp_contribution for columns r0 .. r0 + 3 (those below R; the others 0): the same products
- * per column, the rows read four entries at a time where R is a multiple of four (a row then
- * starts on a multiple of four entries, a buffer on the device's base alignment) */
-inline gcp_val4 gcp_contribution4(const long j, const int k, const int r0, const int R,
-                                  __global const VAL_T* lam, __global const VAL_T* const* F,
-                                  __global const IDX_T* ssubs, __global const VAL_T* y)
+/* the coordinates of sample j (for the *_at functions above) */
+inline void gcp_coords(const long j, __global const IDX_T* ssubs, IDX_T* ij)
 {
-    if (R % 4 == 0) {
-        __global const IDX_T* ij = ssubs + j * NMODES;
-        gcp_val4 pre = (gcp_val4) (y[j]) * *(__global const gcp_val4*) (lam + r0);
-#pragma unroll
-        for (int l = 0; l < NMODES; ++l)
-            if (l < k) pre = pre * *(__global const gcp_val4*) (F[l] + (long) ij[l] * R + r0);
-        gcp_val4 suf = (gcp_val4) (1);
-#pragma unroll
-        for (int l = NMODES - 1; l >= 0; --l)
-            if (l > k) suf = suf * *(__global const gcp_val4*) (F[l] + (long) ij[l] * R + r0);
-        return pre * suf;
-    }
-    VAL_T v[4];
-    for (int e = 0; e < 4; ++e)
-        v[e] = r0 + e < R ? gcp_contribution(j, k, r0 + e, R, lam, F, ssubs, y) : 0;
-    return vload4(0, v);
+    for (int l = 0; l < NMODES; ++l) ij[l] = ssubs[j * NMODES + l];
 }
 
 /* p[0 .. min(n, 4) - 1] = the first entries of v (one store of four where n >= 4 and the row
@@ -555,7 +523,7 @@ __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T*
     int row1 = cur;
     {
         const long j = ki[a];
-        for (int l = 0; l < NMODES; ++l) ij1[l] = ssubs[j * NMODES + l];
+        gcp_coords(j, ssubs, ij1);
         y1 = y[j];
     }
     int row2 = a + 1 < b ? kr[a + 1] : 0;
@@ -565,7 +533,7 @@ __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T*
         VAL_T yn = 0;
         const int rown = row2;
         if (q + 1 < b) {
-            for (int l = 0; l < NMODES; ++l) ijn[l] = ssubs[j2 * NMODES + l];
+            gcp_coords(j2, ssubs, ijn);
             yn = y[j2];
         } else {
             for (int l = 0; l < NMODES; ++l) ijn[l] = 0;
@@ -598,7 +566,14 @@ __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T*
         for (int u = 0; u < GCP_RUN_AHEAD; ++u) {
             const long q = q0 + u;
             rw[u] = q < b ? kr[q] : 0;
-            c[u] = q < b ? gcp_contribution4(ki[q], k, r0, R, lam, F, ssubs, y) : 0;
+            if (q < b) {
+                const long j = ki[q];
+                IDX_T ij[NMODES];
+                gcp_coords(j, ssubs, ij);
+                c[u] = gcp_contribution4_at(ij, y[j], k, r0, R, lam, F);
+            } else {
+                c[u] = 0;
+            }
         }
         for (int u = 0; u < GCP_RUN_AHEAD && q0 + u < b; ++u) {
             if (rw[u] != cur) {                 /* the run of cur ended inside the segment */
@@ -733,7 +708,9 @@ __kernel void gcp_scatter_atomic(const long ns, const int R_arg, __global const 
     const int k = get_global_id(2);
     if (r >= R || j >= ns || !active[k]) return;
     const long row = ssubs[j * NMODES + k];
-    gcp_atomic_add(G[k] + row * R + r, gcp_contribution(j, k, r, R, lam, F, ssubs, y));
+    IDX_T ij[NMODES];
+    gcp_coords(j, ssubs, ij);
+    gcp_atomic_add(G[k] + row * R + r, gcp_contribution_at(ij, y[j], k, r, R, lam, F));
 }
 #endif
 
