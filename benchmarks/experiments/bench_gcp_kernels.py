@@ -11,7 +11,9 @@ time per step and, per kernel, its device time and launches per step.  ``--rank-
 kernels take the rank as an argument (``specialize = 0``) where the backend would compile it
 in (GPUs); ``--no-pipe``: ``gcp_run_sums`` reads its positions in blocks of AHEAD, not as a
 pipeline (``gcp_ops.PIPELINE_SUMS``); ``--segment N``: positions per work-item of the row
-sums (``gcp_ops.RUN_SEGMENT``); ``--maxrreg N``: NVIDIA's register limit for the GCP program.
+sums (``gcp_ops.RUN_SEGMENT``); ``--maxrreg N``: NVIDIA's register limit for the GCP program;
+``--no-draw-lanes``: ``gcp_draw_terms`` with one work-item per sample for the model values
+(``gcp_ops.DRAW_LANES``).
 """
 import collections
 import os
@@ -41,6 +43,7 @@ rank_arg = _flag("--rank-arg")
 no_pipe = _flag("--no-pipe")
 segment = _flag("--segment", True)
 maxrreg = _flag("--maxrreg", True)
+no_draw_lanes = _flag("--no-draw-lanes")
 argv = list(sys.argv)
 nnz = float(argv[1]) if len(argv) > 1 else 2e7
 shape = (12092, 9184, 28818)
@@ -55,10 +58,13 @@ if no_pipe:
     gcp_ops.PIPELINE_SUMS = False
 if segment:
     gcp_ops.RUN_SEGMENT = int(segment)
+if no_draw_lanes:
+    gcp_ops.DRAW_LANES = False
 if maxrreg:
     gcp_ops.EXTRA_BUILD_OPTIONS = (f"-cl-nv-maxrregcount={int(maxrreg)}",)
 print("settings:", {"rank_arg": bool(rank_arg), "pipe": gcp_ops.PIPELINE_SUMS,
-                    "segment": gcp_ops.RUN_SEGMENT, "maxrreg": maxrreg})
+                    "segment": gcp_ops.RUN_SEGMENT, "maxrreg": maxrreg,
+                    "draw_lanes": gcp_ops.DRAW_LANES})
 n_zero = int(np.prod(shape, dtype=object)) - X.nnz
 ng, nl = gcp_plan.default_counts("stratified", X.nnz, n_zero)
 T = be.prepare(X)

@@ -110,6 +110,12 @@ EXTRA_BUILD_OPTIONS = ()
 #: NELL-2's size (76.9M nonzeros, R = 16) its device time per step went 0.100 -> 0.093 ms
 #: with 96, and 0.095 with 64, where ``gcp_run_sums`` then lost more (0.085 -> 0.102)
 NVIDIA_MAX_REGISTERS = 96
+#: ``gcp_draw_terms`` forms its samples' model values with R / 4 work-items per sample
+#: (GCP_DRAW_LANES of gcp.cl) where the rank is compiled in, a multiple of four and at most
+#: :data:`DRAW_LANES_MAX_RANK` (its local memory: the group's products, 8 (R + 1) bytes a
+#: sample in fp64); the same bits as one work-item per sample
+DRAW_LANES = True
+DRAW_LANES_MAX_RANK = 32
 #: ``run_steps`` with a deadline compares the clock with it every this many steps (waiting for
 #: the device to finish the steps enqueued so far)
 DEADLINE_CHECK_STEPS = 16
@@ -274,6 +280,8 @@ def _program_parts(be, dtype, N, R=None):
                  f"#define GCP_RUN_AHEAD {RUN_AHEAD}"]
         if rank is not None:
             extra.append(f"#define FIXED_RANK {rank}")
+        if lanes:
+            extra += ["#define GCP_DRAW_LANES 1", f"#define GCP_DRAW_WG {draw_wg}"]
         if pipe:
             extra.append("#define GCP_RUN_PIPE 1")
         if atomics_supported(be, dtype):
@@ -286,6 +294,9 @@ def _program_parts(be, dtype, N, R=None):
         opts.append(f"-cl-nv-maxrregcount={int(NVIDIA_MAX_REGISTERS)}")
     opts += list(EXTRA_BUILD_OPTIONS)
     pipe = bool(PIPELINE_SUMS)
+    lanes = bool(DRAW_LANES and rank is not None and rank % 4 == 0
+                 and 0 < rank <= DRAW_LANES_MAX_RANK)
+    draw_wg = be.geometry((1,))[1][0]   # the work-group of the draw's launches
     ptx = bool(PTX_ATOMICS and getattr(be, "is_nvidia", False)
                and getattr(be, "gcp_reduction", "deterministic") == "atomic")
     key = ("gcp", np.dtype(dtype).str, N, bits, wg, per, swg, RUN_AHEAD, ptx)
@@ -295,6 +306,8 @@ def _program_parts(be, dtype, N, R=None):
         key += ("options",) + tuple(opts)
     if rank is not None:
         key += ("rank", rank)
+    if lanes:
+        key += ("draw_lanes", draw_wg)
     return key, source, opts
 
 

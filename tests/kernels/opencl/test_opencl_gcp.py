@@ -729,13 +729,15 @@ def test_fused_steps_equal_stepwise_and_cpu(be, cpu, solver, n_steps):
     assert not fused[0][4 + 1].any()
 
 
-@pytest.mark.parametrize("R", [16, 7, 1])
+@pytest.mark.parametrize("R", [16, 8, 7, 1, 36])
 def test_kernels_compiled_for_the_rank_give_the_same_bits(be, R):
     """With the rank compiled in (``specialize`` 2, the default on GPUs) the fused steps,
     a stepwise gradient with its loss, the loss estimate and the gradient of an explicit
     sample give the bits of the kernels that take the rank as an argument; the step's
     kernels then come from a program built for that rank (one per rank), and none is built
-    for a rank with the setting off."""
+    for a rank with the setting off.  Ranks 8 and 16 draw with R / 4 work-items per
+    sample (GCP_DRAW_LANES: two and four), 7, 1 and 36 (above DRAW_LANES_MAX_RANK) with
+    one; 1,400 samples leave the last work-group of the draw 56 of its 64."""
     X, U = sparse_problem(shape=(9, 300, 5, 7), density=0.05, R=R)
     loss = get_loss("poisson")
     To = be.prepare(X)
@@ -765,7 +767,9 @@ def test_kernels_compiled_for_the_rank_give_the_same_bits(be, R):
         np.testing.assert_array_equal(a, b)
     assert got[0][1] == got[2][1]
     assert not any("rank" in k for k in built[0])
-    assert {k[-2:] for k in built[2]} == {("rank", R)}
+    assert {k[k.index("rank") + 1] for k in built[2]} == {R}
+    lanes = R % 4 == 0 and R <= ocl_ops.DRAW_LANES_MAX_RANK
+    assert {"draw_lanes" in k for k in built[2]} == {lanes}
 
 
 def test_fused_steps_reuse_out_and_count_launches(be, cpu, monkeypatch):

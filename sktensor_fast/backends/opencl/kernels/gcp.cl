@@ -115,6 +115,22 @@ typedef double4 gcp_val4;
 typedef float4 gcp_val4;
 #endif
 
+/* the weighted derivative (into *y) and weighted loss (into *f, when want_loss) of a sample
+ * of value x, weight w and correction flag corr whose model value is m (built-in losses) */
+inline void gcp_loss_terms(const VAL_T m, const int code, const VAL_T param, const VAL_T x,
+                           const VAL_T w, const int corr, const int want_loss, VAL_T* y,
+                           VAL_T* f)
+{
+    VAL_T yv = sktf_loss_deriv(code, param, x, m);
+    if (corr) yv = yv - sktf_loss_deriv(code, param, 0, m);
+    *y = w * yv;
+    if (want_loss) {
+        VAL_T fv = sktf_loss_value(code, param, x, m);
+        if (corr) fv = fv - sktf_loss_value(code, param, 0, m);
+        *f = w * fv;
+    }
+}
+
 /* model value, weighted derivative (into *y) and weighted loss (into *f, when want_loss) of
  * one sample; the products in the order of the CPU kernel */
 inline VAL_T gcp_sample_terms(const long* ij, const int R, const int code, const VAL_T param,
@@ -146,16 +162,7 @@ inline VAL_T gcp_sample_terms(const long* ij, const int R, const int code, const
             m = m + lam[r] * F[0][ij[0] * R + r] * s;
         }
     }
-    if (code >= 0) {
-        VAL_T yv = sktf_loss_deriv(code, param, x, m);
-        if (corr) yv = yv - sktf_loss_deriv(code, param, 0, m);
-        *y = w * yv;
-        if (want_loss) {
-            VAL_T fv = sktf_loss_value(code, param, x, m);
-            if (corr) fv = fv - sktf_loss_value(code, param, 0, m);
-            *f = w * fv;
-        }
-    }
+    if (code >= 0) gcp_loss_terms(m, code, param, x, w, corr, want_loss, y, f);
     return m;
 }
 
@@ -199,7 +206,82 @@ __kernel void gcp_terms(const long ns, const int R_arg, const int code, const VA
 }
 
 /* gcp_draw then gcp_terms in one kernel (built-in losses): the sample's coordinates and y go
- * to memory, its value and weights do not */
+ * to memory, its value and weights do not.
+ *
+ * GCP_DRAW_LANES (set by the host where the rank is compiled in, a multiple of four and at
+ * most GCP_DRAW_MAX_RANK): the work-group's GCP_DRAW_WG samples drawn one per work-item,
+ * their coordinates kept in local memory; then their model values' products formed by
+ * R / 4 work-items per sample, each reading four consecutive columns of the sample's rows
+ * (consecutive work-items read a row's consecutive bytes, where one work-item per sample
+ * reads 32 rows at once a quarter at a time), the products kept in local memory; then each
+ * work-item adds its sample's products in column order.  The same products and sums as the
+ * path of one work-item per sample, so the same bits. */
+#ifdef GCP_DRAW_LANES
+#define GCP_LP_STRIDE (FIXED_RANK + 1)   /* a sample's products, one padding entry (banks) */
+__kernel __attribute__((reqd_work_group_size(GCP_DRAW_WG, 1, 1)))
+void gcp_draw_terms(const ulong key, const long ns, __global const long* sp,
+                    __global const long* shape, __global const long* strides,
+                    __global const IDX_T* subs, __global const VAL_T* vals,
+                    __global const long* lin, __global const long* bucket,
+                    __global const IDX_T* zsubs, const VAL_T wp, const VAL_T wq,
+                    const int R_arg, const int code, const VAL_T param,
+                    __global const VAL_T* lam, FACTOR_PARAMS,
+                    __global const int* active, const int want_loss,
+                    __global IDX_T* out_subs, __global VAL_T* y_out,
+                    __global VAL_T* f_out, const int count,
+                    __global const int* dbits, const int ntiles, __global int* cnt)
+{
+    const int R = FIXED_RANK;
+    FACTOR_ARRAY
+    __local IDX_T lij[GCP_DRAW_WG * NMODES];
+    __local VAL_T lp[GCP_DRAW_WG * GCP_LP_STRIDE];
+    const int t = (int) get_local_id(0);
+    const long j = get_global_id(0);
+    const long base = j - t;
+    const int here = (int) min((long) GCP_DRAW_WG, ns - base);
+    long ij[NMODES];
+    VAL_T x = 0, w = 0;
+    int corr = 0;
+    if (j < ns) {
+        const sktf_gcp_sampler S = sktf_gcp_sampler_make(sp, NMODES, shape, strides, subs,
+                                                         vals, lin, bucket, zsubs, wp, wq);
+        x = sktf_gcp_sample(&S, key, j, ij, &w, &corr);
+        for (int k = 0; k < NMODES; ++k) {
+            out_subs[j * NMODES + k] = (IDX_T) ij[k];
+            lij[t * NMODES + k] = (IDX_T) ij[k];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#define GCP_DRAW_L (FIXED_RANK / 4)
+#pragma unroll
+    for (int i = 0; i < GCP_DRAW_L; ++i) {
+        const int u = i * GCP_DRAW_WG + t;
+        const int s = u / GCP_DRAW_L, r = (u - s * GCP_DRAW_L) * 4;
+        if (s < here) {
+            gcp_val4 q = (gcp_val4) (1);
+            for (int k = NMODES - 1; k >= 1; --k)
+                q = q * *(__global const gcp_val4*) (F[k] + (long) lij[s * NMODES + k] * R + r);
+            const gcp_val4 p = *(__global const gcp_val4*) (lam + r)
+                * *(__global const gcp_val4*) (F[0] + (long) lij[s * NMODES] * R + r) * q;
+            __local VAL_T* o = lp + s * GCP_LP_STRIDE + r;
+            o[0] = p.s0;
+            o[1] = p.s1;
+            o[2] = p.s2;
+            o[3] = p.s3;
+        }
+    }
+#undef GCP_DRAW_L
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (j >= ns) return;
+    VAL_T m = 0;
+    for (int r = 0; r < R; ++r) m = m + lp[t * GCP_LP_STRIDE + r];
+    VAL_T y = 0, f = 0;
+    if (code >= 0) gcp_loss_terms(m, code, param, x, w, corr, want_loss, &y, &f);
+    y_out[j] = y;
+    if (want_loss) f_out[j] = f;
+    if (count) gcp_count_first(j, ij, active, dbits, ntiles, cnt);
+}
+#else
 __kernel void gcp_draw_terms(const ulong key, const long ns, __global const long* sp,
                              __global const long* shape, __global const long* strides,
                              __global const IDX_T* subs, __global const VAL_T* vals,
@@ -229,6 +311,7 @@ __kernel void gcp_draw_terms(const ulong key, const long ns, __global const long
     if (want_loss) f_out[j] = f;
     if (count) gcp_count_first(j, ij, active, dbits, ntiles, cnt);
 }
+#endif
 
 /* exclusive prefix sum over the work-group (of n work-items) of `value`; `sums`: n ints of
  * local memory (every work-item calls it) */
