@@ -13,7 +13,11 @@ in (GPUs); ``--no-pipe``: ``gcp_run_sums`` reads its positions in blocks of AHEA
 pipeline (``gcp_ops.PIPELINE_SUMS``); ``--segment N``: positions per work-item of the row
 sums (``gcp_ops.RUN_SEGMENT``); ``--maxrreg N``: NVIDIA's register limit for the GCP program;
 ``--no-draw-lanes``: ``gcp_draw_terms`` with one work-item per sample for the model values
-(``gcp_ops.DRAW_LANES``).
+(``gcp_ops.DRAW_LANES``); ``--sort-bits N``: most bits of a row per pass of the row sort
+(``gcp_ops.GCP_SORT_BITS``; fewer bits, more passes with smaller digit tables);
+``--sort-wg N`` / ``--sort-per N``: work-items of a group of the row sort and samples per
+work-item (``gcp_ops._SORT_WG`` / ``_SORT_PER``); ``--define NAME``: a macro for the build
+of the GCP program.
 """
 import collections
 import os
@@ -44,6 +48,10 @@ no_pipe = _flag("--no-pipe")
 segment = _flag("--segment", True)
 maxrreg = _flag("--maxrreg", True)
 no_draw_lanes = _flag("--no-draw-lanes")
+sort_wg = _flag("--sort-wg", True)
+sort_per = _flag("--sort-per", True)
+sort_bits = _flag("--sort-bits", True)
+define = _flag("--define", True)
 argv = list(sys.argv)
 nnz = float(argv[1]) if len(argv) > 1 else 2e7
 shape = (12092, 9184, 28818)
@@ -60,11 +68,20 @@ if segment:
     gcp_ops.RUN_SEGMENT = int(segment)
 if no_draw_lanes:
     gcp_ops.DRAW_LANES = False
+if sort_wg:
+    gcp_ops._SORT_WG = int(sort_wg)
+if sort_per:
+    gcp_ops._SORT_PER = int(sort_per)
+if sort_bits:
+    gcp_ops.GCP_SORT_BITS = int(sort_bits)
 if maxrreg:
     gcp_ops.EXTRA_BUILD_OPTIONS = (f"-cl-nv-maxrregcount={int(maxrreg)}",)
+if define:
+    gcp_ops.EXTRA_BUILD_OPTIONS += (f"-D{define}",)
 print("settings:", {"rank_arg": bool(rank_arg), "pipe": gcp_ops.PIPELINE_SUMS,
                     "segment": gcp_ops.RUN_SEGMENT, "maxrreg": maxrreg,
-                    "draw_lanes": gcp_ops.DRAW_LANES})
+                    "draw_lanes": gcp_ops.DRAW_LANES, "sort_wg": gcp_ops._SORT_WG,
+                    "sort_per": gcp_ops._SORT_PER, "sort_bits": gcp_ops.GCP_SORT_BITS})
 n_zero = int(np.prod(shape, dtype=object)) - X.nnz
 ng, nl = gcp_plan.default_counts("stratified", X.nnz, n_zero)
 T = be.prepare(X)

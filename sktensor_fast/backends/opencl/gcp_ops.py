@@ -12,16 +12,15 @@ One gradient step (kernels of ``kernels/gcp.cl``):
 1. ``gcp_draw_terms``: sample j of step key K, drawn with the CPU's counter-based generator (the
    same 64-bit integer arithmetic, ported bit for bit), so the sample of (seed, step) is the
    CPU's sample, whatever the work-group size or the order in which work-items run; then its
-   model value and weighted loss derivative y_j, and the digit counts of the first pass of the
-   row sort;
+   model value and weighted loss derivative y_j;
 2. ``gcp_sort_pass`` (one launch per pass, all active modes at once): a stable radix sort of
    the samples by their row of each active mode, :data:`GCP_SORT_BITS` bits of the row per
    pass at most (one pass for modes of up to 256 rows, two up to 65536, three up to 2**24);
-   each pass counts the digits of the next one as it places the samples, and
-   ``gcp_sort_scan`` turns a pass's counts into where every tile's samples go before the pass
-   (prefix sums over the tiles, one work-group per digit: each tile of the pass reads its
-   offsets instead of adding up the counts of every tile before it), so a pass is two
-   launches;
+   before it ``gcp_sort_count`` counts the pass's digits in each tile of samples (a local
+   histogram per tile, no global atomics), and ``gcp_sort_scan`` turns those counts into
+   where every tile's samples go (prefix sums over the tiles, one work-group per digit: each
+   tile of the pass reads its offsets instead of adding up the counts of every tile before
+   it), so a pass is three launches;
 3. ``gcp_run_sums`` and ``gcp_run_join``: one work-item per (four columns, segment of
    :data:`RUN_SEGMENT` consecutive sorted positions) adds the contributions of the segment's
    runs of equal rows in increasing sample order, each column on its own; a run that spans segments is added in
@@ -89,8 +88,10 @@ _SORT_WG, _SORT_PER = 64, 16
 #: 256 made the scans of a 76.9M-nonzero tensor's steps slower on an H100: 0.075 against 0.052 ms)
 _SCAN_WG = 64
 #: sorted positions per work-item of ``gcp_run_sums`` (a run of equal rows longer than this,
-#: or across a boundary, is summed in pieces and joined by ``gcp_run_join``)
-RUN_SEGMENT = 32
+#: or across a boundary, is summed in pieces and joined by ``gcp_run_join``).  Device time of
+#: the sums and the join per step on an H100 (76.9M nonzeros, R = 16): 20 -> 0.077 + 0.037 ms,
+#: 24 -> 0.072 + 0.033, 28 -> 0.079 + 0.031, 32 -> 0.083 + 0.025
+RUN_SEGMENT = 24
 #: sorted positions whose contributions a work-item of ``gcp_run_sums`` reads before adding
 #: them (GCP_RUN_AHEAD; read when a program is built).  Device time of the sums per step on an
 #: H200 (76.9M nonzeros, R = 16): 1 -> 0.092 ms, 2 -> 0.105, 4 -> 0.110, 8 -> 0.146, 16 -> 0.205
@@ -421,8 +422,8 @@ class _Source:
 
 class _RowSort:
     """The row sort of one set of active modes: its passes, the digit width of every mode, the
-    ping-pong buffers of (row, sample) pairs and the digit count table (all zero between
-    steps: ``gcp_run_sums`` zeroes it).
+    ping-pong buffers of (row, sample) pairs and the digit count table (each pass's region
+    written whole by ``gcp_sort_count`` before the pass reads it).
 
     A mode of ``I`` rows needs ``bits(I - 1)`` bits; every active mode is sorted in the same
     number of passes, the most any of them needs, with its bits shared evenly between them."""
@@ -441,13 +442,10 @@ class _RowSort:
         self.dbits = _to_device(be, np.array([-(-b // self.npass) for b in need], np.int32))
         self.rows = [cla.empty(q, (N * ns,), np.int32) for _ in range(2)]
         self.idx = [cla.empty(q, (N * ns,), np.int32) for _ in range(2)]
-        self.ncnt = self.npass * N * self.ntiles * self.bins
-        self.cnt = cla.zeros(q, (self.ncnt,), np.int32)
+        self.cnt = cla.empty(q, (self.npass * N * self.ntiles * self.bins,), np.int32)
         #: the digits' totals of the pass being placed (gcp_sort_scan writes them)
         self.tot = cla.empty(q, (N * self.bins,), np.int32)
         self.final = (self.npass - 1) % 2
-        #: set while counts are in the table that no gcp_run_sums has cleared yet
-        self.dirty = False
         #: positions per segment of gcp_run_sums (a run over several is joined in pieces)
         self.seg = RUN_SEGMENT
         self.nseg = max(1, -(-ns // self.seg))
@@ -456,13 +454,10 @@ class _RowSort:
 
     def resize(self, ns):
         """Sort ``ns`` samples (at most the ``ns`` it was built for) with the same buffers:
-        the tiles, count regions and segments of ``ns`` (the table is zero between steps
-        whatever their number, gcp_run_sums clearing the regions it used)."""
+        the tiles, count regions and segments of ``ns``."""
         if ns > self.capacity:
             raise ValueError(f"{ns} samples for a row sort of {self.capacity}")
-        N = self.dbits.size
         self.ntiles = -(-ns // self.tile)
-        self.ncnt = self.npass * N * self.ntiles * self.bins
         self.nseg = max(1, -(-ns // self.seg))
 
     def partials(self, be, N, R, dtype):
@@ -472,12 +467,6 @@ class _RowSort:
         if self._part is None or self._part.size < n or self._part.dtype != dtype:
             self._part = cla.empty(be.queue, (n,), dtype)
         return self._part
-
-    def clean(self, be):
-        """Zero the count table if a step stopped half-way (a user's loss raised)."""
-        if self.dirty:
-            be.fill_zero(self.cnt)
-            self.dirty = False
 
 
 def _work_buffers(be, N, dt, ns):
@@ -685,24 +674,23 @@ class _Step:
         """The backend's shared kernel ``name`` of the program of this step's rank."""
         return _kernel(self.be, self.dt, self.N, name, self.R)
 
-    def count_args(self):
-        rs = self.sort
-        if rs is None:
-            return [np.int32(0), _buf(self.be, None), np.int32(0), _buf(self.be, None)]
-        return [np.int32(1), rs.dbits.data, np.int32(rs.ntiles), rs.cnt.data]
-
     def draw_terms(self, key, want):
         w = self.work
         return [*self.state.grad_sampler.args(key, self.ns), np.int32(self.R),
-                np.int32(self.code), self.param, self.lam.data, *self.facs, self.act_buf.data,
-                np.int32(want), w["subs"].data, w["y"].data, w["f"].data, *self.count_args()]
+                np.int32(self.code), self.param, self.lam.data, *self.facs, np.int32(want),
+                w["subs"].data, w["y"].data, w["f"].data]
 
     def terms(self, want):
         w = self.work
         return [np.int64(self.ns), np.int32(self.R), np.int32(self.code), self.param,
                 self.lam.data, *self.facs, w["subs"].data, w["x"].data, w["w"].data,
-                w["corr"].data, self.act_buf.data, np.int32(want), w["m"].data, w["y"].data,
-                w["f"].data, *self.count_args()]
+                w["corr"].data, np.int32(want), w["m"].data, w["y"].data, w["f"].data]
+
+    def sort_count(self, p):
+        """gcp_sort_count's arguments before pass ``p``."""
+        rs, w = self.sort, self.work
+        return [np.int64(self.ns), np.int32(rs.ntiles), np.int32(p), self.act_buf.data,
+                rs.dbits.data, w["subs"].data, rs.rows[(p - 1) % 2].data, rs.cnt.data]
 
     def sort_scan(self, p):
         """gcp_sort_scan's arguments before pass ``p``."""
@@ -714,7 +702,7 @@ class _Step:
         rs, w = self.sort, self.work
         src = (p - 1) % 2
         return [np.int64(self.ns), np.int32(rs.ntiles), np.int32(p),
-                np.int32(p == rs.npass - 1), self.act_buf.data, rs.dbits.data, w["subs"].data,
+                self.act_buf.data, rs.dbits.data, w["subs"].data,
                 rs.rows[src].data, rs.idx[src].data, rs.rows[p % 2].data, rs.idx[p % 2].data,
                 rs.cnt.data, rs.tot.data]
 
@@ -727,7 +715,8 @@ class _Step:
         return (rs.ntiles * rs.wg, self.N), (rs.wg, 1)
 
     def sort_launches(self, kernels=None):
-        """[(kernel, geometry)] of the row sort: the scan and the pass, pass after pass;
+        """[(kernel, geometry)] of the row sort: the count, the scan and the pass, pass after
+        pass;
         ``kernels``: a callable ``(name, count)`` -> kernel objects whose arguments are set
         here once (the backend's shared kernels with the arguments given at each launch
         otherwise, as ``(kernel, geometry, args)``)."""
@@ -737,17 +726,22 @@ class _Step:
         out = []
         if kernels is None:
             for p in range(rs.npass):
+                out.append((self.kernel("gcp_sort_count"), self.sort_geometry(),
+                            self.sort_count(p)))
                 out.append((self.kernel("gcp_sort_scan"), self.scan_geometry(),
                             self.sort_scan(p)))
                 out.append((self.kernel("gcp_sort_pass"),
                             self.sort_geometry(), self.sort_pass(p)))
             return out
+        counts = kernels("gcp_sort_count", rs.npass)
         scans = kernels("gcp_sort_scan", rs.npass)
         passes = kernels("gcp_sort_pass", rs.npass)
         for p in range(rs.npass):
+            counts[p].set_args(*self.sort_count(p))
             scans[p].set_args(*self.sort_scan(p))
             passes[p].set_args(*self.sort_pass(p))
-            out += [(scans[p], self.scan_geometry()), (passes[p], self.sort_geometry())]
+            out += [(counts[p], self.sort_geometry()), (scans[p], self.scan_geometry()),
+                    (passes[p], self.sort_geometry())]
         return out
 
     def scatter(self, grads):
@@ -761,7 +755,7 @@ class _Step:
         rs = self.sort
         part = rs.partials(self.be, self.N, self.R, self.dt)
         return head + [rs.rows[rs.final].data, rs.idx[rs.final].data, self.act_buf.data,
-                       rs.cnt.data, np.int64(rs.ncnt), np.int32(rs.seg), part.data] + gb
+                       np.int32(rs.seg), part.data] + gb
 
     def scatter_name(self):
         return "gcp_scatter_atomic" if self.atomic else "gcp_run_sums"
@@ -788,8 +782,6 @@ class _Step:
         if not self.atomic:
             be.launch(self.kernel("gcp_run_join"), self.join_size(),
                       *self.join(grads))
-        if self.sort is not None:
-            self.sort.dirty = False
 
     def join(self, grads):
         """gcp_run_join's arguments (None on the atomic path, which has no join)."""
@@ -824,9 +816,6 @@ def sampled_gradient(be, T, state, weights, factors, loss, seed, step, out=None,
         return out, (0.0 if with_loss else None)
     st = _Step(be, T, state, facs, state.lam_buffer(lam), act, R, code, param)
     work = st.work
-    if st.sort is not None:
-        st.sort.clean(be)
-        st.sort.dirty = True
     key = step_key(seed, step + 1)
     want = bool(with_loss) and code >= 0
     f = None
@@ -995,9 +984,6 @@ def sample_gradient(be, sample, weights, factors, loss, out=None, active=None,
     if ns == 0 or R == 0 or not any(act) and not with_loss:
         return out, (0.0 if with_loss else None)
     step = _Step(be, st.T, st, facs, st.lam_buffer(lam), act, R, code, param)
-    if step.sort is not None:
-        step.sort.clean(be)
-        step.sort.dirty = True
     want = bool(with_loss) and code >= 0
     be.launch(step.kernel("gcp_terms"), (ns,), *step.terms(want))
     f = None
@@ -1160,8 +1146,6 @@ def run_steps(be, T, state, weights, factors, loss, seed, first_draw, n_steps, o
     N = T.ndim
     act = tuple(active)
     st = _Step(be, T, state, facs, state.lam_buffer(lam), act, R, code, param)
-    if st.sort is not None:
-        st.sort.clean(be)
     spare = state.spare_gradients(R)
     grads = (out, spare)
     for k in range(N):

@@ -62,8 +62,8 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
  *
  *   gcp_draw_terms   draw sample j (as gcp_draw), its model value m, the weighted derivative
  *                    y = w (f'(x, m) - corr f'(0, m)) and, when want_loss, the weighted loss;
- *                    with `count`, the digit counts of the first pass of the row sort below
  *                    (gcp_terms does the same from a materialised sample);
+ *   gcp_sort_count   before each pass of the sort below: the digits of each tile counted;
  *   gcp_sort_scan    before each pass of the sort below: the digit counts of the tiles turned
  *                    into where each tile's samples of each digit go (prefix sums over tiles);
  *   gcp_sort_pass    one pass of a stable least-significant-digit radix sort of the samples by
@@ -83,11 +83,10 @@ __kernel void gcp_draw(const ulong key, const long ns, __global const long* sp,
  * The sort's digit counts live in one table `cnt` of npass regions of NMODES * ntiles *
  * GCP_SORT_BINS ints: counts[pass][k][digit][tile], the samples of tile `tile` (of GCP_TILE
  * consecutive positions of the pass's input) whose digit is `digit` (the tiles of a digit
- * side by side: the scan reads each work-item's run of tiles from consecutive words).  The first region is
- * counted by gcp_draw_terms / gcp_terms, region p + 1 by pass p as it places the samples
- * (integer atomics: the counts do not depend on the order of the increments), gcp_sort_scan
- * turns a region into prefix sums over the tiles before its pass reads it, and
- * gcp_run_sums zeroes the whole table for the next step. */
+ * side by side: the scan reads each work-item's run of tiles from consecutive words).
+ * gcp_sort_count writes region p (every entry of it) before pass p, and gcp_sort_scan turns
+ * it into prefix sums over the tiles before the pass reads it: no entry is carried from one
+ * step to the next, so the table needs no clearing. */
 
 #define GCP_SORT_BINS (1 << GCP_SORT_BITS)
 #define GCP_TILE (GCP_SORT_WG * GCP_SORT_PER)
@@ -166,28 +165,15 @@ inline VAL_T gcp_sample_terms(const long* ij, const int R, const int code, const
     return m;
 }
 
-/* the first pass's digit of sample j in every active mode, counted in cnt[0][k][digit] */
-inline void gcp_count_first(const long j, const long* ij, __global const int* active,
-                            __global const int* dbits, const int ntiles, __global int* cnt)
-{
-    for (int k = 0; k < NMODES; ++k) {
-        if (!active[k]) continue;
-        const int d = (int) ij[k] & ((1 << dbits[k]) - 1);
-        atomic_inc(cnt + ((long) k * GCP_SORT_BINS + d) * ntiles + j / GCP_TILE);
-    }
-}
-
 /* Per sample j < ns: the model value m (to m_out) and, for a built-in loss (code >= 0), y
- * (and the loss when want_loss) of a materialised sample; with `count`, the first pass's
- * digit counts.  (The path of user-defined losses, whose y the host computes.) */
+ * (and the loss when want_loss) of a materialised sample.  (The path of user-defined
+ * losses, whose y the host computes.) */
 __kernel void gcp_terms(const long ns, const int R_arg, const int code, const VAL_T param,
                         __global const VAL_T* lam, FACTOR_PARAMS,
                         __global const IDX_T* ssubs, __global const VAL_T* sx,
                         __global const VAL_T* sw, __global const char* scorr,
-                        __global const int* active, const int want_loss,
-                        __global VAL_T* m_out, __global VAL_T* y_out, __global VAL_T* f_out,
-                        const int count, __global const int* dbits, const int ntiles,
-                        __global int* cnt)
+                        const int want_loss,
+                        __global VAL_T* m_out, __global VAL_T* y_out, __global VAL_T* f_out)
 {
     const int R = GCP_RANK(R_arg);
     FACTOR_ARRAY
@@ -202,7 +188,6 @@ __kernel void gcp_terms(const long ns, const int R_arg, const int code, const VA
         y_out[j] = y;
         if (want_loss) f_out[j] = f;
     }
-    if (count) gcp_count_first(j, ij, active, dbits, ntiles, cnt);
 }
 
 /* gcp_draw then gcp_terms in one kernel (built-in losses): the sample's coordinates and y go
@@ -226,10 +211,9 @@ void gcp_draw_terms(const ulong key, const long ns, __global const long* sp,
                     __global const IDX_T* zsubs, const VAL_T wp, const VAL_T wq,
                     const int R_arg, const int code, const VAL_T param,
                     __global const VAL_T* lam, FACTOR_PARAMS,
-                    __global const int* active, const int want_loss,
+                    const int want_loss,
                     __global IDX_T* out_subs, __global VAL_T* y_out,
-                    __global VAL_T* f_out, const int count,
-                    __global const int* dbits, const int ntiles, __global int* cnt)
+                    __global VAL_T* f_out)
 {
     const int R = FIXED_RANK;
     FACTOR_ARRAY
@@ -279,7 +263,6 @@ void gcp_draw_terms(const ulong key, const long ns, __global const long* sp,
     if (code >= 0) gcp_loss_terms(m, code, param, x, w, corr, want_loss, &y, &f);
     y_out[j] = y;
     if (want_loss) f_out[j] = f;
-    if (count) gcp_count_first(j, ij, active, dbits, ntiles, cnt);
 }
 #else
 __kernel void gcp_draw_terms(const ulong key, const long ns, __global const long* sp,
@@ -289,10 +272,9 @@ __kernel void gcp_draw_terms(const ulong key, const long ns, __global const long
                              __global const IDX_T* zsubs, const VAL_T wp, const VAL_T wq,
                              const int R_arg, const int code, const VAL_T param,
                              __global const VAL_T* lam, FACTOR_PARAMS,
-                             __global const int* active, const int want_loss,
+                             const int want_loss,
                              __global IDX_T* out_subs, __global VAL_T* y_out,
-                             __global VAL_T* f_out, const int count,
-                             __global const int* dbits, const int ntiles, __global int* cnt)
+                             __global VAL_T* f_out)
 {
     const int R = GCP_RANK(R_arg);
     FACTOR_ARRAY
@@ -309,7 +291,6 @@ __kernel void gcp_draw_terms(const ulong key, const long ns, __global const long
     gcp_sample_terms(ij, R, code, param, lam, F, x, w, corr, want_loss, &y, &f);
     y_out[j] = y;
     if (want_loss) f_out[j] = f;
-    if (count) gcp_count_first(j, ij, active, dbits, ntiles, cnt);
 }
 #endif
 
@@ -357,19 +338,56 @@ void gcp_sort_scan(const int ntiles, const int pass, __global const int* active,
     }
 }
 
+/* Before pass `pass` of the row sort: work-group (tile, k) counts the digits of the pass in
+ * the tile's samples (local atomics) and writes the counts of every digit, zeros included,
+ * to counts[pass][k][digit][tile]: a store per digit and tile, where a global atomic per
+ * sample (in the draw and in the pass before) made about 1.4 million a pass at 460,000
+ * samples (integer counts: the same whatever the order of the increments). */
+__kernel __attribute__((reqd_work_group_size(GCP_SORT_WG, 1, 1)))
+void gcp_sort_count(const long ns, const int ntiles, const int pass,
+                    __global const int* active, __global const int* dbits,
+                    __global const IDX_T* ssubs, __global const int* row_in,
+                    __global int* cnt)
+{
+    __local int h[GCP_SORT_BINS];
+    const int k = (int) get_global_id(1);
+    if (!active[k]) return;
+    const int t = (int) get_local_id(0);
+    const int tile = (int) get_group_id(0);
+    const long base = (long) tile * GCP_TILE;
+    const int m = (int) min((long) GCP_TILE, ns - base);
+    const int nb = dbits[k];
+    const int shift = pass * nb;
+    const int mask = (1 << nb) - 1;
+    for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) h[d] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int r = 0; r < GCP_SORT_PER; ++r) {
+        const int i = r * GCP_SORT_WG + t;
+        if (i < m) {
+            const int row = pass == 0 ? (int) ssubs[(base + i) * NMODES + k]
+                                      : row_in[(long) k * ns + base + i];
+            atomic_inc(h + ((row >> shift) & mask));
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const long region = (long) NMODES * ntiles * GCP_SORT_BINS;
+    __global int* ck = cnt + pass * region + (long) k * ntiles * GCP_SORT_BINS;
+    for (int d = t; d < GCP_SORT_BINS; d += GCP_SORT_WG) ck[(long) d * ntiles + tile] = h[d];
+}
+
 /* Pass `pass` of the row sort: work-group (tile, k) orders the tile's GCP_TILE samples by
  * the digit of bits pass * dbits[k] .. (pass + 1) * dbits[k] - 1 of their row (stably: the
  * work-item t holds GCP_SORT_PER consecutive samples and ranks them after those of the
  * work-items before it), and writes them where the counts put them: after every sample of a
  * smaller digit and after the samples of its digit in the tiles before.  Pass 0 reads the
  * rows from the sample's coordinates (positions = sample numbers); the others the previous
- * pass's (row, sample) pairs.  Unless `last`, the next pass's digits are counted. */
+ * pass's (row, sample) pairs. */
 __kernel __attribute__((reqd_work_group_size(GCP_SORT_WG, 1, 1)))
-void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int last,
+void gcp_sort_pass(const long ns, const int ntiles, const int pass,
                    __global const int* active, __global const int* dbits,
                    __global const IDX_T* ssubs, __global const int* row_in,
                    __global const int* idx_in, __global int* row_out, __global int* idx_out,
-                   __global int* cnt, __global const int* tot)
+                   __global const int* cnt, __global const int* tot)
 {
     __local int lrow[GCP_TILE_PAD];
     __local int lidx[GCP_TILE_PAD];
@@ -479,7 +497,6 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    __global int* cn = cnt + (pass + 1) * region + (long) k * ntiles * GCP_SORT_BINS;
     for (int r = 0; r < GCP_SORT_PER; ++r) {
         const int i = r * GCP_SORT_WG + t;
         if (i < m) {
@@ -488,8 +505,6 @@ void gcp_sort_pass(const long ns, const int ntiles, const int pass, const int la
             const long g = (long) dest[d] + (i - start[d]);
             row_out[mo + g] = row;
             idx_out[mo + g] = lidx[GCP_PAD(i)];
-            if (!last)
-                atomic_inc(cn + (long) ((row >> (shift + nb)) & mask) * ntiles + g / GCP_TILE);
         }
     }
 }
@@ -569,21 +584,16 @@ inline void gcp_store4(__global VAL_T* p, const gcp_val4 v, const int n)
  * is summed by many work-items, not in one chain.  Runs within a segment are summed in the
  * CPU kernel's order; a run over several segments as its pieces' sum (the same on every
  * device and in every run).  Rows without samples are not written (the host zeroes the
- * gradients first).  Every work-item first zeroes its share of the sort's count table (ncnt
- * ints) for the next step.  part holds [k][head 0 / tail 1][segment][column]. */
+ * gradients first).  part holds [k][head 0 / tail 1][segment][column]. */
 __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T* lam,
                            FACTOR_PARAMS, __global const IDX_T* ssubs, __global const VAL_T* y,
                            __global const int* rows, __global const int* idx,
-                           __global const int* active, __global int* cnt, const long ncnt,
-                           const int seg, __global VAL_T* part, GRAD_PARAMS)
+                           __global const int* active, const int seg, __global VAL_T* part,
+                           GRAD_PARAMS)
 {
     const int R = GCP_RANK(R_arg);
     FACTOR_ARRAY
     GRAD_ARRAY
-    const long gsz = (long) get_global_size(0) * get_global_size(1) * get_global_size(2);
-    const long flat = get_global_id(0) + (long) get_global_size(0)
-        * (get_global_id(1) + (long) get_global_size(1) * get_global_id(2));
-    for (long e = flat; e < ncnt; e += gsz) cnt[e] = 0;
     const int r0 = 4 * (int) get_global_id(0);
     const long s = get_global_id(1);
     const int k = get_global_id(2);
