@@ -32,8 +32,8 @@ One gradient step (kernels of ``kernels/gcp.cl``):
    differs from the CPU's in the last bits.  A heavy row is thus summed by many work-items:
    one work-item per row made the step as slow as the longest row (on an H100, 2.3 of
    2.6 ms of a step with 120,000 samples on a Zipf-skewed NELL-2-shaped tensor).  The
-   work-item that owns a run over several segments finds where it ends by steps of a
-   segment, doubled while the row goes on, then bisection.
+   segment in which a run over several segments ends writes its number to a table by row,
+   where the work-item that owns the run (the segment where it starts) reads it.
 
 With the backend option ``gcp_reduction='atomic'`` (:class:`~sktensor_fast.OpenCLOptions`,
 ``SKTENSOR_FAST_OCL_GCP_REDUCTION=atomic``) steps 2 and 3 are replaced by
@@ -446,6 +446,11 @@ class _RowSort:
         #: the digits' totals of the pass being placed (gcp_sort_scan writes them)
         self.tot = cla.empty(q, (N * self.bins,), np.int32)
         self.final = (self.npass - 1) % 2
+        #: per mode and row, the segment where the row's run ends (written by gcp_run_sums
+        #: for the runs over several segments, read by gcp_run_join), at offsets roff
+        self.ends = cla.empty(q, (max(1, sum(int(n) for n in T.shape)),), np.int32)
+        self.roff = _to_device(be, np.concatenate([[0], np.cumsum(T.shape)[:-1]])
+                               .astype(np.int64))
         #: positions per segment of gcp_run_sums (a run over several is joined in pieces)
         self.seg = RUN_SEGMENT
         self.nseg = max(1, -(-ns // self.seg))
@@ -755,7 +760,7 @@ class _Step:
         rs = self.sort
         part = rs.partials(self.be, self.N, self.R, self.dt)
         return head + [rs.rows[rs.final].data, rs.idx[rs.final].data, self.act_buf.data,
-                       np.int32(rs.seg), part.data] + gb
+                       np.int32(rs.seg), part.data, rs.ends.data, rs.roff.data] + gb
 
     def scatter_name(self):
         return "gcp_scatter_atomic" if self.atomic else "gcp_run_sums"
@@ -790,8 +795,8 @@ class _Step:
         rs = self.sort
         return [np.int64(self.ns), np.int32(self.R), rs.rows[rs.final].data,
                 self.act_buf.data, np.int32(rs.seg),
-                rs.partials(self.be, self.N, self.R, self.dt).data,
-                *[_buf(self.be, g) for g in grads]]
+                rs.partials(self.be, self.N, self.R, self.dt).data, rs.ends.data,
+                rs.roff.data, *[_buf(self.be, g) for g in grads]]
 
 
 def _enqueue(be, knl, geometry):

@@ -584,12 +584,14 @@ inline void gcp_store4(__global VAL_T* p, const gcp_val4 v, const int n)
  * is summed by many work-items, not in one chain.  Runs within a segment are summed in the
  * CPU kernel's order; a run over several segments as its pieces' sum (the same on every
  * device and in every run).  Rows without samples are not written (the host zeroes the
- * gradients first).  part holds [k][head 0 / tail 1][segment][column]. */
+ * gradients first).  part holds [k][head 0 / tail 1][segment][column].  The segment where a
+ * run that came from before ends writes its number to ends[roff[k] + row] (work-item q = 0),
+ * where gcp_run_join finds it. */
 __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T* lam,
                            FACTOR_PARAMS, __global const IDX_T* ssubs, __global const VAL_T* y,
                            __global const int* rows, __global const int* idx,
                            __global const int* active, const int seg, __global VAL_T* part,
-                           GRAD_PARAMS)
+                           __global int* ends, __global const long* roff, GRAD_PARAMS)
 {
     const int R = GCP_RANK(R_arg);
     FACTOR_ARRAY
@@ -637,9 +639,10 @@ __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T*
         }
         const gcp_val4 c = gcp_contribution4_at(ij1, y1, k, r0, R, lam, F);
         if (row1 != cur) {                      /* the run of cur ended inside the segment */
-            if (head)
+            if (head) {
                 gcp_store4(heads + s * R, acc, R - r0);         /* head: came from before */
-            else
+                if (r0 == 0) ends[roff[k] + cur] = (int) s;
+            } else
                 gcp_store4(G[k] + (long) cur * R + r0, acc, R - r0);
             head = 0;
             cur = row1;
@@ -670,9 +673,10 @@ __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T*
         }
         for (int u = 0; u < GCP_RUN_AHEAD && q0 + u < b; ++u) {
             if (rw[u] != cur) {                 /* the run of cur ended inside the segment */
-                if (head)
+                if (head) {
                     gcp_store4(heads + s * R, acc, R - r0);     /* head: came from before */
-                else
+                    if (r0 == 0) ends[roff[k] + cur] = (int) s;
+                } else
                     gcp_store4(G[k] + (long) cur * R + r0, acc, R - r0);
                 head = 0;
                 cur = rw[u];
@@ -682,9 +686,10 @@ __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T*
         }
     }
 #endif
-    if (head)
+    if (head) {
         gcp_store4(heads + s * R, acc, R - r0);
-    else if (b < ns && kr[b] == cur)
+        if (r0 == 0 && (b == ns || kr[b] != cur)) ends[roff[k] + cur] = (int) s;
+    } else if (b < ns && kr[b] == cur)
         gcp_store4(tails + s * R, acc, R - r0);                 /* tail: goes on */
     else
         gcp_store4(G[k] + (long) cur * R + r0, acc, R - r0);
@@ -696,7 +701,8 @@ __kernel void gcp_run_sums(const long ns, const int R_arg, __global const VAL_T*
  * for the loads, as gcp_run_sums). */
 __kernel void gcp_run_join(const long ns, const int R_arg, __global const int* rows,
                            __global const int* active, const int seg,
-                           __global const VAL_T* part, GRAD_PARAMS)
+                           __global const VAL_T* part, __global const int* ends,
+                           __global const long* roff, GRAD_PARAMS)
 {
     const int R = GCP_RANK(R_arg);
     GRAD_ARRAY
@@ -711,22 +717,9 @@ __kernel void gcp_run_join(const long ns, const int R_arg, __global const int* r
     const int row = kr[b - 1];
     if (kr[b] != row) return;                               /* the last run ends here */
     if (kr[a] == row && a > 0 && kr[a - 1] == row) return;  /* it began before: not ours */
-    /* the run ends before `end`, the first position after b of a larger row (the rows are
-     * sorted); its pieces are the heads of segments s + 1 .. (end - 1) / seg.  Found by
-     * steps of seg, 2 seg, 4 seg ... from b while the row goes on, then bisection: most runs
-     * end in the next segment or two, a few loads where a search of all positions takes 19
-     * dependent ones at 460,000 samples */
-    long lo = b + 1, step = seg;
-    while (lo - 1 + step < ns && kr[lo - 1 + step] == row) {
-        lo += step;
-        step *= 2;
-    }
-    long hi = min(ns, lo - 1 + step);
-    while (lo < hi) {
-        const long mid = lo + (hi - lo) / 2;
-        if (kr[mid] == row) lo = mid + 1; else hi = mid;
-    }
-    const long last = (lo - 1) / seg;
+    /* its pieces are the heads of segments s + 1 .. last, where last is the segment in which
+     * it ends (written by gcp_run_sums) */
+    const long last = ends[roff[k] + row];
     __global const VAL_T* heads = part + (2L * k) * nseg * R + r0;
     __global const VAL_T* tail = part + ((2L * k + 1) * nseg + s) * R + r0;
     const int n = min(4, R - r0);
