@@ -178,6 +178,9 @@ def test_opencl_sources_get_the_shared_headers_pasted_in():
     for name, functions in [("gcp.cl", ("sktf_loss_value", "sktf_loss_deriv", "sktf_below",
                                         "sktf_gcp_sample", "sktf_gcp_find", "sktf_adam_entry",
                                         "sktf_adagrad_entry", "sktf_sgd_entry")),
+                            ("gcp_setup.cl", ("sktf_below", "sktf_gcp_sample", "sktf_gcp_find",
+                                              "sktf_adam_entry", "sktf_adagrad_entry",
+                                              "sktf_sgd_entry")),
                             ("cpapr_rows.cl", ("sktf_apr_pdnr_row", "sktf_apr_pqnr_row"))]:
         src = kernel_source("common.cl", name)
         assert '#include "sktf_' not in src

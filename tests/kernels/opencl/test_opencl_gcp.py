@@ -775,6 +775,30 @@ def test_kernels_compiled_for_the_rank_give_the_same_bits(be, R):
     assert {"draw_lanes" in k for k in built[2]} == {lanes}
 
 
+def test_a_fit_builds_the_set_up_program_and_one_of_its_rank(be, monkeypatch):
+    """The kernels that take no rank (set-up, materialised samples, loss sums, the optimisers
+    one factor at a time) live in gcp_setup.cl and come from a program of their own, so that
+    set-up, fused steps, a stepwise step and the loss estimate with the rank compiled in build
+    two GCP programs: that one and the step's program of the rank (not the step's kernels
+    twice).  Every kernel is in exactly one of the two files."""
+    from sktensor_fast.backends.opencl.program import ProgramCache, kernel_source
+    setup_src = kernel_source("gcp_setup.cl")
+    step_src = kernel_source("gcp.cl")
+    for name in ocl_ops._SETUP_KERNELS:
+        assert f"void {name}(" in setup_src and f"void {name}(" not in step_src, name
+    X, U = sparse_problem(shape=(9, 300, 5, 7), density=0.05, R=8)
+    To = be.prepare(X)
+    monkeypatch.setattr(be, "specialize", 2)
+    monkeypatch.setattr(be, "programs", ProgramCache(be.ctx))
+    so = be.gcp.setup(To, "stratified", (700, 700), (50, 50), 1)
+    _run(be, To, so, U, get_loss("poisson"), "adam", 3)
+    _run(be, To, so, U, get_loss("poisson"), "adam", 1, stepwise=True)
+    be.gcp.loss_estimate(To, so, np.ones(8), [be.asarray(u) for u in U], get_loss("poisson"))
+    keys = [k for k in be.programs._programs if k[0] in ("gcp", "gcp_setup")]
+    assert sorted(k[0] for k in keys) == ["gcp", "gcp_setup"]
+    assert [k[k.index("rank") + 1] for k in keys if k[0] == "gcp"] == [8]
+
+
 def test_fused_steps_reuse_out_and_count_launches(be, cpu, monkeypatch):
     X, U = sparse_problem(shape=(40, 300, 6), density=0.05, R=2)
     loss = get_loss("gaussian")
