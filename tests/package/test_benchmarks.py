@@ -498,6 +498,21 @@ def test_cpapr_seeds_script_runs(capsys):
     assert n_inf == 0 and "| mu | 5 |" in out and "0 of 1 fits" in out
 
 
+def test_gcp_build_script_runs(capsys):
+    """bench_gcp_build times each GCP program's build (a new source each time) and two first
+    fits."""
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    from benchmarks.experiments import bench_gcp_build
+    res = bench_gcp_build.main(["--device", "opencl", "--repeat", "1"])
+    assert [name for name, _ in res["builds"]] == ["step, no rank", "step, rank 16", "set-up"]
+    assert all(sec > 0 for _, sec in res["builds"])
+    res = bench_gcp_build.main(["--device", "opencl", "--first-fit", "--nnz", "2000",
+                                "--shape", "40", "30", "20", "--rank", "2"])
+    assert res["first_fit_s"] > 0 and res["second_fit_s"] > 0
+    assert "first fit" in capsys.readouterr().out
+
+
 def test_gcp_kernel_profile_and_device_fit_scripts_run():
     """bench_gcp_kernels (in its own process: it makes every queue a profiling one) prints
     each kernel of the fused steps with its device time; bench_gcp_fit_devices fits on the
