@@ -205,6 +205,12 @@ def _sort_local_bytes(bits, wg, per):
     return 2 * 4 * pad + 2 * ((1 << bits) * wg + 2 * wg) + 4 * wg + 2 * 4 * (1 << bits)
 
 
+def _draw_local_bytes(wg, R, N, dtype):
+    """Local memory of ``gcp_draw_terms`` with GCP_DRAW_LANES: the group's products (R + 1
+    entries a sample) and coordinates (at most 8 bytes each)."""
+    return wg * (R + 1) * np.dtype(dtype).itemsize + wg * N * 8
+
+
 def sort_config(be):
     """``(bits per pass, work-items per group, samples per work-item)`` of the row sort on
     ``be``'s device: at most :data:`GCP_SORT_BITS` bits, fewer where its local memory is too
@@ -297,9 +303,11 @@ def _program_parts(be, dtype, N, R=None):
         opts.append(f"-cl-nv-maxrregcount={int(NVIDIA_MAX_REGISTERS)}")
     opts += list(EXTRA_BUILD_OPTIONS)
     pipe = bool(PIPELINE_SUMS)
-    lanes = bool(DRAW_LANES and rank is not None and rank % 4 == 0
-                 and 0 < rank <= DRAW_LANES_MAX_RANK)
     draw_wg = be.geometry((1,))[1][0]   # the work-group of the draw's launches
+    lanes = bool(DRAW_LANES and rank is not None and rank % 4 == 0
+                 and 0 < rank <= DRAW_LANES_MAX_RANK
+                 and _draw_local_bytes(draw_wg, rank, N, dtype)
+                 <= int(be.device.local_mem_size))
     ptx = bool(PTX_ATOMICS and getattr(be, "is_nvidia", False)
                and getattr(be, "gcp_reduction", "deterministic") == "atomic")
     key = ("gcp", np.dtype(dtype).str, N, bits, wg, per, swg, RUN_AHEAD, ptx)

@@ -775,6 +775,17 @@ def test_kernels_compiled_for_the_rank_give_the_same_bits(be, R):
     assert {"draw_lanes" in k for k in built[2]} == {lanes}
 
 
+def test_draw_by_lanes_only_where_local_memory_holds_it(be, monkeypatch):
+    """The draw's products by R / 4 work-items a sample need 8 (R + 1) bytes of local memory a
+    sample (fp64): a device with too little builds the draw of one work-item a sample."""
+    monkeypatch.setattr(be, "specialize", 2)
+    assert ocl_ops._draw_local_bytes(64, 16, 3, np.float64) == 64 * 17 * 8 + 64 * 3 * 8
+    assert "draw_lanes" in ocl_ops._program_parts(be, np.float64, 3, 16)[0]
+    monkeypatch.setattr(ocl_ops, "_draw_local_bytes",
+                        lambda *a: int(be.device.local_mem_size) + 1)
+    assert "draw_lanes" not in ocl_ops._program_parts(be, np.float64, 3, 16)[0]
+
+
 def test_a_fit_builds_the_set_up_program_and_one_of_its_rank(be, monkeypatch):
     """The kernels that take no rank (set-up, materialised samples, loss sums, the optimisers
     one factor at a time) live in gcp_setup.cl and come from a program of their own, so that
