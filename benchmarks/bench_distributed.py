@@ -168,6 +168,10 @@ def worker(cfg, out):
         # the rows exchanges of device arrays through plain (pageable) host memory
         from sktensor_fast.backends.opencl.backend import OpenCLBackend
         OpenCLBackend.host_buffer = lambda self, shape, dtype: np.empty(shape, dtype)
+    if cfg.get("no_overlap"):
+        # every MTTKRP after the exchange of the rows it needs (not beside it)
+        from sktensor_fast.distributed.backend import DistributedBackend
+        DistributedBackend._OVERLAP_GATHER = False
     shape = tuple(cfg["shape"])
     nnz = cfg["nnz"] * (P if cfg["weak"] else 1)
     X = X1 = None
@@ -220,7 +224,9 @@ def worker(cfg, out):
         # and one of 1 (so that building the formats, the start and the end cancel out);
         # the distributed fit and the one-process fit (process 0 alone, the others idle)
         # alternate, best of ``repeat`` each: on a shared machine both see the same load
-        Est(max_iter=1, **params).fit(Xd)      # warm-up: caches the copies, compiles kernels
+        # warm-up: caches the copies (two iterations: CP-ALS's pieces of every mode too),
+        # compiles kernels
+        Est(max_iter=2, **params).fit(Xd)
         serial = not cfg.get("no_serial")
         if rank == 0 and serial:
             Est(max_iter=1, **params).fit(X1)
@@ -449,6 +455,9 @@ def main(argv=None):
     ap.add_argument("--pageable", action="store_true",
                     help="device fits: exchange factor rows through plain host memory instead "
                          "of page-locked buffers (for comparison)")
+    ap.add_argument("--no-overlap", action="store_true",
+                    help="device fits: every MTTKRP waits for the exchange of the rows it "
+                         "needs (DistributedBackend._OVERLAP_GATHER off; for comparison)")
     ap.add_argument("--gcp-steps", type=int, default=100,
                     help="GCP: Adam steps per epoch (an iteration of the tables)")
     ap.add_argument("--algos", nargs="+", default=["cpals", "cpapr"],
@@ -535,6 +544,7 @@ def main(argv=None):
                "algos": args.algos, "device": args.device, "threads": args.threads,
                "weak": weak, "timeline": args.timeline, "gcp_steps": args.gcp_steps,
                "pageable": args.pageable, "stacked": args.stacked,
+               "no_overlap": args.no_overlap,
                "no_serial": args.no_serial}
         jobs = [run_job(P, cfg, tmp) for P in args.procs]
         key = "weak" if weak else "strong"

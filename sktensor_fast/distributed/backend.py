@@ -75,27 +75,73 @@ class PreparedDistributed:
         self.layouts = [_Layout(b, Xd.rank) for b in Xd.bounds]
         if format == "auto" and "coo" in local_backend.formats:
             format = "coo"
-        self.local = []
-        for n, t in enumerate(Xd.local):
-            if t.shape[n] == 0:
-                self.local.append(None)
-                continue
-            if n > 0:
-                order = self._order(n)
-                t = SparseTensor(t.subs[:, order], t.vals, tuple(t.shape[k] for k in order),
-                                 dtype=t.dtype)
-            # the kernels of the copy's first mode only (the others are never asked for):
-            # on a GPU one device copy instead of one per mode
-            self.local.append(local_backend.prepare(t, format, modes=(0,)))
+        self._backend, self._format = local_backend, format
+        self._pieces = {}
+        self.local = [None if t.shape[n] == 0 else self._prepare_copy(t, n)
+                      for n, t in enumerate(Xd.local)]
         notes = {getattr(t, "note", None) for t in self.local if t is not None}
         notes.discard(None)
         self.note = "; ".join(sorted(notes)) or None
         kinds = sorted({type(t).__name__ for t in self.local if t is not None})
         self.format_names = kinds
 
+    def _prepare_copy(self, t, n):
+        """The process's backend's copy of ``t`` (nonzeros of mode ``n``'s own rows), stored
+        with mode ``n`` first."""
+        from ..tensor import SparseTensor
+        if n > 0:
+            order = self._order(n)
+            t = SparseTensor(t.subs[:, order], t.vals, tuple(t.shape[k] for k in order),
+                             dtype=t.dtype)
+        # the kernels of the copy's first mode only (the others are never asked for): on a
+        # GPU one device copy instead of one per mode
+        return self._backend.prepare(t, self._format, modes=(0,))
+
     @property
     def nbytes(self):
-        return sum(int(getattr(t, "nbytes", 0)) for t in self.local if t is not None)
+        return sum(int(getattr(t, "nbytes", 0)) for t in self.local if t is not None) + \
+            sum(int(getattr(t, "nbytes", 0)) for p in self._pieces.values() if p is not None
+                for t in p)
+
+    def pieces(self, mode, k):
+        """The copy of ``mode`` cut in two by mode ``k``'s rows: ``(own, other)``, the
+        nonzeros whose mode-``k`` row this process owns (mode-``k`` coordinates shifted by
+        the block's first row, so that the kernels read that factor's own rows alone) and
+        the rest; both stored as the copy is.  None where the cut gains nothing (a piece
+        without nonzeros, a copy streamed through the device) or where the process's
+        backend has no room for a second copy of the mode (``tensor_room``).  Built at the
+        first call and kept."""
+        key = (mode, k)
+        if key in self._pieces:
+            return self._pieces[key]
+        self._pieces[key] = None
+        whole = self.local[mode]
+        room = getattr(self._backend, "tensor_room", None)
+        if whole is None or getattr(whole, "streamed", False) or room is None \
+                or self.nbytes + int(getattr(whole, "nbytes", 0)) > room():
+            return None
+        from ..tensor import SparseTensor
+        t = self.source.local[mode]
+        L = self.layouts[k]
+        col = t.subs[:, k]
+        own = (col >= L.lo) & (col < L.hi)
+        n_own = int(np.count_nonzero(own))
+        if n_own == 0 or n_own == t.nnz:
+            return None
+        parts = []
+        for sel, shift in ((own, True), (~own, False)):
+            subs = t.subs[sel]
+            shape = list(t.shape)
+            if shift:
+                # the rows of one block, shifted alike: still in the copy's order
+                subs[:, k] -= L.lo
+                shape[k] = L.rows
+            piece = SparseTensor._from_canonical(subs, t.vals[sel], tuple(shape))
+            parts.append(self._prepare_copy(piece, mode))
+        if any(getattr(p, "streamed", False) for p in parts):
+            return None
+        self._pieces[key] = tuple(parts)
+        return self._pieces[key]
 
     def _order(self, mode):
         return [mode] + [k for k in range(self.ndim) if k != mode]
@@ -242,16 +288,40 @@ class DistributedBackend(Backend):
                 a.full, a.part, a.view = full, full[L.lo:L.hi], True
             self.channel.allgather_rows(a.full, L.counts, L.displs)
         else:
-            # the own rows down into a host buffer kept for the shape (page-locked on a GPU),
-            # the others' rows from them; the others' rows up, the own ones copied on the device
-            h = self._host_buffer(a.shape, a.dtype)
-            self._download(a.part, h[L.lo:L.hi])
-            self.channel.allgather_rows(h, L.counts, L.displs)
-            around = getattr(self.local, "upload_around", None)
-            a.full = (around(h, a.part, L.lo, L.hi) if around is not None
-                      else self._upload(h))
+            self._gather_device(a)
         a.full_ok = True
         return a.full
+
+    def _gather_device(self, a, started=None, wait=True):
+        """Gather the rows of the device array ``a`` (own rows current): the own rows down
+        into a host buffer kept for the shape (page-locked on a GPU), the others' rows from
+        them; the others' rows up, the own ones copied on the device.  ``started``: the
+        download already enqueued (:meth:`_download_start`); ``wait`` False: the uploads
+        left in flight where the process's backend can."""
+        L = a.layout
+        if started is None:
+            h = self._host_buffer(a.shape, a.dtype)
+            self._download(a.part, h[L.lo:L.hi])
+        else:
+            h, event = started
+            event.wait()
+        self.channel.allgather_rows(h, L.counts, L.displs)
+        around = getattr(self.local, "upload_around", None)
+        if around is None:
+            a.full = self._upload(h)
+        elif wait:
+            a.full = around(h, a.part, L.lo, L.hi)
+        else:
+            a.full = around(h, a.part, L.lo, L.hi, wait=False)
+        a.full_ok = True
+        return a.full
+
+    def _download_start(self, a):
+        """Enqueue the download of ``a``'s own rows into its host buffer; ``(buffer,
+        event)`` for :meth:`_gather_device`."""
+        L = a.layout
+        h = self._host_buffer(a.shape, a.dtype)
+        return h, self.local.download_start(a.part, h[L.lo:L.hi])
 
     def _host_buffer(self, shape, dtype):
         """A host array of ``shape`` kept for the row exchanges of device arrays (one per
@@ -415,7 +485,61 @@ class DistributedBackend(Backend):
             out = DArray((T.shape[mode], R), T.dtype)
         return out, self._alloc_part(out, L)
 
+    #: on a device, a MTTKRP that needs the rows of a factor just updated (CP-ALS's next
+    #: mode) runs the nonzeros of this process's own rows of that factor while the others'
+    #: rows are exchanged (:meth:`_mttkrp_overlapped`)
+    _OVERLAP_GATHER = True
+
+    def _overlap_plan(self, T, factors, mode):
+        """``(factors, k, pieces)`` where :meth:`_mttkrp_overlapped` applies: on a device
+        backend that starts downloads and adds arrays, one factor ``k`` other than ``mode``
+        with only its own rows current (the others whole) and :meth:`PreparedDistributed.pieces`
+        of ``(mode, k)``.  Whether it applies may differ between processes (their pieces):
+        either way the rows of ``k`` are gathered once, in the same collective call."""
+        if self.host or not self._OVERLAP_GATHER or T.local[mode] is None \
+                or not hasattr(self.local, "download_start") or not hasattr(self.local, "add_"):
+            return None
+        facs = [self._darray(f) for f in factors]
+        behind = [k for k, f in enumerate(facs) if k != mode and not f.full_ok]
+        if len(behind) != 1:
+            return None
+        k = behind[0]
+        A = facs[k]
+        if not A.part_ok or A.layout is not T.layouts[k] or A.layout.whole:
+            return None
+        pieces = T.pieces(mode, k)
+        return None if pieces is None else (facs, k, pieces)
+
+    def _mttkrp_overlapped(self, T, factors, mode, out, k, pieces):
+        """MTTKRP of ``mode`` as the sum of its two pieces: the nonzeros of this process's
+        own rows of factor ``k`` (read from those rows, ``A.part``) enqueued between the
+        start of the download of those rows and the exchange with the other processes, the
+        rest after the exchange has brought every row.  The device computes while the host
+        waits for the other processes; the sum differs from the whole copy's in rounding
+        only."""
+        R = int(factors[0].shape[1])
+        L = T.layouts[mode]
+        A = factors[k]
+        started = self._download_start(A)
+        own, other = pieces
+        facs = [A.part if j == k else (None if j == mode else f.full)
+                for j, f in enumerate(factors)]
+        facs[mode] = self._any_rows(factors[mode], R, T.dtype)
+        out, dst = self._out(out, T, mode, R, L)
+        res = self.local._mttkrp(own, T.mode_first(facs, mode), 0, dst)
+        if res is not dst:
+            out.part, out.view = res, False
+        facs[k] = self._gather_device(A, started, wait=False)
+        rest = self.local._mttkrp(other, T.mode_first(facs, mode), 0, None)
+        self.local.add_(out.part, rest)
+        self._wrote_part(out)
+        return out
+
     def _mttkrp(self, T, factors, mode, out):
+        plan = self._overlap_plan(T, factors, mode)
+        if plan is not None:
+            facs, k, pieces = plan
+            return self._mttkrp_overlapped(T, facs, mode, out, k, pieces)
         R, L, facs, _ = self._mode_call(T, factors, mode)
         out, dst = self._out(out, T, mode, R, L)
         if T.local[mode] is not None:

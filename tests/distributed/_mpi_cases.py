@@ -494,6 +494,65 @@ def opencl_device_same_model():
 
 
 @case
+def opencl_cpals_overlapped_gathers():
+    # CP-ALS on each process's OpenCL device: the MTTKRP after a mode's update runs the
+    # nonzeros of the process's own rows of that mode while the other rows are exchanged,
+    # then the rest; the model is the one of the MTTKRP over the whole copy, to rounding
+    try:
+        import pyopencl as cl
+        ok = bool(cl.get_platforms())
+    except Exception:
+        ok = False
+    if not all(everywhere(ok)):
+        return
+    from sktensor_fast.backends import get_backend
+    from sktensor_fast.distributed import backend as dback
+    X = random_tensor((40, 30, 24), 3000, seed=21, counts=False, skew=True)
+    Xd = scatter(X if RANK == 0 else None)
+    iters = 8
+    est = CPALS(rank=4, random_state=2, max_iter=iters, tol=0, device="opencl")
+    serial = CPALS(**est.get_params()).fit(X)
+    calls = []
+    plain_call = dback.DistributedBackend._mttkrp_overlapped
+
+    def counted(self, T, factors, mode, out, k, pieces):
+        calls.append((mode, k))
+        return plain_call(self, T, factors, mode, out, k, pieces)
+
+    dback.DistributedBackend._mttkrp_overlapped = counted
+    try:
+        over = est.fit(Xd)
+        over_arrays = [over.weights_.copy(), *[f.copy() for f in over.factors_]]
+        over_history = list(over.loss_history_)
+    finally:
+        dback.DistributedBackend._mttkrp_overlapped = plain_call
+    dback.DistributedBackend._OVERLAP_GATHER = False
+    try:
+        whole = CPALS(**est.get_params()).fit(Xd)
+    finally:
+        dback.DistributedBackend._OVERLAP_GATHER = True
+    be = get_backend("opencl")
+    prep = Xd._prepared[(id(be), be.storage_format("auto"))]
+    pieces = {key: p for key, p in prep._pieces.items() if p is not None}
+    rows = [hi - lo for lo, hi in (Xd.block(n) for n in range(3))]
+    assert_same_everywhere(over_arrays + [over_history])
+    # every MTTKRP but the fit's first (all factors whole then): mode n after mode n - 1
+    assert len(calls) == 3 * iters - 1, calls
+    assert set(calls) == {(1, 0), (2, 1), (0, 2)}, calls
+    assert set(pieces) == {(1, 0), (2, 1), (0, 2)}, sorted(prep._pieces)
+    for (m, k), (own, other) in pieces.items():
+        assert own.nnz + other.nnz == prep.local[m].nnz, (m, own.nnz, other.nnz)
+        assert own.nnz > 0 and other.nnz > 0
+        # stored mode first: the piece of own rows of k has k's block as that mode
+        pos = [m] + [j for j in range(3) if j != m]
+        assert own.shape[pos.index(k)] == rows[k] and other.shape[pos.index(k)] == X.shape[k]
+    assert rel(whole.loss_history_, over_history) < 1e-12
+    for a, b in zip([whole.weights_, *whole.factors_], over_arrays):
+        assert rel(a, b) < 1e-12, rel(a, b)
+    compare_models(serial, over, "CPALS on OpenCL, MTTKRP beside the exchange")
+
+
+@case
 def transform_and_score():
     # new slices spread over the processes: the loadings (gathered) and the score are those
     # of one process, on every process

@@ -15,6 +15,7 @@ and whether its compiler works), :mod:`.program` (building programs, the program
 :mod:`.tensor` and :mod:`.streamed` (resident and streamed device tensors).  This module holds
 the settings, data placement and the program cache.
 """
+import collections
 import threading
 
 import numpy as np
@@ -37,6 +38,13 @@ __all__ = ["OpenCLBackend", "OpenCLTensor", "NoDeviceError", "DeviceUnusableErro
 class _HostBuffer(np.ndarray):
     """A host array in mapped page-locked memory, holding the OpenCL buffer it maps."""
     buffer = None
+
+
+class _Done:
+    """The event of a transfer of nothing."""
+
+    def wait(self):
+        pass
 
 
 class OpenCLBackend(SparseKernels, DenseSteps, Backend):
@@ -381,6 +389,35 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
             self.cl.enqueue_copy(self.queue, out, a.data, is_blocking=True)
         return out
 
+    def download_start(self, a, out):
+        """Enqueue the copy of the device array ``a`` into the C-contiguous host array ``out``
+        (its size) without waiting; returns the transfer's event (``.wait()`` for it).  The
+        caller keeps ``out`` alive until then."""
+        if a.nbytes != out.nbytes:
+            raise ValueError(f"{a.nbytes} device bytes into a host array of {out.nbytes}")
+        if not out.nbytes:
+            return _Done()
+        return self.cl.enqueue_copy(self.queue, out, a.data, is_blocking=False)
+
+    def add_(self, A, B):
+        """``A += B`` for device arrays of one shape and dtype (enqueued); returns ``A``."""
+        if tuple(A.shape) != tuple(B.shape) or A.dtype != B.dtype:
+            raise ValueError(f"adding an array of shape {tuple(B.shape)} ({B.dtype}) to one "
+                             f"of shape {tuple(A.shape)} ({A.dtype})")
+        n = int(np.prod(A.shape))
+        if n:
+            self.launch(self.dense_kernel(A.dtype, "add_into"), (n,), np.int64(n),
+                        np.int64(0), A.data, B.data)
+        return A
+
+    def tensor_room(self):
+        """Bytes of device memory the resident tensors may take together: the
+        ``max_tensor_bytes`` cap where set, else 90 % of the device's memory (the bound
+        :func:`~.streamed.plan_streaming` streams a single tensor above)."""
+        if self.max_tensor_bytes is not None:
+            return int(self.max_tensor_bytes)
+        return int(0.9 * int(self.device.global_mem_size))
+
     def upload_from(self, host, dtype=None):
         """A new device array holding the C-contiguous host array ``host``."""
         import pyopencl.array as cla
@@ -389,10 +426,12 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
             self.cl.enqueue_copy(self.queue, out.data, host, is_blocking=True)
         return out
 
-    def upload_around(self, host, part, lo, hi):
+    def upload_around(self, host, part, lo, hi, wait=True):
         """A new device matrix holding ``host`` (C-contiguous) but for its rows ``lo:hi``,
         which come from the device matrix ``part`` (those rows already on the device: copied
-        there, not uploaded again).  Returns when the uploads are done."""
+        there, not uploaded again).  Returns when the uploads are done; with ``wait`` False
+        at once, the uploads in flight (kept with the small ones, :meth:`_upload_async`):
+        ``host`` must then not change before a later transfer of the queue has waited."""
         import pyopencl.array as cla
         lo, hi = int(lo), int(hi)
         n = int(host.shape[0])
@@ -413,8 +452,13 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         if hi < n:
             ev.append(self.cl.enqueue_copy(self.queue, out.data, host[hi:],
                                            dst_offset=hi * row, is_blocking=False))
-        if ev:
+        if ev and wait:
             self.cl.wait_for_events(ev)
+        elif ev:
+            pending = self.__dict__.setdefault("_pending_uploads", collections.deque())
+            pending.extend(ev)
+            while len(pending) > self.PENDING_UPLOADS:
+                pending.popleft()
         return out
 
     # --- CP-APR primitives: backend.apr (apr.py; the row solvers are in cpapr_rows.py) ---

@@ -471,10 +471,46 @@ def test_rows_and_host_transfers(be):
         want = A.copy()
         want[lo:hi] += 100.0
         np.testing.assert_array_equal(be.to_numpy(be.upload_around(hh, part, lo, hi)), want)
+        # left in flight: the result once the queue has run them
+        got = be.upload_around(hh, part, lo, hi, wait=False)
+        np.testing.assert_array_equal(be.to_numpy(got), want)
     with pytest.raises(ValueError, match="rows 2:5 of 10"):
         be.upload_around(A, be.asarray(A[:2]), 2, 5)
     with pytest.raises(TypeError, match="float32"):
         be.upload_around(A, be.asarray(A[2:5].astype(np.float32)), 2, 5)
+    # a download started, waited for later; of nothing; of the wrong size
+    h2 = be.host_buffer((10, 3), np.float64)
+    h2[...] = -1.0
+    ev = be.download_start(be.asarray(A[2:6] * 3.0), h2[2:6])
+    ev.wait()
+    np.testing.assert_array_equal(h2[2:6], A[2:6] * 3.0)
+    assert np.all(h2[:2] == -1.0) and np.all(h2[6:] == -1.0)
+    be.download_start(be.take_rows(Ad, 4, 4), h2[4:4]).wait()
+    with pytest.raises(ValueError, match="device bytes into a host array"):
+        be.download_start(Ad, np.empty((2, 3)))
+
+
+def test_add_and_room(be):
+    """``add_`` adds a device array into another of its shape (refusing another shape or
+    dtype); ``tensor_room`` is the cap where one is set, else 90 % of the device memory."""
+    rng = np.random.default_rng(3)
+    A, B = rng.random((7, 5)), rng.random((7, 5))
+    Ad = be.asarray(A)
+    assert be.add_(Ad, be.asarray(B)) is Ad
+    np.testing.assert_array_equal(be.to_numpy(Ad), A + B)
+    be.add_(be.zeros((0, 5), np.float64), be.zeros((0, 5), np.float64))
+    with pytest.raises(ValueError, match="shape"):
+        be.add_(Ad, be.asarray(B[:6]))
+    with pytest.raises(ValueError, match="float32"):
+        be.add_(Ad, be.asarray(B.astype(np.float32)))
+    old = be.max_tensor_bytes
+    try:
+        be.max_tensor_bytes = None
+        assert be.tensor_room() == int(0.9 * be.device.global_mem_size)
+        be.max_tensor_bytes = 12345
+        assert be.tensor_room() == 12345
+    finally:
+        be.max_tensor_bytes = old
 
 
 def test_device_errors():
