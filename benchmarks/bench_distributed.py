@@ -168,10 +168,10 @@ def worker(cfg, out):
         # the rows exchanges of device arrays through plain (pageable) host memory
         from sktensor_fast.backends.opencl.backend import OpenCLBackend
         OpenCLBackend.host_buffer = lambda self, shape, dtype: np.empty(shape, dtype)
-    if cfg.get("no_overlap"):
-        # every MTTKRP after the exchange of the rows it needs (not beside it)
+    if cfg.get("overlap"):
+        # CP-ALS's MTTKRP on a device begun beside the exchange of the rows it needs
         from sktensor_fast.distributed.backend import DistributedBackend
-        DistributedBackend._OVERLAP_GATHER = False
+        DistributedBackend._OVERLAP_GATHER = True
     shape = tuple(cfg["shape"])
     nnz = cfg["nnz"] * (P if cfg["weak"] else 1)
     X = X1 = None
@@ -379,8 +379,8 @@ def run_job(P, cfg, tmp):
     env = dict(os.environ, OMP_NUM_THREADS=str(cfg["threads"]),
                OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep +
                os.environ.get("PYTHONPATH", ""))
-    cmd = [_mpiexec(), "-n", str(P), sys.executable, os.path.abspath(__file__), "--worker",
-           json.dumps(cfg), out]
+    cmd = [_mpiexec(), "-n", str(P), *cfg.get("mpiexec_args", []), sys.executable,
+           os.path.abspath(__file__), "--worker", json.dumps(cfg), out]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     print(f"  P={P} ({'weak' if cfg['weak'] else 'strong'}): {time.perf_counter() - t0:.1f}s",
@@ -455,9 +455,13 @@ def main(argv=None):
     ap.add_argument("--pageable", action="store_true",
                     help="device fits: exchange factor rows through plain host memory instead "
                          "of page-locked buffers (for comparison)")
-    ap.add_argument("--no-overlap", action="store_true",
-                    help="device fits: every MTTKRP waits for the exchange of the rows it "
-                         "needs (DistributedBackend._OVERLAP_GATHER off; for comparison)")
+    ap.add_argument("--overlap", action="store_true",
+                    help="device fits: CP-ALS's MTTKRP runs the nonzeros of the process's own "
+                         "rows of the factor just updated while the other rows are exchanged "
+                         "(DistributedBackend._OVERLAP_GATHER, off by default)")
+    ap.add_argument("--mpiexec-args", default="",
+                    help="more arguments of mpiexec, e.g. \"-bind-to socket -map-by socket\" "
+                         "(MPICH's placement of the processes on the host's cores)")
     ap.add_argument("--gcp-steps", type=int, default=100,
                     help="GCP: Adam steps per epoch (an iteration of the tables)")
     ap.add_argument("--algos", nargs="+", default=["cpals", "cpapr"],
@@ -544,7 +548,7 @@ def main(argv=None):
                "algos": args.algos, "device": args.device, "threads": args.threads,
                "weak": weak, "timeline": args.timeline, "gcp_steps": args.gcp_steps,
                "pageable": args.pageable, "stacked": args.stacked,
-               "no_overlap": args.no_overlap,
+               "overlap": args.overlap, "mpiexec_args": args.mpiexec_args.split(),
                "no_serial": args.no_serial}
         jobs = [run_job(P, cfg, tmp) for P in args.procs]
         key = "weak" if weak else "strong"

@@ -519,22 +519,23 @@ def opencl_cpals_overlapped_gathers():
         calls.append((mode, k))
         return plain_call(self, T, factors, mode, out, k, pieces)
 
+    # off by default: no pieces
+    whole = CPALS(**est.get_params()).fit(Xd)
+    be = get_backend("opencl")
+    prep = Xd._prepared[(id(be), be.storage_format("auto"))]
+    no_pieces = dict(prep._pieces)
     dback.DistributedBackend._mttkrp_overlapped = counted
+    dback.DistributedBackend._OVERLAP_GATHER = True
     try:
         over = est.fit(Xd)
         over_arrays = [over.weights_.copy(), *[f.copy() for f in over.factors_]]
         over_history = list(over.loss_history_)
     finally:
         dback.DistributedBackend._mttkrp_overlapped = plain_call
-    dback.DistributedBackend._OVERLAP_GATHER = False
-    try:
-        whole = CPALS(**est.get_params()).fit(Xd)
-    finally:
-        dback.DistributedBackend._OVERLAP_GATHER = True
-    be = get_backend("opencl")
-    prep = Xd._prepared[(id(be), be.storage_format("auto"))]
+        dback.DistributedBackend._OVERLAP_GATHER = False
     pieces = {key: p for key, p in prep._pieces.items() if p is not None}
     rows = [hi - lo for lo, hi in (Xd.block(n) for n in range(3))]
+    assert no_pieces == {}, no_pieces
     assert_same_everywhere(over_arrays + [over_history])
     # every MTTKRP but the fit's first (all factors whole then): mode n after mode n - 1
     assert len(calls) == 3 * iters - 1, calls
