@@ -488,10 +488,10 @@ class DistributedBackend(Backend):
     #: on a device, a MTTKRP that needs the rows of a factor just updated (CP-ALS's next
     #: mode) runs the nonzeros of this process's own rows of that factor while the others'
     #: rows are exchanged (:meth:`_mttkrp_overlapped`).  Off: on two H100s it gave CP-ALS
-    #: iterations of 3.6 to 6.6 ms from one job to the next against 4.7 to 5.9 ms without it
-    #: (benchmarks/README.md, "CP-ALS's MTTKRP beside the rows exchange"), and it keeps a
-    #: second copy of each mode's nonzeros on the device.  A switch for the benchmarks
-    #: (``bench_distributed.py --overlap``).
+    #: iterations of 3.6 to 6.6 ms from one job to the next against 4.7 to 6.2 ms without it,
+    #: and it keeps a second copy of each mode's nonzeros on the device
+    #: (``doc/guide/tuning.rst``, "CP-ALS's MTTKRP beside the rows exchange").  A switch for
+    #: the benchmarks (``bench_distributed.py --overlap``).
     _OVERLAP_GATHER = False
 
     def _overlap_plan(self, T, factors, mode):

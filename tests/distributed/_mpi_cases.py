@@ -495,9 +495,10 @@ def opencl_device_same_model():
 
 @case
 def opencl_cpals_overlapped_gathers():
-    # CP-ALS on each process's OpenCL device: the MTTKRP after a mode's update runs the
-    # nonzeros of the process's own rows of that mode while the other rows are exchanged,
-    # then the rest; the model is the one of the MTTKRP over the whole copy, to rounding
+    # CP-ALS on each process's OpenCL device with the switch on: the MTTKRP after a mode's
+    # update runs the nonzeros of the process's own rows of that mode while the other rows
+    # are exchanged, then the rest; the model is the one of the MTTKRP over the whole copy,
+    # to rounding
     try:
         import pyopencl as cl
         ok = bool(cl.get_platforms())
