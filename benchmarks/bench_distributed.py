@@ -233,11 +233,18 @@ def worker(cfg, out):
         idle_until_rank0()
         entry = {}
 
+        from sktensor_fast.decomposition import fit_callback
+        marks = []      # per repeat, when each iteration of the long fit was reported (ms)
+
         def timed_dist(n):
+            seen = []
             comm.Barrier()
             t = time.perf_counter()
-            m_ = Est(max_iter=n, **params).fit(Xd)
+            with fit_callback(lambda p: seen.append(p.elapsed)):
+                m_ = Est(max_iter=n, **params).fit(Xd)
             comm.Barrier()
+            if n > 1:
+                marks.append([round(1e3 * x, 3) for x in seen])
             return time.perf_counter() - t, m_
 
         def timed_one(n):
@@ -275,6 +282,9 @@ def worker(cfg, out):
         entry.update({
             "iter_s": t_iter, "n_iter": m.n_iter_, "score": float(m.loss_history_[-1]),
             "n_inner_per_iter": n_inner,
+            # this process's host clock at the end of each iteration of every repeat of the
+            # long fit (ms since its iterations began): steady iterations or a few slow ones
+            "iteration_marks_ms": marks,
             "bytes_per_iter": {k: v[0] for k, v in per.items()},
             "mpi_s_per_iter": {k: v[1] for k, v in per.items()},
             "model_bytes": bytes_model(shape, R, P, algo, n_inner, own),
