@@ -129,15 +129,19 @@ class PreparedDistributed:
         if n_own == 0 or n_own == t.nnz:
             return None
         parts = []
-        for sel, shift in ((own, True), (~own, False)):
-            subs = t.subs[sel]
-            shape = list(t.shape)
-            if shift:
-                # the rows of one block, shifted alike: still in the copy's order
-                subs[:, k] -= L.lo
-                shape[k] = L.rows
-            piece = SparseTensor._from_canonical(subs, t.vals[sel], tuple(shape))
-            parts.append(self._prepare_copy(piece, mode))
+        try:
+            for sel, shift in ((own, True), (~own, False)):
+                subs = t.subs[sel]
+                shape = list(t.shape)
+                if shift:
+                    # the rows of one block, shifted alike: still in the copy's order
+                    subs[:, k] -= L.lo
+                    shape[k] = L.rows
+                piece = SparseTensor._from_canonical(subs, t.vals[sel], tuple(shape))
+                parts.append(self._prepare_copy(piece, mode))
+        except MemoryError:
+            # the device could not hold them after all: the whole copy serves
+            return None
         if any(getattr(p, "streamed", False) for p in parts):
             return None
         self._pieces[key] = tuple(parts)

@@ -534,9 +534,30 @@ def opencl_cpals_overlapped_gathers():
     finally:
         dback.DistributedBackend._mttkrp_overlapped = plain_call
         dback.DistributedBackend._OVERLAP_GATHER = False
+    # a device without room for the pieces beside the copies: the whole copies serve
+    Xr = scatter(X if RANK == 0 else None)
+    roomless = CPALS(**est.get_params()).fit(Xr)
+    prep_r = Xr._prepared[(id(be), be.storage_format("auto"))]
+    old_cap, n_calls = be.max_tensor_bytes, len(calls)
+    be.max_tensor_bytes = prep_r.nbytes + 1
+    dback.DistributedBackend._mttkrp_overlapped = counted
+    dback.DistributedBackend._OVERLAP_GATHER = True
+    try:
+        roomless_on = CPALS(**est.get_params()).fit(Xr)
+    finally:
+        dback.DistributedBackend._mttkrp_overlapped = plain_call
+        dback.DistributedBackend._OVERLAP_GATHER = False
+        be.max_tensor_bytes = old_cap
+    roomless_calls = calls[n_calls:]
+    del calls[n_calls:]
     pieces = {key: p for key, p in prep._pieces.items() if p is not None}
     rows = [hi - lo for lo, hi in (Xd.block(n) for n in range(3))]
     assert no_pieces == {}, no_pieces
+    assert roomless_calls == [] and prep_r._pieces == {(1, 0): None, (2, 1): None,
+                                                       (0, 2): None}, \
+        (roomless_calls, prep_r._pieces)
+    for a, b in zip(roomless.factors_, roomless_on.factors_):
+        assert np.array_equal(a, b)
     assert_same_everywhere(over_arrays + [over_history])
     # every MTTKRP but the fit's first (all factors whole then): mode n after mode n - 1
     assert len(calls) == 3 * iters - 1, calls
