@@ -415,16 +415,21 @@ def communication_matches_model():
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-@case
-def opencl_device_same_model():
-    # each process's own OpenCL device (PoCL on the CPU here): arrays live on the device and
-    # rows are staged through the host for the gathers
+def opencl_everywhere():
+    """Whether every process has an OpenCL platform (collective)."""
     try:
         import pyopencl as cl
         ok = bool(cl.get_platforms())
     except Exception:
         ok = False
-    if not all(everywhere(ok)):
+    return all(everywhere(ok))
+
+
+@case
+def opencl_device_same_model():
+    # each process's own OpenCL device (PoCL on the CPU here): arrays live on the device and
+    # rows are staged through the host for the gathers
+    if not opencl_everywhere():
         return
     X = random_tensor((20, 15, 12), 1200, seed=16)
     Xd = scatter(X if RANK == 0 else None)
@@ -499,12 +504,7 @@ def opencl_cpals_overlapped_gathers():
     # update runs the nonzeros of the process's own rows of that mode while the other rows
     # are exchanged, then the rest; the model is the one of the MTTKRP over the whole copy,
     # to rounding
-    try:
-        import pyopencl as cl
-        ok = bool(cl.get_platforms())
-    except Exception:
-        ok = False
-    if not all(everywhere(ok)):
+    if not opencl_everywhere():
         return
     from sktensor_fast.backends import get_backend
     from sktensor_fast.distributed import backend as dback
