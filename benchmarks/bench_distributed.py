@@ -433,6 +433,34 @@ def summarise(jobs, algo):
     return rows
 
 
+def spread(rows):
+    """Per process count, over its jobs: the median, least and largest s/iter and speedup
+    (jobs differ more than the repeats inside one job: each is a new pair of processes)."""
+    out = []
+    for P in sorted({r["P"] for r in rows}):
+        mine = [r for r in rows if r["P"] == P]
+        t = [r["iter_s"] for r in mine]
+        sp = [r["speedup"] for r in mine if r["speedup"]]
+        out.append({"P": P, "jobs": len(mine), "iter_s": t,
+                    "iter_s_median": float(np.median(t)), "iter_s_min": min(t),
+                    "iter_s_max": max(t),
+                    "speedup_median": float(np.median(sp)) if sp else None,
+                    "speedup_min": min(sp) if sp else None,
+                    "speedup_max": max(sp) if sp else None})
+    return out
+
+
+def print_spread(rows, weak):
+    word = "efficiency" if weak else "speedup"
+    print(f"\nover the jobs: | P | jobs | s/iter median (least - largest) | {word} median "
+          f"(least - largest) |")
+    for r in rows:
+        sp = ("" if r["speedup_median"] is None else
+              f"{r['speedup_median']:.2f}x ({r['speedup_min']:.2f} - {r['speedup_max']:.2f})")
+        print(f"| {r['P']} | {r['jobs']} | {r['iter_s_median']:.4f} ({r['iter_s_min']:.4f} - "
+              f"{r['iter_s_max']:.4f}) | {sp} |")
+
+
 def print_table(title, rows, weak):
     print(f"\n### {title}\n")
     print("| P | nnz | s/iter (slowest process) | one-process fit s/iter (same job) | "
@@ -460,6 +488,9 @@ def main(argv=None):
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3, help="best of this many timings")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="run every process count this many times, in turns (a new mpiexec "
+                         "job each), and print the median and spread over the jobs")
     ap.add_argument("--timeline", action="store_true",
                     help="also time every call of one iteration (benchmarks/timeline.py)")
     ap.add_argument("--pageable", action="store_true",
@@ -510,6 +541,8 @@ def main(argv=None):
         for key, run in rep["runs"].items():
             for a, rows in run["tables"].items():
                 print_table(f"{a} {key} scaling", rows, key == "weak")
+                if run.get("spread"):
+                    print_spread(run["spread"][a], key == "weak")
                 print_timelines(run["jobs"], a)
             print("\n| P | mode | rows | MB | Allgatherv ms | Allreduce ms | rows exchange (used) ms |"
                   "\n|---|---|---|---|---|---|---|")
@@ -560,14 +593,20 @@ def main(argv=None):
                "pageable": args.pageable, "stacked": args.stacked,
                "overlap": args.overlap, "mpiexec_args": args.mpiexec_args.split(),
                "no_serial": args.no_serial}
-        jobs = [run_job(P, cfg, tmp) for P in args.procs]
+        # --jobs N: every process count N times, in turns (a separate mpiexec each)
+        jobs = [run_job(P, cfg, tmp) for _ in range(args.jobs) for P in args.procs]
         key = "weak" if weak else "strong"
         report["runs"][key] = {"jobs": jobs,
                                "tables": {a: summarise(jobs, a) for a in args.algos}}
+        if args.jobs > 1:
+            report["runs"][key]["spread"] = {a: spread(report["runs"][key]["tables"][a])
+                                             for a in args.algos}
         for a in args.algos:
             print_table(f"{a} {key} scaling, shape {shape}, R={args.rank}, "
                         f"{args.threads} thread(s) per process, device {args.device}",
                         report["runs"][key]["tables"][a], weak)
+            if args.jobs > 1:
+                print_spread(report["runs"][key]["spread"][a], weak)
             print_timelines(jobs, a)
         print("\ncollectives (process 0, best of 5): mode, rows, MB, Allgatherv, Allreduce, "
               "the rows exchange the backend uses")

@@ -395,3 +395,29 @@ def test_weak_scaling_benchmark_with_stacked_parts(tmp_path):
     assert [j["P"] for j in two] == [2, 2] and two[0]["nnz"] == 6000
     assert two[0]["shape"] == [80, 30, 20] and one["shape"] == [40, 30, 20]
     assert sum(two[0]["local_nnz"]) > 0
+
+
+@needs_mpi
+def test_distributed_benchmark_over_several_jobs(tmp_path):
+    """bench_distributed.py --jobs 2 runs each process count twice (a new mpiexec each) and
+    reports the median and spread over them; every process records when each iteration of
+    the long fits ended."""
+    out = tmp_path / "jobs.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_distributed.py"),
+                        "--procs", "2", "--strong", "--shape", "40,30,20", "--nnz", "3000",
+                        "--iters", "2", "--repeat", "2", "--algos", "cpals", "--jobs", "2",
+                        "--no-serial", "--out", str(out)],
+                       capture_output=True, text=True, timeout=JOB_TIMEOUT, env=_env())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "over the jobs" in r.stdout
+    run = json.loads(out.read_text())["runs"]["strong"]
+    assert [[p["P"] for p in job] for job in run["jobs"]] == [[2, 2], [2, 2]]
+    (sp,) = run["spread"]["cpals"]
+    times = [row["iter_s"] for row in run["tables"]["cpals"]]
+    assert sp["P"] == 2 and sp["jobs"] == 2 and sorted(sp["iter_s"]) == sorted(times)
+    assert sp["iter_s_min"] <= sp["iter_s_median"] <= sp["iter_s_max"]
+    for job in run["jobs"]:
+        for proc in job:
+            marks = proc["fits"]["cpals"]["iteration_marks_ms"]
+            assert len(marks) == 2 and all(len(m) == 3 for m in marks), marks
+            assert all(a < b for m in marks for a, b in zip(m, m[1:])), marks
