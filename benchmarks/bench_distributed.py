@@ -532,6 +532,9 @@ def main(argv=None):
                     help="model: seconds per byte (default 100 Gb/s)")
     ap.add_argument("--show", metavar="JSON", help="print the tables of a saved report and exit")
     args = ap.parse_args(argv)
+    for name in ("jobs", "iters", "repeat"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.show:
         with open(args.show) as f:
             rep = json.load(f)
