@@ -139,6 +139,12 @@ class SparseKernels:
         compiled in as constants, the mode or the rank (with the lanes) None where they stay
         arguments; ``data_term`` (with ``phi``): accumulate sums the Poisson data term of its
         work-group's nonzeros instead of writing rows."""
+        if vec == 8 and np.dtype(dtype) == np.float64 and not getattr(self, "double8", True):
+            raise ValueError(
+                f"OpenCL option vec=8 with float64 data: PoCL cannot build kernels with 8-wide "
+                f"vectors of doubles on '{self.device.name.strip()}'; use vec=4 or less (or "
+                f"float32 data)")
+
         def source():
             extra = []
             if phi:

@@ -72,6 +72,11 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         self.programs = ProgramCache(self.ctx)
         self._transient = threading.local()   # to_numpy_transient's buffer, one per thread
         self.is_nvidia = "NVIDIA" in (self.device.vendor or "").upper()
+        # PoCL's CPU devices cannot build kernels with 8-wide vectors of doubles (its compiler
+        # target changes their ABI: the program builds without the kernel, and PoCL later
+        # ends the process), so vec=8 is refused there for float64 (cp_kernel)
+        self.double8 = not ((self.device.type & cl.device_type.CPU) and "Portable Computing"
+                            in (self.device.platform.name or ""))
         options = OpenCLOptions() if options is None else options
         if max_tensor_bytes is not None:
             options = options.updated(OpenCLOptions(max_tensor_bytes=max_tensor_bytes))

@@ -311,6 +311,37 @@ def test_bad_option_is_a_clear_error(opts, match):
         CPALS(device="opencl", device_options=opts).fit(np.ones((3, 4, 2)))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_eight_columns_per_lane(layout):
+    """vec=8: the float32 kernels everywhere; the float64 ones where the device builds 8-wide
+    vectors of doubles, and on PoCL's CPU devices (which cannot) a clear error before any
+    build, not a program without its kernel and a process that PoCL ends later."""
+    _opencl_backend()
+    be8 = get_backend("opencl", {"vec": 8, "layout": layout})
+    rng = np.random.default_rng(8)
+    shape = (30, 20, 10)
+    X = random_sparse(shape, 1500, rng, counts=True)
+    f = [rng.random((s, 16)) for s in shape]
+    X32 = type(X)(X.subs, X.vals.astype(np.float32), X.shape)
+    f32 = [a.astype(np.float32) for a in f]
+    T32 = be8.prepare(X32)
+    np.testing.assert_allclose(be8.to_numpy(be8.mttkrp(T32, f32, 1)), mttkrp_ref(X, f, 1),
+                               rtol=1e-4)
+    T = be8.prepare(X)
+    if be8.double8:
+        np.testing.assert_allclose(be8.to_numpy(be8.mttkrp(T, f, 1)), mttkrp_ref(X, f, 1),
+                                   rtol=1e-12)
+    else:
+        with pytest.raises(ValueError, match="vec=8 with float64 data: PoCL cannot build"):
+            be8.mttkrp(T, f, 1)
+        with pytest.raises(ValueError, match="use vec=4 or less"):
+            CPALS(rank=16, device="opencl", max_iter=2,
+                  device_options={"vec": 8, "layout": layout}).fit(X)
+        # the backend still works with the kernels it can build
+        np.testing.assert_allclose(be8.to_numpy(be8.mttkrp(T, [a[:, :4] for a in f], 1)),
+                                   mttkrp_ref(X, [a[:, :4] for a in f], 1), rtol=1e-12)
+
+
 def test_options_precedence_and_cache_key(monkeypatch):
     """Environment < config_context < explicit options; each setting its own backend, and a
     variable changed later takes effect."""
