@@ -76,40 +76,6 @@ class SparseKernels:
     #: 2.45 / 2.64, prefetch only 2.07-2.26 / 2.75, both 1.86-1.88 / 2.51-2.54 (MTTKRP / Φ).
     off32 = True
     prefetch = True
-    #: ``batch`` > 0 (experimental, for the benchmarks): instead of one step ahead, the
-    #: coordinates and values come in batches of ``batch`` x (lanes per chunk) steps, each
-    #: lane of a chunk loading ``batch`` different nonzeros of the next batch into registers
-    #: and sharing them through local memory (``BATCH_PF`` in cp.cl)
-    batch = 0
-    #: experiments: ``group_bnd_global`` keeps the work-group's boundary rows in global
-    #: scratch instead of local memory; ``pad_local`` bytes of local memory a group holds
-    #: unused (how the kernel's speed depends on the local memory it takes)
-    group_bnd_global = False
-    pad_local = 0
-    #: experiment: with 4 or 8 columns per lane, a lane's columns in the two halves of a row
-    #: (``SPLIT_ROWS`` in cp.cl), so that each of a row's loads reads one half
-    split_rows = False
-    #: experiment (wrong results): the factor rows read at the coordinates' low bits
-    #: (``coordinate & row_mask``), a working set of ``row_mask + 1`` rows per factor
-    row_mask = 0
-    #: experiment (wrong results): the nonzeros read at the positions' low bits
-    #: (``position & coord_mask``), a window of ``coord_mask + 1`` nonzeros
-    coord_mask = 0
-    #: experiment (NVIDIA): batches of (lanes per chunk) steps, each lane loading one
-    #: nonzero of the next batch, the entries passed between the lanes by warp shuffles
-    #: (``BATCH_SHFL`` in cp.cl; no local memory, no barrier)
-    batch_shfl = False
-    #: experiment (wrong results): no factor rows read, the product of a step a constant
-    #: (``NO_ROWS`` in cp.cl): the coordinate stream, the runs and the stores alone
-    no_rows = False
-    #: experiment (3 modes, int32 coordinates, interleaved copies): each nonzero's
-    #: coordinates padded to four ints and loaded as one int4 (``PAD4`` in cp.cl); the
-    #: padded copy is made through the host at the first call and kept on the tensor
-    pad_coords = False
-    #: experiment (interleaved copies): the chunks interleaved by blocks of ``blocked``
-    #: consecutive entries instead of one (``BLOCKED`` in cp.cl); the copy is reordered
-    #: through the host at the first call and kept on the tensor
-    blocked = 0
 
     #: Experimental, for the benchmarks only (``bench_gpu_overheads.py --fp32-factors``): the
     #: fp64 MTTKRP of the lanes layouts reads float copies of the factors (made at every
@@ -161,7 +127,7 @@ class SparseKernels:
 
     def cp_kernel(self, dtype, nmodes, name, phi=False, vec=1, rank=None, interleaved=False,
                   off32=False, prefetch=False, T=None, role=None, fp32_factors=False,
-                  group_bnd=False, fixed=None, data_term=False, batch=0, experiment=()):
+                  group_bnd=False, fixed=None, data_term=False):
         """Kernel ``name`` of cp.cl for ``nmodes`` factors of ``dtype``, from the backend's
         program cache.  ``phi``: the Φ variant (False: MTTKRP; ``"local"``, ``"shuffle"`` or
         ``"wide"``); ``vec`` columns per lane in accumulate (per vector in accumulate_wide,
@@ -172,9 +138,7 @@ class SparseKernels:
         boundary list per group, not per chunk); ``fixed``: (mode, rank, lanes per chunk)
         compiled in as constants, the mode or the rank (with the lanes) None where they stay
         arguments; ``data_term`` (with ``phi``): accumulate sums the Poisson data term of its
-        work-group's nonzeros instead of writing rows; ``batch``: accumulate loads the
-        coordinates and values in batches of ``batch`` per lane, shared in local memory
-        (replaces ``prefetch``)."""
+        work-group's nonzeros instead of writing rows."""
         if vec == 8 and np.dtype(dtype) == np.float64 and not getattr(self, "double8", True):
             raise ValueError(
                 f"OpenCL option vec=8 with float64 data: PoCL cannot build kernels with 8-wide "
@@ -196,14 +160,10 @@ class SparseKernels:
                 extra.append("#define INTERLEAVED 1")
             if off32:
                 extra.append("#define OFF_T int")
-            if batch:
-                extra.append(f"#define BATCH_PF {int(batch)}")
-            elif prefetch:
+            if prefetch:
                 extra.append("#define PREFETCH 1")
             if group_bnd:
                 extra.append("#define GROUP_BND 1")
-            extra += [f"#define {name}" if " " in name else f"#define {name} 1"
-                      for name in experiment]
             if data_term:
                 extra.append("#define DATA_TERM 1")
             if fixed is not None:
@@ -229,9 +189,6 @@ class SparseKernels:
             key += ("fixed",) + tuple(fixed)
         if data_term:
             key += ("data_term",)
-        if batch:
-            key += ("batch", int(batch))
-        key += tuple(experiment)
         return self._launcher(T, (key, name, role), source, f"{CP_CL} (for {name})")
 
     def _specialize_bits(self):
@@ -344,44 +301,12 @@ class SparseKernels:
         group = [2 * LG * R * isz, 2 * LG * 8]
         group_bnd = bool(self.GROUP_BOUNDARIES and not data_term
                          and sum(local + group) <= self._group_local())
-        experiment = []
-        scr = None
-        if group_bnd and self.group_bnd_global:
-            experiment.append("GROUP_BND_GLOBAL")
-            scr = self._boundary_buffers(ngroups * LG, R, T.dtype, T, level="group")[1]
-            local.append(None)
-            local.append(group[1])
-        elif group_bnd:
+        if group_bnd:
             local += group
-        batch = int(self.batch or 0)
-        if batch:
-            nb = batch * RV        # steps per batch: two buffers of coordinates and values
-            local += [2 * LG * nb * T.ndim * subs.dtype.itemsize, 2 * LG * nb * isz]
-        if self.split_rows and vec in (4, 8) and not fp32:
-            experiment.append(f"SPLIT_ROWS {vec // 2}")
-        if self.row_mask:
-            experiment.append(f"ROW_MASK {int(self.row_mask)}")
-        if self.batch_shfl and self.is_nvidia and 32 % RV == 0 and not batch:
-            experiment.append("BATCH_SHFL")
-        if (self.pad_coords and interleaved and T.ndim == 3 and subs.dtype == np.int32
-                and self.prefetch and not batch and not self.batch_shfl):
-            experiment.append("PAD4")
-            subs = self._padded(T, mode, chunk, subs)
-        if self.blocked and interleaved and chunk % int(self.blocked) == 0:
-            experiment.append(f"BLOCKED {int(self.blocked)}")
-            subs, vals = self._blocked_copy(T, mode, chunk, subs, vals, int(self.blocked))
-        if self.no_rows:
-            experiment.append("NO_ROWS")
-        if self.coord_mask:
-            experiment.append(f"COORD_MASK {int(self.coord_mask)}")
-        if self.pad_local:
-            experiment.append("PAD_LOCAL")
-            local.append(int(self.pad_local))
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate", variant, vec,
                              interleaved=interleaved, off32=off32, prefetch=self.prefetch,
                              T=T, role=mode, fp32_factors=fp32, group_bnd=group_bnd,
-                             fixed=self._fixed(mode, R, RV), data_term=data_term,
-                             batch=batch, experiment=tuple(experiment))
+                             fixed=self._fixed(mode, R, RV), data_term=data_term)
         gsize = (RV, ngroups * LG)
         lsize = (RV, LG)
         dt = np.dtype(T.dtype).type
@@ -391,7 +316,7 @@ class SparseKernels:
             part = self._scratch(ngroups, T.dtype)       # the groups' sums (bnd_row unused)
             Bd = self.asarray(B, dtype=T.dtype)
             knl(self.queue, gsize, lsize, *args, Bd.data, dt(eps), Bd.data, part, part,
-                *self._locals(local, None))
+                *[self.cl.LocalMemory(n) for n in local])
             return float(self._download(part, ngroups, T.dtype).sum())
         nlist = ngroups if group_bnd else nchunks     # pairs of entries in the boundary list
         bnd_row, bnd_val = self._boundary_buffers(nlist, R, T.dtype, T)
@@ -400,41 +325,10 @@ class SparseKernels:
             args += [Bd.data, dt(eps), out.data, bnd_row, bnd_val]
         else:
             args += [out.data, dt(0), out.data, bnd_row, bnd_val]  # B unused
-        args += self._locals(local, scr)
+        args += [self.cl.LocalMemory(n) for n in local]
         knl(self.queue, gsize, lsize, *args)
         self._reduce_boundaries(bnd_row, bnd_val, 2 * nlist, R, RP, T.dtype, out, T)
         return out
-
-    def _padded(self, T, mode, chunk, subs):
-        """The experiment ``pad_coords``: ``subs`` (n x 3 int32) as n x 4, kept on ``T``."""
-        import pyopencl.array as cla
-        cache = T.__dict__.setdefault("_pad4", {})
-        got = cache.get((mode, chunk))
-        if got is None:
-            h = subs.get()
-            padded = np.zeros((h.shape[0], 4), np.int32)
-            padded[:, :3] = h
-            got = cache[(mode, chunk)] = cla.to_device(self.queue, padded)
-        return got
-
-    def _blocked_copy(self, T, mode, chunk, subs, vals, nb):
-        """The experiment ``blocked``: the interleaved copy with blocks of ``nb`` entries."""
-        import pyopencl.array as cla
-        cache = T.__dict__.setdefault("_blocked", {})
-        got = cache.get((mode, chunk, nb))
-        if got is None:
-            nchunks = subs.shape[0] // chunk
-
-            def reorder(a):
-                h = a.get().reshape((chunk // nb, nb, nchunks) + a.shape[1:])
-                h = np.ascontiguousarray(np.swapaxes(h, 1, 2)).reshape(a.shape)
-                return cla.to_device(self.queue, h)
-            got = cache[(mode, chunk, nb)] = (reorder(subs), reorder(vals))
-        return got
-
-    def _locals(self, sizes, scr):
-        """The local-memory arguments of sizes ``sizes`` (None: the global scratch ``scr``)."""
-        return [scr if n is None else self.cl.LocalMemory(n) for n in sizes]
 
     def _group_local(self):
         """Bytes of local memory a group of the lanes kernel may take for its boundary rows

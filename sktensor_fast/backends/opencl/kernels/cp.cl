@@ -28,25 +28,10 @@
 /* FROW(p, r): the VEC entries r of the factor row at p as a VEC_T.  With FP32_FACTORS the
  * factors are float copies (FVEC_T, converted by TO_VEC_T); their products and sums stay in
  * VAL_T. */
-#if defined(SPLIT_ROWS) && !defined(FP32_FACTORS)
-/* SPLIT_ROWS (an experiment; VEC 4 or 8): lane r owns the VEC / 2 columns at r * VEC / 2 and
- * the VEC / 2 at R / 2 + r * VEC / 2, so that each of a row's two loads covers one half of the
- * row.  ROW_LOAD / ROW_STORE read and write a lane's columns of a row (global or local). */
-#define HCAT(a, b) a##b
-#define HV_(op, n) HCAT(op, n)
-#define ROW_LOAD(p, r) ((VEC_T)(HV_(vload, SPLIT_ROWS)(r, p), \
-                                HV_(vload, SPLIT_ROWS)((r) + R / VEC, p)))
-#define ROW_STORE(v, r, p) do { VEC_T v_ = (v); HV_(vstore, SPLIT_ROWS)(v_.lo, r, p); \
-                                HV_(vstore, SPLIT_ROWS)(v_.hi, (r) + R / VEC, p); } while (0)
-#define FROW(p, r) ROW_LOAD(p, r)
-#else
-#define ROW_LOAD(p, r) (((__global const VEC_T*)(p))[r])
-#define ROW_STORE(v, r, p) (((__global VEC_T*)(p))[r] = (v))
 #ifdef FP32_FACTORS
 #define FROW(p, r) TO_VEC_T(((__global const FVEC_T*)(p))[r])
 #else
 #define FROW(p, r) (((__global const VEC_T*)(p))[r])
-#endif
 #endif
 #if VEC == 1
 #define VSUM(x) (x)
@@ -76,33 +61,9 @@ inline VAL_T shfl_xor_nv(VAL_T v, int off)
 }
 #endif
 
-#ifdef BATCH_SHFL
-/* NVIDIA devices: the 32-bit value v of lane src of the warp (PTX shfl.sync.idx) */
-inline int shfl_idx_nv(int v, int src)
-{
-    int y;
-    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(y) : "r"(v), "r"(src));
-    return y;
-}
-inline long shfl_idx_nv_l(long v, int src)
-{
-    int2 x = as_int2(v);
-    return as_long((int2)(shfl_idx_nv(x.x, src), shfl_idx_nv(x.y, src)));
-}
-#define SHFL_IDX_I(v, src) (sizeof(IDX_T) == 4 ? (IDX_T)shfl_idx_nv((int)(v), src) \
-                                               : (IDX_T)shfl_idx_nv_l((long)(v), src))
-#ifdef USE_FP64
-#define SHFL_IDX_V(v, src) as_double(shfl_idx_nv_l(as_long(v), src))
-#else
-#define SHFL_IDX_V(v, src) as_float(shfl_idx_nv(as_int(v), src))
-#endif
-#endif
-
 /* LOCAL_STORE(v, r, p): the VEC entries of v to p[r * VEC ...] in local memory, by vstoreN
  * (which asks only the alignment of one entry of p) */
-#if defined(SPLIT_ROWS) && !defined(FP32_FACTORS)
-#define LOCAL_STORE(v, r, p) ROW_STORE(v, r, p)
-#elif VEC == 1
+#if VEC == 1
 #define LOCAL_STORE(v, r, p) ((p)[r] = (v))
 #else
 #define VSTORE_CAT(a, b) a##b
@@ -114,29 +75,10 @@ inline long shfl_idx_nv_l(long v, int src)
  * order) or chunk-interleaved (INTERLEAVED: entry k of chunk c at k * nchunks + c, the order of
  * dense.cl's interleave_nonzeros, so that the chunks of a work-group read neighbouring entries
  * at every step) */
-#if defined(INTERLEAVED) && defined(COORD_MASK)
-/* COORD_MASK (an experiment, wrong results): the entries read at the positions' low bits, a
- * window of COORD_MASK + 1 nonzeros */
-#define POS(k) (((OFF_T)(k) * (OFF_T)nchunks + c) & COORD_MASK)
-#elif defined(INTERLEAVED) && defined(BLOCKED)
-/* BLOCKED (an experiment): the chunks interleaved by blocks of BLOCKED consecutive entries */
-#define POS(k) ((((OFF_T)(k) / BLOCKED) * (OFF_T)nchunks + c) * BLOCKED + ((k) % BLOCKED))
-#elif defined(INTERLEAVED)
+#ifdef INTERLEAVED
 #define POS(k) ((OFF_T)(k) * (OFF_T)nchunks + c)
 #else
 #define POS(k) (s + (OFF_T)(k))
-#endif
-
-/* PAD4 (an experiment; 3 modes, int coordinates): the coordinates of a nonzero padded to four
- * ints, loaded as one int4 */
-#ifdef PAD4
-#define SUB_STRIDE 4
-#define LOAD_COORDS(dst, p) do { const int4 q_ = ((__global const int4*)subs)[p]; \
-                                 dst[0] = q_.x; dst[1] = q_.y; dst[2] = q_.z; } while (0)
-#else
-#define SUB_STRIDE NMODES
-#define LOAD_COORDS(dst, p) do { for (int m_ = 0; m_ < NMODES; ++m_) \
-                                 dst[m_] = subs[(p) * NMODES + m_]; } while (0)
 #endif
 
 /* Integer type of the offsets in accumulate: int where the host has checked that every offset
@@ -172,16 +114,8 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
 #ifdef PHI
                          , __local VAL_T* pi_loc
 #endif
-#if defined(GROUP_BND) && defined(GROUP_BND_GLOBAL)
-                         , __global VAL_T* grp_scr, __local long* grp_row
-#elif defined(GROUP_BND)
+#ifdef GROUP_BND
                          , __local VAL_T* grp_val, __local long* grp_row
-#endif
-#ifdef BATCH_PF
-                         , __local IDX_T* bat_sub, __local VAL_T* bat_val
-#endif
-#ifdef PAD_LOCAL
-                         , __local char* pad_loc
 #endif
                          )
 {
@@ -210,19 +144,10 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
     const OFF_T s = c * (OFF_T)chunk;
     const OFF_T e = min(s + (OFF_T)chunk, (OFF_T)nnz);
     const int active = (r < RV) && (s < e);
-#ifdef PAD_LOCAL
-    /* PAD_LOCAL (an experiment): local memory the kernel holds and does not use */
-    if (r > 1000000) pad_loc[0] = 1;
-#endif
-#if defined(GROUP_BND) && defined(GROUP_BND_GLOBAL)
-    /* GROUP_BND_GLOBAL (an experiment): the group's boundary rows in global scratch, two
-     * rows per chunk, instead of local memory */
-    __global VAL_T* grp_val = grp_scr + (OFF_T)(2 * get_group_id(1) * get_local_size(1)) * R;
-#endif
     OFF_T first_row = -1, last_row = -1, cur = -1;
     if (s < e) {
-        first_row = subs[POS(0) * SUB_STRIDE + mode];
-        last_row = subs[POS(e - s - 1) * SUB_STRIDE + mode];
+        first_row = subs[POS(0) * NMODES + mode];
+        last_row = subs[POS(e - s - 1) * NMODES + mode];
         cur = first_row;
     }
     VEC_T acc = (VEC_T)0;
@@ -237,54 +162,9 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
 #ifdef GROUP_BND
 #define STORE_FIRST(v) LOCAL_STORE(v, r, grp_val + (2 * g) * R)
 #else
-#define STORE_FIRST(v) ROW_STORE(v, r, bnd_val + (2 * c) * R)
+#define STORE_FIRST(v) (((__global VEC_T*)(bnd_val + (2 * c) * R))[r] = (v))
 #endif
-#if defined(BATCH_SHFL)
-    /* BATCH_SHFL (NVIDIA, RP dividing 32): batches of RP steps; lane r of a chunk holds
-     * entry r of the batch in registers, and every lane takes step kk's entry from lane kk
-     * of its chunk by a warp shuffle.  The next batch's loads are in flight during the
-     * batch, each lane loading a different nonzero. */
-    const int NB = RP;
-    const int wbase = ((g * RP + r) & 31) - r;      /* this chunk's first lane in the warp */
-    IDX_T lx[NMODES], nx[NMODES];
-    VAL_T lv = 0, nv = 0;
-#pragma unroll
-    for (int m = 0; m < NMODES; ++m) lx[m] = nx[m] = 0;
-    if (r < chunk && s + r < e) {
-#pragma unroll
-        for (int m = 0; m < NMODES; ++m) lx[m] = subs[POS(r) * NMODES + m];
-        lv = vals[POS(r)];
-    }
-    if (NB + r < chunk && s + NB + r < e) {
-#pragma unroll
-        for (int m = 0; m < NMODES; ++m) nx[m] = subs[POS(NB + r) * NMODES + m];
-        nv = vals[POS(NB + r)];
-    }
-    int kk = 0;
-#elif defined(BATCH_PF)
-    /* BATCH_PF: the coordinates and values come in batches of NB = BATCH_PF * RP steps.  Each
-     * lane of a chunk loads BATCH_PF of a batch's nonzeros (entries r, r + RP, ...), not the
-     * same ones as its neighbours, and puts them in local memory at the start of the batch;
-     * the loads of the next batch are then in flight during the NB steps of this one.  Two
-     * buffers used in turn need one barrier per batch: a lane that writes the buffer of batch
-     * b + 1 has passed the barrier of batch b, after every lane finished batch b - 1. */
-    const int NB = BATCH_PF * RP;
-    IDX_T lx[BATCH_PF][NMODES];
-    VAL_T lv[BATCH_PF];
-#pragma unroll
-    for (int q = 0; q < BATCH_PF; ++q) {
-        const int kq = r + q * RP;
-        lv[q] = 0;
-#pragma unroll
-        for (int m = 0; m < NMODES; ++m) lx[q][m] = 0;
-        if (kq < chunk && s + kq < e) {
-#pragma unroll
-            for (int m = 0; m < NMODES; ++m) lx[q][m] = subs[POS(kq) * NMODES + m];
-            lv[q] = vals[POS(kq)];
-        }
-    }
-    int kk = 0, bh = 0;
-#elif defined(PREFETCH)
+#ifdef PREFETCH
     /* PREFETCH: the coordinates and value of step k+1 are loaded during step k, so that only
      * the factor-row gathers wait on memory within a step */
     IDX_T nx[NMODES];
@@ -293,7 +173,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
     for (int m = 0; m < NMODES; ++m) nx[m] = 0;
     if (s < e) {
 #pragma unroll
-        LOAD_COORDS(nx, POS(0));
+        for (int m = 0; m < NMODES; ++m) nx[m] = subs[POS(0) * NMODES + m];
         nv = vals[POS(0)];
     }
 #endif
@@ -303,66 +183,17 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
         OFF_T row = -1;
         VAL_T xv = 0;
         VEC_T pi = (VEC_T)0;
-#if defined(BATCH_PF) || defined(PREFETCH) || defined(BATCH_SHFL)
+#ifdef PREFETCH
         IDX_T cx[NMODES];
-#if defined(BATCH_SHFL)
-        if (kk == 0 && k > 0) {
-            /* a new batch: the entries loaded during the last one, then the next batch's */
-#pragma unroll
-            for (int m = 0; m < NMODES; ++m) lx[m] = nx[m];
-            lv = nv;
-            const int kq = k + NB + r;
-            if (kq < chunk && s + kq < e) {
-#pragma unroll
-                for (int m = 0; m < NMODES; ++m) nx[m] = subs[POS(kq) * NMODES + m];
-                nv = vals[POS(kq)];
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < NMODES; ++m) cx[m] = SHFL_IDX_I(lx[m], wbase + kk);
-        xv = SHFL_IDX_V(lv, wbase + kk);
-        if (++kk == NB) kk = 0;
-#elif defined(BATCH_PF)
-        __local IDX_T* bs = bat_sub + (OFF_T)((2 * g + bh) * NB) * NMODES;
-        __local VAL_T* bv = bat_val + (2 * g + bh) * NB;
-        if (kk == 0) {
-            /* a new batch: this lane's entries to local memory, then the next batch's loads */
-#pragma unroll
-            for (int q = 0; q < BATCH_PF; ++q) {
-                const int kq = r + q * RP;
-#pragma unroll
-                for (int m = 0; m < NMODES; ++m) bs[kq * NMODES + m] = lx[q][m];
-                bv[kq] = lv[q];
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-            for (int q = 0; q < BATCH_PF; ++q) {
-                const int kq = k + NB + r + q * RP;
-                if (kq < chunk && s + kq < e) {
-#pragma unroll
-                    for (int m = 0; m < NMODES; ++m) lx[q][m] = subs[POS(kq) * NMODES + m];
-                    lv[q] = vals[POS(kq)];
-                }
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < NMODES; ++m) cx[m] = bs[kk * NMODES + m];
-        xv = bv[kk];
-        if (++kk == NB) {
-            kk = 0;
-            bh ^= 1;
-        }
-#else
 #pragma unroll
         for (int m = 0; m < NMODES; ++m) cx[m] = nx[m];
         xv = nv;
         if (s + k + 1 < e) {
             const OFF_T jn = POS(k + 1);
 #pragma unroll
-            LOAD_COORDS(nx, jn);
+            for (int m = 0; m < NMODES; ++m) nx[m] = subs[jn * NMODES + m];
             nv = vals[jn];
         }
-#endif
         if (valid) {
 #pragma unroll
             for (int m = 0; m < NMODES; ++m)
@@ -372,16 +203,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
 #pragma unroll
                 for (int m = 0; m < NMODES; ++m) {
                     if (m != mode)
-#ifdef ROW_MASK
-                        /* ROW_MASK (an experiment, wrong results): rows read at the
-                         * coordinate's low bits, a working set of ROW_MASK + 1 rows */
-                        pi *= FROW(F[m] + (OFF_T)(cx[m] & ROW_MASK) * R, r);
-#elif defined(NO_ROWS)
-                        /* NO_ROWS (an experiment, wrong results): no row read */
-                        pi *= (VAL_T)(cx[m] & 1) + (VAL_T)0.5;
-#else
                         pi *= FROW(F[m] + (OFF_T)cx[m] * R, r);
-#endif
                 }
             }
         }
@@ -404,7 +226,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
         /* <B[row], pi> by a butterfly over the RP (<= 32) lanes of this chunk, which sit in
          * one warp: lane r holds its columns' part of the dot, five or fewer exchanges */
         VAL_T part = 0;
-        if (valid && r < RV) part = VSUM(ROW_LOAD(B + row * R, r) * pi);
+        if (valid && r < RV) part = VSUM(((__global const VEC_T*)(B + row * R))[r] * pi);
         for (int off = RP >> 1; off > 0; off >>= 1) part += shfl_xor_nv(part, off);
 #ifdef DATA_TERM
         if (valid && r == 0 && xv != 0) dsum += SKTF_DATA_TERM(xv, part, eps);
@@ -417,7 +239,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
          * passed the barrier of step k, so every lane has finished reading the same buffer at
          * step k-1. */
         __local VAL_T* buf = pi_loc + (k & 1) * (RP * get_local_size(1)) + g * RP;
-        buf[r] = (valid && r < RV) ? VSUM(ROW_LOAD(B + row * R, r) * pi) : 0;
+        buf[r] = (valid && r < RV) ? VSUM(((__global const VEC_T*)(B + row * R))[r] * pi) : 0;
         barrier(CLK_LOCAL_MEM_FENCE);
         VAL_T w = 0;
         if (valid && r < RV) {
@@ -428,7 +250,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
 #endif
             w = SKTF_PHI_WEIGHT(xv, dot, eps);
         }
-#elif defined(PREFETCH) || defined(BATCH_PF) || defined(BATCH_SHFL)
+#elif defined(PREFETCH)
         const VAL_T w = xv;
 #else
         const VAL_T w = valid ? vals[j] : 0;
@@ -437,7 +259,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
         if (valid && active) {
             if (row != cur) {
                 if (cur == first_row) STORE_FIRST(acc);
-                else ROW_STORE(acc, r, out + cur * R);
+                else ((__global VEC_T*)(out + cur * R))[r] = acc;
                 acc = (VEC_T)0;
                 cur = row;
             }
@@ -477,7 +299,7 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
             grp_row[2 * g + 1] = (long)last_row;
         }
     }
-    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    barrier(CLK_LOCAL_MEM_FENCE);
     const int LG = get_local_size(1);
     const OFF_T G = get_group_id(1);
     const int nfull = (int)min((OFF_T)LG, (OFF_T)nchunks - G * LG);  /* chunks holding nonzeros */
@@ -513,9 +335,9 @@ __kernel void accumulate(const long nnz, const int R_arg, const int mode_arg, co
         /* the chunk's first and last rows go to its two slots of the boundary list */
         if (cur == first_row) {
             STORE_FIRST(acc);
-            ROW_STORE((VEC_T)0, r, bnd_val + (2 * c + 1) * R);
+            ((__global VEC_T*)(bnd_val + (2 * c + 1) * R))[r] = (VEC_T)0;
         } else {
-            ROW_STORE(acc, r, bnd_val + (2 * c + 1) * R);
+            ((__global VEC_T*)(bnd_val + (2 * c + 1) * R))[r] = acc;
         }
         if (r == 0) {
             bnd_row[2 * c] = (long)first_row;
