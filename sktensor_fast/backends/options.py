@@ -72,7 +72,8 @@ class OpenCLOptions:
         tensor too small to give every compute unit 1024 chunks of 256).
     vec : {1, 2, 4, 8}, optional
         Columns per lane (default: 4, or 2 for the fp64 MTTKRP over ``'lanes-sorted'``); the
-        largest divisor of the rank that is at most this is used.
+        largest divisor of the rank that is at most this is used.  8 with float64 data is a
+        ValueError on PoCL's CPU devices, which cannot build 8-wide vectors of doubles.
     phi : {'shuffle', 'local'}, optional
         How the lanes kernels form Φ's dot products: a warp shuffle (NVIDIA only, its
         default) or lanes sharing through local memory (the default elsewhere).
