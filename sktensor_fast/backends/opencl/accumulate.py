@@ -345,7 +345,7 @@ class SparseKernels:
         vec = self.vec or 4
         while R % vec:
             vec //= 2
-        chunk = self.wide_chunk
+        chunk = getattr(T, "chunk", None) or self.wide_chunk_of(T.nnz)
         phi = "wide" if B is not None else False
         subs, vals = self._interleaved(T, mode, chunk)
         knl = self.cp_kernel(T.dtype, T.ndim, "accumulate_wide", phi, vec, rank=R, T=T,

@@ -209,12 +209,19 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         nonzeros: the ``chunk`` option where it is set; on a GPU, :attr:`SMALL_CHUNK` for a
         tensor with fewer than :attr:`FILL_CHUNKS` default chunks per compute unit (Uber's 3.3M
         nonzeros on an H100: the kernel 0.18 -> 0.12 ms a mode; NELL-2's 76.9M keep 256, within
-        1 % of 128 there); :attr:`DEFAULT_CHUNK` otherwise."""
+        1 % of 128 there); :attr:`DEFAULT_CHUNK` otherwise.  Never more than ``nnz`` (at
+        least 1): a chunk option larger than the tensor would only add empty steps to every
+        work-item and padding to every copy."""
         if self._chunk is not None or not self.is_gpu:
-            return self.chunk
+            return min(self.chunk, max(1, int(nnz)))
         if int(nnz) // self.DEFAULT_CHUNK >= self.FILL_CHUNKS * int(self.device.max_compute_units):
             return self.DEFAULT_CHUNK
         return self.SMALL_CHUNK
+
+    def wide_chunk_of(self, nnz):
+        """Nonzeros per work-item of the "wide" kernel over a tensor of ``nnz`` nonzeros: the
+        ``wide_chunk`` option (default 64), never more than ``nnz`` (at least 1)."""
+        return min(int(self.wide_chunk), max(1, int(nnz)))
 
     def _interleave_plan(self, ndim, nnz=0):
         """(mode, chunk) of the chunk-interleaved copies the layout reads, built at prepare
@@ -222,7 +229,7 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         if self.layout == "lanes":
             return [(m, self.lanes_chunk(nnz)) for m in range(ndim)]
         if self.layout == "wide":
-            return [(m, self.wide_chunk) for m in range(ndim)]
+            return [(m, self.wide_chunk_of(nnz)) for m in range(ndim)]
         return []
 
     def _check_memory(self, X, copies=None):
@@ -231,7 +238,8 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         # read: chunk-interleaved ("lanes", "wide") or mode-sorted ("lanes-sorted"), one per
         # mode asked for
         row = X.ndim * idx + X.vals.itemsize
-        chunk = self.wide_chunk if self.layout == "wide" else self.chunk
+        chunk = (self.wide_chunk_of(X.nnz) if self.layout == "wide"
+                 else self.lanes_chunk(X.nnz))
         copies = X.ndim if copies is None else int(copies)
         need = (X.nnz * row + (X.ndim - 1) * X.nnz * 4
                 + copies * (X.nnz + chunk) * row)

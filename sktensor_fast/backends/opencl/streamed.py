@@ -99,7 +99,7 @@ def _chunk_of(backend, nnz=None):
     if backend.layout == "lanes":
         return int(backend.chunk if nnz is None else backend.lanes_chunk(nnz))
     if backend.layout == "wide":
-        return int(backend.wide_chunk)
+        return int(backend.wide_chunk if nnz is None else backend.wide_chunk_of(nnz))
     return 0
 
 
@@ -108,7 +108,7 @@ def resident_bytes(backend, X, ncopies=None):
     modes and one copy for the kernels per mode (``ncopies`` of them: all modes when None)
     (the estimate ``prepare`` checks)."""
     row = X.ndim * 4 + X.vals.itemsize
-    chunk = _chunk_of(backend) or backend.chunk
+    chunk = _chunk_of(backend, X.nnz) or backend.lanes_chunk(X.nnz)
     ncopies = X.ndim if ncopies is None else int(ncopies)
     return X.nnz * row + (X.ndim - 1) * X.nnz * 4 + ncopies * (X.nnz + chunk) * row
 
@@ -125,7 +125,7 @@ def plan_streaming(backend, X, modes=None):
     if cap is not None:
         return cap if need > cap else None
     total = int(backend.device.global_mem_size)
-    per_copy = (X.nnz + (_chunk_of(backend) or backend.chunk)) * X.ndim * 4
+    per_copy = (X.nnz + (_chunk_of(backend, X.nnz) or backend.lanes_chunk(X.nnz))) * X.ndim * 4
     if need > 0.9 * total or per_copy > int(backend.device.max_mem_alloc_size):
         return total // 2
     return None

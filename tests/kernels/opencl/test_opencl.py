@@ -809,10 +809,40 @@ def test_lanes_chunk_by_size(be, monkeypatch):
         _close(be.to_numpy(be.mttkrp(T, f, m)), mttkrp_ref(X, f, m))
     assert set(T.interleaved) == {(m, be.SMALL_CHUNK) for m in range(3)}   # no other copy
     monkeypatch.setattr(be, "_chunk", 64)                 # the option wins
-    assert be.lanes_chunk(0) == be.lanes_chunk(big) == 64
+    assert be.lanes_chunk(big) == be.lanes_chunk(64) == 64
+    assert be.lanes_chunk(10) == 10 and be.lanes_chunk(0) == 1   # never more than the tensor
     monkeypatch.setattr(be, "_chunk", None)
     monkeypatch.setattr(be, "is_gpu", False)
-    assert be.lanes_chunk(0) == be.DEFAULT_CHUNK
+    assert be.lanes_chunk(big) == be.lanes_chunk(be.DEFAULT_CHUNK) == be.DEFAULT_CHUNK
+    assert be.lanes_chunk(100) == 100
+
+
+@pytest.mark.parametrize("layout", ["lanes", "wide"])
+def test_chunk_options_larger_than_the_tensor(layout):
+    """A chunk option (``chunk``, ``wide_chunk``) far larger than the tensor is cut to its
+    nonzeros: the copies hold the nonzeros, not a billion padded entries, and a fit takes the
+    time of one chunk per mode (it used to loop over the whole option in every work-item)."""
+    _opencl_backend()
+    rng = np.random.default_rng(5)
+    X = random_sparse((30, 20, 10), 700, rng, counts=True)
+    key = "chunk" if layout == "lanes" else "wide_chunk"
+    big = get_backend("opencl", {"layout": layout, key: 10 ** 9})
+    T = big.prepare(X)
+    assert set(T.interleaved) == {(m, X.nnz) for m in range(3)}
+    assert all(T.interleaved[k][0].shape[0] == X.nnz for k in T.interleaved)
+    R = 33 if layout == "lanes" else 5
+    f = [rng.random((s, R)) for s in X.shape]
+    for m in range(3):
+        np.testing.assert_allclose(big.to_numpy(big.mttkrp(T, f, m)), mttkrp_ref(X, f, m),
+                                   rtol=1e-12)
+    import time
+    t0 = time.perf_counter()
+    m = CPALS(rank=R, device="opencl", max_iter=3, tol=0, random_state=0,
+              device_options={"layout": layout, key: 10 ** 9}).fit(X)
+    assert time.perf_counter() - t0 < 60
+    ref = CPALS(rank=R, device="opencl", max_iter=3, tol=0, random_state=0,
+                device_options={"layout": layout}).fit(X)
+    np.testing.assert_allclose(m.score(X), ref.score(X), rtol=1e-9)
 
 
 def test_argument_info_asked_of_opencl_1_2_devices_only():
