@@ -25,6 +25,7 @@ from sklearn.utils._param_validation import (Integral, Interval, InvalidParamete
                                             Real, StrOptions)
 from sklearn.utils.validation import check_is_fitted
 
+from .._memory import check_model_memory
 from .._prepared import prepared
 from ..backends import FORMATS, get_backend, parse_device
 from ..backends.options import OpenCLOptions, as_options
@@ -188,6 +189,10 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     #: a given initial model whose entries may exceed this is refused (its loss or its squares
     #: would overflow float64 in the first iteration)
     _INIT_MODEL_MAX = 1e150
+
+    #: sets of factor matrices a fit holds on the host at least (the start and the model it
+    #: returns), checked against the available memory before any is made
+    _HOST_MODEL_ARRAYS = 2
 
     def _check_init_scale(self, factors):
         """Refuse given initial factors whose model overflows the computations (a bound of its
@@ -543,6 +548,8 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                       f"({type(T).__name__}) in {time.perf_counter() - t0:.3f}s")
             if getattr(T, "note", None):
                 self._log(f"note: {T.note}")
+            check_model_memory(X.shape, self.rank, self._HOST_MODEL_ARRAYS,
+                               f"{type(self).__name__}(rank={self.rank})")
             rng = check_random_state(self.random_state) if start is None else start[1]
             best = None
             init_param = self.init
