@@ -25,14 +25,27 @@ def _meminfo():
 
 
 def _cgroup_room():
-    """What the process's cgroup (v2) still allows, in bytes, or None without a limit."""
+    """What the process's cgroup (v2) still allows, in bytes, or None without a limit: its
+    limit less the anonymous memory in use (the page cache it also counts is given back on
+    demand), or less all it uses where memory.stat does not say."""
     try:
         with open("/sys/fs/cgroup/memory.max") as fh:
             limit = fh.read().strip()
         if limit == "max":
             return None
-        with open("/sys/fs/cgroup/memory.current") as fh:
-            used = int(fh.read().strip())
+        used = None
+        try:
+            with open("/sys/fs/cgroup/memory.stat") as fh:
+                for line in fh:
+                    key, _, value = line.partition(" ")
+                    if key == "anon":
+                        used = int(value)
+                        break
+        except (OSError, ValueError):
+            pass
+        if used is None:
+            with open("/sys/fs/cgroup/memory.current") as fh:
+                used = int(fh.read().strip())
         return max(0, int(limit) - used)
     except (OSError, ValueError):
         return None

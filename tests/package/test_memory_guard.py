@@ -54,3 +54,25 @@ def test_available_bytes_reads_the_system(tmp_path, monkeypatch):
         raise OSError("no cgroup here")
     monkeypatch.setattr("builtins.open", fake_open)
     assert _memory.available_bytes() == 42 * 1024
+
+
+def test_cgroup_limit_counts_anonymous_memory_only(tmp_path, monkeypatch):
+    """Under a cgroup limit the room is the limit less the anonymous memory in use (its page
+    cache is given back on demand), or less all it uses without memory.stat; no limit, no
+    bound."""
+    files = {"/sys/fs/cgroup/memory.max": "1000\n", "/sys/fs/cgroup/memory.current": "900\n",
+             "/sys/fs/cgroup/memory.stat": "file 700\nanon 200\nkernel 10\n"}
+    real_open = open
+
+    def fake_open(path, *a, **k):
+        if path in files:
+            f = tmp_path / path.replace("/", "_")
+            f.write_text(files[path])
+            return real_open(f, *a, **k)
+        raise OSError("not here")
+    monkeypatch.setattr("builtins.open", fake_open)
+    assert _memory.available_bytes() == 800
+    del files["/sys/fs/cgroup/memory.stat"]
+    assert _memory.available_bytes() == 100
+    files["/sys/fs/cgroup/memory.max"] = "max\n"
+    assert _memory.available_bytes() is None
