@@ -292,6 +292,8 @@ def worker(cfg, out):
         if cfg.get("timeline"):
             entry["timeline"] = _timeline(comm, Xd, Est, params)
         res["fits"][algo] = entry
+    if cfg.get("kernel_check"):
+        res["kernel_check"] = _kernel_check(comm, Xd, R, cfg["device"])
     # collective micro-benchmark: what owner-computes moves vs a reduction of partial rows
     coll = []
     for n, I in enumerate(shape):
@@ -324,6 +326,49 @@ def worker(cfg, out):
     if rank == 0:
         with open(out, "w") as f:
             json.dump(everyone, f)
+
+
+def _kernel_check(comm, Xd, R, device, calls=20, rounds=3):
+    """After the fits, in the same processes: the device this process used and the MTTKRP of
+    every mode on this process's own copy, timed alone (``calls`` launches, then the queue
+    finished; best of ``rounds``), first with every process at once, then one process at a
+    time.  Tells a job whose iterations are slow because a device's kernels are slow from
+    one where the time goes elsewhere."""
+    from sktensor_fast.distributed._protocol import _local_device
+    out = {"host_rank": Xd._local_rank(), "device": _local_device(Xd, device)}
+    for prep in Xd._prepared.values():
+        be = prep._backend
+        queue = getattr(be, "queue", None)
+        finish = queue.finish if queue is not None else (lambda: None)
+        copies = [(n, T) for n, T in enumerate(prep.local) if T is not None]
+        facs = {n: [be.asarray(np.random.default_rng(k).random((s, R)))
+                    for k, s in enumerate(T.shape)] for n, T in copies}
+
+        def timed():
+            ms = []
+            for n, T in copies:
+                be.mttkrp(T, facs[n], 0)
+                finish()
+                best = np.inf
+                for _ in range(rounds):
+                    t = time.perf_counter()
+                    for _ in range(calls):
+                        be.mttkrp(T, facs[n], 0)
+                    finish()
+                    best = min(best, (time.perf_counter() - t) / calls)
+                ms.append(round(best * 1e3, 4))
+            return ms
+        comm.Barrier()
+        out["together_ms"] = timed()
+        comm.Barrier()
+        alone = None
+        for r in range(comm.Get_size()):
+            if r == comm.Get_rank():
+                alone = timed()
+            comm.Barrier()
+        out["alone_ms"] = alone
+        break
+    return out
 
 
 def _timeline(comm, Xd, Est, params):
@@ -500,6 +545,10 @@ def main(argv=None):
                     help="device fits: CP-ALS's MTTKRP runs the nonzeros of the process's own "
                          "rows of the factor just updated while the other rows are exchanged "
                          "(DistributedBackend._OVERLAP_GATHER, off by default)")
+    ap.add_argument("--kernel-check", action="store_true",
+                    help="after the fits, time each process's MTTKRP of every mode on its own "
+                         "copy, all processes at once and one at a time (a slow device or "
+                         "a slow exchange?)")
     ap.add_argument("--mpiexec-args", default="",
                     help="more arguments of mpiexec, e.g. \"-bind-to socket -map-by socket\" "
                          "(MPICH's placement of the processes on the host's cores)")
@@ -595,7 +644,7 @@ def main(argv=None):
                "weak": weak, "timeline": args.timeline, "gcp_steps": args.gcp_steps,
                "pageable": args.pageable, "stacked": args.stacked,
                "overlap": args.overlap, "mpiexec_args": args.mpiexec_args.split(),
-               "no_serial": args.no_serial}
+               "no_serial": args.no_serial, "kernel_check": args.kernel_check}
         # --jobs N: every process count N times, in turns (a separate mpiexec each)
         jobs = [run_job(P, cfg, tmp) for _ in range(args.jobs) for P in args.procs]
         key = "weak" if weak else "strong"
@@ -611,6 +660,15 @@ def main(argv=None):
             if args.jobs > 1:
                 print_spread(report["runs"][key]["spread"][a], weak)
             print_timelines(jobs, a)
+        for job in jobs:
+            for r, proc in enumerate(job):
+                kc = proc.get("kernel_check")
+                if kc:
+                    fits = ", ".join(f"{a} {proc['fits'][a]['iter_s'] * 1e3:.2f}"
+                                     for a in args.algos)
+                    print(f"  P={job[0]['P']} process {r} ({kc['device']}, host rank "
+                          f"{kc['host_rank']}): ms/iter {fits}; MTTKRP per mode, ms: "
+                          f"together {kc['together_ms']}, alone {kc['alone_ms']}")
         print("\ncollectives (process 0, best of 5): mode, rows, MB, Allgatherv, Allreduce, "
               "the rows exchange the backend uses")
         for job in jobs:
