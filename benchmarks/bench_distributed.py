@@ -291,6 +291,8 @@ def worker(cfg, out):
         })
         if cfg.get("timeline"):
             entry["timeline"] = _timeline(comm, Xd, Est, params)
+        if cfg.get("host_timeline"):
+            entry["host_timeline"] = _timeline(comm, Xd, Est, params, sync=False)
         res["fits"][algo] = entry
     if cfg.get("kernel_check"):
         res["kernel_check"] = _kernel_check(comm, Xd, R, cfg["device"])
@@ -371,7 +373,7 @@ def _kernel_check(comm, Xd, R, device, calls=20, rounds=3):
     return out
 
 
-def _timeline(comm, Xd, Est, params):
+def _timeline(comm, Xd, Est, params, sync=True):
     """One fit of three iterations with every call of the distributed backend timed
     (``benchmarks/timeline.py``): the events of the second iteration, per name and mode by
     mode, and the fit's wall time with and without the timing."""
@@ -389,39 +391,46 @@ def _timeline(comm, Xd, Est, params):
         return time.perf_counter() - t
 
     plain = fit3()
-    rec, restore = timeline.record(dist)
+    rec, restore = timeline.record(dist, sync)
     try:
         timed = fit3()
     finally:
         restore()
     its = rec.iterations()
     it = its[1] if len(its) > 2 else its[-1]
+    wall = (its[2][0][2] - its[1][0][2]) * 1e3 if len(its) > 2 else None
     return {"fit_s": plain, "fit_timed_s": timed, "iterations_seen": len(its),
+            "iteration_wall_ms": wall,
             "iteration_ms": sum(e[3] for e in it) * 1e3,
             "events": timeline.summary(it), "modes": timeline.by_mode(it)}
 
 
-def print_timelines(jobs, algo):
-    """The second iteration's events on process 0 of every job, per name (ms, exclusive)."""
+def print_timelines(jobs, algo, key="timeline"):
+    """The second iteration's events on process 0 of every job, per name (ms, exclusive);
+    ``key`` "host_timeline": those timed without waiting for the device, on every process."""
     for job in jobs:
-        tl = job[0]["fits"][algo].get("timeline")
-        if not tl:
-            continue
-        P = job[0]["P"]
-        print(f"\n#### {algo}, P = {P}: one iteration, every call timed (process 0; sum "
-              f"{tl['iteration_ms']:.2f} ms; fit of 3 iterations {tl['fit_s']:.3f} s, "
-              f"{tl['fit_timed_s']:.3f} s timed)\n")
-        print("| event | mode | calls | ms |")
-        print("|---|---|---|---|")
-        for r in tl["events"]:
-            if r["ms"] >= 0.01:
-                mode = "" if r["mode"] is None else r["mode"]
-                print(f"| {r['event']} | {mode} | {r['calls']} | {r['ms']:.3f} |")
-        print("\nmode by mode: " + "; ".join(
-            f"mode {m['mode']}: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(
-                m["ms"].items(), key=lambda kv: -kv[1]) if v >= 0.05)
-            for m in tl["modes"]))
+        for r, proc in enumerate(job if key == "host_timeline" else job[:1]):
+            _print_timeline(proc["fits"][algo].get(key), job[0]["P"], algo, r)
 
+
+def _print_timeline(tl, P, algo, proc):
+    if not tl:
+        return
+    wall = tl.get("iteration_wall_ms")
+    wall = "" if wall is None else f", iteration {wall:.2f} ms from start to start"
+    print(f"\n#### {algo}, P = {P}: one iteration, every call timed (process {proc}; sum "
+          f"{tl['iteration_ms']:.2f} ms{wall}; fit of 3 iterations {tl['fit_s']:.3f} s, "
+          f"{tl['fit_timed_s']:.3f} s timed)\n")
+    print("| event | mode | calls | ms |")
+    print("|---|---|---|---|")
+    for r in tl["events"]:
+        if r["ms"] >= 0.01:
+            mode = "" if r["mode"] is None else r["mode"]
+            print(f"| {r['event']} | {mode} | {r['calls']} | {r['ms']:.3f} |")
+    print("\nmode by mode: " + "; ".join(
+        f"mode {m['mode']}: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(
+            m["ms"].items(), key=lambda kv: -kv[1]) if v >= 0.05)
+        for m in tl["modes"]))
 
 # ---------------------------------------------------------------------------------- driver
 def _mpiexec():
@@ -545,6 +554,9 @@ def main(argv=None):
                     help="device fits: CP-ALS's MTTKRP runs the nonzeros of the process's own "
                          "rows of the factor just updated while the other rows are exchanged "
                          "(DistributedBackend._OVERLAP_GATHER, off by default)")
+    ap.add_argument("--host-timeline", action="store_true",
+                    help="also time every call of one iteration without waiting for the "
+                         "device around them: where each process's host spends an iteration")
     ap.add_argument("--kernel-check", action="store_true",
                     help="after the fits, time each process's MTTKRP of every mode on its own "
                          "copy, all processes at once and one at a time (a slow device or "
@@ -644,7 +656,8 @@ def main(argv=None):
                "weak": weak, "timeline": args.timeline, "gcp_steps": args.gcp_steps,
                "pageable": args.pageable, "stacked": args.stacked,
                "overlap": args.overlap, "mpiexec_args": args.mpiexec_args.split(),
-               "no_serial": args.no_serial, "kernel_check": args.kernel_check}
+               "no_serial": args.no_serial, "kernel_check": args.kernel_check,
+               "host_timeline": args.host_timeline}
         # --jobs N: every process count N times, in turns (a separate mpiexec each)
         jobs = [run_job(P, cfg, tmp) for _ in range(args.jobs) for P in args.procs]
         key = "weak" if weak else "strong"
@@ -660,6 +673,7 @@ def main(argv=None):
             if args.jobs > 1:
                 print_spread(report["runs"][key]["spread"][a], weak)
             print_timelines(jobs, a)
+            print_timelines(jobs, a, "host_timeline")
         for job in jobs:
             for r, proc in enumerate(job):
                 kc = proc.get("kernel_check")

@@ -15,7 +15,8 @@ import time
 from collections import defaultdict
 
 #: methods of the distributed backend, of its ``apr`` and ``gcp`` objects and of its channel
-BACKEND = ("_mttkrp", "_phi", "_full", "_download", "_upload", "_take_rows", "als_update", "gram",
+BACKEND = ("_mttkrp", "_phi", "_full", "_gather_device", "_download", "_upload", "_take_rows",
+           "als_update", "als_start", "als_finish", "gram",
            "matmul_small", "column_norms", "scale_columns", "inner", "_poisson_data_term",
            "_model_zero_count")
 APR = ("_shift_inadmissible", "_kkt_violation", "_multiply_", "_mu_rows_", "_row_solve")
@@ -73,12 +74,14 @@ class Recorder:
         return its
 
 
-def record(dist):
+def record(dist, sync=True):
     """Wrap the calls of the distributed backend ``dist`` (its instances only); returns
-    ``(recorder, undo)``."""
+    ``(recorder, undo)``.  ``sync`` False: no waits for the device around the calls, so
+    that each event is the host's own time in the call (a wait for the device inside it
+    included) and the fit runs as it does untimed, but for the timers."""
     local = dist.local
     queue = getattr(local, "queue", None)
-    sync = queue.finish if queue is not None else (lambda: None)
+    sync = queue.finish if queue is not None and sync else (lambda: None)
     rec = Recorder(sync)
     undo = []
     for obj, names, prefix in ((dist, BACKEND, ""), (dist.apr, APR, "apr."),
