@@ -330,6 +330,26 @@ def worker(cfg, out):
             json.dump(everyone, f)
 
 
+def _cpu_list(cpus):
+    """``{0, 1, 2, 5}`` as ``"0-2,5"``."""
+    cpus, runs = sorted(cpus), []
+    for c in cpus:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+
+
+def _cpu_now():
+    """The CPU this process's main thread last ran on (Linux), else None."""
+    try:
+        with open("/proc/thread-self/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _kernel_check(comm, Xd, R, device, calls=20, rounds=3):
     """After the fits, in the same processes: the device this process used and the MTTKRP of
     every mode on this process's own copy, timed alone (``calls`` launches, then the queue
@@ -337,7 +357,9 @@ def _kernel_check(comm, Xd, R, device, calls=20, rounds=3):
     time.  Tells a job whose iterations are slow because a device's kernels are slow from
     one where the time goes elsewhere."""
     from sktensor_fast.distributed._protocol import _local_device
-    out = {"host_rank": Xd._local_rank(), "device": _local_device(Xd, device)}
+    out = {"host_rank": Xd._local_rank(), "device": _local_device(Xd, device),
+           "cpus_allowed": _cpu_list(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+           else None, "cpu_now": _cpu_now()}
     for prep in Xd._prepared.values():
         be = prep._backend
         queue = getattr(be, "queue", None)
@@ -681,7 +703,8 @@ def main(argv=None):
                     fits = ", ".join(f"{a} {proc['fits'][a]['iter_s'] * 1e3:.2f}"
                                      for a in args.algos)
                     print(f"  P={job[0]['P']} process {r} ({kc['device']}, host rank "
-                          f"{kc['host_rank']}): ms/iter {fits}; MTTKRP per mode, ms: "
+                          f"{kc['host_rank']}, CPUs {kc.get('cpus_allowed')}, on CPU "
+                          f"{kc.get('cpu_now')}): ms/iter {fits}; MTTKRP per mode, ms: "
                           f"together {kc['together_ms']}, alone {kc['alone_ms']}")
         print("\ncollectives (process 0, best of 5): mode, rows, MB, Allgatherv, Allreduce, "
               "the rows exchange the backend uses")
