@@ -168,10 +168,6 @@ def worker(cfg, out):
         # the rows exchanges of device arrays through plain (pageable) host memory
         from sktensor_fast.backends.opencl.backend import OpenCLBackend
         OpenCLBackend.host_buffer = lambda self, shape, dtype: np.empty(shape, dtype)
-    if cfg.get("gate"):
-        # a MTTKRP after a mode's update enqueued before the rows exchange, behind a gate
-        from sktensor_fast.distributed.backend import DistributedBackend
-        DistributedBackend._GATED_GATHER = True
     if cfg.get("overlap"):
         # CP-ALS's MTTKRP on a device begun beside the exchange of the rows it needs
         from sktensor_fast.distributed.backend import DistributedBackend
@@ -580,11 +576,6 @@ def main(argv=None):
                     help="device fits: CP-ALS's MTTKRP runs the nonzeros of the process's own "
                          "rows of the factor just updated while the other rows are exchanged "
                          "(DistributedBackend._OVERLAP_GATHER, off by default)")
-    ap.add_argument("--gate", action="store_true",
-                    help="device fits: CP-ALS's MTTKRP after a mode's update is enqueued "
-                         "before the rows exchange, behind a gate of the queue that opens once "
-                         "the rows are uploaded (DistributedBackend._GATED_GATHER, off by "
-                         "default)")
     ap.add_argument("--host-timeline", action="store_true",
                     help="also time every call of one iteration without waiting for the "
                          "device around them: where each process's host spends an iteration")
@@ -688,7 +679,7 @@ def main(argv=None):
                "pageable": args.pageable, "stacked": args.stacked,
                "overlap": args.overlap, "mpiexec_args": args.mpiexec_args.split(),
                "no_serial": args.no_serial, "kernel_check": args.kernel_check,
-               "host_timeline": args.host_timeline, "gate": args.gate}
+               "host_timeline": args.host_timeline}
         # --jobs N: every process count N times, in turns (a separate mpiexec each)
         jobs = [run_job(P, cfg, tmp) for _ in range(args.jobs) for P in args.procs]
         key = "weak" if weak else "strong"

@@ -77,8 +77,6 @@ class PreparedDistributed:
             format = "coo"
         self._backend, self._format = local_backend, format
         self._pieces = {}
-        #: (mode, rank) of the MTTKRPs launched on the copies (DistributedBackend._gate_plan)
-        self.launched = set()
         self.local = [None if t.shape[n] == 0 else self._prepare_copy(t, n)
                       for n, t in enumerate(Xd.local)]
         notes = {getattr(t, "note", None) for t in self.local if t is not None}
@@ -509,10 +507,14 @@ class DistributedBackend(Backend):
         if self.host or not self._OVERLAP_GATHER or T.local[mode] is None \
                 or not hasattr(self.local, "download_start") or not hasattr(self.local, "add_"):
             return None
-        plan = self._behind(T, factors, mode)
-        if plan is None:
+        facs = [self._darray(f) for f in factors]
+        behind = [k for k, f in enumerate(facs) if k != mode and not f.full_ok]
+        if len(behind) != 1:
             return None
-        facs, k = plan
+        k = behind[0]
+        A = facs[k]
+        if not A.part_ok or A.layout is not T.layouts[k] or A.layout.whole:
+            return None
         pieces = T.pieces(mode, k)
         return None if pieces is None else (facs, k, pieces)
 
@@ -541,78 +543,11 @@ class DistributedBackend(Backend):
         self._wrote_part(out)
         return out
 
-    #: on a device, a MTTKRP that needs the rows of a factor just updated (CP-ALS's next
-    #: mode) is enqueued before the rows exchange, behind a gate of the device's queue that
-    #: opens once the other processes' rows are uploaded (:meth:`_mttkrp_gated`): the host's
-    #: time to enqueue it leaves the path from the exchange to the kernel.  A switch for the
-    #: benchmarks (``bench_distributed.py --gate``).
-    _GATED_GATHER = False
-
-    def _behind(self, T, factors, mode):
-        """``(factors, k)``: the factors as DArrays and the one factor ``k`` other than
-        ``mode`` of which only this process's rows are current (the others whole), laid out
-        as the copy of ``mode`` expects; None where that is not the case."""
-        facs = [self._darray(f) for f in factors]
-        behind = [k for k, f in enumerate(facs) if k != mode and not f.full_ok]
-        if len(behind) != 1:
-            return None
-        k = behind[0]
-        A = facs[k]
-        if not A.part_ok or A.layout is not T.layouts[k] or A.layout.whole:
-            return None
-        return facs, k
-
-    def _gate_plan(self, T, factors, mode):
-        """:meth:`_behind` where :meth:`_mttkrp_gated` applies: switched on, a device backend
-        with gates, and a MTTKRP of ``mode`` at this rank launched before (the first launch
-        of a copy may build its layout and kernels, which can wait for the queue)."""
-        if self.host or T.local[mode] is None:
-            return None
-        key = (mode, int(factors[0].shape[1]))
-        first = key not in T.launched
-        T.launched.add(key)
-        if first or not self._GATED_GATHER or not hasattr(self.local, "rows_gate"):
-            return None
-        return self._behind(T, factors, mode)
-
-    def _mttkrp_gated(self, T, facs, mode, out, k):
-        """MTTKRP of ``mode`` enqueued before the exchange of factor ``k``'s rows: the
-        download of this process's rows of ``k`` is started, the MTTKRP enqueued behind a
-        gate on a new device matrix of ``k`` (this process's rows copied there on the
-        device), then the rows are exchanged, the others' uploaded and the gate opened.  The
-        same launches as after the exchange, in the same order: the same result."""
-        R = int(facs[0].shape[1])
-        L = T.layouts[mode]
-        A = facs[k]
-        LA = A.layout
-        h, event = self._download_start(A)
-        full, gate = self.local.rows_gate(A.part, LA.lo, A.shape[0])
-        try:
-            args = [full if j == k else (None if j == mode else f.full)
-                    for j, f in enumerate(facs)]
-            args[mode] = self._any_rows(facs[mode], R, T.dtype)
-            out, dst = self._out(out, T, mode, R, L)
-            res = self.local._mttkrp(T.local[mode], T.mode_first(args, mode), 0, dst)
-            if res is not dst:
-                out.part, out.view = res, False
-            event.wait()
-            self.channel.allgather_rows(h, LA.counts, LA.displs)
-            self.local.rows_arrive(gate, h)
-        finally:
-            self.local.open_gate(gate)
-        A.full, A.full_ok = full, True
-        self._wrote_part(out)
-        return out
-
     def _mttkrp(self, T, factors, mode, out):
         plan = self._overlap_plan(T, factors, mode)
         if plan is not None:
             facs, k, pieces = plan
             return self._mttkrp_overlapped(T, facs, mode, out, k, pieces)
-        plan = self._gate_plan(T, factors, mode)
-        if plan is not None:
-            facs, k = plan
-            return self._mttkrp_gated(T, facs, mode, out, k)
         R, L, facs, _ = self._mode_call(T, factors, mode)
         out, dst = self._out(out, T, mode, R, L)
         if T.local[mode] is not None:

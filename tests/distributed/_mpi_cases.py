@@ -576,44 +576,6 @@ def opencl_cpals_overlapped_gathers():
 
 
 @case
-def opencl_cpals_gated_gathers():
-    # CP-ALS on each process's OpenCL device with the MTTKRP after a mode's update enqueued
-    # before the rows exchange, behind a gate of the queue: the same launches on the same
-    # rows as after the exchange, so the model of the plain distributed fit, bit for bit
-    if not opencl_everywhere():
-        return
-    from sktensor_fast.distributed import backend as dback
-    X = random_tensor((40, 30, 24), 3000, seed=23, counts=False, skew=True)
-    Xd = scatter(X if RANK == 0 else None)
-    iters = 6
-    est = CPALS(rank=4, random_state=3, max_iter=iters, tol=0, device="opencl")
-    serial = CPALS(**est.get_params()).fit(X)
-    plain = CPALS(**est.get_params()).fit(Xd)
-    calls = []
-    gated = dback.DistributedBackend._mttkrp_gated
-
-    def counted(self, T, facs, mode, out, k):
-        calls.append((mode, k))
-        return gated(self, T, facs, mode, out, k)
-
-    dback.DistributedBackend._mttkrp_gated = counted
-    dback.DistributedBackend._GATED_GATHER = True
-    try:
-        on = CPALS(**est.get_params()).fit(Xd)
-    finally:
-        dback.DistributedBackend._mttkrp_gated = gated
-        dback.DistributedBackend._GATED_GATHER = False
-    # every MTTKRP but the fit's first (all factors whole then): mode n after mode n - 1
-    assert len(calls) == 3 * iters - 1, calls
-    assert set(calls) == {(1, 0), (2, 1), (0, 2)}, calls
-    for a, b in zip([plain.weights_, *plain.factors_], [on.weights_, *on.factors_]):
-        assert np.array_equal(a, b)
-    assert list(plain.loss_history_) == list(on.loss_history_)
-    assert_same_everywhere([on.weights_, *on.factors_, list(on.loss_history_)])
-    compare_models(serial, on, "CPALS on OpenCL, MTTKRP behind a gate")
-
-
-@case
 def transform_and_score():
     # new slices spread over the processes: the loadings (gathered) and the score are those
     # of one process, on every process

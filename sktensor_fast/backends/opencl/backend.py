@@ -40,16 +40,6 @@ class _HostBuffer(np.ndarray):
     buffer = None
 
 
-class _Gate:
-    """A gate of the backend's queue (:meth:`OpenCLBackend.rows_gate`): the user event its
-    barrier waits for, the device matrix whose rows arrive, the rows already there."""
-
-    __slots__ = ("event", "out", "lo", "hi", "opened")
-
-    def __init__(self, event, out, lo, hi):
-        self.event, self.out, self.lo, self.hi, self.opened = event, out, lo, hi, False
-
-
 class _Done:
     """The event of a transfer of nothing."""
 
@@ -448,69 +438,6 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         if out.nbytes:
             self.cl.enqueue_copy(self.queue, out.data, host, is_blocking=True)
         return out
-
-    def rows_gate(self, part, lo, n):
-        """A new device matrix of ``n`` rows whose rows ``lo:lo + len(part)`` will be those of
-        the device matrix ``part`` and whose other rows :meth:`rows_arrive` uploads later, and
-        a gate for the queue: the commands enqueued from now on (the copy of ``part`` first)
-        run only once :meth:`open_gate` has opened it.  Lets a caller enqueue the work that
-        reads the matrix before its rows exist (the distributed backend: a MTTKRP before the
-        rows exchange), so that the device starts it as soon as they are uploaded, without
-        waiting for the host to enqueue it then.
-
-        Until the gate is open nothing may wait for the queue (a download, ``finish``): it
-        would wait forever.  The caller opens it in any case (``try`` / ``finally``)."""
-        import pyopencl.array as cla
-        cl = self.cl
-        lo, n = int(lo), int(n)
-        hi = lo + int(part.shape[0])
-        if not 0 <= lo <= hi <= n:
-            raise ValueError(f"rows {lo}:{hi} of a matrix of {n} rows")
-        out = cla.empty(self.queue, (n,) + tuple(part.shape[1:]), dtype=part.dtype,
-                        allocator=self.allocator)
-        event = cl.UserEvent(self.ctx)
-        cl.enqueue_barrier(self.queue, wait_for=[event])
-        gate = _Gate(event, out, lo, hi)
-        if part.nbytes:
-            try:
-                cl.enqueue_copy(self.queue, out.data, part.data, byte_count=part.nbytes,
-                                dst_offset=lo * (out.nbytes // max(n, 1)))
-            except BaseException:
-                self.open_gate(gate)
-                raise
-        return out, gate
-
-    def rows_arrive(self, gate, host):
-        """Upload the rows of the C-contiguous host matrix ``host`` other than the gate's own
-        rows into its device matrix (through the backend's second queue, waited for), then
-        open the gate (:meth:`rows_gate`)."""
-        from .tensor import upload_queue
-        out, lo, hi = gate.out, gate.lo, gate.hi
-        try:
-            if tuple(host.shape) != tuple(out.shape) or host.dtype != out.dtype:
-                raise ValueError(f"host rows of shape {tuple(host.shape)} ({host.dtype}) for "
-                                 f"a device matrix of shape {tuple(out.shape)} ({out.dtype})")
-            n = int(out.shape[0])
-            row = out.nbytes // max(n, 1)
-            q = upload_queue(self)
-            events = []
-            if lo:
-                events.append(self.cl.enqueue_copy(q, out.data, host[:lo], is_blocking=False))
-            if hi < n:
-                events.append(self.cl.enqueue_copy(q, out.data, host[hi:], dst_offset=hi * row,
-                                                   is_blocking=False))
-            if events:
-                self.cl.wait_for_events(events)
-        finally:
-            self.open_gate(gate)
-        return out
-
-    def open_gate(self, gate):
-        """Let the commands held by ``gate`` run (once; later calls do nothing)."""
-        if not gate.opened:
-            gate.opened = True
-            gate.event.set_status(self.cl.command_execution_status.COMPLETE)
-            self.queue.flush()
 
     def upload_around(self, host, part, lo, hi, wait=True):
         """A new device matrix holding ``host`` (C-contiguous) but for its rows ``lo:hi``,

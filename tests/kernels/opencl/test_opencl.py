@@ -521,40 +521,6 @@ def test_rows_and_host_transfers(be):
         be.download_start(Ad, np.empty((2, 3)))
 
 
-def test_rows_gate_holds_the_queue_until_the_rows_arrive(be):
-    """``rows_gate``: work enqueued after it waits (a marker is not reached) until
-    ``rows_arrive`` has uploaded the host rows around the device ones and opened it; the
-    matrix then holds both (host rows in the device range are not read).  A wrong host
-    matrix is refused and the gate opened all the same (the queue does not hang); opening
-    twice does nothing; a bad range is refused before anything is enqueued."""
-    import time
-    cl = be.cl
-    A = np.arange(30.0).reshape(10, 3)
-    for lo, hi in ((3, 7), (0, 4), (6, 10), (0, 10), (5, 5)):
-        part = be.asarray(A[lo:hi] + 100.0)
-        full, gate = be.rows_gate(part, lo, 10)
-        marker = cl.enqueue_marker(be.queue)
-        be.queue.flush()
-        time.sleep(0.02)
-        assert marker.command_execution_status != cl.command_execution_status.COMPLETE
-        host = be.host_buffer((10, 3), np.float64)
-        host[...] = A
-        host[lo:hi] = -1.0
-        assert be.rows_arrive(gate, host) is full
-        marker.wait()
-        want = A.copy()
-        want[lo:hi] += 100.0
-        np.testing.assert_array_equal(be.to_numpy(full), want)
-        be.open_gate(gate)
-    full, gate = be.rows_gate(be.asarray(A[2:5]), 2, 10)
-    with pytest.raises(ValueError, match="shape"):
-        be.rows_arrive(gate, np.zeros((9, 3)))
-    assert gate.opened
-    be.queue.finish()
-    with pytest.raises(ValueError, match="rows 8:11 of a matrix of 10 rows"):
-        be.rows_gate(be.asarray(A[:3]), 8, 10)
-
-
 def test_add_and_room(be):
     """``add_`` adds a device array into another of its shape (refusing another shape or
     dtype); ``tensor_room`` is the cap where one is set, else 90 % of the device memory."""
