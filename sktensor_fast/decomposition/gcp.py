@@ -330,8 +330,9 @@ class GCP(BaseCP):
     ``transform`` fits the mode-0 loadings of new slices under the same loss with the other
     factors fixed.  For the squared error (``"gaussian"``) these are the least-squares
     loadings, computed exactly at any size (one MTTKRP, as :class:`CPALS` does).  For the other
-    losses: by L-BFGS-B on those loadings (to near machine precision, so that the answer does
-    not depend on which slices are transformed together) when the new tensor has at most
+    losses: by L-BFGS-B on those loadings (until the loss's floating-point value stops
+    decreasing, so that the answer depends on which slices are transformed together only in
+    the last digits: a few times 1e-8, relative, in the tests) when the new tensor has at most
     :data:`GCP_DENSE_LIMIT` entries, else by the estimator's stochastic solver (Adam, with the
     estimator's ``learning_rate``, ``beta1``, … when ``solver="lbfgsb"``).  ``score`` is
     ``−F / (number of entries)`` after that refit (exact or estimated likewise).
@@ -670,8 +671,9 @@ class GCP(BaseCP):
                 t0=None, report=False):
         """L-BFGS-B on the exact loss; only the factors with ``active[k]`` move.
 
-        ``tight``: solve to (near) machine precision, for the convex problems of
-        ``transform`` (the answer then does not depend on which slices are solved together).
+        ``tight``: solve until the loss stops decreasing in floating point, for the convex
+        problems of ``transform`` (the answer then depends on which slices are solved
+        together only in its last digits).
         Otherwise the fit's tolerance (scipy's ``ftol = tol * 1e-4``) and at most ``maxiter``
         iterations (default ``max_iter``).
         ``t0``: start of the fit, from which ``max_time`` is counted (None: no limit).

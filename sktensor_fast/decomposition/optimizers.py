@@ -273,9 +273,9 @@ class LBFGSB:
 
     def options(self, tight=False, maxiter=None):
         """scipy's options: the fit's tolerance and at most ``maxiter`` iterations (default
-        ``max_iter``), or, with ``tight``, near machine precision (the convex problems of
-        ``transform``, whose answer then does not depend on which slices are solved
-        together)."""
+        ``max_iter``), or, with ``tight``, until the loss stops decreasing in floating point
+        (the convex problems of ``transform``, whose answer then depends on which slices are
+        solved together only in its last digits)."""
         if tight:
             n = max(self.max_iter, 1000)
             return {"maxiter": n, "ftol": 1e-15, "gtol": 1e-12, "maxfun": 20 * n}
