@@ -295,7 +295,8 @@ def worker(cfg, out):
             entry["host_timeline"] = _timeline(comm, Xd, Est, params, sync=False)
         res["fits"][algo] = entry
     if cfg.get("kernel_check"):
-        res["kernel_check"] = _kernel_check(comm, Xd, R, cfg["device"])
+        res["kernel_check"] = _kernel_check(comm, Xd, R, cfg["device"],
+                                            phi="cpapr" in cfg["algos"])
     # collective micro-benchmark: what owner-computes moves vs a reduction of partial rows
     coll = []
     for n, I in enumerate(shape):
@@ -350,11 +351,12 @@ def _cpu_now():
         return None
 
 
-def _kernel_check(comm, Xd, R, device, calls=20, rounds=3):
-    """After the fits, in the same processes: the device this process used and the MTTKRP of
-    every mode on this process's own copy, timed alone (``calls`` launches, then the queue
-    finished; best of ``rounds``), first with every process at once, then one process at a
-    time.  Tells a job whose iterations are slow because a device's kernels are slow from
+def _kernel_check(comm, Xd, R, device, phi=False, calls=20, rounds=3):
+    """After the fits, in the same processes: the device this process used and the MTTKRP
+    (with ``phi`` also CP-APR's Φ) of every mode on this process's own copy, timed alone
+    (``calls`` launches, then the queue finished; best of ``rounds``), first with every
+    process at once, then one process at a time.  Tells a job whose iterations are slow
+    because a device's kernels are slow, or one process's share slower than the others', from
     one where the time goes elsewhere."""
     from sktensor_fast.distributed._protocol import _local_device
     out = {"host_rank": Xd._local_rank(), "device": _local_device(Xd, device),
@@ -365,32 +367,36 @@ def _kernel_check(comm, Xd, R, device, calls=20, rounds=3):
         queue = getattr(be, "queue", None)
         finish = queue.finish if queue is not None else (lambda: None)
         copies = [(n, T) for n, T in enumerate(prep.local) if T is not None]
-        facs = {n: [be.asarray(np.random.default_rng(k).random((s, R)))
+        facs = {n: [be.asarray(np.random.default_rng(k).random((s, R)) + 0.1)
                     for k, s in enumerate(T.shape)] for n, T in copies}
+        kernels = {"": lambda T, F: be.mttkrp(T, F, 0)}
+        if phi:
+            kernels["phi_"] = lambda T, F: be.phi(T, F, 0, F[0], 1e-10)
 
-        def timed():
+        def timed(kernel):
             ms = []
             for n, T in copies:
-                be.mttkrp(T, facs[n], 0)
+                kernel(T, facs[n])
                 finish()
                 best = np.inf
                 for _ in range(rounds):
                     t = time.perf_counter()
                     for _ in range(calls):
-                        be.mttkrp(T, facs[n], 0)
+                        kernel(T, facs[n])
                     finish()
                     best = min(best, (time.perf_counter() - t) / calls)
                 ms.append(round(best * 1e3, 4))
             return ms
-        comm.Barrier()
-        out["together_ms"] = timed()
-        comm.Barrier()
-        alone = None
-        for r in range(comm.Get_size()):
-            if r == comm.Get_rank():
-                alone = timed()
+        for prefix, kernel in kernels.items():
             comm.Barrier()
-        out["alone_ms"] = alone
+            out[prefix + "together_ms"] = timed(kernel)
+            comm.Barrier()
+            alone = None
+            for r in range(comm.Get_size()):
+                if r == comm.Get_rank():
+                    alone = timed(kernel)
+                comm.Barrier()
+            out[prefix + "alone_ms"] = alone
         break
     return out
 
@@ -705,7 +711,9 @@ def main(argv=None):
                     print(f"  P={job[0]['P']} process {r} ({kc['device']}, host rank "
                           f"{kc['host_rank']}, CPUs {kc.get('cpus_allowed')}, on CPU "
                           f"{kc.get('cpu_now')}): ms/iter {fits}; MTTKRP per mode, ms: "
-                          f"together {kc['together_ms']}, alone {kc['alone_ms']}")
+                          f"together {kc['together_ms']}, alone {kc['alone_ms']}"
+                          + (f"; Φ: together {kc['phi_together_ms']}, alone "
+                             f"{kc['phi_alone_ms']}" if "phi_alone_ms" in kc else ""))
         print("\ncollectives (process 0, best of 5): mode, rows, MB, Allgatherv, Allreduce, "
               "the rows exchange the backend uses")
         for job in jobs:
