@@ -438,15 +438,16 @@ def print_timelines(jobs, algo, key="timeline"):
     ``key`` "host_timeline": those timed without waiting for the device, on every process."""
     for job in jobs:
         for r, proc in enumerate(job if key == "host_timeline" else job[:1]):
-            _print_timeline(proc["fits"][algo].get(key), job[0]["P"], algo, r)
+            _print_timeline(proc["fits"][algo].get(key), job[0]["P"], algo, r,
+                            " without waiting for the device" if key == "host_timeline" else "")
 
 
-def _print_timeline(tl, P, algo, proc):
+def _print_timeline(tl, P, algo, proc, how):
     if not tl:
         return
     wall = tl.get("iteration_wall_ms")
     wall = "" if wall is None else f", iteration {wall:.2f} ms from start to start"
-    print(f"\n#### {algo}, P = {P}: one iteration, every call timed (process {proc}; sum "
+    print(f"\n#### {algo}, P = {P}: one iteration, every call timed{how} (process {proc}; sum "
           f"{tl['iteration_ms']:.2f} ms{wall}; fit of 3 iterations {tl['fit_s']:.3f} s, "
           f"{tl['fit_timed_s']:.3f} s timed)\n")
     print("| event | mode | calls | ms |")
@@ -586,9 +587,9 @@ def main(argv=None):
                     help="also time every call of one iteration without waiting for the "
                          "device around them: where each process's host spends an iteration")
     ap.add_argument("--kernel-check", action="store_true",
-                    help="after the fits, time each process's MTTKRP of every mode on its own "
-                         "copy, all processes at once and one at a time (a slow device or "
-                         "a slow exchange?)")
+                    help="after the fits, time each process's MTTKRP (and CP-APR's Φ with "
+                         "cpapr among --algos) of every mode on its own copy, all processes "
+                         "at once and one at a time (a slow device or a slow exchange?)")
     ap.add_argument("--mpiexec-args", default="",
                     help="more arguments of mpiexec, e.g. \"-bind-to socket -map-by socket\" "
                          "(MPICH's placement of the processes on the host's cores)")

@@ -398,6 +398,35 @@ def test_weak_scaling_benchmark_with_stacked_parts(tmp_path):
 
 
 @needs_mpi
+def test_distributed_benchmark_kernel_check_and_host_timeline(tmp_path):
+    """bench_distributed.py --kernel-check times each process's MTTKRP (and, with CP-APR,
+    Φ) of every mode on its own copy, and says where it ran; --host-timeline times every
+    call of one iteration on every process without waiting for the device: the calls of
+    CP-ALS's steps, the rows exchange among them, and an iteration's wall time at least
+    their sum."""
+    out = tmp_path / "check.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_distributed.py"),
+                        "--procs", "2", "--strong", "--shape", "40,30,20", "--nnz", "3000",
+                        "--iters", "2", "--repeat", "1", "--algos", "cpals", "cpapr",
+                        "--no-serial", "--kernel-check", "--host-timeline", "--out", str(out)],
+                       capture_output=True, text=True, timeout=JOB_TIMEOUT, env=_env())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    (job,) = json.loads(out.read_text())["runs"]["strong"]["jobs"]
+    assert "without waiting for the device" in r.stdout
+    assert r.stdout.count("MTTKRP per mode") == 2 and r.stdout.count("; Φ: together") == 2
+    for rank, proc in enumerate(job):
+        kc = proc["kernel_check"]
+        assert kc["host_rank"] == rank and kc["device"] == "cpu"
+        for key in ("together_ms", "alone_ms", "phi_together_ms", "phi_alone_ms"):
+            assert len(kc[key]) == 3 and all(t > 0 for t in kc[key]), (key, kc[key])
+        tl = proc["fits"]["cpals"]["host_timeline"]
+        names = {e["event"] for e in tl["events"]}
+        assert {"mttkrp", "als_update", "mpi.allgather_rows"} <= names, names
+        assert {e["mode"] for e in tl["events"] if e["event"] == "mttkrp"} == {0, 1, 2}
+        assert 0 < tl["iteration_ms"] <= tl["iteration_wall_ms"] * 1.001 + 1e-3, tl
+
+
+@needs_mpi
 def test_distributed_benchmark_over_several_jobs(tmp_path):
     """bench_distributed.py --jobs 2 runs each process count twice (a new mpiexec each) and
     reports the median and spread over them; every process records when each iteration of

@@ -829,3 +829,44 @@ def test_zipf_search_through_the_guide_table_is_searchsorted():
                             np.nextafter(edges[1:], 0), inner, np.nextafter(inner, 0)])
         assert np.array_equal(synth._search_right(cdf, guide, u),
                               np.searchsorted(cdf, u, side="right"))
+
+
+def test_timeline_waits_for_the_device_only_when_asked():
+    """benchmarks/timeline.py: ``record(dist)`` waits for the device's queue before and after
+    every wrapped call (a kernel is charged to the call that enqueued it); ``record(dist,
+    sync=False)`` never waits, and each event is the call's own time less that of the
+    wrapped calls inside it; ``undo`` puts the methods back."""
+    import time
+    from benchmarks import timeline
+
+    class Queue:
+        waits = 0
+
+        def finish(self):
+            Queue.waits += 1
+
+    class Part:
+        pass
+
+    class Dist:
+        local, apr, gcp, channel = Part(), Part(), Part(), Part()
+
+        def _mttkrp(self, T, factors, mode, out):
+            self._download(None, None)
+            time.sleep(0.02)
+
+        def _download(self, a, out):
+            time.sleep(0.03)
+
+    Dist.local.queue = Queue()
+    for sync, waits in ((True, 4), (False, 0)):
+        dist = Dist()
+        Queue.waits = 0
+        rec, undo = timeline.record(dist, sync)
+        dist._mttkrp(None, None, 1, None)
+        undo()
+        assert Queue.waits == waits, (sync, Queue.waits)
+        ev = {name: (mode, dt) for name, mode, _, dt in rec.events}
+        assert ev["mttkrp"][0] == 1 and 0.015 < ev["mttkrp"][1] < 0.045, ev
+        assert ev["download"][0] is None and ev["download"][1] >= 0.029, ev
+        assert "_mttkrp" not in dist.__dict__
