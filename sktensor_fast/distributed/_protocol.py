@@ -33,8 +33,17 @@ class _ShareView(SparseTensor):
 
 def validate(Xd, estimator, reset):
     with agree_on_errors(Xd.comm):
+        _check_unsupported(estimator)
         estimator._validate_input(_ShareView.of(Xd), reset)
     return Xd
+
+
+def _check_unsupported(estimator):
+    """Raise for the settings a DistributedTensor does not take (before an estimator looks
+    at the tensor's nonzeros, which no process holds whole)."""
+    if type(estimator).__name__ == "GCP" and \
+            estimator.get_params(deep=False).get("mask") is not None:
+        raise NotImplementedError("GCP: a mask is not available on a DistributedTensor")
 
 
 def _signature(estimator):
@@ -101,10 +110,8 @@ def backend_for(Xd, estimator):
         if params.get("init") == "nvecs":
             raise NotImplementedError(f"{name}: init='nvecs' is not available on a "
                                       f"DistributedTensor; use init='random' or given factors")
+        _check_unsupported(estimator)
         if name == "GCP":
-            if params.get("mask") is not None:
-                raise NotImplementedError("GCP: a mask is not available on a "
-                                          "DistributedTensor")
             if params.get("random_state") is None:
                 raise ValueError("GCP(random_state=None) would draw different samples on every "
                                  "process; pass an int random_state")

@@ -255,9 +255,32 @@ class DistributedTensor:
         return backend_for(self, estimator)
 
 
+#: bytes per row of a mode that building the layout takes on every process at once: the
+#: rows' nonzero counts, their running sums and the table of each row's owner (int64 each)
+ROW_TABLE_BYTES = 24
+
+
+def _check_row_tables(comm, shape):
+    """MemoryError on every process where the per-row tables of the largest mode exceed the
+    host memory available to a process (the layout counts the nonzeros of every row)."""
+    from .._memory import available_bytes
+    with agree_on_errors(comm):
+        rows = max(int(s) for s in shape)
+        need, room = ROW_TABLE_BYTES * rows, available_bytes()
+        if room is not None and need > room:
+            gib = 2.0 ** 30
+            raise MemoryError(
+                f"a DistributedTensor of shape {tuple(int(s) for s in shape)} cannot be laid "
+                f"out: each process counts the nonzeros of every row of each mode, "
+                f"{need / gib:.1f} GiB for the {rows} rows of the longest mode, but "
+                f"{room / gib:.1f} GiB are available. Check the shape (a mode that long "
+                f"would also need factor matrices of that many rows on every process)")
+
+
 def _build(comm, subs, vals, shape, dtype):
     """Collective: redistribute the nonzeros each process holds (any order, repeats allowed)
     to the owners of every mode, and wrap the result."""
+    _check_row_tables(comm, shape)
     chan = Channel(comm)
     P = chan.size
     N = len(shape)

@@ -629,6 +629,23 @@ def disagreeing_processes_fail_together():
                             NotImplementedError, "nvecs")
     # verbose may differ (e.g. only process 0 prints)
     CPALS(rank=2, random_state=0, max_iter=2, verbose=0).fit(Xd)
+    # GCP's mask is refused before the fit looks at any nonzero, also where only one process
+    # passes one
+    mask = np.ones(X.shape, dtype=bool)
+    expect_error_everywhere(lambda: GCP(rank=2, random_state=0, mask=mask).fit(Xd),
+                            NotImplementedError, "mask")
+    expect_error_everywhere(lambda: GCP(rank=2, random_state=0,
+                                        mask=mask if RANK == 1 else None).fit(Xd),
+                            NotImplementedError, "mask")
+
+
+@case
+def a_shape_too_long_for_memory_fails_together():
+    # a layout whose per-row tables cannot fit: a MemoryError naming the shape on every
+    # process, not NumPy's error from deep inside
+    subs = np.array([[RANK, 0, 0]])
+    expect_error_everywhere(lambda: from_parts(subs, [1.0], (2 ** 62, 2, 2)), MemoryError,
+                            "cannot be laid out", "4611686018427387904")
 
 
 def _loss_of_code(power):
