@@ -339,6 +339,12 @@ class BaseCP(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             self._stream = {"seed": self._stream_seed(), "batches": 1, "seen": 0}
             self._keep_history(self._where_kept(X), 0)
         else:
+            fitted = int(np.shape(self.weights_)[0])
+            if self.rank != fitted:
+                raise ValueError(
+                    f"{type(self).__name__}.partial_fit continues a model of rank {fitted}, "
+                    f"but rank is now {self.rank}: set rank back to {fitted}, or call fit to "
+                    f"start a new stream with rank {self.rank}")
             X = self._validate_batch(X)
             self._update(X)
         self.n_samples_seen_ = self._stream["seen"]

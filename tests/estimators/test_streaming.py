@@ -165,6 +165,23 @@ def test_batch_of_another_shape(name):
     assert est.factors_[0].shape == (4, 3) and est.n_samples_seen_ == 4
 
 
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_rank_changed_during_a_stream(name):
+    """A rank set between two calls of partial_fit is refused with both ranks named (the
+    model of the stream has the first); fit starts a stream with the new rank."""
+    X = _counts()
+    est = MAKERS[name]().partial_fit(X[:4])
+    est.set_params(rank=4)
+    with pytest.raises(ValueError, match=r"partial_fit continues a model of rank 3, but rank "
+                                         r"is now 4"):
+        est.partial_fit(X[4:8])
+    assert est.factors_[1].shape == (10, 3) and est.n_samples_seen_ == 4
+    est.set_params(rank=3).partial_fit(X[4:8])
+    assert est.n_samples_seen_ == 8
+    est.set_params(rank=4).fit(X[:4])
+    assert est.partial_fit(X[4:8]).factors_[1].shape == (10, 4)
+
+
 def test_partial_fit_after_fit_with_another_shape():
     est = _gcp().fit(_counts())
     with pytest.raises(ValueError, match=r"the batch has shape \(3, 9, 8\), but the model's "
