@@ -129,6 +129,9 @@ def component_entries(model, labels=None, mode_names=None, top=5, uniform=1.25):
     if not uniform >= 1:
         raise ValueError(f"uniform must be a number >= 1, got {uniform!r}")
     N = len(factors)
+    if labels is not None:
+        from .tensor import check_labels
+        labels = check_labels(labels, [f.shape[0] for f in factors], "the model")
     labels = labels if labels is not None else own_labels
     mode_names = mode_names if mode_names is not None else own_names
     labels = list(labels) if labels is not None else [None] * N

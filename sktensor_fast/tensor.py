@@ -797,17 +797,32 @@ def _warn_nonint(vals, what):
 # ---------------------------------------------------------------------------------------------
 # Labels and mode names, checked against the tensor's shape: set through here by
 # SparseTensor.transpose and .from_dataframe, the readers and the data sets.
+def check_labels(labels, shape, what="the tensor"):
+    """``labels`` as a list of one list of names (or None) per mode of ``shape``; TypeError
+    for a string where lists are expected, ValueError for a count that does not match."""
+    if isinstance(labels, (str, bytes)):
+        raise TypeError(f"labels must be a list with one list of names (or None) per mode, "
+                        f"got a string {labels!r}")
+    labels = list(labels)
+    if len(labels) != len(shape):
+        raise ValueError(f"labels has {len(labels)} entries but {what} has {len(shape)} "
+                         f"modes; give one list (or None) per mode")
+    for k, lab in enumerate(labels):
+        if isinstance(lab, (str, bytes)):
+            raise TypeError(f"labels[{k}] must be a list of names (or None), got a string "
+                            f"{lab!r}")
+    labels = [None if lab is None else list(lab) for lab in labels]
+    for k, lab in enumerate(labels):
+        if lab is not None and len(lab) != shape[k]:
+            raise ValueError(f"labels[{k}] has {len(lab)} names but mode {k} has length "
+                             f"{shape[k]}")
+    return labels
+
+
 def _attach_labels(X, labels, mode_names):
     """Set the optional ``labels`` / ``mode_names`` of ``X`` (checked against its shape)."""
     if labels is not None:
-        labels = [None if lab is None else list(lab) for lab in labels]
-        if len(labels) != X.ndim:
-            raise ValueError(f"labels has {len(labels)} entries but the tensor has {X.ndim} "
-                             f"modes; give one list (or None) per mode")
-        for k, lab in enumerate(labels):
-            if lab is not None and len(lab) != X.shape[k]:
-                raise ValueError(f"labels[{k}] has {len(lab)} names but mode {k} has length "
-                                 f"{X.shape[k]}")
+        labels = check_labels(labels, X.shape)
     if mode_names is not None:
         mode_names = [str(m) for m in mode_names]
         if len(mode_names) != X.ndim:

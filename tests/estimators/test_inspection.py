@@ -28,8 +28,20 @@ def test_describe_components_signs_and_errors():
     assert "2 -0.750" in text and "3 0.800" in text
     with pytest.raises(ValueError, match="top"):
         describe_components(K, top=0)
-    with pytest.raises(ValueError, match="one entry per mode"):
+    with pytest.raises(ValueError, match=r"labels has 1 entries but the model has 2 modes"):
         describe_components(K, labels=[["a", "b"]])
+    # a mode's names must name every index (they were mixed with the indices before), and a
+    # string is not a list of names
+    with pytest.raises(ValueError, match=r"labels\[1\] has 2 names but mode 1 has length 3"):
+        describe_components(K, labels=[["a", "b"], ["x", "y"]])
+    with pytest.raises(TypeError, match="labels must be a list"):
+        describe_components(K, labels="ab")
+    with pytest.raises(TypeError, match=r"labels\[0\] must be a list of names"):
+        describe_components(K, labels=["ab", None])
+    with pytest.raises(ValueError, match="one entry per mode"):
+        describe_components(K, mode_names=["a"])
+    assert "  mode 1: z 0.800" in describe_components(K, labels=[None, ["x", "y", "z"]],
+                                                      legend=False)
     with pytest.raises(TypeError, match="fitted"):
         describe_components("model")
 
