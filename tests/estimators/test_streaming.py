@@ -67,6 +67,24 @@ def test_streams_on_every_device(name, device):
 
 
 @pytest.mark.parametrize("name", list(MAKERS))
+def test_a_stream_saved_mid_way_goes_on_as_before(name, device):
+    """An estimator pickled or deep-copied between two updates (its history kept on the
+    device, on OpenCL) goes on from the copy: the next updates give the same model, bit for
+    bit, as the estimator that was not saved."""
+    import copy
+    import pickle
+    X = _counts(n0=16)
+    a = MAKERS[name](window=6, device=device).set_params(max_iter=5)
+    a.partial_fit(X[:4]).partial_fit(X[4:8])
+    saved = [pickle.loads(pickle.dumps(a)), copy.deepcopy(a)]
+    for est in [a] + saved:
+        est.partial_fit(X[8:12]).partial_fit(X[12:])
+    for est in saved:
+        assert est.n_samples_seen_ == a.n_samples_seen_ == 16
+        _same(a, est)
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
 def test_memory_bounded_by_the_window(name):
     X = _counts(n0=30)
     est = MAKERS[name](window=3)

@@ -127,6 +127,11 @@ class SliceStats:
         return out
 
 
+def _host_tensor(subs, vals, shape):
+    """The host tensor a pickled :class:`DeviceHistory` becomes."""
+    return SparseTensor._from_canonical(subs, vals, tuple(shape))
+
+
 class DeviceHistory:
     """The history of a stream on the device: the slices ``rows`` of a window whose nonzeros
     (canonical order) are the device arrays ``subs`` and ``vals``.
@@ -165,6 +170,12 @@ class DeviceHistory:
         subs = subs[keep]
         subs[:, 0] = pick[keep]
         return SparseTensor._from_canonical(subs, vals[keep], self.shape)
+
+    def __reduce__(self):
+        """Pickled (and deep-copied) as its host tensor: a stream's estimator saved with
+        ``pickle`` or ``joblib`` goes on from the host history, wherever it is loaded."""
+        H = self.to_host()
+        return _host_tensor, (H.subs, H.vals, H.shape)
 
     def __repr__(self):
         return (f"DeviceHistory(shape={self.shape}, nnz={self.nnz}, "
