@@ -300,6 +300,10 @@ class SparseTensor:
     @classmethod
     def from_scipy(cls, matrix, dtype=None):
         """Build a 2-way tensor from a ``scipy.sparse`` matrix or array."""
+        import scipy.sparse as sp
+        if not sp.issparse(matrix):
+            raise TypeError(f"from_scipy takes a scipy.sparse matrix or array, got "
+                            f"{type(matrix).__name__}")
         coo = matrix.tocoo()
         subs = np.stack([np.asarray(coo.row), np.asarray(coo.col)], axis=1)
         vals = np.asarray(coo.data)
@@ -314,6 +318,9 @@ class SparseTensor:
         The implicit entries of a SparseTensor are 0, so an array with another ``fill_value``
         (or NaN) is refused rather than silently changed.
         """
+        if not all(hasattr(array, a) for a in ("coords", "data", "shape")):
+            raise TypeError(f"from_sparse takes a pydata sparse.COO array, got "
+                            f"{type(array).__name__}")
         fill = getattr(array, "fill_value", 0)
         if np.ndim(fill) != 0 or np.isnan(fill) or fill != 0:
             raise ValueError(f"the sparse array has fill_value={np.asarray(fill).item()!r}; "
@@ -328,6 +335,8 @@ class SparseTensor:
     @classmethod
     def from_pyttb(cls, sptensor, dtype=None):
         """Build from a pyttb ``sptensor``."""
+        if not all(hasattr(sptensor, a) for a in ("subs", "vals", "shape")):
+            raise TypeError(f"from_pyttb takes a pyttb sptensor, got {type(sptensor).__name__}")
         subs = np.asarray(sptensor.subs)
         vals = np.asarray(sptensor.vals).reshape(-1)
         return cls(subs.reshape(-1, len(sptensor.shape)), vals, tuple(sptensor.shape), dtype=dtype)
@@ -394,8 +403,13 @@ class SparseTensor:
         return float(self.vals.sum(dtype=np.float64))
 
     def astype(self, dtype):
-        """Return a copy with values of another floating dtype."""
-        return SparseTensor._from_canonical(self.subs.copy(), self.vals.astype(dtype), self.shape)
+        """Return a copy with values of another floating dtype (float32 or float64), checked
+        as the constructor checks them: a value too large for the dtype is an error, values
+        that round to 0 are dropped with a warning."""
+        out = SparseTensor(self.subs, self.vals, self.shape, dtype=dtype)
+        out.labels, out.mode_names = getattr(self, "labels", None), getattr(self, "mode_names",
+                                                                            None)
+        return out
 
     def copy(self):
         return SparseTensor._from_canonical(self.subs.copy(), self.vals.copy(), self.shape)

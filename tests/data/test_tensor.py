@@ -307,6 +307,37 @@ def test_norm_sum_copy(pair):
     assert "SparseTensor(shape=(6, 4, 3)" in repr(X)
 
 
+def test_astype_checks_values_and_keeps_labels():
+    """astype takes float32 / float64 only; a value too large for float32 is an error (it
+    became inf), values that round to 0 are dropped with a warning, as the constructor does;
+    labels and mode names stay."""
+    X = SparseTensor(np.array([[0, 0], [1, 1], [1, 0]]), np.array([1e300, 1.0, 1e-300]),
+                     (2, 2))
+    X.labels, X.mode_names = [["a", "b"], ["c", "d"]], ["row", "col"]
+    with pytest.raises(TypeError, match="float32 or float64, got int32"):
+        X.astype(np.int32)
+    with pytest.raises(ValueError, match=r"1e\+300 .* too large for float32"):
+        SparseTensor(np.array([[0, 0], [1, 1]]), np.array([1e300, 1.0]), (2, 2)).astype(
+            np.float32)
+    Y = SparseTensor(np.array([[1, 1], [1, 0]]), np.array([1.0, 1e-300]), (2, 2))
+    Y.labels, Y.mode_names = X.labels, X.mode_names
+    with pytest.warns(UserWarning, match="too small for float32 round to 0"):
+        Z = Y.astype(np.float32)
+    assert Z.nnz == 1 and Z.vals.tolist() == [1.0] and Z.dtype == np.float32
+    assert Z.labels == X.labels and Z.mode_names == X.mode_names
+    assert X.astype(np.float64) == X
+
+
+def test_converters_name_what_they_take():
+    with pytest.raises(TypeError, match="from_scipy takes a scipy.sparse matrix or array, "
+                                        "got ndarray"):
+        SparseTensor.from_scipy(np.ones((2, 2)))
+    with pytest.raises(TypeError, match="from_sparse takes a pydata sparse.COO array, got list"):
+        SparseTensor.from_sparse([1, 2])
+    with pytest.raises(TypeError, match="from_pyttb takes a pyttb sptensor, got int"):
+        SparseTensor.from_pyttb(42)
+
+
 # ---------------------------------------------------------------------------- invariants kept
 def assert_canonical(X):
     """The invariants the compiled kernels rely on."""
