@@ -131,6 +131,16 @@ def test_normalize_other_norms(ord):
         np.testing.assert_allclose(np.linalg.norm(f, ord=ord, axis=0), 1.0)
 
 
+def test_normalize_flags_are_booleans():
+    """A string for ``sort`` / ``signs`` is refused (``signs="no"`` used to fix the signs)."""
+    K = KruskalTensor(np.ones(2), [np.ones((3, 2)), -np.ones((4, 2))])
+    with pytest.raises(TypeError, match="signs must be True or False, got 'no'"):
+        K.normalize(signs="no")
+    with pytest.raises(TypeError, match="sort must be True or False, got 1"):
+        K.normalize(sort=1)
+    assert np.array_equal(K.normalize(signs=np.False_).factors[1], K.normalize().factors[1])
+
+
 def test_normalize_zero_column():
     A = np.array([[1.0, 0.0], [2.0, 0.0]])
     B = np.array([[3.0, 1.0]])
