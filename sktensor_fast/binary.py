@@ -491,6 +491,9 @@ def load_tensor(path, *, mmap=False, with_labels=False, verify=True):
     >>> Y.mode_names == X.mode_names
     True
     """
+    from .backends.checks import check_bool
+    mmap, with_labels = check_bool(mmap, "mmap"), check_bool(with_labels, "with_labels")
+    verify = check_bool(verify, "verify")
     name = os.fspath(path)
     with open(name, "rb") as f:
         hdr = _read_header(f, name)

@@ -75,7 +75,8 @@ def describe_components(model, labels=None, mode_names=None, top=5, uniform=1.25
     names, components = component_entries(model, labels=labels, mode_names=mode_names,
                                           top=top, uniform=uniform)
     width = max(len(str(m)) for m in names)
-    lines = [LEGEND.format(uniform=uniform), ""] if legend else []
+    from .backends.checks import check_bool
+    lines = [LEGEND.format(uniform=uniform), ""] if check_bool(legend, "legend") else []
     for comp in components:
         lines.append(f"Component {comp['component']}: weight {comp['weight']:.6g} "
                      f"({100 * comp['share']:.1f}% of the total)")

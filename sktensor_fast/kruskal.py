@@ -162,9 +162,8 @@ class KruskalTensor:
         >>> S.weights, S.factors[0].ravel(), S.factors[1].ravel()
         (array([5.]), array([0.6, 0.8]), array([-1.]))
         """
-        for name, flag in (("sort", sort), ("signs", signs)):
-            if not isinstance(flag, (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False, got {flag!r}")
+        from .backends.checks import check_bool
+        sort, signs = check_bool(sort, "sort"), check_bool(signs, "signs")
         weights = self.weights.copy()
         scales = []
         for f in self.factors:

@@ -81,6 +81,9 @@ class SparseTensor:
     _immutable = True
 
     def __init__(self, subs, vals, shape=None, *, sum_duplicates=True, dtype=None, copy=True):
+        from .backends.checks import check_bool
+        sum_duplicates, copy = check_bool(sum_duplicates, "sum_duplicates"), check_bool(copy,
+                                                                                         "copy")
         if shape is not None:
             shape = _check_shape(shape)
         subs = np.asarray(subs)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-__all__ = ["check_factors", "check_real", "check_same_shape"]
+__all__ = ["check_bool", "check_factors", "check_real", "check_same_shape"]
 
 
 def check_factors(T, factors, mode=None, B=None, out=None, weights=None):
@@ -49,6 +49,14 @@ def check_same_shape(A, Phi, a="A", b="Phi"):
             raise TypeError(f"{name} must be a NumPy or device array, got {type(x).__name__}")
     if tuple(Phi.shape) != tuple(A.shape):
         raise ValueError(f"{b} has shape {tuple(Phi.shape)}, {a} has {tuple(A.shape)}")
+
+
+def check_bool(value, name):
+    """``value`` as a bool: True or False (NumPy's too), not another truthy object (a string
+    such as ``"no"`` is true).  Raises TypeError naming ``name`` otherwise."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def check_real(value, name, lo=None, strict=False):

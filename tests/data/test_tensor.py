@@ -328,6 +328,27 @@ def test_astype_checks_values_and_keeps_labels():
     assert X.astype(np.float64) == X
 
 
+def test_boolean_flags_refuse_other_values(tmp_path):
+    """A flag given a string or a number is refused with its name (``"no"`` is true: it
+    used to turn the flag on); NumPy's booleans are taken."""
+    from sktensor_fast import KruskalTensor, describe_components, load_tensor, save_tensor
+    subs, vals = np.array([[0, 0], [0, 0]]), np.array([1.0, 2.0])
+    with pytest.raises(TypeError, match="sum_duplicates must be True or False, got 'no'"):
+        SparseTensor(subs, vals, (2, 2), sum_duplicates="no")
+    with pytest.raises(TypeError, match="copy must be True or False, got 0"):
+        SparseTensor(subs, vals, (2, 2), copy=0)
+    X = SparseTensor(subs, vals, (2, 2), sum_duplicates=np.True_)
+    path = tmp_path / "x.sktf"
+    save_tensor(path, X)
+    for flag in ("mmap", "with_labels", "verify"):
+        with pytest.raises(TypeError, match=f"{flag} must be True or False, got 'no'"):
+            load_tensor(path, **{flag: "no"})
+    assert load_tensor(path, verify=np.False_) == X
+    K = KruskalTensor(np.ones(1), [np.ones((2, 1))] * 2)
+    with pytest.raises(TypeError, match="legend must be True or False"):
+        describe_components(K, legend="no")
+
+
 def test_converters_name_what_they_take():
     with pytest.raises(TypeError, match="from_scipy takes a scipy.sparse matrix or array, "
                                         "got ndarray"):
