@@ -432,6 +432,8 @@ def load_tns(path, shape=None, *, with_labels=False, dtype=np.float64, index_bas
     """
     inferred = shape is None
     shape, index_base, dtype = _check_tns_args(shape, index_base, dtype)
+    from .backends.checks import check_bool
+    with_labels = check_bool(with_labels, "with_labels")
     if with_labels and hasattr(path, "read"):
         raise TypeError("with_labels=True needs a file path to locate the label files")
     for arg, value in (("max_line_length", max_line_length), ("max_modes", max_modes)):

@@ -344,6 +344,10 @@ def test_boolean_flags_refuse_other_values(tmp_path):
         with pytest.raises(TypeError, match=f"{flag} must be True or False, got 'no'"):
             load_tensor(path, **{flag: "no"})
     assert load_tensor(path, verify=np.False_) == X
+    from sktensor_fast import load_tns, save_tns
+    save_tns(tmp_path / "x.tns", X)
+    with pytest.raises(TypeError, match="with_labels must be True or False, got 'no'"):
+        load_tns(tmp_path / "x.tns", with_labels="no")
     K = KruskalTensor(np.ones(1), [np.ones((2, 1))] * 2)
     with pytest.raises(TypeError, match="legend must be True or False"):
         describe_components(K, legend="no")
