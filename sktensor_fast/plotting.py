@@ -33,23 +33,12 @@ def _as_kruskal(model):
 
 
 def _check_labels(labels, shape):
+    """One list of names (as strings) or None per mode (:func:`~.tensor.check_labels`)."""
     if labels is None:
         return [None] * len(shape)
-    labels = list(labels)
-    if len(labels) != len(shape):
-        raise ValueError(f"labels has {len(labels)} entries but the model has {len(shape)} "
-                         f"modes; give one list of names (or None) per mode")
-    out = []
-    for k, (lab, n) in enumerate(zip(labels, shape)):
-        if lab is None:
-            out.append(None)
-            continue
-        lab = [str(x) for x in lab]
-        if len(lab) != n:
-            raise ValueError(f"labels[{k}] has {len(lab)} names but mode {k} of the model has "
-                             f"length {n}")
-        out.append(lab)
-    return out
+    from .tensor import check_labels
+    return [None if lab is None else [str(x) for x in lab]
+            for lab in check_labels(labels, shape, "the model")]
 
 
 def plot_components(model, labels=None, mode_names=None, top=8, components=None, modes=None,

@@ -95,6 +95,13 @@ def test_bad_arguments(kwargs, match):
         plot_components(_model(), **kwargs)
 
 
+def test_labels_as_a_string_are_refused():
+    with pytest.raises(TypeError, match="labels must be a list with one list of names"):
+        plot_components(_model(), labels="ab")
+    with pytest.raises(TypeError, match=r"labels\[0\] must be a list of names"):
+        plot_components(_model(), labels=["abc", None])
+
+
 def test_bad_models():
     with pytest.raises(ValueError, match="not fitted yet"):
         plot_components(CPALS())
