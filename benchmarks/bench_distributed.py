@@ -172,6 +172,10 @@ def worker(cfg, out):
         # CP-ALS's MTTKRP on a device begun beside the exchange of the rows it needs
         from sktensor_fast.distributed.backend import DistributedBackend
         DistributedBackend._OVERLAP_GATHER = True
+    if cfg.get("gather_first"):
+        # CP-ALS's MTTKRP on a device prepared only after the rows it needs have arrived
+        from sktensor_fast.distributed.backend import DistributedBackend
+        DistributedBackend._PREPARE_BEFORE_GATHER = False
     shape = tuple(cfg["shape"])
     nnz = cfg["nnz"] * (P if cfg["weak"] else 1)
     X = X1 = None
@@ -583,6 +587,10 @@ def main(argv=None):
                     help="device fits: CP-ALS's MTTKRP runs the nonzeros of the process's own "
                          "rows of the factor just updated while the other rows are exchanged "
                          "(DistributedBackend._OVERLAP_GATHER, off by default)")
+    ap.add_argument("--gather-first", action="store_true",
+                    help="device fits: CP-ALS's MTTKRP prepared only after the rows of the "
+                         "factor just updated have been exchanged and uploaded "
+                         "(DistributedBackend._PREPARE_BEFORE_GATHER off; for comparison)")
     ap.add_argument("--host-timeline", action="store_true",
                     help="also time every call of one iteration without waiting for the "
                          "device around them: where each process's host spends an iteration")
@@ -684,7 +692,8 @@ def main(argv=None):
                "algos": args.algos, "device": args.device, "threads": args.threads,
                "weak": weak, "timeline": args.timeline, "gcp_steps": args.gcp_steps,
                "pageable": args.pageable, "stacked": args.stacked,
-               "overlap": args.overlap, "mpiexec_args": args.mpiexec_args.split(),
+               "overlap": args.overlap, "gather_first": args.gather_first,
+               "mpiexec_args": args.mpiexec_args.split(),
                "no_serial": args.no_serial, "kernel_check": args.kernel_check,
                "host_timeline": args.host_timeline}
         # --jobs N: every process count N times, in turns (a separate mpiexec each)

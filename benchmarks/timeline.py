@@ -21,7 +21,8 @@ BACKEND = ("_mttkrp", "_phi", "_full", "_gather_device", "_download", "_upload",
            "_model_zero_count")
 APR = ("_shift_inadmissible", "_kkt_violation", "_multiply_", "_mu_rows_", "_row_solve")
 GCP = ("_sampled_gradient", "_loss_estimate", "_optimizer_update")
-CHANNEL = ("allgather_rows", "sum", "sum_large", "isum", "max", "bcast", "allgather")
+CHANNEL = ("allgather_rows", "sum", "sum_large", "isum", "max", "max_and_sum", "bcast",
+           "allgather")
 #: the calls that start a mode's work (their ``mode`` argument is the mode), and their events
 MODE_CALLS = ("_mttkrp", "_phi", "_row_solve")
 MODE_EVENTS = ("mttkrp", "phi", "apr.row_solve")

@@ -275,6 +275,26 @@ class Channel:
         out = out.reshape(a.shape)
         return out if np.ndim(x) else float(out)
 
+    def max_and_sum(self, m, s, kind="reduce"):
+        """``(max(m), sum(s))`` over processes in one collective call: the element-wise
+        maximum of the float64 vector ``m`` and the sum of ``s`` added in rank order, the
+        same bits as :meth:`max` and :meth:`sum` called one after the other."""
+        m = np.array(m, dtype=np.float64).reshape(-1)
+        s = np.array(s, dtype=np.float64).reshape(-1)
+        if self.size == 1:
+            return m, s
+        t0 = time.perf_counter()
+        flat = np.concatenate([m, s])
+        buf = np.empty((self.size, flat.shape[0]), dtype=np.float64)
+        self.comm.Allgather(flat, buf)
+        k = m.shape[0]
+        out_m = buf[:, :k].max(axis=0)
+        out_s = buf[0, k:].copy()
+        for r in range(1, self.size):
+            out_s += buf[r, k:]
+        self._count(kind, (self.size - 1) * flat.nbytes, time.perf_counter() - t0)
+        return out_m, out_s
+
     def sum_large(self, flat, kind="reduce"):
         """Σ over processes of a long float64 vector, added in rank order: each process sums
         one segment of the contributions of all (Alltoallv), then the segments are gathered

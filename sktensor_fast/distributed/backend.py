@@ -261,7 +261,8 @@ class DistributedBackend(Backend):
                 a.part = a.full[layout.lo:layout.hi]
                 a.view = True
             else:
-                a.part = self.local.zeros((layout.rows,) + a.shape[1:], a.dtype)
+                make = getattr(self.local, "empty", self.local.zeros)
+                a.part = make((layout.rows,) + a.shape[1:], a.dtype)
                 a.view = False
             a.layout = layout
             a.part_ok = False
@@ -296,12 +297,13 @@ class DistributedBackend(Backend):
         a.full_ok = True
         return a.full
 
-    def _gather_device(self, a, started=None, wait=True):
+    def _gather_device(self, a, started=None, wait=True, into=None):
         """Gather the rows of the device array ``a`` (own rows current): the own rows down
         into a host buffer kept for the shape (page-locked on a GPU), the others' rows from
         them; the others' rows up, the own ones copied on the device.  ``started``: the
         download already enqueued (:meth:`_download_start`); ``wait`` False: the uploads
-        left in flight where the process's backend can."""
+        left in flight where the process's backend can; ``into``: the device array of
+        ``a``'s shape to gather into (where the backend uploads around its own rows)."""
         L = a.layout
         if started is None:
             h = self._host_buffer(a.shape, a.dtype)
@@ -313,6 +315,8 @@ class DistributedBackend(Backend):
         around = getattr(self.local, "upload_around", None)
         if around is None:
             a.full = self._upload(h)
+        elif into is not None:
+            a.full = around(h, a.part, L.lo, L.hi, wait=wait, out=into)
         elif wait:
             a.full = around(h, a.part, L.lo, L.hi)
         else:
@@ -543,11 +547,72 @@ class DistributedBackend(Backend):
         self._wrote_part(out)
         return out
 
+    #: on a device, a MTTKRP that needs the rows of one factor just updated (CP-ALS's next
+    #: mode) is prepared before that factor's rows are exchanged: the download of the own
+    #: rows is started, the host's work for the launch done while it runs, and only then the
+    #: exchange, the uploads (without waiting) and the kernel's enqueue
+    #: (:meth:`_mttkrp_gathered`).  The device then idles for the exchange alone
+    #: (``doc/guide/tuning.rst``, "CP-ALS on several GPUs").
+    _PREPARE_BEFORE_GATHER = True
+
+    def _gather_plan(self, T, factors, mode):
+        """``(factors, k)`` where :meth:`_mttkrp_gathered` applies: a device backend that
+        starts downloads, uploads into a given array and prepares a MTTKRP ahead
+        (``mttkrp_after``); one factor ``k`` other than ``mode`` with only its own rows
+        current, the others whole.  The same on every process (the arrays' states are)."""
+        if self.host or not self._PREPARE_BEFORE_GATHER or not all(
+                hasattr(self.local, m) for m in ("mttkrp_after", "download_start",
+                                                 "upload_around", "empty")):
+            return None
+        facs = [self._darray(f) for f in factors]
+        behind = [k for k, f in enumerate(facs) if k != mode and not f.full_ok]
+        if len(behind) != 1:
+            return None
+        A = facs[behind[0]]
+        if not A.part_ok or A.layout is None or A.layout.whole:
+            return None
+        return facs, behind[0]
+
+    def _mttkrp_gathered(self, T, facs, k, mode, out):
+        """MTTKRP of ``mode`` whose factor ``k`` holds only its own rows: the download of
+        those rows enqueued first, the process's backend then prepares the launch and calls
+        back just before enqueueing the kernel; the call back waits for the download,
+        exchanges the rows with the other processes and enqueues the uploads into the whole
+        factor's new device array (collective: called exactly once on every process, also
+        by a process without nonzeros in the mode)."""
+        R = int(facs[0].shape[1])
+        L = T.layouts[mode]
+        A = facs[k]
+        started = self._download_start(A)
+        full = self.local.empty(A.shape, A.dtype)
+        args = [full if j == k else (None if j == mode else f.full)
+                for j, f in enumerate(facs)]
+        args[mode] = self._any_rows(facs[mode], R, T.dtype)
+        out, dst = self._out(out, T, mode, R, L)
+        pending = [started]
+
+        def gather():
+            if pending:
+                self._gather_device(A, pending.pop(), wait=False, into=full)
+
+        if T.local[mode] is not None:
+            res = self.local.mttkrp_after(T.local[mode], T.mode_first(args, mode), 0, dst,
+                                          gather)
+            if res is not dst:
+                out.part, out.view = res, False
+        gather()
+        self._wrote_part(out)
+        return out
+
     def _mttkrp(self, T, factors, mode, out):
         plan = self._overlap_plan(T, factors, mode)
         if plan is not None:
             facs, k, pieces = plan
             return self._mttkrp_overlapped(T, facs, mode, out, k, pieces)
+        plan = self._gather_plan(T, factors, mode)
+        if plan is not None:
+            facs, k = plan
+            return self._mttkrp_gathered(T, facs, k, mode, out)
         R, L, facs, _ = self._mode_call(T, factors, mode)
         out, dst = self._out(out, T, mode, R, L)
         if T.local[mode] is not None:
@@ -643,7 +708,7 @@ class DistributedBackend(Backend):
         whole matrix; else on the own rows, whose column statistics, Gram matrix (and inner
         products with ``M``) the process's backend enqueues without waiting where it can
         (``als_partials_begin``).  :meth:`als_finish` then reduces them over the processes
-        (one MPI call on the first iteration, two after) and scales the columns of every
+        (one MPI call) and scales the columns of every
         copy of the factor: the next MTTKRP, enqueued in between, may have gathered its rows
         unscaled."""
         M = self._darray(M)
@@ -673,7 +738,7 @@ class DistributedBackend(Backend):
             both = self.channel.sum(np.concatenate([stat] + rest))
             stat, rest = both[:R], both[R:]
         else:
-            stat, rest = self.channel.max(stat), self.channel.sum(np.concatenate(rest))
+            stat, rest = self.channel.max_and_sum(stat, np.concatenate(rest))
         G, ip = rest[:R * R].reshape(R, R), (rest[R * R:] if ip is not None else None)
         weights, scale = als_weights(stat, p.first)
         U = p.U

@@ -400,6 +400,15 @@ def communication_matches_model():
     # iteration ⟨X, M⟩ (R), summed over processes
     expect_reduce = iters * (SIZE - 1) * 8 * (3 * (R + R * R) + R)
     assert c["reduce"][1] == expect_reduce, (c, expect_reduce)
+    # the maximum and the sum of different vectors on every process in one call: the bits of
+    # the two calls
+    rng = np.random.default_rng(100 + RANK)
+    m, s = rng.standard_normal(7), rng.standard_normal(30)
+    both = Xd._chan.max_and_sum(m, s)
+    assert np.array_equal(both[0], Xd._chan.max(m)) and np.array_equal(both[1],
+                                                                        Xd._chan.sum(s))
+    assert not np.array_equal(both[0], m) and not np.array_equal(both[1], s)
+    assert_same_everywhere(list(both))
     # the rows go point to point between few processes, by MPI_Allgatherv between many:
     # both give the same bits
     from sktensor_fast.distributed import _mpi
@@ -573,6 +582,71 @@ def opencl_cpals_overlapped_gathers():
     for a, b in zip([whole.weights_, *whole.factors_], over_arrays):
         assert rel(a, b) < 1e-12, rel(a, b)
     compare_models(serial, over, "CPALS on OpenCL, MTTKRP beside the exchange")
+
+
+@case
+def opencl_cpals_prepared_gathers():
+    # CP-ALS on each process's OpenCL device: every MTTKRP but the fit's first is prepared
+    # before the rows of the factor just updated are exchanged (resident and streamed
+    # shares); the same model, bit for bit, as with the gather done first
+    if not opencl_everywhere():
+        return
+    from sktensor_fast.backends import get_backend
+    from sktensor_fast.backends.opencl import streamed
+    from sktensor_fast.distributed import backend as dback
+    X = random_tensor((40, 30, 24), 3000, seed=23, counts=False, skew=True)
+    iters = 6
+    est = CPALS(rank=4, random_state=3, max_iter=iters, tol=0, device="opencl")
+    be = get_backend("opencl")
+    plain_call = dback.DistributedBackend._mttkrp_gathered
+    calls = []
+
+    def counted(self, T, facs, k, mode, out):
+        calls.append((mode, k))
+        return plain_call(self, T, facs, k, mode, out)
+
+    def fit_both(Xd):
+        dback.DistributedBackend._mttkrp_gathered = counted
+        try:
+            on = est.fit(Xd)
+            on = [on.weights_.copy(), *[f.copy() for f in on.factors_], on.loss_history_]
+        finally:
+            dback.DistributedBackend._mttkrp_gathered = plain_call
+        n_on = len(calls)
+        dback.DistributedBackend._PREPARE_BEFORE_GATHER = False
+        dback.DistributedBackend._mttkrp_gathered = counted
+        try:
+            off = CPALS(**est.get_params()).fit(Xd)
+        finally:
+            dback.DistributedBackend._mttkrp_gathered = plain_call
+            dback.DistributedBackend._PREPARE_BEFORE_GATHER = True
+        assert len(calls) == n_on, "the switch off still prepared MTTKRPs ahead"
+        for a, b in zip(on, [off.weights_, *off.factors_, off.loss_history_]):
+            assert np.array_equal(a, b)
+        return on
+
+    on = fit_both(scatter(X if RANK == 0 else None))
+    # every MTTKRP but the fit's first (all factors whole then): mode n after mode n - 1
+    assert len(calls) == 3 * iters - 1 and set(calls) == {(1, 0), (2, 1), (0, 2)}, calls
+    assert_same_everywhere(on)
+    compare_models(CPALS(**est.get_params()).fit(X), est.fit(scatter(X if RANK == 0
+                                                                      else None)),
+                   "CPALS on OpenCL, MTTKRP prepared before the exchange")
+    del calls[:]
+    old = be.max_tensor_bytes
+    row = X.ndim * 4 + X.vals.itemsize
+    be.max_tensor_bytes = max(4096, 2 * max(streamed._chunk_of(be), 1) * row)
+    try:
+        Xs = scatter(X if RANK == 0 else None)
+        streamed_on = fit_both(Xs)
+        kinds = {type(t).__name__ for t in Xs._prepared[(id(be), be.storage_format("auto"))]
+                 .local if t is not None}
+    finally:
+        be.max_tensor_bytes = old
+    assert kinds == {"StreamedTensor"}, kinds
+    assert len(calls) == 3 * iters - 1, calls
+    for a, b in zip(on[:-1], streamed_on[:-1]):
+        assert rel(a, b) < 1e-12, rel(a, b)
 
 
 @case

@@ -227,6 +227,15 @@ class SparseKernels:
     def _mttkrp(self, T, factors, mode, out):
         return T.accumulate(factors, mode, None, 0.0, out)
 
+    def mttkrp_after(self, T, factors, mode, out, before):
+        """:meth:`_mttkrp` (checked arguments) with ``before()`` called once, after all the
+        host's preparation and just before the first kernel that reads the factors is
+        enqueued: ``before`` may enqueue the transfers that fill a factor (a device array of
+        its shape, contents not yet written when this is called).  The distributed backend
+        prepares a MTTKRP this way while the rows of the factor just updated are still on
+        their way from the other processes."""
+        return T.accumulate(factors, mode, None, 0.0, out, before=before)
+
     def _phi(self, T, factors, mode, B, eps, out):
         return T.accumulate(factors, mode, B, eps, out)
 
@@ -237,12 +246,15 @@ class SparseKernels:
         return T.poisson_data_term(weights, factors, eps)
 
     # ------------------------------------------------------------------ launches
-    def _launch_accumulate(self, T, factors, mode, B, eps, out, zero=True, data_term=False):
+    def _launch_accumulate(self, T, factors, mode, B, eps, out, zero=True, data_term=False,
+                           before=None):
         """MTTKRP (``B`` None) or Φ of ``mode`` into ``out``; the kernels write the rows of
         ``T``'s nonzeros only, the others are zeroed first unless ``zero`` is False (or every
         row holds a nonzero: ``T.rows_complete``).  With ``data_term`` (the lanes layouts, ``B``
         the mode's factor with the weights folded in, ``out`` unused): the Poisson data term
-        Σ x log(max(m, eps)) as a float, from the Φ kernel's model values."""
+        Σ x log(max(m, eps)) as a float, from the Φ kernel's model values.  ``before``: a
+        callable called once just before the first kernel that reads the factors is enqueued
+        (:meth:`mttkrp_after`)."""
         facs = [self.asarray(f, dtype=T.dtype) for f in factors]
         R = int(facs[0].shape[1])
         I = T.shape[mode]
@@ -255,6 +267,8 @@ class SparseKernels:
             elif zero and not written:
                 self.fill_zero(out)
         if T.nnz == 0 or R == 0:
+            if before is not None:
+                before()
             return 0.0 if data_term else out
         RP = 1                      # lanes per row in the boundary reduction: one per column
         while RP < R:
@@ -263,7 +277,7 @@ class SparseKernels:
         if RP < R:
             raise ValueError(f"rank {R} exceeds the device's work-group size {self.max_wg}")
         if self.layout == "wide" and R <= self.WIDE_MAX_RANK:
-            return self._launch_wide(T, facs, mode, B, eps, out, R, RP)
+            return self._launch_wide(T, facs, mode, B, eps, out, R, RP, before)
         kind = "phi" if B is not None else (
             "mttkrp_fp32" if np.dtype(T.dtype) == np.float32 else "mttkrp")
         sorted_kind = kind + "_sorted"
@@ -294,6 +308,9 @@ class SparseKernels:
                                    (2 * nchunks + 2) * R) < limit
         fp32 = bool(self.fp32_factors and B is None and np.dtype(T.dtype) == np.float64)
         if fp32:
+            if before is not None:       # the copies read the factors
+                before()
+                before = None
             facs = [f.astype(np.float32) for f in facs]
         ngroups = -(-nchunks // LG)
         isz = np.dtype(T.dtype).itemsize
@@ -326,6 +343,8 @@ class SparseKernels:
         else:
             args += [out.data, dt(0), out.data, bnd_row, bnd_val]  # B unused
         args += [self.cl.LocalMemory(n) for n in local]
+        if before is not None:
+            before()
         knl(self.queue, gsize, lsize, *args)
         self._reduce_boundaries(bnd_row, bnd_val, 2 * nlist, R, RP, T.dtype, out, T)
         return out
@@ -339,7 +358,7 @@ class SparseKernels:
         """The chunk-interleaved copy of the nonzeros sorted by ``mode`` (kept on ``T``)."""
         return T.interleaved_copy(mode, chunk)
 
-    def _launch_wide(self, T, facs, mode, B, eps, out, R, RP):
+    def _launch_wide(self, T, facs, mode, B, eps, out, R, RP, before=None):
         """MTTKRP / Φ by cp.cl's accumulate_wide: one work-item per chunk of nonzeros, whole
         rows in registers, over the chunk-interleaved copy of the mode."""
         vec = self.vec or 4
@@ -355,6 +374,8 @@ class SparseKernels:
         bnd_row, bnd_val = self._boundary_buffers(nchunks, R, T.dtype, T)
         dt = np.dtype(T.dtype).type
         Bd = out if B is None else self.asarray(B, dtype=T.dtype)  # B unused by MTTKRP
+        if before is not None:
+            before()
         knl(self.queue, (-(-nchunks // LG) * LG,), (LG,), np.int64(T.nnz), np.int64(nchunks),
             np.int32(mode), np.int32(chunk), subs.data, vals.data, *[f.data for f in facs],
             Bd.data, dt(eps), out.data, bnd_row, bnd_val)

@@ -316,6 +316,10 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
             return a.get()
         return np.asarray(a)
 
+    def empty(self, shape, dtype):
+        """A device array of ``shape``, contents undefined (to be written in full)."""
+        return self._empty(shape, self._check_dtype(dtype))
+
     def zeros(self, shape, dtype):
         import pyopencl.array as cla
         a = cla.empty(self.queue, shape, dtype=self._check_dtype(dtype), allocator=self.allocator)
@@ -439,8 +443,9 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
             self.cl.enqueue_copy(self.queue, out.data, host, is_blocking=True)
         return out
 
-    def upload_around(self, host, part, lo, hi, wait=True):
-        """A new device matrix holding ``host`` (C-contiguous) but for its rows ``lo:hi``,
+    def upload_around(self, host, part, lo, hi, wait=True, out=None):
+        """A new device matrix (or ``out``, a device array of ``host``'s shape and dtype)
+        holding ``host`` (C-contiguous) but for its rows ``lo:hi``,
         which come from the device matrix ``part`` (those rows already on the device: copied
         there, not uploaded again).  Returns when the uploads are done; with ``wait`` False
         at once, the uploads in flight (kept with the small ones, :meth:`_upload_async`):
@@ -453,7 +458,12 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
                              f"{tuple(part.shape)}")
         if part.dtype != host.dtype:
             raise TypeError(f"device rows of {part.dtype} for a host matrix of {host.dtype}")
-        out = cla.empty(self.queue, host.shape, dtype=host.dtype, allocator=self.allocator)
+        if out is None:
+            out = cla.empty(self.queue, host.shape, dtype=host.dtype, allocator=self.allocator)
+        elif tuple(out.shape) != tuple(host.shape) or out.dtype != host.dtype \
+                or not out.flags.c_contiguous:
+            raise ValueError(f"a device array of shape {tuple(out.shape)} ({out.dtype}) to "
+                             f"hold a host matrix of shape {host.shape} ({host.dtype})")
         row = host.nbytes // max(n, 1)
         if part.nbytes:
             self.cl.enqueue_copy(self.queue, out.data, part.data, byte_count=part.nbytes,

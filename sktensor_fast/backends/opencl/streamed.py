@@ -529,8 +529,9 @@ class StreamedTensor(DeviceTensor):
                                   src_offset=r0 * R * A.dtype.itemsize)
         return out
 
-    def accumulate(self, factors, mode, B, eps, out):
-        """MTTKRP (``B`` None) or Φ of ``mode``, block by block, into ``out``."""
+    def accumulate(self, factors, mode, B, eps, out, before=None):
+        """MTTKRP (``B`` None) or Φ of ``mode``, block by block, into ``out``; ``before``
+        called before the first block's kernels are enqueued."""
         be = self.backend
         be.check_factors(self, factors, mode, B=B, out=out)
         facs = [be.asarray(f, dtype=self.dtype) for f in factors]
@@ -539,6 +540,8 @@ class StreamedTensor(DeviceTensor):
             out = be.zeros((self.shape[mode], R), self.dtype)
         else:
             be.fill_zero(out)
+        if before is not None:
+            before()
         if R == 0:
             return out
         Bd = None if B is None else be.asarray(B, dtype=self.dtype)

@@ -231,10 +231,13 @@ class DeviceTensor:
         """Raise ``NotImplementedError`` naming ``what`` when it cannot run on this tensor
         (one streamed through the device); nothing on a resident tensor."""
 
-    def accumulate(self, factors, mode, B, eps, out):
+    def accumulate(self, factors, mode, B, eps, out, before=None):
         """MTTKRP (``B`` None) or Φ of ``mode`` into ``out`` (None: a new array); ``factors``
-        and ``B`` device arrays of the tensor's dtype, checked by the backend."""
-        return self.backend._launch_accumulate(self, factors, mode, B, eps, out)
+        and ``B`` device arrays of the tensor's dtype, checked by the backend; ``before``
+        called just before the kernels are enqueued (:meth:`~.accumulate.SparseKernels.
+        mttkrp_after`)."""
+        return self.backend._launch_accumulate(self, factors, mode, B, eps, out,
+                                               before=before)
 
     def model_values(self, weights, factors):
         """The model's values at the nonzeros, in the order of ``subs[0]``."""

@@ -98,6 +98,39 @@ def test_heavy_row_spanning_many_chunks(layout_be, off32, prefetch):
         be.off32, be.prefetch = old
 
 
+@pytest.mark.parametrize("nnz", [2000, 0])
+@pytest.mark.parametrize("fp32", [False, True])
+def test_mttkrp_after_fills_a_factor_just_before_the_kernels(layout_be, nnz, fp32):
+    """mttkrp_after calls ``before`` once, after its own preparation and before any kernel
+    reads the factors: a factor whose contents only ``before`` uploads gives the MTTKRP of
+    those contents (also when the factors are first copied to fp32, and without nonzeros)."""
+    be = layout_be
+    rng = np.random.default_rng(5)
+    shape, R = (30, 20, 10), 8
+    X = random_sparse(shape, 2000, rng) if nnz else random_sparse(shape, 0, rng)
+    T = be.prepare(X)
+    f = [rng.random((s, R)) for s in shape]
+    old = be.fp32_factors
+    be.fp32_factors = fp32
+    try:
+        for m, k in ((0, 2), (1, 0), (2, 1)):
+            dev = [be.asarray(a) for a in f]
+            dev[k] = be.empty(f[k].shape, np.float64)   # filled by ``before`` only
+            seen = []
+
+            def before():
+                seen.append(m)
+                be.cl.enqueue_copy(be.queue, dev[k].data, f[k], is_blocking=False).wait()
+
+            got = be.to_numpy(be.mttkrp_after(T, dev, m, be.zeros((shape[m], R), np.float64),
+                                              before))
+            assert len(seen) == 1
+            np.testing.assert_allclose(got, mttkrp_ref(X, f, m), rtol=1e-4 if fp32 else 1e-12,
+                                       atol=1e-300)
+    finally:
+        be.fp32_factors = old
+
+
 @pytest.mark.parametrize("nmodes, rank", [(3, 16), (2, 33), (5, 1)])
 def test_kernels_compiled_for_the_mode_and_rank_give_the_same_bits(be, nmodes, rank):
     """The lanes kernels with the rank, or the rank and the output mode, compiled in as
