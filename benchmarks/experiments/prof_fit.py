@@ -6,8 +6,8 @@
 
 ``--algo gcp``: GCP with the Poisson loss and its default solver (Adam), ``--iters`` epochs.
 ``--mpi``: under ``mpiexec``, a distributed fit; every process prints its seconds per
-iteration (difference of a fit of ``--iters`` + 2 and one of 2, best of 3) and process 0 its
-profile, with the callers of PyOpenCL's transfers.
+iteration (difference of a fit of ``--iters`` + 2 and one of 2, best of 3) and process 0 (or
+``--profile-rank``) its profile, with the callers of PyOpenCL's transfers.
 """
 import argparse
 import cProfile
@@ -35,6 +35,10 @@ def main(argv=None):
     p.add_argument("--lines", type=int, default=35)
     p.add_argument("--mpi", action="store_true",
                    help="a distributed fit over the processes of mpiexec")
+    p.add_argument("--profile-rank", type=int, default=0,
+                   help="with --mpi: the process whose profile is printed")
+    p.add_argument("--callees", default=None,
+                   help="also print what the functions matching this pattern call")
     args = p.parse_args(argv)
     comm = None
     if args.mpi:
@@ -42,6 +46,7 @@ def main(argv=None):
         from sktensor_fast.distributed import scatter
         comm = MPI.COMM_WORLD
     root = comm is None or comm.rank == 0
+    shown = comm is None or comm.rank == args.profile_rank
     X = synthetic_tensor(tuple(args.shape), int(args.nnz), seed=0) if root else None
     if comm is not None:
         X = scatter(X)
@@ -70,7 +75,7 @@ def main(argv=None):
     pr.enable()
     fit(args.iters)
     pr.disable()
-    if not root:
+    if not shown:
         return
     for key in ("tottime", "cumtime"):
         s = io.StringIO()
@@ -78,6 +83,8 @@ def main(argv=None):
         stats.print_stats(args.lines)
         if key == "cumtime" and comm is not None:
             stats.print_callers("enqueue_copy|enqueue_fill")
+        if key == "cumtime" and args.callees:
+            stats.print_callees(args.callees)
         print(s.getvalue())
 
 

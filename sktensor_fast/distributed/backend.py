@@ -744,10 +744,15 @@ class DistributedBackend(Backend):
         U = p.U
         # every current copy: the own rows, and the whole factor if a MTTKRP gathered it
         # (the same rows, scaled alike); a part that is the whole array is scaled once
-        if U.part_ok:
-            self.local.scale_columns(U.part, scale)
+        copies = [U.part] if U.part_ok else []
         if U.full_ok and not (U.part_ok and U.view):
-            self.local.scale_columns(U.full, scale)
+            copies.append(U.full)
+        many = getattr(self.local, "scale_columns_of", None)
+        if many is not None:
+            many(copies, scale)
+        else:
+            for c in copies:
+                self.local.scale_columns(c, scale)
         p.U = p.handle = None
         return weights, G * scale[:, None] * scale[None, :], scale, \
             als_inner(ip, scale, p.col_scale)

@@ -168,9 +168,15 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         work-items outside ``size`` return at once.  The work-group size is fixed (first
         dimension: the next power of two of its extent, up to :attr:`LAUNCH_WG`; the next one
         takes the rest): left to the driver, it follows the global size, and a compiler that
-        specialises kernels on it (PoCL) builds each kernel again for every tensor shape."""
-        size = tuple(int(n) for n in size)
+        specialises kernels on it (PoCL) builds each kernel again for every tensor shape.
+        Kept per size (the host's work for it is a good part of a small launch's)."""
         wg = max(1, min(self.LAUNCH_WG, self.max_wg))
+        key = (tuple(size), wg)
+        cache = self.__dict__.setdefault("_geometries", {})
+        got = cache.get(key)
+        if got is not None:
+            return got
+        size = tuple(int(n) for n in size)
         if len(size) == 1:
             local = (wg,)
         else:
@@ -179,6 +185,9 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
                 l0 *= 2
             local = (l0, max(1, wg // l0)) + (1,) * (len(size) - 2)
         glob = tuple(max(1, -(-n // l)) * l for n, l in zip(size, local))
+        if len(cache) > 4096:
+            cache.clear()
+        cache[key] = glob, local
         return glob, local
 
     def launch(self, knl, size, *args, queue=None, wait_for=None):

@@ -152,25 +152,35 @@ class DenseSteps:
     def als_partials_begin(self, U, first, M=None):
         """Enqueue the column statistics of the device matrix ``U`` (sums of squares on the
         ``first`` iteration, else largest magnitudes), ``UᵀU`` and, with ``M``, the column
-        inner products of ``U`` and ``M``, with their downloads, without waiting;
-        :meth:`als_partials_end` waits for them (one wait) and returns them."""
-        R = int(U.shape[1])
-        parts = [(self._column_dev(U, U, 0 if first else 1), R), (self._cross_dev(U, U), R * R)]
-        if M is not None:
-            parts.append((self._column_dev(U, M, 0), R))
-        hosts = [np.empty(n, dtype=U.dtype) for _, n in parts]
-        events = [self.cl.enqueue_copy(self.queue, h, buf, is_blocking=False)
-                  for h, (buf, _) in zip(hosts, parts)]
-        return R, hosts, events
+        inner products of ``U`` and ``M``, with their download, without waiting (two
+        launches, dense.cl's ``als_partial`` and ``finish_partial_mixed``, and one transfer);
+        :meth:`als_partials_end` waits for them and returns them."""
+        I, R = (int(n) for n in U.shape)
+        K = R + R * R + (R if M is not None else 0)
+        nblocks, rpb = self._blocks(I)
+        partial = self._scratch(nblocks * K, U.dtype)
+        if I:
+            self.launch(self.dense_kernel(U.dtype, "als_partial"), (K, nblocks), np.int64(I),
+                        np.int32(R), np.int64(rpb), np.int32(0 if first else 1), np.int32(K),
+                        U.data, (M if M is not None else U).data, partial)
+        else:
+            self.cl.enqueue_fill_buffer(self.queue, partial, np.zeros(1, U.dtype), 0,
+                                        K * U.dtype.itemsize)
+        out = self._scratch(K, U.dtype)
+        self.launch(self.dense_kernel(U.dtype, "finish_partial_mixed"), (K,),
+                    np.int32(nblocks), np.int32(K), np.int32(0 if first else R), partial, out)
+        host = np.empty(K, dtype=U.dtype)
+        event = self.cl.enqueue_copy(self.queue, host, out, is_blocking=False)
+        return R, host, event, M is not None
 
     def als_partials_end(self, handle):
         """``(stat, G, inner or None)`` of :meth:`als_partials_begin`, float64 host arrays."""
-        R, hosts, events = handle
-        # an in-order queue: the last download done means all of them are
-        self.cl.wait_for_events(events[-1:])
+        R, host, event, inner = handle
+        event.wait()
         self._uploads_done()
-        ip = hosts[2].astype(np.float64) if len(hosts) > 2 else None
-        return hosts[0].astype(np.float64), hosts[1].astype(np.float64).reshape(R, R), ip
+        h = host.astype(np.float64)
+        ip = h[R + R * R:] if inner else None
+        return h[:R], h[R:R + R * R].reshape(R, R), ip
 
     def als_start(self, M, grams, mode, first=False, col_scale=None, inner=False):
         """:meth:`Backend.als_start` without waiting: the product with the inverse (and
@@ -213,12 +223,21 @@ class DenseSteps:
         return out
 
     def scale_columns(self, A, s):
-        I, R = A.shape
-        if I:
-            sd = self._upload_async(np.asarray(s), A.dtype)
-            self.launch(self.dense_kernel(A.dtype, "scale_columns"), (R, I), np.int64(I),
-                        np.int32(R), A.data, sd)
+        self.scale_columns_of([A], s)
         return A
+
+    def scale_columns_of(self, arrays, s):
+        """:meth:`scale_columns` of each device matrix of ``arrays`` (of one dtype and
+        number of columns) by the same ``s``, uploaded once."""
+        sd = None
+        for A in arrays:
+            I, R = A.shape
+            if I:
+                if sd is None:
+                    sd = self._upload_async(np.asarray(s), A.dtype)
+                self.launch(self.dense_kernel(A.dtype, "scale_columns"), (R, I), np.int64(I),
+                            np.int32(R), A.data, sd)
+        return arrays
 
     # --- CP-APR primitives ------------------------------------------------------------
     def _vec_reduce(self, op, A, C, p, n):

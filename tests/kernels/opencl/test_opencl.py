@@ -479,6 +479,31 @@ def test_dense_steps(be, rows):
     np.testing.assert_allclose(be.to_numpy(be.scale_columns(Ad, s)), A * s, rtol=1e-15)
 
 
+@pytest.mark.parametrize("rows", [0, 1, 300, 12092])
+def test_als_partials_in_one_launch_equal_the_separate_reductions(be, rows):
+    """CP-ALS's column statistic, Gram matrix and inner products of a new factor, reduced
+    together (als_partial), are the bits of the separate reductions."""
+    rng = np.random.default_rng(rows)
+    R = 5
+    U, M = be.asarray(rng.standard_normal((rows, R))), be.asarray(rng.standard_normal((rows, R)))
+    for first in (True, False):
+        for with_m in (True, False):
+            stat, G, ip = be.als_partials_end(be.als_partials_begin(U, first,
+                                                                    M if with_m else None))
+            assert np.array_equal(stat, be._column(U, U, 0 if first else 1))
+            assert np.array_equal(G, be._cross(U, U))
+            if with_m:
+                assert np.array_equal(ip, be._column(U, M, 0))
+            else:
+                assert ip is None
+            if rows:
+                Uh = be.to_numpy(U)
+                np.testing.assert_allclose(stat, (Uh * Uh).sum(0) if first else np.abs(Uh).max(0),
+                                           rtol=1e-12)
+            else:
+                assert not stat.any() and not G.any()
+
+
 def test_to_numpy_transient_reuses_one_buffer_per_thread(be, monkeypatch):
     """Downloads into a kept buffer: the values of every array (dtypes, shapes, an empty one),
     the same memory at the next call of the thread, other memory in another thread, and a

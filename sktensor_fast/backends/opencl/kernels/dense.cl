@@ -57,6 +57,50 @@ __kernel void finish_partial(const int nblocks, const int K, const int op,
     out[k] = acc;
 }
 
+/* CP-ALS's reductions of a new factor U (I x R) in one launch, per block of rows: entries
+ * 0 .. R-1 the column statistic (op 0: sum of U*U, op 1: max |U|), R .. R+R*R-1 the Gram
+ * matrix UᵀU (row-major), then (K = 2R + R*R) the column inner products sum U*M.  Each
+ * entry adds up its rows in the order of column_partial / cross_partial. */
+__kernel void als_partial(const long I, const int R, const long rows_per_block, const int op,
+                          const int K, __global const VAL_T* U, __global const VAL_T* M,
+                          __global VAL_T* partial)
+{
+    const int k = get_global_id(0);
+    const long b = get_global_id(1);
+    const long i0 = b * rows_per_block;
+    if (k >= K || i0 >= I) return;
+    const long i1 = min(i0 + rows_per_block, I);
+    VAL_T acc = 0;
+    if (k < R) {
+        if (op == 0) {
+            for (long i = i0; i < i1; ++i) acc += U[i * R + k] * U[i * R + k];
+        } else {
+            for (long i = i0; i < i1; ++i) acc = fmax(acc, fabs(U[i * R + k]));
+        }
+    } else if (k < R + R * R) {
+        const int r = (k - R) / R, s = (k - R) % R;
+        for (long i = i0; i < i1; ++i) acc += U[i * R + r] * U[i * R + s];
+    } else {
+        const int r = k - R - R * R;
+        for (long i = i0; i < i1; ++i) acc += U[i * R + r] * M[i * R + r];
+    }
+    partial[b * K + k] = acc;
+}
+
+/* out[k] over the blocks b of partial[b, k]: the maximum for k < n_max, else the sum */
+__kernel void finish_partial_mixed(const int nblocks, const int K, const int n_max,
+                                   __global const VAL_T* partial, __global VAL_T* out)
+{
+    const int k = get_global_id(0);
+    if (k >= K) return;
+    VAL_T acc = 0;
+    for (int b = 0; b < nblocks; ++b) {
+        const VAL_T v = partial[(long)b * K + k];
+        acc = k < n_max ? fmax(acc, v) : acc + v;
+    }
+    out[k] = acc;
+}
+
 /* out = A @ M for A (I x R) and a small M (R x Q) */
 __kernel void matmul_small(const long I, const int R, const int Q, __global const VAL_T* A,
                            __global const VAL_T* M, __global VAL_T* out)
