@@ -510,8 +510,10 @@ class DistributedBackend(Backend):
     #: on a device, a MTTKRP that needs the rows of a factor just updated (CP-ALS's next
     #: mode) runs the nonzeros of this process's own rows of that factor while the others'
     #: rows are exchanged (:meth:`_mttkrp_overlapped`).  Off: on two H100s it gave CP-ALS
-    #: iterations of 3.6 to 6.6 ms from one job to the next against 4.7 to 6.2 ms without it,
-    #: and it keeps a second copy of each mode's nonzeros on the device
+    #: iterations of 3.6 to 6.6 ms from one job to the next against 4.7 to 6.2 ms without it;
+    #: with reads that do not wait, faster on one host with two H200s (3.6 against 3.8-4.7
+    #: ms) and slower on one with four (5.5 against 4.4 ms on two GPUs); and it keeps a second
+    #: copy of each mode's nonzeros on the device
     #: (``doc/guide/tuning.rst``, "CP-ALS's MTTKRP beside the rows exchange").  A switch for
     #: the benchmarks (``bench_distributed.py --overlap``).
     _OVERLAP_GATHER = False
@@ -566,7 +568,7 @@ class DistributedBackend(Backend):
     #: rows is started, the host's work for the launch done while it runs, and only then the
     #: exchange, the uploads (without waiting) and the kernel's enqueue
     #: (:meth:`_mttkrp_gathered`).  The device then idles for the exchange alone
-    #: (``doc/guide/tuning.rst``, "CP-ALS on several GPUs").
+    #: (``doc/guide/tuning.rst``, "CP-ALS's MTTKRP prepared before the rows exchange").
     _PREPARE_BEFORE_GATHER = True
 
     def _gather_plan(self, T, factors, mode):

@@ -446,7 +446,7 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         The read maps the memory (``clEnqueueMapBuffer``) rather than copying it into host
         memory: NVIDIA's driver returns from a "non-blocking" copy into host memory only once
         the queue has run everything before it, even into page-locked memory and for 288
-        values (0.9 ms behind a MTTKRP of 0.9 ms, H200), but returns from a mapping at once
+        values (0.91 ms behind a MTTKRP of 1.03 ms, H200), but returns from a mapping at once
         and makes the data available as the queue reaches it
         (``benchmarks/experiments/transfer_async.py``; ``doc/guide/tuning.rst``, "Reads that
         do not wait")."""
