@@ -7,6 +7,7 @@ Process 0 writes {case: {"ok": bool, "errors": [per-process traceback or None], 
 to OUT.json, updated after every case.  ``python _mpi_cases.py --abort-uncaught``,
 ``--raise-before-scatter`` and ``--kill-one`` end the job in the ways a job must not hang.
 """
+import contextlib
 import json
 import os
 import sys
@@ -424,6 +425,19 @@ def communication_matches_model():
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+@contextlib.contextmanager
+def class_attributes(cls, **values):
+    """The class attributes ``values`` set on ``cls`` inside the block, restored after."""
+    old = {k: cls.__dict__[k] for k in values}
+    for k, v in values.items():
+        setattr(cls, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(cls, k, v)
+
+
 def opencl_everywhere():
     """Whether every process has an OpenCL platform (collective)."""
     try:
@@ -606,20 +620,13 @@ def opencl_cpals_prepared_gathers():
         return plain_call(self, T, facs, k, mode, out)
 
     def fit_both(Xd):
-        dback.DistributedBackend._mttkrp_gathered = counted
-        try:
+        with class_attributes(dback.DistributedBackend, _mttkrp_gathered=counted):
             on = est.fit(Xd)
             on = [on.weights_.copy(), *[f.copy() for f in on.factors_], on.loss_history_]
-        finally:
-            dback.DistributedBackend._mttkrp_gathered = plain_call
         n_on = len(calls)
-        dback.DistributedBackend._PREPARE_BEFORE_GATHER = False
-        dback.DistributedBackend._mttkrp_gathered = counted
-        try:
+        with class_attributes(dback.DistributedBackend, _mttkrp_gathered=counted,
+                              _PREPARE_BEFORE_GATHER=False):
             off = CPALS(**est.get_params()).fit(Xd)
-        finally:
-            dback.DistributedBackend._mttkrp_gathered = plain_call
-            dback.DistributedBackend._PREPARE_BEFORE_GATHER = True
         assert len(calls) == n_on, "the switch off still prepared MTTKRPs ahead"
         for a, b in zip(on, [off.weights_, *off.factors_, off.loss_history_]):
             assert np.array_equal(a, b)

@@ -97,9 +97,10 @@ class DenseSteps:
             pending.clear()
 
     def _finish_dev(self, partial, nblocks, K, op, dtype):
+        """The sums (ops 0, 2) or maxima (op 1) over the blocks of ``partial``."""
         out = self._scratch(K, dtype)
         self.launch(self.dense_kernel(dtype, "finish_partial"), (K,), np.int32(nblocks),
-                    np.int32(K), np.int32(op), partial, out)
+                    np.int32(K), np.int32(K if op == 1 else 0), partial, out)
         return out
 
     def _cross_dev(self, A, C):
@@ -153,7 +154,7 @@ class DenseSteps:
         """Enqueue the column statistics of the device matrix ``U`` (sums of squares on the
         ``first`` iteration, else largest magnitudes), ``UᵀU`` and, with ``M``, the column
         inner products of ``U`` and ``M``, with their read, without waiting (two launches,
-        dense.cl's ``als_partial`` and ``finish_partial_mixed``, and one mapping);
+        dense.cl's ``als_partial`` and ``finish_partial``, and one mapping);
         :meth:`als_partials_end` waits for them and returns them."""
         I, R = (int(n) for n in U.shape)
         K = R + R * R + (R if M is not None else 0)
@@ -167,7 +168,7 @@ class DenseSteps:
             self.cl.enqueue_fill_buffer(self.queue, partial, np.zeros(1, U.dtype), 0,
                                         K * U.dtype.itemsize)
         out = self._scratch(K, U.dtype)
-        self.launch(self.dense_kernel(U.dtype, "finish_partial_mixed"), (K,),
+        self.launch(self.dense_kernel(U.dtype, "finish_partial"), (K,),
                     np.int32(nblocks), np.int32(K), np.int32(0 if first else R), partial, out)
         # a mapping, not a copy: a copy into host memory would wait here for the queue
         return R, self.read_start(out, (K,), U.dtype), M is not None, out

@@ -43,20 +43,6 @@ __kernel void column_partial(const long I, const int R, const long rows_per_bloc
     partial[b * R + r] = acc;
 }
 
-/* out[k] = sum (op 0, 2) or max (op 1) over b of partial[b, k] */
-__kernel void finish_partial(const int nblocks, const int K, const int op,
-                             __global const VAL_T* partial, __global VAL_T* out)
-{
-    const int k = get_global_id(0);
-    if (k >= K) return;
-    VAL_T acc = 0;
-    for (int b = 0; b < nblocks; ++b) {
-        const VAL_T v = partial[(long)b * K + k];
-        acc = op == 1 ? fmax(acc, v) : acc + v;
-    }
-    out[k] = acc;
-}
-
 /* CP-ALS's reductions of a new factor U (I x R) in one launch, per block of rows: entries
  * 0 .. R-1 the column statistic (op 0: sum of U*U, op 1: max |U|), R .. R+R*R-1 the Gram
  * matrix UᵀU (row-major), then (K = 2R + R*R) the column inner products sum U*M.  Each
@@ -88,7 +74,7 @@ __kernel void als_partial(const long I, const int R, const long rows_per_block, 
 }
 
 /* out[k] over the blocks b of partial[b, k]: the maximum for k < n_max, else the sum */
-__kernel void finish_partial_mixed(const int nblocks, const int K, const int n_max,
+__kernel void finish_partial(const int nblocks, const int K, const int n_max,
                                    __global const VAL_T* partial, __global VAL_T* out)
 {
     const int k = get_global_id(0);
