@@ -22,16 +22,10 @@ __kernel void cross_partial(const long I, const int R, const long rows_per_block
     partial[b * R * R + rs] = acc;
 }
 
-/* per-column partial reductions: op 0 = sum A*C, op 1 = max |A|, op 2 = sum |A| */
-__kernel void column_partial(const long I, const int R, const long rows_per_block, const int op,
-                             __global const VAL_T* A, __global const VAL_T* C,
-                             __global VAL_T* partial)
+/* rows i0 .. i1-1 of column r reduced: op 0 = sum A*C, op 1 = max |A|, op 2 = sum |A| */
+inline VAL_T column_rows(const int op, __global const VAL_T* A, __global const VAL_T* C, const int R,
+                          const int r, const long i0, const long i1)
 {
-    const int r = get_global_id(0);
-    const long b = get_global_id(1);
-    const long i0 = b * rows_per_block;
-    if (r >= R || i0 >= I) return;
-    const long i1 = min(i0 + rows_per_block, I);
     VAL_T acc = 0;
     if (op == 0) {
         for (long i = i0; i < i1; ++i) acc += A[i * R + r] * C[i * R + r];
@@ -40,7 +34,19 @@ __kernel void column_partial(const long I, const int R, const long rows_per_bloc
     } else {
         for (long i = i0; i < i1; ++i) acc += fabs(A[i * R + r]);
     }
-    partial[b * R + r] = acc;
+    return acc;
+}
+
+/* per-column partial reductions (ops of column_rows), one per column and block of rows */
+__kernel void column_partial(const long I, const int R, const long rows_per_block, const int op,
+                             __global const VAL_T* A, __global const VAL_T* C,
+                             __global VAL_T* partial)
+{
+    const int r = get_global_id(0);
+    const long b = get_global_id(1);
+    const long i0 = b * rows_per_block;
+    if (r >= R || i0 >= I) return;
+    partial[b * R + r] = column_rows(op, A, C, R, r, i0, min(i0 + rows_per_block, I));
 }
 
 /* CP-ALS's reductions of a new factor U (I x R) in one launch, per block of rows: entries
@@ -58,17 +64,12 @@ __kernel void als_partial(const long I, const int R, const long rows_per_block, 
     const long i1 = min(i0 + rows_per_block, I);
     VAL_T acc = 0;
     if (k < R) {
-        if (op == 0) {
-            for (long i = i0; i < i1; ++i) acc += U[i * R + k] * U[i * R + k];
-        } else {
-            for (long i = i0; i < i1; ++i) acc = fmax(acc, fabs(U[i * R + k]));
-        }
+        acc = column_rows(op, U, U, R, k, i0, i1);
     } else if (k < R + R * R) {
         const int r = (k - R) / R, s = (k - R) % R;
         for (long i = i0; i < i1; ++i) acc += U[i * R + r] * U[i * R + s];
     } else {
-        const int r = k - R - R * R;
-        for (long i = i0; i < i1; ++i) acc += U[i * R + r] * M[i * R + r];
+        acc = column_rows(0, U, M, R, k - R - R * R, i0, i1);
     }
     partial[b * K + k] = acc;
 }
