@@ -225,11 +225,10 @@ class Channel:
         self.counters = {}
 
     # ------------------------------------------------------------------ operations
-    def allgather_rows(self, full, counts, displs, mine=None):
+    def allgather_rows(self, full, counts, displs):
         """Fill every row block of the host array ``full`` (I x R, C-contiguous) from its
         owner: process p contributes rows ``displs[p]:displs[p] + counts[p]``, already in
-        place in its own ``full`` or given as ``mine`` (C-contiguous; this process's block
-        of ``full`` is then left as it was, or receives a copy of ``mine``)."""
+        place in its own ``full``."""
         if self.size == 1:
             return full
         R = full.shape[1] if full.ndim == 2 else 1
@@ -247,20 +246,14 @@ class Channel:
                     reqs.append(self.comm.Irecv([flat[lo:lo + int(counts[p]) * R], mpitype],
                                                 source=p, tag=_ROWS_TAG))
             lo = int(displs[self.rank]) * R
-            if mine is None:
-                mine = flat[lo:lo + int(counts[self.rank]) * R]
-            else:
-                mine = np.ascontiguousarray(mine).reshape(-1)
+            mine = flat[lo:lo + int(counts[self.rank]) * R]
             if counts[self.rank]:
                 for p in range(self.size):
                     if p != self.rank:
                         reqs.append(self.comm.Isend([mine, mpitype], dest=p, tag=_ROWS_TAG))
             self.MPI.Request.Waitall(reqs)
-        elif mine is None:
-            self.comm.Allgatherv(self.MPI.IN_PLACE, [full, counts * R, displs * R, mpitype])
         else:
-            self.comm.Allgatherv([np.ascontiguousarray(mine), mpitype],
-                                 [full, counts * R, displs * R, mpitype])
+            self.comm.Allgatherv(self.MPI.IN_PLACE, [full, counts * R, displs * R, mpitype])
         own = int(counts[self.rank])
         self._count("rows", (full.shape[0] - own) * R * full.itemsize,
                     time.perf_counter() - t0)

@@ -305,22 +305,14 @@ class DistributedBackend(Backend):
         left in flight where the process's backend can; ``into``: the device array of
         ``a``'s shape to gather into (where the backend uploads around its own rows)."""
         L = a.layout
-        reading = mine = None
         if started is None:
             h = self._host_buffer(a.shape, a.dtype)
             self._download(a.part, h[L.lo:L.hi])
         else:
-            h, event, reading = started
-            if reading is not None:
-                mine = reading.result()
-            else:
-                event.wait()
-        self.channel.allgather_rows(h, L.counts, L.displs, mine=mine)
+            h, event = started
+            event.wait()
+        self.channel.allgather_rows(h, L.counts, L.displs)
         around = getattr(self.local, "upload_around", None)
-        if reading is not None:
-            if around is None:      # the whole buffer goes up: the own rows too
-                h[L.lo:L.hi] = mine
-            reading.release()
         if around is None:
             a.full = self._upload(h)
         elif into is not None:
@@ -333,17 +325,11 @@ class DistributedBackend(Backend):
         return a.full
 
     def _download_start(self, a):
-        """Enqueue the read of ``a``'s own rows without waiting: ``(buffer, event, reading)``
-        for :meth:`_gather_device`, the host buffer of the shape and either the read in
-        flight (``reading``: mapped where the process's backend maps, ``read_start``; its
-        rows go to the other processes from there) or the event of the download into the
-        buffer's own rows."""
+        """Enqueue the download of ``a``'s own rows into its host buffer; ``(buffer,
+        event)`` for :meth:`_gather_device`."""
         L = a.layout
         h = self._host_buffer(a.shape, a.dtype)
-        read = getattr(self.local, "read_start", None)
-        if read is not None:
-            return h, None, read(a.part)
-        return h, self.local.download_start(a.part, h[L.lo:L.hi]), None
+        return h, self.local.download_start(a.part, h[L.lo:L.hi])
 
     def _host_buffer(self, shape, dtype):
         """A host array of ``shape`` kept for the row exchanges of device arrays (one per

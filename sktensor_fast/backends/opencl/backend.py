@@ -47,29 +47,6 @@ class _Done:
         pass
 
 
-class _Reading:
-    """A read of a device buffer in flight (:meth:`OpenCLBackend.read_start`): the buffer
-    mapped for reading without waiting.  :meth:`result` waits for it and returns the host
-    array (the mapped memory), valid until :meth:`release` unmaps it."""
-
-    __slots__ = ("array", "event", "queue")
-
-    def __init__(self, array, event, queue):
-        self.array, self.event, self.queue = array, event, queue
-
-    def result(self):
-        if self.event is not None:
-            self.event.wait()
-            self.event = None
-        return self.array
-
-    def release(self):
-        """Unmap (enqueued: the queue's later commands may write the buffer again)."""
-        a, self.array = self.array, None
-        if a is not None and self.queue is not None:
-            a.base.release(queue=self.queue)
-
-
 class OpenCLBackend(SparseKernels, DenseSteps, Backend):
     """Kernels written in OpenCL C, run through PyOpenCL on any vendor's device."""
 
@@ -437,32 +414,6 @@ class OpenCLBackend(SparseKernels, DenseSteps, Backend):
         if out.nbytes:
             self.cl.enqueue_copy(self.queue, out, a.data, is_blocking=True)
         return out
-
-    def read_start(self, a, shape=None, dtype=None):
-        """Enqueue a read of the device array (or raw buffer, with ``shape`` and ``dtype``)
-        ``a`` without waiting; returns a :class:`_Reading` (``.result()`` waits and gives the
-        host array, ``.release()`` after use).
-
-        The read maps the memory (``clEnqueueMapBuffer``) rather than copying it into host
-        memory: NVIDIA's driver returns from a "non-blocking" copy into host memory only once
-        the queue has run everything before it, even into page-locked memory and for 288
-        values (0.91 ms behind a MTTKRP of 1.03 ms, H200), but returns from a mapping at once
-        and makes the data available as the queue reaches it
-        (``benchmarks/experiments/transfer_async.py``; ``doc/guide/tuning.rst``, "Reads that
-        do not wait")."""
-        cl = self.cl
-        if shape is None:
-            shape, dtype = tuple(a.shape), a.dtype
-            buf, offset = a.base_data, int(a.offset)
-        else:
-            buf, offset = a, 0
-        dtype = np.dtype(dtype)
-        if int(np.prod(shape)) == 0:
-            return _Reading(np.empty(shape, dtype=dtype), None, None)
-        arr, event = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.READ, offset,
-                                           tuple(int(n) for n in shape), dtype,
-                                           is_blocking=False)
-        return _Reading(arr, event, self.queue)
 
     def download_start(self, a, out):
         """Enqueue the copy of the device array ``a`` into the C-contiguous host array ``out``

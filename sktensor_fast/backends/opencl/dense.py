@@ -153,8 +153,8 @@ class DenseSteps:
     def als_partials_begin(self, U, first, M=None):
         """Enqueue the column statistics of the device matrix ``U`` (sums of squares on the
         ``first`` iteration, else largest magnitudes), ``UᵀU`` and, with ``M``, the column
-        inner products of ``U`` and ``M``, with their read, without waiting (two launches,
-        dense.cl's ``als_partial`` and ``finish_partial``, and one mapping);
+        inner products of ``U`` and ``M``, with their download, without waiting (two
+        launches, dense.cl's ``als_partial`` and ``finish_partial``, and one transfer);
         :meth:`als_partials_end` waits for them and returns them."""
         I, R = (int(n) for n in U.shape)
         K = R + R * R + (R if M is not None else 0)
@@ -170,15 +170,16 @@ class DenseSteps:
         out = self._scratch(K, U.dtype)
         self.launch(self.dense_kernel(U.dtype, "finish_partial"), (K,),
                     np.int32(nblocks), np.int32(K), np.int32(0 if first else R), partial, out)
-        # a mapping, not a copy: a copy into host memory would wait here for the queue
-        return R, self.read_start(out, (K,), U.dtype), M is not None, out
+        host = np.empty(K, dtype=U.dtype)
+        event = self.cl.enqueue_copy(self.queue, host, out, is_blocking=False)
+        return R, host, event, M is not None
 
     def als_partials_end(self, handle):
         """``(stat, G, inner or None)`` of :meth:`als_partials_begin`, float64 host arrays."""
-        R, reading, inner, _ = handle       # the buffer stays referenced while mapped
-        h = reading.result().astype(np.float64)
-        reading.release()
+        R, host, event, inner = handle
+        event.wait()
         self._uploads_done()
+        h = host.astype(np.float64)
         ip = h[R + R * R:] if inner else None
         return h[:R], h[R:R + R * R].reshape(R, R), ip
 

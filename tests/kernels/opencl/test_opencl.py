@@ -479,31 +479,6 @@ def test_dense_steps(be, rows):
     np.testing.assert_allclose(be.to_numpy(be.scale_columns(Ad, s)), A * s, rtol=1e-15)
 
 
-def test_read_start_maps_without_waiting_and_gives_the_data(be):
-    """read_start: the host array of a device array (or of a raw buffer's first entries),
-    valid until released; an empty array reads as empty."""
-    rng = np.random.default_rng(3)
-    A = rng.standard_normal((500, 6))
-    Ad = be.asarray(A)
-    r = be.read_start(Ad)
-    assert np.array_equal(r.result(), A) and np.array_equal(r.result(), A)
-    r.release()
-    r.release()                         # a second release does nothing
-    buf = be._scratch(40, np.float64)
-    be.cl.enqueue_copy(be.queue, buf, np.arange(40.0)).wait()
-    r = be.read_start(buf, (10,), np.float64)
-    assert np.array_equal(r.result(), np.arange(10.0))
-    r.release()
-    e = be.read_start(be.empty((0, 6), np.float64))
-    assert e.result().shape == (0, 6)
-    e.release()
-    # the device array written after the release: the next read sees the new values
-    be.scale_columns(Ad, np.full(6, 2.0))
-    r = be.read_start(Ad)
-    assert np.array_equal(r.result(), 2 * A)
-    r.release()
-
-
 @pytest.mark.parametrize("rows", [0, 1, 300, 12092])
 def test_als_partials_in_one_launch_equal_the_separate_reductions(be, rows):
     """CP-ALS's column statistic, Gram matrix and inner products of a new factor, reduced
