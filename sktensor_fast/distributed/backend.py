@@ -497,8 +497,9 @@ class DistributedBackend(Backend):
     #: mode) runs the nonzeros of this process's own rows of that factor while the others'
     #: rows are exchanged (:meth:`_mttkrp_overlapped`).  Off: on two H100s it gave CP-ALS
     #: iterations of 3.6 to 6.6 ms from one job to the next against 4.7 to 6.2 ms without it;
-    #: with reads that do not wait, faster on one host with two H200s (3.6 against 3.8-4.7
-    #: ms) and slower on one with four (5.5 against 4.4 ms on two GPUs); and it keeps a second
+    #: with the MTTKRP prepared before the exchange, faster on one host with two H200s (3.6
+    #: against 3.8-4.7 ms) and slower on one with four (5.5 against 4.4 ms on two GPUs),
+    #: one job each; and it keeps a second
     #: copy of each mode's nonzeros on the device
     #: (``doc/guide/tuning.rst``, "CP-ALS's MTTKRP beside the rows exchange").  A switch for
     #: the benchmarks (``bench_distributed.py --overlap``).
