@@ -499,8 +499,7 @@ class DistributedBackend(Backend):
     #: iterations of 3.6 to 6.6 ms from one job to the next against 4.7 to 6.2 ms without it;
     #: with the MTTKRP prepared before the exchange, faster on one host with two H200s (3.6
     #: against 3.8-4.7 ms) and slower on one with four (5.5 against 4.4 ms on two GPUs),
-    #: one job each; and it keeps a second
-    #: copy of each mode's nonzeros on the device
+    #: one job each; and it keeps a second copy of each mode's nonzeros on the device
     #: (``doc/guide/tuning.rst``, "CP-ALS's MTTKRP beside the rows exchange").  A switch for
     #: the benchmarks (``bench_distributed.py --overlap``).
     _OVERLAP_GATHER = False
@@ -711,9 +710,8 @@ class DistributedBackend(Backend):
         whole matrix; else on the own rows, whose column statistics, Gram matrix (and inner
         products with ``M``) the process's backend enqueues without waiting where it can
         (``als_partials_begin``).  :meth:`als_finish` then reduces them over the processes
-        (one MPI call) and scales the columns of every
-        copy of the factor: the next MTTKRP, enqueued in between, may have gathered its rows
-        unscaled."""
+        (one MPI call) and scales the columns of every copy of the factor: the next MTTKRP,
+        enqueued in between, may have gathered its rows unscaled."""
         M = self._darray(M)
         if self._whole(M):
             U, p = self.local.als_start(M.full if M.full_ok else M.part, grams, mode, first,

@@ -76,7 +76,7 @@ __kernel void als_partial(const long I, const int R, const long rows_per_block, 
 
 /* out[k] over the blocks b of partial[b, k]: the maximum for k < n_max, else the sum */
 __kernel void finish_partial(const int nblocks, const int K, const int n_max,
-                                   __global const VAL_T* partial, __global VAL_T* out)
+                             __global const VAL_T* partial, __global VAL_T* out)
 {
     const int k = get_global_id(0);
     if (k >= K) return;
