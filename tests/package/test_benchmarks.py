@@ -345,6 +345,26 @@ def test_specialize_script_runs(tmp_path):
                for r in rep["rounds"])
 
 
+def test_transfer_async_script_runs(capsys):
+    """transfer_async times each transfer behind a MTTKRP with its event kept and dropped, and
+    the mappings give the device's data."""
+    pytest.importorskip("pyopencl")
+    from _reference import opencl_backend_or_skip
+    opencl_backend_or_skip()
+    from benchmarks.experiments import transfer_async
+    transfer_async.main(["--device", "opencl", "--shape", "30", "20", "10", "--nnz", "2000",
+                         "--repeat", "1"])
+    out = capsys.readouterr().out
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ")]
+    names = [r[0].strip() for r in rows[1:]]       # after the header
+    assert names[0] == "download into page-locked memory"
+    assert "mapping of the device array" in names
+    assert "WRONG DATA" not in out
+    dropped = {r[0].strip(): r[3].strip() for r in rows[1:]}
+    assert float(dropped["download into plain memory"]) >= 0
+    assert dropped["copy on the device"] == ""
+
+
 def test_cpapr_parts_script_runs(tmp_path):
     """bench_cpapr_parts times a CP-APR MU fit and its parts on a device; its data term is the
     CPU backend's for the same factors."""
